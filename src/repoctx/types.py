@@ -1,0 +1,111 @@
+"""The few plain-data types everything speaks. All serialise to JSON via ``to_dict``."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+CapsuleKind = Literal["function", "method", "class", "module", "window"]
+EdgeKind = Literal["calls", "imports", "inherits", "contains"]
+
+
+@dataclass(slots=True)
+class Capsule:
+    """A whole semantic unit of code: function, method, class, module top level or a text window."""
+
+    id: str
+    path: str
+    language: str
+    kind: str
+    name: str
+    qualname: str
+    signature: str
+    start_line: int
+    end_line: int
+    text: str
+    content_hash: str
+    params: list[str] = field(default_factory=list)
+    returns: str = ""
+    docstring: str = ""
+    decorators: list[str] = field(default_factory=list)
+    parent: str | None = None  # id of the enclosing capsule (class for a method, module otherwise)
+    repo: str = ""
+
+    @property
+    def citation(self) -> str:
+        return f"{self.path}:{self.start_line}-{self.end_line} :: {self.qualname}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class Ref:
+    """An unresolved reference found while parsing: a call, an import or a base class."""
+
+    src: str  # capsule id that holds the reference
+    kind: str  # calls | imports | inherits
+    name: str  # as written: "foo", "self.bar", "mod.baz", "pkg.mod"
+    line: int = 0
+
+
+@dataclass(slots=True)
+class Edge:
+    src: str
+    kind: str
+    dst_name: str
+    dst: str | None = None  # resolved capsule id, or None when known by name only
+
+    @property
+    def resolved(self) -> bool:
+        return self.dst is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"src": self.src, "kind": self.kind, "dst_name": self.dst_name, "dst": self.dst}
+
+
+@dataclass(slots=True)
+class Hit:
+    capsule: Capsule
+    score: float
+    why: dict[str, Any] = field(default_factory=dict)  # signal -> rank / details
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"capsule": self.capsule.to_dict(), "score": self.score, "why": self.why,
+                "citation": self.capsule.citation}
+
+
+@dataclass(slots=True)
+class FileHit:
+    path: str
+    score: float
+    capsules: list[Hit] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "score": self.score,
+                "capsules": [h.capsule.citation for h in self.capsules]}
+
+
+@dataclass(slots=True)
+class Context:
+    task: str
+    text: str
+    citations: list[str]
+    tokens: int
+    budget: int
+    left_out: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class TraceEvent:
+    step: str  # SpeculativeRetrieval | Planning | Retrieval | FullDocumentExpansion | Result | Routing
+    status: str  # IN_PROGRESS | SUCCEEDED | FAILED
+    message: str
+    sub_query: str | None = None
+    hits: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
