@@ -1,0 +1,436 @@
+"""Evaluation corpora: PyPI releases unpacked so that they look like the repository.
+
+A row of the evaluation set (see ``/work/shared/eval/README.md``) names its corpus as
+``{"pypi": NAME, "version": V, "path_prefix": P, "mode": M}``: the wheel ``NAME==V`` unpacked,
+with every file ``f`` of the wheel at the repository path ``P + f``. Rows that carry a
+``revert_patch`` get their own tree with that patch applied in reverse.
+
+Layout of the cache (``$REPOCTX_CACHE`` or ``~/.cache/repoctx``)::
+
+    wheels/                         downloaded distributions (any ``*.whl`` / sdist dropped here is used)
+    trees/NAME-VERSION[--PREFIX]/   materialized release trees
+    trees/reverted/INSTANCE-HASH/   per-instance trees with the gold patch reverted
+
+Trees only ever appear by an atomic rename of a fully written temporary directory, so the
+existence of a tree directory means it is complete. No package code is ever run: wheels and
+sdists are only unpacked (``pip download`` is used for wheels only, which never builds anything).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.request
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+__all__ = [
+    "CorpusError",
+    "cache_dir",
+    "fetch_wheel",
+    "materialize",
+    "load_rows",
+]
+
+_SDIST_EXTS = (".tar.gz", ".tgz", ".tar.bz2", ".zip")
+
+# (python version, abis) tried in turn for binary wheels, as in the eval README.
+_BINARY_TARGETS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("3.9", ("cp39",)),
+    ("3.8", ("cp38",)),
+    ("3.7", ("cp37m", "cp37")),
+    ("3.10", ("cp310",)),
+    ("3.11", ("cp311",)),
+    ("3.6", ("cp36m",)),
+)
+_PLATFORMS = (
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux_2_28_x86_64",
+    "linux_x86_64",
+    "any",
+)
+_PURE_PYTHONS = ("3.11", "3.9", "3.8", "3.7", "3.10")
+
+
+class CorpusError(RuntimeError):
+    """A corpus could not be fetched or materialized."""
+
+
+# --------------------------------------------------------------------------- paths / names
+
+
+def cache_dir() -> Path:
+    """The cache root: ``$REPOCTX_CACHE`` if set, else ``~/.cache/repoctx``."""
+    env = os.environ.get("REPOCTX_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "repoctx"
+
+
+def _canon_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _canon_version(version: str) -> str:
+    """PEP 440 normal form with trailing zero release components dropped (``1.0.0`` == ``1.0``)."""
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:  # pragma: no cover - packaging is normally present
+        return version.lower()
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return version.lower()
+    release = list(v.release)
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    head = (f"{v.epoch}!" if v.epoch else "") + ".".join(map(str, release))
+    return head + str(v)[len(v.base_version):]  # pre/post/dev/local suffix unchanged
+
+
+def _parse_dist_filename(filename: str) -> tuple[str, str, str] | None:
+    """``(canonical name, canonical version, kind)`` of a wheel/sdist file name, kind 'wheel'|'sdist'."""
+    if filename.endswith(".whl"):
+        parts = filename[:-4].split("-")
+        if len(parts) < 5:
+            return None
+        return _canon_name(parts[0]), _canon_version(parts[1]), "wheel"
+    for ext in _SDIST_EXTS:
+        if filename.endswith(ext):
+            stem = filename[: -len(ext)]
+            if "-" not in stem:
+                return None
+            name, version = stem.rsplit("-", 1)
+            return _canon_name(name), _canon_version(version), "sdist"
+    return None
+
+
+def _wheel_rank(filename: str) -> tuple[int, str]:
+    """Prefer pure-Python wheels, then any binary wheel (deterministic by name)."""
+    return (0 if filename.endswith("-none-any.whl") else 1, filename)
+
+
+def _find_cached(wheels: Path, name: str, version: str) -> Path | None:
+    if not wheels.is_dir():
+        return None
+    want = (_canon_name(name), _canon_version(version))
+    found_wheels: list[Path] = []
+    found_sdists: list[Path] = []
+    for p in wheels.iterdir():
+        if not p.is_file():
+            continue
+        parsed = _parse_dist_filename(p.name)
+        if parsed is None or parsed[:2] != want:
+            continue
+        (found_wheels if parsed[2] == "wheel" else found_sdists).append(p)
+    if found_wheels:
+        return min(found_wheels, key=lambda p: _wheel_rank(p.name))
+    if found_sdists:
+        return sorted(found_sdists)[0]
+    return None
+
+
+# --------------------------------------------------------------------------- fetching
+
+
+def _pip_download(spec: str, dest: Path, extra: list[str]) -> tuple[bool, str]:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+           "--no-input", "-d", str(dest), *extra, spec]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return False, "pip download timed out"
+    return proc.returncode == 0, (proc.stderr or proc.stdout)[-2000:]
+
+
+def _download_attempts() -> list[list[str]]:
+    attempts = [["--only-binary", ":all:", "--python-version", v] for v in _PURE_PYTHONS]
+    for version, abis in _BINARY_TARGETS:
+        args = ["--only-binary", ":all:", "--python-version", version, "--implementation", "cp"]
+        for abi in (*abis, "abi3", "none"):
+            args += ["--abi", abi]
+        for plat in _PLATFORMS:
+            args += ["--platform", plat]
+        attempts.append(args)
+    return attempts
+
+
+def _download_sdist(name: str, version: str, dest: Path) -> tuple[bool, str]:
+    """Fetch the sdist file itself from PyPI's JSON API (pip would run its build backend)."""
+    url = f"https://pypi.org/pypi/{name}/{version}/json"
+    try:
+        with urllib.request.urlopen(url, timeout=120) as resp:
+            meta = json.load(resp)
+        for f in meta.get("urls", []):
+            if f.get("packagetype") != "sdist":
+                continue
+            target = dest / f["filename"]
+            with urllib.request.urlopen(f["url"], timeout=600) as resp, open(target, "wb") as out:
+                shutil.copyfileobj(resp, out)
+            want = f.get("digests", {}).get("sha256")
+            if want and hashlib.sha256(target.read_bytes()).hexdigest() != want:
+                target.unlink()
+                return False, f"sha256 mismatch for {f['filename']}"
+            return True, ""
+        return False, "no sdist on PyPI"
+    except Exception as exc:  # network errors, 404, bad JSON
+        return False, f"sdist download failed: {exc}"
+
+
+def fetch_wheel(name: str, version: str, cache: Path | None = None) -> Path:
+    """Path of a cached distribution of ``name==version``: a wheel, or an sdist only if no wheel exists.
+
+    Looks in ``CACHE/wheels`` first; otherwise downloads with ``pip download --no-deps`` trying
+    pure-Python then binary-wheel targets (no package code is run). Raises :class:`CorpusError`.
+    """
+    cache = Path(cache) if cache is not None else cache_dir()
+    wheels = cache / "wheels"
+    hit = _find_cached(wheels, name, version)
+    if hit is not None:
+        return hit
+    wheels.mkdir(parents=True, exist_ok=True)
+    spec = f"{name}=={version}"
+    errors: list[str] = []
+    with tempfile.TemporaryDirectory(dir=wheels, prefix=".dl-") as tmp:
+        tmp_path = Path(tmp)
+        ok = False
+        for extra in _download_attempts():
+            ok, err = _pip_download(spec, tmp_path, extra)
+            if ok and _find_cached(tmp_path, name, version) is not None:
+                break
+            ok = False
+            errors.append(err.strip().splitlines()[-1] if err.strip() else "pip failed")
+        if not ok:
+            ok, err = _download_sdist(name, version, tmp_path)
+            if not ok:
+                errors.append(err)
+        got = _find_cached(tmp_path, name, version) if ok else None
+        if got is None:
+            uniq = list(dict.fromkeys(e for e in errors if e))
+            raise CorpusError(f"could not fetch {name}=={version}: no wheel or sdist found ({'; '.join(uniq[-3:])})")
+        final = wheels / got.name
+        os.replace(got, final)  # atomic within the same directory tree
+    return final
+
+
+# --------------------------------------------------------------------------- unpacking
+
+
+def _safe_rel(name: str) -> PurePosixPath | None:
+    p = PurePosixPath(name.replace("\\", "/"))
+    if p.is_absolute() or not p.parts or any(part in ("..", "") for part in p.parts):
+        return None
+    return p
+
+
+def _is_wheel_metadata(first: str) -> bool:
+    return first.endswith(".dist-info") or first.endswith(".data")
+
+
+def _unpack_wheel(wheel: Path, root: Path, prefix: str) -> None:
+    base = root / prefix if prefix else root
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            rel = _safe_rel(info.filename)
+            if rel is None or _is_wheel_metadata(rel.parts[0]):
+                continue
+            dest = base.joinpath(*rel.parts)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(dest, "wb") as out:
+                shutil.copyfileobj(src, out)
+
+
+def _unpack_sdist(sdist: Path, root: Path) -> None:
+    """An sdist already mirrors the repository: strip its top directory, drop build metadata."""
+
+    def members() -> list[tuple[PurePosixPath, Any]]:
+        out = []
+        if sdist.name.endswith(".zip"):
+            zf = zipfile.ZipFile(sdist)
+            for info in zf.infolist():
+                if not info.is_dir():
+                    out.append((info.filename, lambda i=info: zf.open(i)))
+        else:
+            tf = tarfile.open(sdist)
+            for m in tf.getmembers():
+                if m.isfile():
+                    out.append((m.name, lambda m=m: tf.extractfile(m)))
+        return out
+
+    for name, opener in members():
+        rel = _safe_rel(name)
+        if rel is None or len(rel.parts) < 2:
+            continue
+        rel = PurePosixPath(*rel.parts[1:])
+        if rel.parts[0].endswith(".egg-info") or rel.as_posix() == "PKG-INFO":
+            continue
+        dest = root.joinpath(*rel.parts)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with opener() as src, open(dest, "wb") as out:
+            shutil.copyfileobj(src, out)
+
+
+def _publish(tmp: Path, final: Path) -> Path:
+    """Atomically move a finished temp tree to ``final``; if someone else won, keep theirs."""
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if final.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            raise
+    return final
+
+
+def _build_atomically(final: Path, build) -> Path:
+    if final.is_dir():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{final.name}-"))
+    try:
+        build(tmp)
+        return _publish(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", s).strip("_")
+
+
+# --------------------------------------------------------------------------- reverse patching
+
+
+def _patched_paths(patch: str) -> list[str]:
+    paths = []
+    for line in patch.splitlines():
+        if line.startswith(("--- ", "+++ ")):
+            p = line[4:].split("\t")[0].strip()
+            if p != "/dev/null" and "/" in p:
+                p = p.split("/", 1)[1]
+                if p not in paths:
+                    paths.append(p)
+    return paths
+
+
+def _reverse_apply(tree: Path, patch: str) -> tuple[bool, str]:
+    """Apply ``patch`` in reverse inside ``tree``: ``git apply -R``, else ``patch -R -p1`` (fuzz)."""
+    data = patch if patch.endswith("\n") else patch + "\n"
+    errs = []
+    if shutil.which("git"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env["GIT_CEILING_DIRECTORIES"] = str(tree.parent)  # never treat an enclosing repo as ours
+        proc = subprocess.run(["git", "apply", "-R", "--whitespace=nowarn", "-"], cwd=tree,
+                              input=data, capture_output=True, text=True, env=env)
+        if proc.returncode == 0:
+            return True, ""
+        errs.append("git apply: " + proc.stderr.strip())
+    if shutil.which("patch"):
+        base = ["patch", "-R", "-p1", "--batch", "--no-backup-if-mismatch", "-s"]
+        dry = subprocess.run([*base, "--dry-run"], cwd=tree, input=data, capture_output=True, text=True)
+        if dry.returncode == 0:
+            proc = subprocess.run(base, cwd=tree, input=data, capture_output=True, text=True)
+            if proc.returncode == 0:
+                return True, ""
+            errs.append("patch: " + (proc.stdout + proc.stderr).strip())
+        else:
+            errs.append("patch --dry-run: " + (dry.stdout + dry.stderr).strip())
+    if not errs:
+        errs.append("neither git nor patch is installed")
+    return False, " | ".join(errs)
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Copy ``src`` into existing ``dst`` using hard links where possible (cheap, shares bytes)."""
+
+    def link_or_copy(s: str, d: str) -> None:
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, copy_function=link_or_copy, dirs_exist_ok=True)
+
+
+def _unshare(path: Path) -> None:
+    """Replace a (possibly hard-linked) file by a private copy so editing it leaves the base intact."""
+    if path.is_file():
+        tmp = path.with_name(path.name + ".unshare")
+        shutil.copy2(path, tmp)
+        os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def materialize(row: dict, cache: Path | None = None) -> Path:
+    """Directory laid out like the repository for ``row`` (wheel file ``f`` at ``path_prefix + f``).
+
+    Rows with ``revert_patch`` get a private tree per ``instance_id`` with the patch reversed.
+    Idempotent: the same input returns the same path without redoing work.
+    """
+    cache = Path(cache) if cache is not None else cache_dir()
+    corpus = row["corpus"]
+    name, version = corpus["pypi"], corpus["version"]
+    prefix = corpus.get("path_prefix") or ""
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    trees = cache / "trees"
+    key = f"{_canon_name(name)}-{_slug(version)}" + (f"--{_slug(prefix.replace('/', '_'))}" if prefix else "")
+    base_final = trees / key
+
+    revert = row.get("revert_patch")
+    if revert:
+        iid = row.get("instance_id") or "row"
+        digest = hashlib.sha256(f"{key}\0{revert}".encode()).hexdigest()[:10]
+        final = trees / "reverted" / f"{_slug(iid)}-{digest}"
+        if final.is_dir():
+            return final
+
+    def build_base(tmp: Path) -> None:
+        dist = fetch_wheel(name, version, cache)
+        try:
+            if dist.name.endswith(".whl"):
+                _unpack_wheel(dist, tmp, prefix)
+            else:
+                _unpack_sdist(dist, tmp)
+        except (zipfile.BadZipFile, tarfile.TarError, OSError) as exc:
+            raise CorpusError(f"cannot unpack {dist.name} for {name}=={version}: {exc}") from exc
+
+    base = _build_atomically(base_final, build_base)
+    if not revert:
+        return base
+
+    def build_reverted(tmp: Path) -> None:
+        _link_tree(base, tmp)
+        for rel in _patched_paths(revert):
+            _unshare(tmp / rel)
+        ok, err = _reverse_apply(tmp, revert)
+        if not ok:
+            raise CorpusError(f"reverse patch failed for {iid} ({name}=={version}): {err}")
+
+    return _build_atomically(final, build_reverted)
+
+
+def load_rows(path: str | os.PathLike[str], limit: int | None = None) -> list[dict]:
+    """Rows of a JSONL evaluation file (blank lines skipped), at most ``limit`` of them."""
+    rows: list[dict] = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if limit is not None and len(rows) >= limit:
+                break
+            line = line.strip()
+            if line:
+                rows.append(json.loads(line))
+    return rows
