@@ -1,0 +1,445 @@
+"""Source text → capsules (whole semantic units) and unresolved references, via tree-sitter.
+
+Pure: no I/O. Languages without a table in ``langs.SPECS`` go to ``fallback``.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from tree_sitter import Node, Query, QueryCursor
+
+from repoctx.capsules.langs import SPECS, LangSpec
+from repoctx.types import Capsule, Ref
+
+_WS = re.compile(r"\s+")
+_IDENT = re.compile(r"[A-Za-z_$][\w$]*")
+_local = threading.local()
+
+
+@dataclass
+class ParsedFile:
+    path: str
+    language: str
+    module: str
+    capsules: list[Capsule]
+    refs: list[Ref]
+    imports: dict[str, str] = field(default_factory=dict)  # local alias -> dotted target
+    syntax_errors: int = 0
+    method: str = "tree-sitter"  # tree-sitter | regex | window
+
+
+def content_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=12).hexdigest()
+
+
+def module_name(path: str, language: str) -> str:
+    """Dotted module name for Python paths (``pkg/mod.py`` → ``pkg.mod``); the path elsewhere."""
+    if language == "python":
+        p = path[:-4] if path.endswith(".pyi") else path[:-3] if path.endswith(".py") else path
+        parts = p.split("/")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        # src layout and lib/ prefixes are not part of import names
+        while parts and parts[0] in ("src", "lib") and len(parts) > 1:
+            parts = parts[1:]
+        return ".".join(parts) or path
+    return path
+
+
+@lru_cache(maxsize=None)
+def _language(name: str):
+    from tree_sitter_language_pack import get_language
+    return get_language(name)
+
+
+def _parser(name: str):
+    cache = getattr(_local, "parsers", None)
+    if cache is None:
+        cache = _local.parsers = {}
+    if name not in cache:
+        from tree_sitter_language_pack import get_parser
+        cache[name] = get_parser(name)
+    return cache[name]
+
+
+@lru_cache(maxsize=None)
+def _query(language: str) -> Query:
+    spec = SPECS[language]
+    lang = _language(language)
+
+    def alt(types, cap):
+        known = [t for t in types if lang.id_for_node_kind(t, True)]
+        return f"[{' '.join(f'({t})' for t in known)}] @{cap}" if known else ""
+
+    parts = [alt(spec.functions, "function"), alt(spec.classes, "class"), alt(spec.scopes, "scope"),
+             alt(tuple(spec.calls), "call"), alt(spec.imports, "import")]
+    if language == "ruby":
+        parts.append('((call method: (identifier) @_m) @import (#match? @_m "^require"))')
+    return Query(lang, "\n".join(p for p in parts if p))
+
+
+def supported(language: str) -> bool:
+    return language in SPECS
+
+
+def _text(node: Node | None, src: bytes) -> str:
+    return src[node.start_byte:node.end_byte].decode("utf-8", "replace") if node is not None else ""
+
+
+def _collapse(s: str, limit: int = 400) -> str:
+    s = _WS.sub(" ", s).strip()
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _callee(node: Node, spec: LangSpec, src: bytes) -> str | None:
+    fields = spec.calls.get(node.type, ())
+    parts = [_text(node.child_by_field_name(f), src) for f in fields]
+    parts = [p for p in parts if p]
+    if not parts:
+        # object_creation_expression etc. without fields: first named child that looks like a name
+        for child in node.named_children:
+            if child.type in ("name", "qualified_name", "identifier", "type_identifier"):
+                parts = [_text(child, src)]
+                break
+    if not parts:
+        return None
+    raw = ".".join(parts)
+    raw = raw.replace("->", ".").replace("::", ".").replace("?.", ".").replace("\\", ".").replace("$", "")
+    raw = raw.rstrip("!")
+    if re.fullmatch(r"[A-Za-z_][\w]*(?:\s*\.\s*[A-Za-z_][\w]*)*", raw.strip()):
+        return re.sub(r"\s+", "", raw)
+    idents = _IDENT.findall(raw.split("(")[-1] if ")" in raw else raw)
+    return idents[-1] if idents else None
+
+
+def _name_of(node: Node, src: bytes, language: str) -> str:
+    n = node.child_by_field_name("name")
+    if n is not None:
+        return _text(n, src)
+    decl = node.child_by_field_name("declarator")
+    depth = 0
+    while decl is not None and depth < 8:  # C/C++: unwrap pointer/function declarators
+        if decl.type in ("identifier", "field_identifier", "qualified_identifier", "destructor_name",
+                         "operator_name", "type_identifier"):
+            return _text(decl, src)
+        inner = decl.child_by_field_name("declarator")
+        if inner is None:
+            for c in decl.named_children:
+                if c.type in ("identifier", "field_identifier", "qualified_identifier", "destructor_name",
+                              "operator_name"):
+                    return _text(c, src)
+            break
+        decl = inner
+        depth += 1
+    t = node.child_by_field_name("type")  # rust impl, go type_spec fallbacks
+    if t is not None:
+        return _text(t, src)
+    return ""
+
+
+def _docstring(node: Node, spec: LangSpec, src: bytes, language: str) -> str:
+    if language == "python":
+        body = node.child_by_field_name("body")
+        return _python_docstring(body, src)
+    # preceding contiguous comments (doc comments in most languages)
+    lines: list[str] = []
+    target = node
+    if target.parent is not None and target.parent.type in ("export_statement", "decorated_definition"):
+        target = target.parent
+    prev = target.prev_named_sibling
+    expect = target.start_point[0]
+    while prev is not None and prev.type in spec.comments and prev.end_point[0] >= expect - 1:
+        lines.insert(0, _text(prev, src))
+        expect = prev.start_point[0]
+        prev = prev.prev_named_sibling
+    if not lines and language == "ruby":
+        return ""
+    text = "\n".join(lines)
+    text = re.sub(r"^\s*(/\*\*?|\*/|\*|///?|#|--)", "", text, flags=re.M)
+    text = re.sub(r"\*/\s*$", "", text, flags=re.M)
+    text = re.sub(r"</?summary>", "", text)
+    return text.strip()
+
+
+def _python_docstring(body: Node | None, src: bytes) -> str:
+    if body is None or not body.named_child_count:
+        return ""
+    first = body.named_children[0]
+    if first.type == "expression_statement" and first.named_child_count:
+        first = first.named_children[0]
+    if first.type != "string":
+        return ""
+    raw = _text(first, src)
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return raw.strip("\"' \n")
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _params(node: Node, src: bytes) -> list[str]:
+    p = node.child_by_field_name("parameters")
+    if p is None:
+        decl = node.child_by_field_name("declarator")
+        while decl is not None and p is None:
+            p = decl.child_by_field_name("parameters")
+            decl = decl.child_by_field_name("declarator")
+    if p is None:
+        return []
+    return [_collapse(_text(c, src), 120) for c in p.named_children if "comment" not in c.type]
+
+
+def _returns(node: Node, spec: LangSpec, src: bytes) -> str:
+    for f in spec.returns:
+        r = node.child_by_field_name(f)
+        if r is not None:
+            return _collapse(_text(r, src).lstrip(":").strip(), 120)
+    return ""
+
+
+def _signature(node: Node, src: bytes) -> str:
+    body = node.child_by_field_name("body")
+    if node.type == "variable_declarator":
+        value = node.child_by_field_name("value")
+        body = value.child_by_field_name("body") if value is not None else None
+    end = body.start_byte if body is not None and body.start_byte > node.start_byte else None
+    if end is None:
+        line_end = src.find(b"\n", node.start_byte)
+        end = node.end_byte if line_end == -1 else min(line_end, node.end_byte)
+    sig = _collapse(src[node.start_byte:end].decode("utf-8", "replace"))
+    return sig.rstrip("{").rstrip().rstrip(":").rstrip() if sig else sig
+
+
+def _decorators(node: Node, src: bytes) -> list[str]:
+    out = []
+    parent = node.parent
+    if parent is not None and parent.type == "decorated_definition":
+        out = [_collapse(_text(c, src), 120) for c in parent.named_children if c.type == "decorator"]
+    out += [_collapse(_text(c, src), 120) for c in node.named_children if c.type == "decorator"]
+    return out
+
+
+def _bases(node: Node, spec: LangSpec, src: bytes) -> list[str]:
+    names: list[str] = []
+    for f in spec.bases:
+        targets = [node.child_by_field_name(f)] + [c for c in node.named_children if c.type == f]
+        for t in targets:
+            if t is None:
+                continue
+            for m in re.finditer(r"[A-Za-z_][\w.:\\]*", _text(t, src)):
+                tok = m.group(0).replace("::", ".").replace("\\", ".")
+                if tok in ("extends", "implements", "public", "private", "protected", "virtual", "metaclass",
+                           "object"):
+                    continue
+                names.append(tok)
+    return list(dict.fromkeys(names))
+
+
+def _is_function_node(node: Node) -> bool:
+    if node.type != "variable_declarator":
+        return True
+    value = node.child_by_field_name("value")
+    return value is not None and value.type in ("arrow_function", "function_expression", "function",
+                                                "generator_function")
+
+
+def _python_imports(node: Node, src: bytes, module: str, is_package: bool) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if node.type == "import_statement":
+        for c in node.named_children:
+            if c.type == "dotted_name":
+                name = _text(c, src)
+                out[name.split(".")[0]] = name.split(".")[0]
+                out[name] = name
+            elif c.type == "aliased_import":
+                out[_text(c.child_by_field_name("alias"), src)] = _text(c.child_by_field_name("name"), src)
+        return out
+    mod_node = node.child_by_field_name("module_name")
+    base = _text(mod_node, src)
+    if base.startswith("."):
+        dots = len(base) - len(base.lstrip("."))
+        pkg = module.split(".") if is_package else module.split(".")[:-1]
+        if dots > 1:
+            pkg = pkg[: len(pkg) - (dots - 1)]
+        rest = base.lstrip(".")
+        base = ".".join(pkg + ([rest] if rest else []))
+    for c in node.named_children:
+        if c == mod_node:
+            continue
+        if c.type == "dotted_name":
+            name = _text(c, src)
+            out[name] = f"{base}.{name}" if base else name
+        elif c.type == "aliased_import":
+            name = _text(c.child_by_field_name("name"), src)
+            out[_text(c.child_by_field_name("alias"), src)] = f"{base}.{name}" if base else name
+        elif c.type == "wildcard_import":
+            out[f"*{base}"] = base
+    return out
+
+
+def _import_targets(node: Node, src: bytes, language: str) -> list[str]:
+    if language in ("javascript", "typescript", "tsx"):
+        s = node.child_by_field_name("source")
+        return [_text(s, src).strip("'\"`")] if s is not None else []
+    if language == "ruby":
+        args = node.child_by_field_name("arguments")
+        return [_text(args, src).strip("()'\" ")] if args is not None else []
+    raw = _text(node, src)
+    raw = re.sub(r"^\s*(import|use|using|#include|static)\s+", "", raw).rstrip(";").strip()
+    raw = raw.strip("<>\"")
+    return [raw.replace("::", ".").replace("\\", ".")] if raw else []
+
+
+def parse_source(path: str, text: str, language: str) -> ParsedFile:
+    """Extract capsules and references from one file. Syntax errors degrade, never raise."""
+    spec = SPECS[language]
+    src = text.encode("utf-8", "replace")
+    tree = _parser(language).parse(src)
+    root = tree.root_node
+    module = module_name(path, language)
+    is_package = path.endswith("__init__.py")
+    captures = QueryCursor(_query(language)).captures(root)
+
+    defs: list[tuple[Node, str]] = []
+    for cap in ("function", "class", "scope"):
+        for n in captures.get(cap, ()):
+            if cap == "function" and not _is_function_node(n):
+                continue
+            defs.append((n, cap))
+    defs.sort(key=lambda d: (d[0].start_byte, -d[0].end_byte))
+
+    lines = text.split("\n")
+    n_lines = len(lines)
+    mod_id = f"{path}#{module}" if language == "python" else f"{path}#<module>"
+    capsules: list[Capsule] = []
+    refs: list[Ref] = []
+    seen_ids: dict[str, int] = {}
+    # stack of (end_byte, capsule_id or None for scope-only, qual_prefix, is_class)
+    stack: list[tuple[int, str | None, str, bool, int]] = []
+    spans: list[tuple[int, int, str]] = []  # (start_byte, end_byte, id) for attributing refs
+    top_level_ranges: list[tuple[int, int]] = []
+
+    for node, cap in defs:
+        while stack and node.start_byte >= stack[-1][0]:
+            stack.pop()
+        name = _name_of(node, src, language)
+        if not name:
+            continue
+        name = name.replace("::", ".").replace(spec.separator, ".") if spec.separator != "." else name
+        prefix = stack[-1][2] if stack else ""
+        in_class = bool(stack) and stack[-1][3]
+        if language == "go" and node.type == "method_declaration":
+            recv = node.child_by_field_name("receiver")
+            rt = re.findall(r"[A-Za-z_]\w*", _text(recv, src))
+            prefix = rt[-1] if rt else prefix
+            in_class = True
+        if "." in name and cap == "function":  # C++ A::f, defined out of class
+            in_class = True
+        qual = f"{prefix}.{name}" if prefix else name
+        if cap == "scope":
+            stack.append((node.end_byte, None, qual if node.type != "namespace_definition" else qual, True,
+                          node.start_byte))
+            continue
+        kind = "class" if cap == "class" else ("method" if in_class else "function")
+        start_line, end_line = node.start_point[0] + 1, node.end_point[0] + 1
+        outer = node.parent if node.parent is not None and node.parent.type == "decorated_definition" else node
+        if outer is not node:
+            start_line = outer.start_point[0] + 1
+        body_text = "\n".join(lines[start_line - 1:end_line])
+        cid = f"{path}#{qual}"
+        if cid in seen_ids:
+            seen_ids[cid] += 1
+            cid = f"{cid}~{seen_ids[cid]}"
+        else:
+            seen_ids[cid] = 1
+        parent_id = next((s[1] for s in reversed(stack) if s[1] is not None), mod_id)
+        capsules.append(Capsule(
+            id=cid, path=path, language=language, kind=kind, name=name.split(".")[-1], qualname=qual,
+            signature=_signature(node, src), start_line=start_line, end_line=end_line, text=body_text,
+            content_hash=content_hash(body_text), params=_params(node, src) if cap == "function" else [],
+            returns=_returns(node, spec, src) if cap == "function" else "",
+            docstring=_docstring(node, spec, src, language), decorators=_decorators(node, src),
+            parent=parent_id,
+        ))
+        spans.append((node.start_byte, node.end_byte, cid))
+        if cap == "class":
+            for base in _bases(node, spec, src):
+                refs.append(Ref(cid, "inherits", base, start_line))
+        if not stack:
+            top_level_ranges.append((outer.start_point[0], outer.end_point[0]))
+        stack.append((node.end_byte, cid, qual, cap == "class", node.start_byte))
+
+    # module capsule: top-level code outside definitions, spanning the whole file
+    covered = [False] * n_lines
+    for a, b in top_level_ranges:
+        for i in range(a, min(b + 1, n_lines)):
+            covered[i] = True
+    mod_lines = [ln for i, ln in enumerate(lines) if not covered[i]]
+    mod_text = "\n".join(mod_lines).strip("\n")
+    mod_doc = _python_docstring(root, src) if language == "python" else ""
+    mod_name = module.split(".")[-1] if language == "python" else path.rsplit("/", 1)[-1]
+    capsules.insert(0, Capsule(
+        id=mod_id, path=path, language=language, kind="module", name=mod_name, qualname=module,
+        signature=f"module {module}", start_line=1, end_line=max(n_lines, 1), text=mod_text,
+        content_hash=content_hash(mod_text), docstring=mod_doc, parent=None,
+    ))
+
+    # attribute calls and imports to the innermost enclosing capsule
+    spans.sort()
+    import_map: dict[str, str] = {}
+
+    def owner(byte: int) -> str:
+        best = mod_id
+        lo, hi = 0, len(spans)
+        while lo < hi:  # last span starting at or before byte
+            mid = (lo + hi) // 2
+            if spans[mid][0] <= byte:
+                lo = mid + 1
+            else:
+                hi = mid
+        i = lo - 1
+        while i >= 0:
+            s, e, cid = spans[i]
+            if s <= byte < e:
+                best = cid
+                # innermost: later-starting spans that contain byte are nested deeper
+                return best
+            i -= 1
+        return best
+
+    for node in captures.get("call", ()):
+        name = _callee(node, spec, src)
+        if name:
+            refs.append(Ref(owner(node.start_byte), "calls", name, node.start_point[0] + 1))
+    for node in captures.get("import", ()):
+        if language == "python":
+            mapping = _python_imports(node, src, module, is_package)
+            import_map.update(mapping)
+            targets = list(dict.fromkeys(mapping.values()))
+        else:
+            targets = _import_targets(node, src, language)
+        for t in targets:
+            refs.append(Ref(owner(node.start_byte), "imports", t, node.start_point[0] + 1))
+
+    errors = _count_errors(root) if root.has_error else 0
+    return ParsedFile(path, language, module, capsules, refs, import_map, errors)
+
+
+def _count_errors(root: Node) -> int:
+    count = 0
+    cursor = root.walk()
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.is_error or n.is_missing:
+            count += 1
+            continue
+        if n.has_error:
+            stack.extend(n.children)
+    del cursor
+    return count

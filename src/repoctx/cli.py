@@ -1,0 +1,136 @@
+"""The command line: a thin shell over ``repoctx.Index``."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from repoctx.config import ConfigError, Settings
+from repoctx.index import Index
+from repoctx.indexer import IndexBusy
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="The whole repository as context.")
+console = Console()
+err = Console(stderr=True)
+
+
+def _open(repo: Path) -> Index:
+    try:
+        return Index(repo, Settings.from_env())
+    except (FileNotFoundError, ConfigError) as e:
+        err.print(f"[red]error:[/] {e}")
+        raise typer.Exit(2)
+
+
+def _run_update(ix: Index, as_json: bool):
+    interactive = sys.stderr.isatty() and not as_json
+    if not interactive:
+        return ix.update()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("scanning", total=None, rate="")
+        t0 = time.perf_counter()
+
+        def on(e: dict) -> None:
+            if e["event"] == "plan":
+                bar.update(task, description="parsing", total=max(e["to_parse"], 1), completed=0)
+            elif e["event"] == "parse":
+                rate = e["done"] / max(time.perf_counter() - t0, 1e-6)
+                bar.update(task, completed=e["done"], rate=f"{rate:,.0f} files/s")
+            elif e["event"] == "link":
+                bar.update(task, description="linking")
+            elif e["event"] == "embed":
+                bar.update(task, description="embedding", total=max(e["total"], 1), completed=e["done"],
+                           rate=f"{e.get('rate', 0):,.0f} capsules/s")
+        return ix.update(progress=on)
+
+
+@app.command()
+def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
+          as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+          verbose: bool = typer.Option(False, "-v", "--verbose", help="List skipped files.")):
+    """Index (or incrementally re-index) a repository."""
+    ix = _open(repo)
+    try:
+        report = _run_update(ix, as_json)
+    except IndexBusy as e:
+        err.print(f"[red]error:[/] {e}")
+        raise typer.Exit(3)
+    if as_json:
+        print(json.dumps(report.to_dict()))
+        return
+    counts = ix.store.counts()
+    problems = len(report.skipped) + len(report.invalid_utf8) + len(report.syntax_errors)
+    console.print(
+        f"indexed {ix.root.name}: {report.files_seen} files ({len(report.added)} added, {len(report.modified)} "
+        f"modified, {len(report.deleted)} deleted), {counts['capsules']} capsules, {counts['edges']} edges "
+        f"in {report.seconds:.2f}s; {problems} reported (skipped {len(report.skipped)}, invalid UTF-8 "
+        f"{len(report.invalid_utf8)}, syntax errors {len(report.syntax_errors)}, redacted {len(report.redacted)})")
+    if verbose:
+        for path, reason in report.skipped:
+            console.print(f"  skipped {path}: {reason}")
+        for path in report.syntax_errors:
+            console.print(f"  syntax errors (indexed what parsed) {path}")
+        for path in report.invalid_utf8:
+            console.print(f"  invalid UTF-8 (replaced) {path}")
+
+
+@app.command()
+def status(repo: Path = typer.Argument(Path(".")), as_json: bool = typer.Option(False, "--json")):
+    """Say whether the index is fresh or stale, and what changed."""
+    ix = _open(repo)
+    st = ix.status()
+    if as_json:
+        print(json.dumps(st))
+        return
+    if not st["indexed"]:
+        console.print("not indexed: run `repoctx index`")
+        raise typer.Exit(1)
+    state = "fresh" if st["fresh"] else "stale"
+    console.print(f"{state}: {st['counts']['files']} files, {st['counts']['capsules']} capsules; "
+                  f"indexed at git {(st['indexed_git_head'] or '-')[:12]}, now {(st['git_head'] or '-')[:12]}"
+                  f"{' (dirty)' if st['git_dirty'] else ''}")
+    for key in ("added", "modified", "deleted"):
+        for p in st[key]:
+            console.print(f"  {key}: {p}")
+
+
+@app.command()
+def search(query: str = typer.Argument(..., help="A question or identifiers."),
+           repo: Path = typer.Option(Path("."), "--repo", "-r"),
+           k: int = typer.Option(10, "-k", min=1, max=200),
+           level: str = typer.Option("symbol", "--level", help="symbol | file"),
+           as_json: bool = typer.Option(False, "--json")):
+    """Search the index: exact identifiers and paths first, then ranked matches."""
+    if level not in ("symbol", "file"):
+        err.print("[red]error:[/] --level must be symbol or file")
+        raise typer.Exit(2)
+    ix = _open(repo)
+    if ix.store.meta("complete") != "1":
+        err.print(f"[red]error:[/] {ix.root} is not indexed: run `repoctx index {repo}`")
+        raise typer.Exit(1)
+    hits = ix.search(query, k=k, level=level)
+    if as_json:
+        print(json.dumps([h.to_dict() for h in hits]))
+        return
+    for i, h in enumerate(hits, 1):
+        if level == "file":
+            console.print(f"{i:>3}. {h.path}  [dim]{h.score:.4f}[/]", highlight=False)
+        else:
+            sig = ", ".join(f"{k}#{v.get('rank', '')}" if isinstance(v, dict) and "rank" in v else k
+                            for k, v in h.why.items())
+            console.print(f"{i:>3}. {h.capsule.citation}  [dim]{h.score:.4f} {sig}[/]", highlight=False)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

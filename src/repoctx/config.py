@@ -1,0 +1,47 @@
+"""One Settings object: REPOCTX_* environment variables over defaults, validated once."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_file_bytes: int = 1024 * 1024
+    index_dir: Path | None = None  # default: <repo>/.repoctx
+    embedder: str = "local"  # "none" disables dense vectors
+    index_secrets: bool = False
+    extra_ignores: tuple[str, ...] = field(default_factory=tuple)
+    window_chunk_size: int = 1200
+    window_overlap: int = 150
+
+    @classmethod
+    def from_env(cls, **overrides) -> "Settings":
+        base = cls(
+            max_file_bytes=_int_env("REPOCTX_MAX_FILE_BYTES", 1024 * 1024),
+            index_dir=Path(os.environ["REPOCTX_INDEX_DIR"]) if os.environ.get("REPOCTX_INDEX_DIR") else None,
+            embedder=os.environ.get("REPOCTX_EMBEDDER", "local"),
+            index_secrets=os.environ.get("REPOCTX_INDEX_SECRETS", "") in ("1", "true", "yes"),
+        )
+        return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+
+    def index_dir_for(self, root: Path) -> Path:
+        return Path(self.index_dir) if self.index_dir else root / ".repoctx"

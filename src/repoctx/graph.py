@@ -1,0 +1,198 @@
+"""Resolve reference names to capsules (pure), and the names used to re-resolve after a change.
+
+Lookups are injected, so the same rules serve a cold build (dicts in memory) and an incremental
+update (queries against the store).
+"""
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Callable, Iterable, Protocol
+
+from repoctx.types import Capsule, Edge, Ref
+
+SELF_NAMES = {"self", "this", "cls", "super", "Self", "static", "parent"}
+
+
+@dataclass(frozen=True, slots=True)
+class Cand:
+    id: str
+    path: str
+    qualname: str
+    kind: str
+    module: str
+
+    @property
+    def full(self) -> str:
+        return f"{self.module}.{self.qualname}" if self.kind != "module" else self.module
+
+
+@dataclass(frozen=True, slots=True)
+class SrcInfo:
+    id: str
+    path: str
+    qualname: str
+    kind: str
+    module: str
+    language: str
+
+
+class Lookup(Protocol):
+    def by_name(self, name: str) -> list[Cand]: ...
+    def module(self, dotted_or_path: str) -> Cand | None: ...
+
+
+def ref_key(name: str) -> str:
+    """The index key of a reference: its last identifier (what a definition would be named)."""
+    return name.replace("::", ".").rsplit(".", 1)[-1].rsplit("/", 1)[-1]
+
+
+def class_of(src: SrcInfo, kinds: Callable[[str], str | None]) -> str | None:
+    """Qualname of the class enclosing src (for self.x lookups), if any."""
+    parts = src.qualname.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        q = ".".join(parts[:i])
+        if kinds(q) == "class":
+            return q
+    return None
+
+
+class Resolver:
+    def __init__(self, lookup: Lookup):
+        self.lookup = lookup
+
+    def resolve(self, ref: Ref, src: SrcInfo, imports: dict[str, str], enclosing_class: str | None) -> str | None:
+        if ref.kind == "imports":
+            return self._resolve_import(ref.name, src)
+        name = ref.name
+        parts = name.split(".")
+        last = parts[-1]
+        cands = self.lookup.by_name(last)
+        if ref.kind == "inherits":
+            cands = [c for c in cands if c.kind == "class"]
+        else:
+            cands = [c for c in cands if c.kind != "module"]
+        if not cands:
+            return None
+        same_file = [c for c in cands if c.path == src.path]
+        if len(parts) == 1:
+            for c in same_file:  # nested definition, then module level of the same file
+                if c.qualname == f"{src.qualname}.{last}":
+                    return c.id
+            for c in same_file:
+                if c.qualname == last:
+                    return c.id
+            target = imports.get(last)
+            if target:
+                hit = self._match_target(target, cands)
+                if hit:
+                    return hit
+            for alias, mod in imports.items():  # star imports
+                if alias.startswith("*"):
+                    hit = self._match_target(f"{mod}.{last}", cands)
+                    if hit:
+                        return hit
+            top = [c for c in cands if c.kind in ("function", "class")]
+            if len(top) == 1:
+                return top[0].id
+            if not top and len(cands) == 1:
+                return cands[0].id
+            return None
+        head = parts[0]
+        if head in SELF_NAMES and len(parts) == 2 and enclosing_class:
+            for c in same_file:
+                if c.qualname == f"{enclosing_class}.{last}":
+                    return c.id
+            methods = [c for c in cands if c.kind == "method"]
+            return methods[0].id if len(methods) == 1 else None
+        if head in imports:
+            hit = self._match_target(".".join([imports[head]] + parts[1:]), cands)
+            if hit:
+                return hit
+        dotted = ".".join(parts[-2:])
+        owners = [c for c in cands if c.qualname.endswith(dotted) or c.full.endswith("." + dotted)]
+        if len(owners) == 1:
+            return owners[0].id
+        local = [c for c in owners if c.path == src.path]
+        if len(local) == 1:
+            return local[0].id
+        return None
+
+    @staticmethod
+    def _match_target(target: str, cands: list[Cand]) -> str | None:
+        exact = [c for c in cands if c.full == target]
+        if exact:
+            return exact[0].id
+        pkg, _, name = target.rpartition(".")
+        # re-exported from a package: defined somewhere below the imported package
+        below = [c for c in cands if c.qualname == name and (c.module == pkg or c.module.startswith(pkg + "."))]
+        if below:
+            return min(below, key=lambda c: (len(c.module), c.module)).id
+        tail = [c for c in cands if target.endswith("." + c.qualname) and c.module and target.startswith(c.module.split(".")[0])]
+        return tail[0].id if len(tail) == 1 else None
+
+    def _resolve_import(self, target: str, src: SrcInfo) -> str | None:
+        if src.language == "python":
+            m = self.lookup.module(target)
+            if m:
+                return m.id
+            head, _, name = target.rpartition(".")
+            if head:
+                hit = self._match_target(target, self.lookup.by_name(name))
+                if hit:
+                    return hit
+                m = self.lookup.module(head)
+                return m.id if m else None
+            return None
+        if target.startswith("."):
+            base = posixpath.normpath(posixpath.join(posixpath.dirname(src.path), target))
+            for ext in ("", ".ts", ".tsx", ".js", ".jsx", ".mjs", "/index.ts", "/index.js", ".rb", ".php", ".h"):
+                m = self.lookup.module(base + ext)
+                if m:
+                    return m.id
+            return None
+        m = self.lookup.module(target)
+        return m.id if m else None
+
+
+class MemoryLookup:
+    """Lookups over capsules held in memory (cold build, tests)."""
+
+    def __init__(self, capsules: Iterable[Capsule], modules: dict[str, str]):
+        self._by_name: dict[str, list[Cand]] = {}
+        self._modules: dict[str, Cand] = {}
+        for c in capsules:
+            cand = Cand(c.id, c.path, c.qualname, c.kind, modules.get(c.path, c.path))
+            if c.kind == "module":
+                for key in (c.qualname, c.path):
+                    if key not in self._modules or cand.id < self._modules[key].id:
+                        self._modules[key] = cand
+            elif c.kind != "window":
+                self._by_name.setdefault(c.name, []).append(cand)
+
+        for lst in self._by_name.values():
+            lst.sort(key=lambda c: c.id)
+
+    def by_name(self, name: str) -> list[Cand]:
+        return self._by_name.get(name, [])
+
+    def module(self, key: str) -> Cand | None:
+        return self._modules.get(key)
+
+
+def contains_edges(capsules: Iterable[Capsule]) -> list[Edge]:
+    return [Edge(c.parent, "contains", c.qualname, c.id) for c in capsules if c.parent]
+
+
+def resolve_file(resolver: Resolver, capsules: list[Capsule], refs: list[Ref], imports: dict[str, str],
+                 module: str) -> list[Edge]:
+    """Edges for one parsed file: its references resolved where the rules allow."""
+    by_id = {c.id: c for c in capsules}
+    kinds = {c.qualname: c.kind for c in capsules}
+    edges = []
+    for ref in refs:
+        c = by_id[ref.src]
+        src = SrcInfo(c.id, c.path, c.qualname if c.kind != "module" else "", c.kind, module, c.language)
+        enclosing = class_of(src, kinds.get) if c.kind in ("method", "function") else None
+        edges.append(Edge(ref.src, ref.kind, ref.name, resolver.resolve(ref, src, imports, enclosing)))
+    return edges

@@ -1,0 +1,311 @@
+"""ingest → capsules → graph → store, incrementally, in one transaction per update.
+
+A ``kill -9`` at any moment leaves the previous committed index whole (SQLite WAL); the next
+update redoes what was lost. Only one indexer writes at a time (a lock file); readers never wait.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from repoctx.capsules.fallback import parse_any
+from repoctx.capsules.parse import ParsedFile
+from repoctx.config import Settings
+from repoctx.graph import Cand, Resolver, SrcInfo, class_of, contains_edges, resolve_file
+from repoctx.ingest.walk import SourceFile, WalkReport, load_text, walk
+from repoctx.store.base import FileRecord
+from repoctx.store.sqlite import SQLiteStore
+from repoctx.types import Ref
+
+ProgressFn = Callable[[dict], None]
+
+
+class IndexBusy(RuntimeError):
+    pass
+
+
+@dataclass
+class UpdateReport:
+    files_seen: int = 0
+    added: list[str] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    capsules_written: int = 0
+    edges_reresolved: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    invalid_utf8: list[str] = field(default_factory=list)
+    syntax_errors: list[str] = field(default_factory=list)
+    redacted: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    git_head: str | None = None
+    git_dirty: bool | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.modified or self.deleted)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["skipped"] = [{"path": p, "reason": r} for p, r in self.skipped]
+        return d
+
+
+def file_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def git_state(root: Path) -> tuple[str | None, bool | None]:
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return None, None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30)
+        return head.stdout.strip(), bool(dirty.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+class StoreLookup:
+    """Resolver lookups answered by the store (sees the transaction's own writes), memoised per update."""
+
+    def __init__(self, store: SQLiteStore):
+        self.store = store
+        self._names: dict[str, list[Cand]] = {}
+        self._mods: dict[str, Cand | None] = {}
+
+    def by_name(self, name: str) -> list[Cand]:
+        if name not in self._names:
+            self._names[name] = self.store.cands_by_name(name)
+        return self._names[name]
+
+    def module(self, key: str) -> Cand | None:
+        if key not in self._mods:
+            self._mods[key] = self.store.module_cand(key)
+        return self._mods[key]
+
+
+@contextmanager
+def writer_lock(index_dir: Path, wait: bool = True) -> Iterator[None]:
+    index_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(index_dir / "index.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise IndexBusy(f"another repoctx process is indexing {index_dir}") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _parse_one(sf: SourceFile, data: bytes, settings: Settings) -> tuple[ParsedFile | None, str, dict]:
+    """Parse one file's bytes; returns (parsed or None, note, flags). Never raises on content."""
+    loaded = load_text(data, redact_secrets=not settings.index_secrets)
+    if loaded is None:
+        return None, "binary", {}
+    if loaded.minified:
+        return None, "minified", {}
+    flags = {"invalid_utf8": loaded.invalid_utf8, "redactions": loaded.redactions}
+    try:
+        pf = parse_any(sf.path, loaded.text, sf.language, settings.window_chunk_size, settings.window_overlap)
+    except Exception as e:  # a parser bug must cost one file, not the index
+        from repoctx.capsules.fallback import windows
+
+        pf = windows(sf.path, loaded.text, sf.language, settings.window_chunk_size, settings.window_overlap)
+        flags["parse_failed"] = f"{type(e).__name__}"
+    return pf, "", flags
+
+
+def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: ProgressFn | None = None) -> UpdateReport:
+    """Bring the store up to date with the files under root. One transaction."""
+    t0 = time.perf_counter()
+    report = UpdateReport()
+    walk_report = WalkReport()
+    emit = progress or (lambda e: None)
+    files = list(walk(root, settings, walk_report))
+    report.files_seen = len(files)
+    stored = store.files()
+    seen_paths = {f.path for f in files}
+    to_parse: list[tuple[SourceFile, bytes, str]] = []
+    touched: list[SourceFile] = []
+    for sf in files:
+        rec = stored.get(sf.path)
+        if rec is not None and rec.size == sf.size and rec.mtime_ns == sf.mtime_ns:
+            report.unchanged += 1
+            continue
+        try:
+            data = sf.abspath.read_bytes()
+        except OSError as e:
+            walk_report.skip(sf.path, f"unreadable: {e.strerror}")
+            continue
+        h = file_hash(data)
+        if rec is not None and rec.hash == h:
+            touched.append(sf)
+            report.unchanged += 1
+            continue
+        to_parse.append((sf, data, h))
+    deleted = sorted(set(stored) - seen_paths)
+    emit({"event": "plan", "files": len(files), "to_parse": len(to_parse), "deleted": len(deleted)})
+    report.git_head, report.git_dirty = git_state(root)
+
+    if not to_parse and not deleted:
+        if touched:
+            store.begin()
+            for sf in touched:
+                store.touch_file(sf.path, sf.size, sf.mtime_ns)
+            store.commit()
+        report.skipped = walk_report.skipped
+        _finish_meta_if_needed(store, report)
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    cold = not stored
+    old_names: set[str] = set()
+    old_ids: set[str] = set()
+    changed_paths = {sf.path for sf, _, _ in to_parse} | set(deleted)
+    for path in changed_paths:
+        if path in stored:
+            for row in store.capsule_rows(path):
+                old_ids.add(row[0])
+                old_names.add(row[6])
+                if row[3] == "module":
+                    old_names.add(row[4].rsplit(".", 1)[-1])
+
+    parsed: list[tuple[SourceFile, str, ParsedFile]] = []
+    done = 0
+    for sf, data, h in to_parse:
+        pf, note, flags = _parse_one(sf, data, settings)
+        done += 1
+        if pf is None:
+            walk_report.skip(sf.path, note)
+        else:
+            if flags.get("invalid_utf8"):
+                report.invalid_utf8.append(sf.path)
+            if flags.get("redactions"):
+                report.redacted.append(sf.path)
+            if pf.syntax_errors or flags.get("parse_failed"):
+                report.syntax_errors.append(sf.path)
+            parsed.append((sf, h, pf))
+            (report.modified if sf.path in stored else report.added).append(sf.path)
+        if done % 50 == 0 or done == len(to_parse):
+            emit({"event": "parse", "done": done, "total": len(to_parse)})
+
+    store.begin()
+    try:
+        for path in deleted:
+            store.delete_file(path)
+        report.deleted = deleted
+        for sf, _, _ in to_parse:  # files that became binary/minified leave the index too
+            if sf.path in stored:
+                store.delete_file(sf.path)
+        new_names: set[str] = set()
+        for sf, h, pf in parsed:
+            store.put_file(FileRecord(sf.path, sf.language, sf.size, sf.mtime_ns, h, pf.module, pf.imports,
+                                      pf.method, f"syntax errors: {pf.syntax_errors}" if pf.syntax_errors else ""),
+                           pf.capsules)
+            report.capsules_written += len(pf.capsules)
+            for c in pf.capsules:
+                new_names.add(c.name)
+                if c.kind == "module":
+                    new_names.add(pf.module.rsplit(".", 1)[-1])
+        for sf in touched:
+            store.touch_file(sf.path, sf.size, sf.mtime_ns)
+        emit({"event": "link", "files": len(parsed)})
+        if cold:
+            from repoctx.graph import MemoryLookup
+
+            resolver = Resolver(MemoryLookup([c for _, _, pf in parsed for c in pf.capsules],
+                                             {pf.path: pf.module for _, _, pf in parsed}))
+        else:
+            resolver = Resolver(StoreLookup(store))
+        for sf, h, pf in parsed:
+            edges = contains_edges(pf.capsules) + resolve_file(resolver, pf.capsules, pf.refs, pf.imports, pf.module)
+            store.put_edges(edges, sf.path)
+        if not cold:
+            report.edges_reresolved = _reresolve(store, resolver, old_names | new_names, old_ids,
+                                                 {sf.path for sf, _, _ in parsed} | set(deleted))
+        _write_meta(store, report)
+        store.commit()
+    except BaseException:
+        store.rollback()
+        raise
+    report.skipped = walk_report.skipped
+    report.seconds = time.perf_counter() - t0
+    emit({"event": "done", "seconds": report.seconds})
+    return report
+
+
+def _reresolve(store: SQLiteStore, resolver: Resolver, names: set[str], old_ids: set[str],
+               fresh_paths: set[str]) -> int:
+    """Re-resolve edges of unchanged files that may point into what changed."""
+    rows = store.edges_needing(names, old_ids, fresh_paths)
+    if not rows:
+        return 0
+    files = store.files()
+    info_cache: dict[str, dict[str, tuple]] = {}
+    changed = 0
+    for rowid, src, kind, dst_name, dst, src_path in rows:
+        caps = info_cache.get(src_path)
+        if caps is None:
+            caps = info_cache[src_path] = {r[0]: r for r in store.capsule_rows(src_path)}
+        row = caps.get(src)
+        rec = files.get(src_path)
+        if row is None or rec is None:
+            continue
+        kinds = {r[2]: r[3] for r in caps.values()}
+        src_info = SrcInfo(row[0], row[1], row[2] if row[3] != "module" else "", row[3], rec.module, row[5])
+        enclosing = class_of(src_info, kinds.get) if row[3] in ("method", "function") else None
+        new = resolver.resolve(Ref(src, kind, dst_name), src_info, rec.imports, enclosing)
+        if new != dst:
+            store.set_edge_dst(rowid, new)
+            changed += 1
+    return changed
+
+
+def _write_meta(store: SQLiteStore, report: UpdateReport) -> None:
+    store.set_meta("indexed_at", str(time.time()))
+    store.set_meta("git_head", report.git_head or "")
+    store.set_meta("git_dirty", "" if report.git_dirty is None else str(int(report.git_dirty)))
+    store.set_meta("complete", "1")
+
+
+def _finish_meta_if_needed(store: SQLiteStore, report: UpdateReport) -> None:
+    if store.meta("git_head") != (report.git_head or "") or store.meta("git_dirty") != (
+            "" if report.git_dirty is None else str(int(report.git_dirty))):
+        store.begin()
+        _write_meta(store, report)
+        store.commit()
+
+
+def stale_files(root: Path, store: SQLiteStore, settings: Settings) -> dict:
+    """What changed since the last index, without writing: mtime+size, then content hash to confirm."""
+    stored = store.files()
+    added, modified = [], []
+    seen = set()
+    for sf in walk(root, settings, WalkReport()):
+        seen.add(sf.path)
+        rec = stored.get(sf.path)
+        if rec is None:
+            added.append(sf.path)
+        elif rec.size != sf.size or rec.mtime_ns != sf.mtime_ns:
+            try:
+                if file_hash(sf.abspath.read_bytes()) != rec.hash:
+                    modified.append(sf.path)
+            except OSError:
+                modified.append(sf.path)
+    deleted = sorted(set(stored) - seen)
+    head, dirty = git_state(root)
+    return {"fresh": not (added or modified or deleted), "added": added, "modified": modified, "deleted": deleted,
+            "git_head": head, "git_dirty": dirty, "indexed_git_head": store.meta("git_head") or None,
+            "indexed_at": float(store.meta("indexed_at") or 0) or None}

@@ -1,0 +1,232 @@
+"""Files as git sees them: nested .gitignore, .git/info/exclude, .repoctxignore, vendored folders,
+binaries, size cap, symlinks kept inside the root, secrets left out or redacted."""
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pathspec
+
+from repoctx.config import Settings
+from repoctx.ingest.languages import language_of
+
+SKIP_DIRS = {
+    ".git", ".hg", ".svn", "node_modules", "bower_components", "vendor", "third_party", "dist", "build",
+    "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
+    ".ruff_cache", ".idea", ".vscode", "target", ".next", ".nuxt", "coverage", ".gradle", ".repoctx",
+    "site-packages", ".eggs", ".cache",
+}
+SECRET_FILES = pathspec.GitIgnoreSpec.from_lines([
+    ".env", ".env.*", "*.env", "*.pem", "*.key", "*.p12", "*.pfx", "*.crt", "*.cer", "*.der", "*.jks",
+    "*.keystore", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".netrc", ".pgpass", ".npmrc",
+    ".pypirc", "credentials", "credentials.json", "*.kdbx", "secrets.*", "*.tfstate",
+])
+GENERATED = re.compile(r"\.min\.(js|css)$|\.bundle\.js$|-lock\.json$|\.lock$|\.map$")
+
+_SECRET_PATTERNS = [
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
+    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{40,}\b"),
+    re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b"),
+    re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"),
+    re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"),
+    re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\b"),
+]
+_ASSIGNED_SECRET = re.compile(
+    r"""(?i)((?:password|passwd|secret|api[_-]?key|access[_-]?key|auth[_-]?token|token|private[_-]?key)"""
+    r"""[A-Za-z0-9_]*["']?\s*[:=]\s*["'])([^"'\s]{8,})(["'])"""
+)
+
+
+def redact(text: str) -> tuple[str, int]:
+    """Replace secret-looking strings; line count is preserved so citations stay true."""
+    count = 0
+
+    def keep_lines(m: re.Match) -> str:
+        nonlocal count
+        count += 1
+        return "[REDACTED]" + "\n" * m.group(0).count("\n")
+
+    for pat in _SECRET_PATTERNS:
+        text = pat.sub(keep_lines, text)
+
+    def assigned(m: re.Match) -> str:
+        nonlocal count
+        if m.group(2).startswith("[REDACTED"):
+            return m.group(0)
+        count += 1
+        return m.group(1) + "[REDACTED]" + m.group(3)
+
+    text = _ASSIGNED_SECRET.sub(assigned, text)
+    return text, count
+
+
+@dataclass(slots=True)
+class SourceFile:
+    path: str  # repository path, POSIX separators
+    abspath: Path
+    language: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass
+class WalkReport:
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+
+    def skip(self, path: str, reason: str) -> None:
+        self.skipped.append((path, reason))
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for _, reason in self.skipped:
+            key = reason.split(":")[0]
+            out[key] = out.get(key, 0) + 1
+        return out
+
+
+class _IgnoreStack:
+    """Git semantics: the deepest ignore file with a matching rule decides; ignored dirs are not entered."""
+
+    def __init__(self) -> None:
+        self.levels: list[tuple[str, pathspec.GitIgnoreSpec]] = []
+
+    def push(self, base: str, lines: list[str]) -> bool:
+        lines = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+        if not lines:
+            return False
+        self.levels.append((base, pathspec.GitIgnoreSpec.from_lines(lines)))
+        return True
+
+    def ignored(self, rel: str, is_dir: bool) -> bool:
+        for base, spec in reversed(self.levels):
+            sub = rel[len(base) + 1:] if base else rel
+            result = spec.check_file(sub + "/" if is_dir else sub)
+            if result.include is not None:
+                return bool(result.include)
+        return False
+
+
+def _read_lines(p: Path) -> list[str]:
+    try:
+        return p.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def walk(root: Path, settings: Settings | None = None, report: WalkReport | None = None) -> Iterator[SourceFile]:
+    """Yield indexable files under root in a stable order; everything passed over goes to report."""
+    settings = settings or Settings()
+    report = report if report is not None else WalkReport()
+    root = root.resolve()
+    stack = _IgnoreStack()
+    stack.push("", _read_lines(root / ".git" / "info" / "exclude") + list(settings.extra_ignores))
+    visited: set[tuple[int, int]] = set()
+    yield from _walk_dir(root, root, "", stack, settings, report, visited)
+
+
+def _walk_dir(root: Path, d: Path, rel: str, stack: _IgnoreStack, settings: Settings,
+              report: WalkReport, visited: set[tuple[int, int]]) -> Iterator[SourceFile]:
+    try:
+        st = d.stat()
+    except OSError as e:
+        report.skip(rel or ".", f"unreadable: {e.strerror}")
+        return
+    key = (st.st_dev, st.st_ino)
+    if key in visited:
+        report.skip(rel, "symlink loop")
+        return
+    visited.add(key)
+    pushed = stack.push(rel, _read_lines(d / ".gitignore") + _read_lines(d / ".repoctxignore"))
+    try:
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError as e:
+            report.skip(rel or ".", f"unreadable: {e.strerror}")
+            return
+        for entry in entries:
+            child_rel = f"{rel}/{entry.name}" if rel else entry.name
+            abspath = Path(entry.path)
+            is_link = entry.is_symlink()
+            if is_link:
+                try:
+                    target = abspath.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    report.skip(child_rel, "symlink: broken or loop")
+                    continue
+                if not target.is_relative_to(root):
+                    report.skip(child_rel, "symlink: outside root")
+                    continue
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                continue
+            if is_dir:
+                if entry.name in SKIP_DIRS or entry.name.endswith(".egg-info"):
+                    continue
+                if (abspath / "pyvenv.cfg").exists():  # a virtualenv under any name
+                    continue
+                if stack.ignored(child_rel, True):
+                    continue
+                yield from _walk_dir(root, abspath, child_rel, stack, settings, report, visited)
+                continue
+            if stack.ignored(child_rel, False):
+                continue
+            if not settings.index_secrets and SECRET_FILES.match_file(entry.name):
+                report.skip(child_rel, "secret: not indexed")
+                continue
+            language = language_of(child_rel)
+            if language is None:
+                continue
+            if GENERATED.search(entry.name):
+                report.skip(child_rel, "generated")
+                continue
+            try:
+                fst = entry.stat()
+            except OSError as e:
+                report.skip(child_rel, f"unreadable: {e.strerror}")
+                continue
+            if not stat.S_ISREG(fst.st_mode):
+                continue
+            if fst.st_size > settings.max_file_bytes:
+                report.skip(child_rel, f"too large: {fst.st_size} bytes")
+                continue
+            yield SourceFile(child_rel, abspath, language, fst.st_size, fst.st_mtime_ns)
+    finally:
+        if pushed:
+            stack.levels.pop()
+
+
+@dataclass(slots=True)
+class LoadedText:
+    text: str
+    invalid_utf8: bool
+    redactions: int
+    minified: bool
+
+
+def load_text(data: bytes, redact_secrets: bool = True) -> LoadedText | None:
+    """Decode a file's bytes; None for binary content."""
+    head = data[:8192]
+    if b"\x00" in head:
+        return None
+    try:
+        text = data.decode("utf-8")
+        invalid = False
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", errors="replace")
+        invalid = True
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.count("\n") + 1
+    minified = len(text) > 4096 and len(text) / lines > 400
+    redactions = 0
+    if redact_secrets:
+        text, redactions = redact(text)
+    return LoadedText(text, invalid, redactions, minified)

@@ -1,0 +1,170 @@
+"""Standard retrieval: exact mentions first, then reciprocal-rank fusion of lexical (BM25) and dense
+ranks, then graph expansion. Pure over an injected store and optional vector index."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from repoctx.retrieve.query import mentions
+from repoctx.store.base import EVERYTHING, Scope
+from repoctx.tokens import STOPWORDS, code_tokens
+from repoctx.types import Capsule, FileHit, Hit
+
+RRF_K = 60
+_TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*$|_tests?\.py$|(^|/)conftest\.py$")
+
+
+class DenseIndex(Protocol):
+    def search(self, query: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]: ...
+
+
+@dataclass
+class SearchOptions:
+    k: int = 10
+    level: str = "symbol"  # symbol | file
+    lexical: bool = True
+    dense: bool = True
+    exact: bool = True
+    graph: bool = True
+    pool: int = 200  # candidates taken from each ranked signal
+    max_terms: int = 48  # query terms kept for BM25 (rarest first)
+    graph_seeds: int = 5
+    graph_decay: float = 0.5
+    demote_tests: bool = True
+    file_agg: str = "max"  # max | sum | rrf
+    kinds: tuple[str, ...] = ()
+    weights: dict[str, float] = field(default_factory=lambda: {"lexical": 1.0, "dense": 1.0})
+
+
+def query_terms(store, query: str, max_terms: int) -> list[str]:
+    """Code tokens of the query, stop words out; for long questions the rarest terms (IDF) are kept."""
+    toks = [t for t in code_tokens(query, keep_stopwords=False)]
+    terms = list(dict.fromkeys(toks))
+    if len(terms) <= max_terms:
+        return terms
+    df = store.doc_freqs(terms)
+    n = max(store.n_capsules(), 1)
+    present = [t for t in terms if df.get(t, 0) > 0]
+    tf = {t: toks.count(t) for t in present}
+    scored = sorted(present, key=lambda t: -(math.log(1 + n / (1 + df[t])) * (1 + math.log(tf[t]))))
+    return scored[:max_terms]
+
+
+def exact_hits(store, query: str, scope: Scope) -> list[tuple[str, float, str]]:
+    """(capsule id, specificity, matched text) for identifiers and paths the question names."""
+    m = mentions(query)
+    out: dict[str, tuple[float, str]] = {}
+    if m.identifiers or m.dotted:
+        names = list(dict.fromkeys(m.identifiers + m.dotted))
+        caps = store.by_names(names, scope)
+        by_name: dict[str, list[Capsule]] = {}
+        for c in caps:
+            by_name.setdefault(c.name, []).append(c)
+        dotted_set = set(m.dotted)
+        for c in caps:
+            full_match = c.qualname in dotted_set or any(d.endswith("." + c.qualname) or d == c.qualname
+                                                          for d in dotted_set)
+            n_same = len(by_name.get(c.name, [])) or 1
+            spec = (2.0 if full_match else 1.0) / n_same
+            if not full_match and n_same > 8:
+                continue  # a name that common says little
+            prev = out.get(c.id)
+            if prev is None or spec > prev[0]:
+                out[c.id] = (spec, c.qualname)
+    for cid in store.by_path_suffix(m.paths, scope):
+        out[cid] = (max(out.get(cid, (0.0, ""))[0], 1.5), "path")
+    return sorted(((cid, s, w) for cid, (s, w) in out.items()), key=lambda x: -x[1])
+
+
+def is_test_path(path: str) -> bool:
+    return bool(_TEST_PATH.search(path))
+
+
+def search(store, query: str, opts: SearchOptions | None = None, dense_index: DenseIndex | None = None,
+           scope: Scope = EVERYTHING) -> list[Hit]:
+    opts = opts or SearchOptions()
+    why: dict[str, dict] = {}
+    fused: dict[str, float] = {}
+
+    def add_rank(signal: str, ranked: list[tuple[str, float]], weight: float) -> None:
+        for rank, (cid, score) in enumerate(ranked, 1):
+            fused[cid] = fused.get(cid, 0.0) + weight / (RRF_K + rank)
+            why.setdefault(cid, {})[signal] = {"rank": rank, "score": round(float(score), 4)}
+
+    if opts.lexical:
+        terms = query_terms(store, query, opts.max_terms)
+        add_rank("lexical", store.lexical(terms, opts.pool, scope), opts.weights.get("lexical", 1.0))
+    if opts.dense and dense_index is not None:
+        add_rank("dense", dense_index.search(query, opts.pool, scope), opts.weights.get("dense", 1.0))
+    exact: dict[str, float] = {}
+    if opts.exact:
+        for rank, (cid, spec, matched) in enumerate(exact_hits(store, query, scope), 1):
+            exact[cid] = spec
+            why.setdefault(cid, {})["exact"] = {"rank": rank, "matched": matched}
+
+    ids = list(dict.fromkeys(list(exact) + sorted(fused, key=lambda c: -fused[c])[: opts.pool]))
+    caps = {c.id: c for c in store.capsules(ids, scope)}
+    scored: dict[str, float] = {}
+    for cid in ids:
+        c = caps.get(cid)
+        if c is None or (opts.kinds and c.kind not in opts.kinds):
+            continue
+        s = fused.get(cid, 0.0) + (1.0 + exact[cid] if cid in exact else 0.0)
+        if opts.demote_tests and is_test_path(c.path):
+            s *= 0.5
+            why[cid]["test_demoted"] = True
+        scored[cid] = s
+
+    if opts.graph and scored:
+        expand_graph(store, scored, caps, why, opts, scope)
+
+    order = sorted(scored, key=lambda c: (-scored[c], c))
+    return [Hit(caps[cid], scored[cid], why.get(cid, {})) for cid in order if cid in caps]
+
+
+def expand_graph(store, scored: dict[str, float], caps: dict[str, Capsule], why: dict, opts: SearchOptions,
+                 scope: Scope) -> None:
+    """Callers and callees of the top hits join with a decayed share of their seed's score."""
+    seeds = sorted(scored, key=lambda c: -scored[c])[: opts.graph_seeds]
+    neighbours: dict[str, tuple[float, str, str]] = {}
+    out_edges = store.edges_from(seeds, ("calls", "inherits"))
+    in_edges = store.edges_to(seeds, ("calls", "inherits"))
+    for e in out_edges:
+        if e.dst and e.dst not in seeds:
+            s = scored[e.src] * opts.graph_decay
+            if s > neighbours.get(e.dst, (0, "", ""))[0]:
+                neighbours[e.dst] = (s, e.src, "callee" if e.kind == "calls" else "base")
+    for e in in_edges:
+        if e.src not in seeds:
+            s = scored[e.dst] * opts.graph_decay * 0.5
+            if s > neighbours.get(e.src, (0, "", ""))[0]:
+                neighbours[e.src] = (s, e.dst, "caller" if e.kind == "calls" else "subclass")
+    missing = [cid for cid in neighbours if cid not in caps]
+    for c in store.capsules(missing, scope):
+        caps[c.id] = c
+    for cid, (s, seed, rel) in neighbours.items():
+        if cid not in caps or (opts.kinds and caps[cid].kind not in opts.kinds):
+            continue
+        bonus = s * 0.2 if cid in scored else s
+        if cid in scored:
+            scored[cid] += bonus
+        else:
+            scored[cid] = bonus * (0.5 if opts.demote_tests and is_test_path(caps[cid].path) else 1.0)
+        why.setdefault(cid, {})["graph"] = {"from": seed, "relation": rel, "score": round(bonus, 5)}
+
+
+def to_files(hits: list[Hit], agg: str = "max") -> list[FileHit]:
+    """Aggregate capsule hits into files: max (best capsule), sum, or rrf over capsule ranks."""
+    files: dict[str, FileHit] = {}
+    for rank, h in enumerate(hits, 1):
+        fh = files.get(h.capsule.path)
+        contrib = {"max": h.score, "sum": h.score, "rrf": 1.0 / (RRF_K + rank)}[agg]
+        if fh is None:
+            files[h.capsule.path] = FileHit(h.capsule.path, contrib, [h])
+        else:
+            fh.capsules.append(h)
+            if agg in ("sum", "rrf"):
+                fh.score += contrib
+    return sorted(files.values(), key=lambda f: (-f.score, f.path))

@@ -1,0 +1,50 @@
+"""What a question mentions: identifiers, dotted names and paths (for exact matching)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_PATH = re.compile(r"(?<![\w/.])((?:[\w.-]+/)*[\w-]+\.(?:py|pyi|js|jsx|ts|tsx|go|java|rs|c|h|cc|cpp|hpp|cs|rb|php|kt|swift|scala|md|ya?ml|toml|json|sql|sh))\b")
+_DOTTED = re.compile(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)\b")
+_IDENT = re.compile(r"\b([A-Za-z_]\w*)\b")
+_BACKTICK = re.compile(r"`([^`\n]{1,120})`")
+
+
+def looks_like_code(word: str) -> bool:
+    """snake_case, camelCase/PascalCase with an inner capital, dunder, or CONSTANT_CASE."""
+    if len(word) < 3:
+        return False
+    if "_" in word.strip("_") or word.startswith("__"):
+        return True
+    return any(c.isupper() for c in word[1:]) and any(c.islower() for c in word)
+
+
+@dataclass
+class Mentions:
+    identifiers: list[str]  # last components, most specific first
+    dotted: list[str]
+    paths: list[str]
+
+
+def mentions(query: str) -> Mentions:
+    paths = list(dict.fromkeys(m.group(1) for m in _PATH.finditer(query)))
+    path_set = set(paths)
+    dotted: list[str] = []
+    idents: list[str] = []
+    for m in _BACKTICK.finditer(query):
+        inner = m.group(1).strip().rstrip("()")
+        if re.fullmatch(r"[A-Za-z_][\w.]*", inner):
+            (dotted if "." in inner else idents).append(inner)
+    for m in _DOTTED.finditer(query):
+        d = m.group(1)
+        if d in path_set or any(p.endswith(d) for p in paths) or re.search(r"\.(py|js|ts|md|txt|org|com|html)$", d):
+            continue
+        dotted.append(d)
+    for m in _IDENT.finditer(query):
+        w = m.group(1)
+        end = m.end()
+        if looks_like_code(w) or query[end:end + 1] == "(":
+            idents.append(w)
+    for d in dotted:
+        idents.append(d.rsplit(".", 1)[-1])
+    return Mentions(list(dict.fromkeys(idents)), list(dict.fromkeys(dotted)), paths)

@@ -1,0 +1,46 @@
+"""Code-aware tokens for the lexical index: identifiers kept whole and split at camelCase, snake_case
+and dots, lower-cased. Used on documents and queries alike so both sides agree."""
+from __future__ import annotations
+
+import re
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+[A-Za-z_][A-Za-z0-9_]*")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z0-9])|[A-Z]?[a-z0-9]+|[A-Z]+")
+
+STOPWORDS = frozenset("""
+a an the and or not of to in on at by for from with without is are was were be been being it its this that
+these those as if then else but so do does did done have has had i we you he she they me my our your
+can could should would will shall may might must there here when where which who whom what why how
+all any some no yes into out up down over under again further once only own same than too very just
+also get got use used using like want make made one two new now please thanks thank issue bug error
+""".split())
+
+
+def split_identifier(word: str) -> list[str]:
+    parts: list[str] = []
+    for piece in word.split("_"):
+        if piece:
+            parts.extend(m.group(0) for m in _CAMEL.finditer(piece))
+    return parts
+
+
+def code_tokens(text: str, keep_stopwords: bool = True) -> list[str]:
+    out: list[str] = []
+    append = out.append
+    for m in _WORD.finditer(text):
+        word = m.group(0)
+        low = word.lower()
+        if len(low) > 1 and (keep_stopwords or low not in STOPWORDS):
+            append(low)
+        if "_" in word or (not word.islower() and not word.isupper()):
+            parts = split_identifier(word)
+            if len(parts) > 1:
+                for p in parts:
+                    lp = p.lower()
+                    if len(lp) > 1 and lp != low and (keep_stopwords or lp not in STOPWORDS):
+                        append(lp)
+    return out
+
+
+def fts_text(text: str) -> str:
+    return " ".join(code_tokens(text))

@@ -1,0 +1,234 @@
+"""Tests for repoctx.embed: the offline MiniLM model for real, remote providers by construction only."""
+from __future__ import annotations
+
+import importlib.util
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from langchain_core.embeddings import Embeddings
+
+from repoctx import embed as E
+from repoctx.embed import LocalMiniLM, count_tokens, embed_text, get_embedder
+
+QUERY = "parse a JSON config file"
+JSON_FN = '''def load_config(path):
+    """Read the settings file."""
+    with open(path) as fh:
+        return json.load(fh)
+'''
+PRIME_FN = '''def primes_below(n):
+    out = []
+    for i in range(2, n):
+        if all(i % p for p in out if p * p <= i):
+            out.append(i)
+    return out
+'''
+
+
+@pytest.fixture(scope="module")
+def model() -> LocalMiniLM:
+    return LocalMiniLM(max_length=128, batch_size=4, threads=1)
+
+
+# ------------------------------------------------------------------ local model
+
+
+def test_lazy_and_identity():
+    m = LocalMiniLM()
+    assert isinstance(m, Embeddings)
+    assert not m.loaded  # constructing costs nothing
+    assert m.dim == 384 and not m.loaded
+    assert m.model_id == "local:minilm-l6-v2-int8:256"
+    assert LocalMiniLM(max_length=128).model_id == "local:minilm-l6-v2-int8:128"
+    assert LocalMiniLM(max_length=128).model_id != m.model_id
+    with pytest.raises(ValueError):
+        LocalMiniLM(max_length=4096)
+
+
+def test_files_are_located_without_import():
+    assert E.model_file().name == "model.onnx" and E.model_file().is_file()
+    assert E.tokenizer_file().name == "tokenizer.json" and E.tokenizer_file().is_file()
+
+
+def test_dim_norm_dtype(model):
+    v = model.encode([QUERY, JSON_FN, ""])
+    assert v.shape == (3, 384) and v.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    q = model.embed_query(QUERY)
+    assert isinstance(q, list) and len(q) == 384 and isinstance(q[0], float)
+    assert model.encode([]).shape == (0, 384)
+    assert model.embed_documents([]) == []
+
+
+def test_deterministic(model):
+    a = np.asarray(model.embed_documents([QUERY, PRIME_FN]))
+    b = np.asarray(model.embed_documents([QUERY, PRIME_FN]))
+    np.testing.assert_array_equal(a, b)
+
+
+def test_order_preserved_with_length_sorting(model):
+    # lengths deliberately shuffled and more texts than one batch, so sorting and padding happen
+    texts = [PRIME_FN * 3, "x", JSON_FN, QUERY, "a b c d e f g", PRIME_FN, "def f(): pass", JSON_FN * 2, "y z"]
+    batched = model.encode(texts)
+    single = np.stack([model.encode([t])[0] for t in texts])
+    # same rows in the same order; padding inside a batch must not change a vector
+    np.testing.assert_allclose(batched, single, atol=2e-3)
+    assert np.all((batched * single).sum(1) > 0.9999)
+    docs = model.embed_documents(texts)
+    np.testing.assert_allclose(np.asarray(docs, dtype=np.float32), batched, atol=1e-6)
+
+
+def test_similar_closer_than_unrelated(model):
+    q, j, p = model.encode([QUERY, JSON_FN, PRIME_FN])
+    assert float(q @ j) > float(q @ p) + 0.1
+
+
+def test_truncation_makes_long_texts_equal_past_max_length():
+    m = LocalMiniLM(max_length=16, threads=1)
+    base = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi"
+    a, b = m.encode([base + " rho sigma tau", base + " completely different tail words"])
+    assert float(a @ b) > 0.9999
+
+
+def test_thread_safe_shared_instance():
+    m = LocalMiniLM(max_length=64, threads=1)  # not loaded yet: threads race to load it
+    texts = [QUERY, JSON_FN, PRIME_FN]
+    results, errors = [], []
+
+    def work():
+        try:
+            results.append(m.encode(texts))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for r in results[1:]:
+        np.testing.assert_allclose(r, results[0], atol=1e-6)
+
+
+# ------------------------------------------------------------------ count_tokens, embed_text
+
+
+def test_count_tokens():
+    assert count_tokens("") == 0
+    assert count_tokens("hello world") == 2  # no [CLS]/[SEP]
+    n = count_tokens(JSON_FN)
+    assert 15 < n < 60
+    long = JSON_FN * 2000  # > 200 KB: split path, no truncation
+    assert count_tokens(long) == n * 2000
+    one_line = "word " * 10000  # no newline: split at spaces
+    assert count_tokens(one_line) == 10000
+
+
+def test_embed_text_layout_and_budget():
+    cap = {
+        "path": "pkg/conf.py",
+        "qualname": "Loader.load_config",
+        "signature": "def load_config(path)",
+        "docstring": "Read the settings file.",
+        "text": JSON_FN,
+    }
+    t = embed_text(cap)
+    lines = t.splitlines()
+    assert lines[0] == "pkg/conf.py :: Loader.load_config"
+    assert lines[1] == "def load_config(path)"
+    assert lines[2] == "Read the settings file."
+    assert lines[3] == "with open(path) as fh:"  # body without the header and docstring repeated
+    assert t.count("Read the settings file.") == 1
+    big = dict(cap, text=JSON_FN + "\n".join(f"    x{i} = {i}" for i in range(5000)))
+    assert len(embed_text(big, max_length=128)) <= 128 * 4
+    assert len(embed_text(big, max_length=256)) > len(embed_text(big, max_length=128))
+    obj = SimpleNamespace(**cap)  # objects work like dicts
+    assert embed_text(obj) == t
+    assert embed_text({"path": "a.py", "text": "x = 1"}) == "a.py\nx = 1"
+
+
+# ------------------------------------------------------------------ factory
+
+
+def test_factory_local_specs():
+    for spec in (None, "local", "local:minilm", "LOCAL:minilm"):
+        m = get_embedder(spec) if spec else get_embedder()
+        assert isinstance(m, LocalMiniLM) and m.dim == 384
+    m = get_embedder("local", max_length=128, batch_size=8, threads=1)
+    assert (m.max_length, m.batch_size, m.threads) == (128, 8, 1)
+    assert m.model_id.endswith(":128")
+    with pytest.raises(ValueError, match="unknown local model"):
+        get_embedder("local:bge-large")
+
+
+def test_factory_unknown_provider():
+    with pytest.raises(ValueError, match="unknown embedding provider 'cohere'"):
+        get_embedder("cohere:embed-v3")
+
+
+def test_factory_missing_package_names_extra(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def fake_import(name, *a, **kw):
+        if name.startswith("langchain_ollama"):
+            raise ImportError("No module named 'langchain_ollama'")
+        return real_import(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    monkeypatch.delitem(__import__("sys").modules, "langchain_ollama", raising=False)
+    with pytest.raises(ImportError, match=r"repoctx\[ollama\].*langchain-ollama=="):
+        get_embedder("ollama:nomic-embed-text")
+
+
+def _need(module: str):
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} not installed")
+
+
+def test_bedrock_construction(monkeypatch):
+    _need("langchain_aws")
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    e = get_embedder("bedrock:amazon.titan-embed-text-v2:0", region_name="eu-west-1")
+    assert isinstance(e, Embeddings)
+    assert e.model_id == "bedrock:amazon.titan-embed-text-v2:0"
+    assert e.dim == 1024  # known, no probe
+    assert e.inner.model_id == "amazon.titan-embed-text-v2:0" and e.inner.region_name == "eu-west-1"
+    assert e.inner.normalize is True
+    e2 = get_embedder("bedrock", dimensions=256)
+    assert e2.inner.model_id == "amazon.titan-embed-text-v2:0"
+    assert e2.dim == 256 and e2.model_id.endswith("#dim=256")
+
+
+def test_openai_compatible_construction(monkeypatch):
+    _need("langchain_openai")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    e = get_embedder("openai:BAAI/bge-small-en-v1.5@http://127.0.0.1:8000/v1")
+    assert e.model_id == "openai:BAAI/bge-small-en-v1.5"
+    assert e.inner.model == "BAAI/bge-small-en-v1.5"
+    assert e.inner.openai_api_base == "http://127.0.0.1:8000/v1"
+    assert e.inner.check_embedding_ctx_length is False
+    e2 = get_embedder("openai:text-embedding-3-small", base_url="http://127.0.0.1:4000", dimensions=512)
+    assert e2.inner.openai_api_base == "http://127.0.0.1:4000" and e2.dim == 512
+    with pytest.raises(ValueError):
+        get_embedder("openai:@http://127.0.0.1:8000/v1")
+
+
+def test_ollama_construction_and_probe(monkeypatch):
+    _need("langchain_ollama")
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    e = get_embedder("ollama:nomic-embed-text@http://127.0.0.1:11434")
+    assert e.model_id == "ollama:nomic-embed-text"
+    assert e.inner.model == "nomic-embed-text" and e.inner.base_url == "http://127.0.0.1:11434"
+    assert get_embedder("ollama:nomic-embed-text").inner.base_url == "http://127.0.0.1:11434"
+    # dim unknown: discovered by one probe embedding on first read (stubbed here, no network)
+    calls = []
+    monkeypatch.setattr(type(e.inner), "embed_query", lambda self, t: calls.append(t) or [0.0] * 768)
+    assert e.dim == 768 and e.dim == 768 and len(calls) == 1
