@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from repoctx import Index, Settings
+
+
+def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
+    for rel, content in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        else:
+            p.write_text(content)
+    return root
+
+
+@pytest.fixture
+def make_repo(tmp_path):
+    def make(files: dict[str, str | bytes], name: str = "repo") -> Path:
+        return write_tree(tmp_path / name, files)
+    return make
+
+
+def open_index(root: Path, index_dir: Path | None = None, **kw) -> Index:
+    return Index(root, Settings(index_dir=index_dir, embedder="none", **kw))
+
+
+def snapshot(ix: Index) -> tuple[list, list]:
+    caps = [(c.id, c.kind, c.qualname, c.start_line, c.end_line, c.content_hash, c.parent)
+            for c in ix.store.all_capsules()]
+    return caps, ix.store.all_edges()
