@@ -109,6 +109,7 @@ ix = Index(sys.argv[1], Settings(index_dir=Path(sys.argv[2]), embedder="none"))
 def on(e):
     if e["event"] == "link":
         print("LINKING", flush=True)
+        sys.stdin.readline()  # hold the write transaction open until the test says go
 ix.update(progress=on)
 print("DONE", flush=True)
 """
@@ -127,7 +128,8 @@ def test_kill_9_mid_index_keeps_previous_index(make_repo, tmp_path):
     # change every file, then kill the indexer while it writes its transaction
     for i in range(300):
         (root / f"mod{i:03d}.py").write_text(f"def renamed_{i}(x):\n    return x + {i}\n" * 3)
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(root), str(idx)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(root), str(idx)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.strip() == "LINKING"  # the write transaction is open
     proc.send_signal(signal.SIGKILL)
@@ -149,10 +151,13 @@ def test_search_while_indexing(make_repo, tmp_path):
     ix.update()
     for i in range(200):
         (root / f"m{i:03d}.py").write_text(f"def other_{i}():\n    return {i}\n")
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(root), str(idx)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(root), str(idx)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "LINKING"
     hits = ix.search("fn_3")  # a reader during the open write transaction sees the last good index
     assert hits and hits[0].capsule.qualname == "fn_3"
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
     assert proc.stdout.readline().strip() == "DONE"
     proc.wait()
     assert ix.search("other_3")[0].capsule.qualname == "other_3"
