@@ -1,6 +1,7 @@
 """``repoctx.Index``: the small public surface the CLI, API and MCP server all call."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from repoctx.config import Settings
@@ -9,10 +10,7 @@ from repoctx.retrieve.hybrid import SearchOptions, search, to_files
 from repoctx.store.base import EVERYTHING, Scope
 from repoctx.store.sqlite import SQLiteStore
 from repoctx.types import Capsule, Edge, FileHit, Hit
-
-
-class IndexError_(RuntimeError):
-    pass
+from repoctx.vectors import DenseRetriever, EmbedReport, FaissIndex, VectorCache, fill_vectors, vectors_current
 
 
 class Index:
@@ -25,18 +23,66 @@ class Index:
         self.settings = settings or Settings.from_env()
         self.index_dir = self.settings.index_dir_for(self.root)
         self.store = SQLiteStore(self.index_dir / "index.sqlite", repo=self.root.name)
+        self._embedder = None
         self._dense = None
+        self._bg: threading.Thread | None = None
+        self.last_embed: EmbedReport | None = None
+        self.embed_error: str | None = None
 
     # ---- writing
-    def update(self, progress: ProgressFn | None = None, wait: bool = True) -> UpdateReport:
+    def update(self, progress: ProgressFn | None = None, wait: bool = True, embed: bool = True,
+               background: bool = False) -> UpdateReport:
+        """Refresh the lexical index and graph (one transaction), then fill dense vectors for what
+        changed. With ``background=True`` vectors fill in a thread while lexical search already answers."""
         with writer_lock(self.index_dir, wait=wait):
             report = update_index(self.root, self.store, self.settings, progress)
+        if embed and self.embedder is not None:
+            if background:
+                self._bg = threading.Thread(target=self._fill, args=(progress,), daemon=True)
+                self._bg.start()
+            else:
+                self._fill(progress)
         return report
+
+    @property
+    def embedder(self):
+        if self.settings.embedder in ("none", "", None):
+            return None
+        if self._embedder is None:
+            from repoctx.embed import get_embedder
+
+            self._embedder = get_embedder(self.settings.embedder)
+        return self._embedder
+
+    def _faiss(self) -> FaissIndex:
+        return FaissIndex(self.index_dir)
+
+    def _fill(self, progress: ProgressFn | None = None) -> EmbedReport | None:
+        """Embed what the content-hash cache lacks and swap in a new vector index."""
+        fx = self._faiss()
+        if vectors_current(self.store, fx, self.embedder):
+            return None
+        try:
+            with writer_lock(self.index_dir / "vectors", wait=True):
+                if vectors_current(self.store, fx, self.embedder):
+                    return None
+                self.last_embed = fill_vectors(self.store, fx, self.embedder, VectorCache(self.settings.vector_cache),
+                                               progress)
+                self.embed_error = None
+                return self.last_embed
+        except Exception as e:  # lexical search keeps working; the reason is kept for status
+            self.embed_error = f"{type(e).__name__}: {e}"
+            raise
+
+    def wait_vectors(self, timeout: float | None = None) -> None:
+        if self._bg is not None:
+            self._bg.join(timeout)
 
     def status(self) -> dict:
         out = stale_files(self.root, self.store, self.settings)
         out["counts"] = self.store.counts()
         out["indexed"] = self.store.meta("complete") == "1"
+        out["vectors"] = self.vectors_status()
         return out
 
     # ---- reading
@@ -48,8 +94,20 @@ class Index:
             return to_files(hits, opts.file_agg)[:k]
         return hits[:k]
 
-    def dense_index(self):
-        return self._dense
+    def dense_index(self) -> DenseRetriever | None:
+        if self.embedder is None:
+            return None
+        if self._dense is None:
+            self._dense = DenseRetriever(self._faiss(), self.embedder)
+        return self._dense if self._dense.available() else None
+
+    def vectors_status(self) -> dict:
+        meta = self._faiss().meta()
+        emb = self.embedder
+        return {"enabled": emb is not None, "model": emb.model_id if emb else None,
+                "indexed_model": meta.get("model") if meta else None, "count": meta.get("count") if meta else 0,
+                "current": bool(emb) and vectors_current(self.store, self._faiss(), emb),
+                "error": self.embed_error}
 
     def capsule(self, capsule_id: str, scope: Scope = EVERYTHING) -> Capsule | None:
         got = self.store.capsules([capsule_id], scope)

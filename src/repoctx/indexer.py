@@ -278,6 +278,7 @@ def _write_meta(store: SQLiteStore, report: UpdateReport) -> None:
     store.set_meta("git_head", report.git_head or "")
     store.set_meta("git_dirty", "" if report.git_dirty is None else str(int(report.git_dirty)))
     store.set_meta("complete", "1")
+    store.set_meta("generation", str(int(store.meta("generation") or 0) + (1 if report.changed else 0)))
 
 
 def _finish_meta_if_needed(store: SQLiteStore, report: UpdateReport) -> None:
