@@ -171,16 +171,15 @@ def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: P
         return report
 
     cold = not stored
-    old_names: set[str] = set()
+    # definitions before the change: a name whose definitions are unchanged needs no re-resolution
+    old_defs: set[tuple] = set()
     old_ids: set[str] = set()
     changed_paths = {sf.path for sf, _, _ in to_parse} | set(deleted)
     for path in changed_paths:
         if path in stored:
-            for row in store.capsule_rows(path):
-                old_ids.add(row[0])
-                old_names.add(row[6])
-                if row[3] == "module":
-                    old_names.add(row[4].rsplit(".", 1)[-1])
+            for cid, cpath, qual, kind, module, _lang, name in store.capsule_rows(path):
+                old_ids.add(cid)
+                old_defs.add(_def_key(cid, cpath, qual, kind, module, name))
 
     parsed: list[tuple[SourceFile, str, ParsedFile]] = []
     done = 0
@@ -209,16 +208,14 @@ def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: P
         for sf, _, _ in to_parse:  # files that became binary/minified leave the index too
             if sf.path in stored:
                 store.delete_file(sf.path)
-        new_names: set[str] = set()
+        new_defs: set[tuple] = set()
         for sf, h, pf in parsed:
             store.put_file(FileRecord(sf.path, sf.language, sf.size, sf.mtime_ns, h, pf.module, pf.imports,
                                       pf.method, f"syntax errors: {pf.syntax_errors}" if pf.syntax_errors else ""),
                            pf.capsules)
             report.capsules_written += len(pf.capsules)
             for c in pf.capsules:
-                new_names.add(c.name)
-                if c.kind == "module":
-                    new_names.add(pf.module.rsplit(".", 1)[-1])
+                new_defs.add(_def_key(c.id, c.path, c.qualname, c.kind, pf.module, c.name))
         for sf in touched:
             store.touch_file(sf.path, sf.size, sf.mtime_ns)
         emit({"event": "link", "files": len(parsed)})
@@ -233,7 +230,9 @@ def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: P
             edges = contains_edges(pf.capsules) + resolve_file(resolver, pf.capsules, pf.refs, pf.imports, pf.module)
             store.put_edges(edges, sf.path)
         if not cold:
-            report.edges_reresolved = _reresolve(store, resolver, old_names | new_names, old_ids,
+            names = {d[0] for d in old_defs ^ new_defs}
+            gone = old_ids - {d[1] for d in new_defs}
+            report.edges_reresolved = _reresolve(store, resolver, names, gone,
                                                  {sf.path for sf, _, _ in parsed} | set(deleted))
         _write_meta(store, report)
         store.commit()
@@ -244,6 +243,17 @@ def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: P
     report.seconds = time.perf_counter() - t0
     emit({"event": "done", "seconds": report.seconds})
     return report
+
+
+def _def_key(cid: str, path: str, qual: str, kind: str, module: str, name: str) -> tuple:
+    """What the resolver sees of a definition, keyed by the name references use to find it."""
+    if kind != "module":
+        key = name
+    elif module == path:  # non-Python modules are found by relative path: ./util -> util
+        key = path.rsplit("/", 1)[-1].split(".", 1)[0]
+    else:
+        key = module.rsplit(".", 1)[-1]
+    return (key, cid, path, qual, kind, module)
 
 
 def _reresolve(store: SQLiteStore, resolver: Resolver, names: set[str], old_ids: set[str],

@@ -98,6 +98,7 @@ def windows(path: str, text: str, language: str, chunk_size: int = 1200, overlap
     capsules = [_module_capsule(path, language, "" if len(text) > chunk_size else text, n_lines)]
     if len(text) > chunk_size:
         docs = _splitter(language, chunk_size, overlap).create_documents([text])
+        seen: dict[str, int] = {}
         for doc in docs:
             start = doc.metadata.get("start_index", 0)
             if start < 0:
@@ -105,6 +106,9 @@ def windows(path: str, text: str, language: str, chunk_size: int = 1200, overlap
             start_line = text.count("\n", 0, start) + 1
             end_line = start_line + doc.page_content.count("\n")
             qual = f"{path}[{start_line}-{end_line}]"
+            seen[qual] = seen.get(qual, 0) + 1
+            if seen[qual] > 1:  # one very long line split into several windows
+                qual = f"{qual}~{seen[qual]}"
             capsules.append(Capsule(
                 id=f"{path}#{qual}", path=path, language=language, kind="window",
                 name=path.rsplit("/", 1)[-1], qualname=qual, signature=doc.page_content.split("\n", 1)[0][:200],

@@ -2,6 +2,7 @@
 binaries, size cap, symlinks kept inside the root, secrets left out or redacted."""
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import stat
@@ -20,11 +21,11 @@ SKIP_DIRS = {
     ".ruff_cache", ".idea", ".vscode", "target", ".next", ".nuxt", "coverage", ".gradle", ".repoctx",
     "site-packages", ".eggs", ".cache",
 }
-SECRET_FILES = pathspec.GitIgnoreSpec.from_lines([
+SECRET_PATTERNS = [
     ".env", ".env.*", "*.env", "*.pem", "*.key", "*.p12", "*.pfx", "*.crt", "*.cer", "*.der", "*.jks",
     "*.keystore", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".netrc", ".pgpass", ".npmrc",
     ".pypirc", "credentials", "credentials.json", "*.kdbx", "secrets.*", "*.tfstate",
-])
+]
 GENERATED = re.compile(r"\.min\.(js|css)$|\.bundle\.js$|-lock\.json$|\.lock$|\.map$")
 
 _SECRET_PATTERNS = [
@@ -123,17 +124,20 @@ def walk(root: Path, settings: Settings | None = None, report: WalkReport | None
     """Yield indexable files under root in a stable order; everything passed over goes to report."""
     settings = settings or Settings()
     report = report if report is not None else WalkReport()
-    root = root.resolve()
+    root = Path(root).resolve()
     stack = _IgnoreStack()
     stack.push("", _read_lines(root / ".git" / "info" / "exclude") + list(settings.extra_ignores))
     visited: set[tuple[int, int]] = set()
-    yield from _walk_dir(root, root, "", stack, settings, report, visited)
+    yield from _walk_dir(str(root), str(root), "", stack, settings, report, visited)
 
 
-def _walk_dir(root: Path, d: Path, rel: str, stack: _IgnoreStack, settings: Settings,
+_SECRET_RE = re.compile("|".join(fnmatch.translate(p) for p in SECRET_PATTERNS))
+
+
+def _walk_dir(root: str, d: str, rel: str, stack: _IgnoreStack, settings: Settings,
               report: WalkReport, visited: set[tuple[int, int]]) -> Iterator[SourceFile]:
     try:
-        st = d.stat()
+        st = os.stat(d)
     except OSError as e:
         report.skip(rel or ".", f"unreadable: {e.strerror}")
         return
@@ -142,24 +146,29 @@ def _walk_dir(root: Path, d: Path, rel: str, stack: _IgnoreStack, settings: Sett
         report.skip(rel, "symlink loop")
         return
     visited.add(key)
-    pushed = stack.push(rel, _read_lines(d / ".gitignore") + _read_lines(d / ".repoctxignore"))
     try:
-        try:
-            entries = sorted(os.scandir(d), key=lambda e: e.name)
-        except OSError as e:
-            report.skip(rel or ".", f"unreadable: {e.strerror}")
-            return
+        entries = sorted(os.scandir(d), key=lambda e: e.name)
+    except OSError as e:
+        report.skip(rel or ".", f"unreadable: {e.strerror}")
+        return
+    names = {e.name for e in entries}
+    ignore_lines: list[str] = []
+    for fname in (".gitignore", ".repoctxignore"):
+        if fname in names:
+            ignore_lines += _read_lines(Path(d) / fname)
+    pushed = stack.push(rel, ignore_lines) if ignore_lines else False
+    root_prefix = root + os.sep
+    try:
         for entry in entries:
-            child_rel = f"{rel}/{entry.name}" if rel else entry.name
-            abspath = Path(entry.path)
-            is_link = entry.is_symlink()
-            if is_link:
+            name = entry.name
+            child_rel = f"{rel}/{name}" if rel else name
+            if entry.is_symlink():
                 try:
-                    target = abspath.resolve(strict=True)
+                    target = os.path.realpath(entry.path, strict=True)
                 except (OSError, RuntimeError):
                     report.skip(child_rel, "symlink: broken or loop")
                     continue
-                if not target.is_relative_to(root):
+                if target != root and not target.startswith(root_prefix):
                     report.skip(child_rel, "symlink: outside root")
                     continue
             try:
@@ -167,23 +176,23 @@ def _walk_dir(root: Path, d: Path, rel: str, stack: _IgnoreStack, settings: Sett
             except OSError:
                 continue
             if is_dir:
-                if entry.name in SKIP_DIRS or entry.name.endswith(".egg-info"):
+                if name in SKIP_DIRS or name.endswith(".egg-info"):
                     continue
-                if (abspath / "pyvenv.cfg").exists():  # a virtualenv under any name
+                if os.path.exists(os.path.join(entry.path, "pyvenv.cfg")):  # a virtualenv under any name
                     continue
-                if stack.ignored(child_rel, True):
+                if stack.levels and stack.ignored(child_rel, True):
                     continue
-                yield from _walk_dir(root, abspath, child_rel, stack, settings, report, visited)
+                yield from _walk_dir(root, entry.path, child_rel, stack, settings, report, visited)
                 continue
-            if stack.ignored(child_rel, False):
+            if stack.levels and stack.ignored(child_rel, False):
                 continue
-            if not settings.index_secrets and SECRET_FILES.match_file(entry.name):
+            if not settings.index_secrets and _SECRET_RE.match(name):
                 report.skip(child_rel, "secret: not indexed")
                 continue
             language = language_of(child_rel)
             if language is None:
                 continue
-            if GENERATED.search(entry.name):
+            if GENERATED.search(name):
                 report.skip(child_rel, "generated")
                 continue
             try:
@@ -196,7 +205,7 @@ def _walk_dir(root: Path, d: Path, rel: str, stack: _IgnoreStack, settings: Sett
             if fst.st_size > settings.max_file_bytes:
                 report.skip(child_rel, f"too large: {fst.st_size} bytes")
                 continue
-            yield SourceFile(child_rel, abspath, language, fst.st_size, fst.st_mtime_ns)
+            yield SourceFile(child_rel, Path(entry.path), language, fst.st_size, fst.st_mtime_ns)
     finally:
         if pushed:
             stack.levels.pop()
