@@ -134,3 +134,30 @@ def main() -> None:  # pragma: no cover
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+@app.command("eval")
+def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval format."),
+             limit: Optional[int] = typer.Option(None, "--limit", min=1),
+             as_json: bool = typer.Option(False, "--json"),
+             ablation: bool = typer.Option(False, "--ablation", help="Compare baseline, capsules+dense, BM25, hybrid, hybrid+graph."),
+             config: Optional[str] = typer.Option(None, "--config", help="One config by name."),
+             repo: list[str] = typer.Option([], "--repo", help="Only rows of this GitHub repo (repeatable)."),
+             quiet: bool = typer.Option(False, "-q", "--quiet")):
+    """Localization quality on real issues: Acc@k, Recall@k and MRR at file and function level."""
+    from repoctx.evaluate import ABLATION, CONFIGS, DEFAULT, evaluate, markdown_table
+
+    if not dataset.is_file():
+        err.print(f"[red]error:[/] no such dataset: {dataset}")
+        raise typer.Exit(2)
+    if config and config not in CONFIGS:
+        err.print(f"[red]error:[/] unknown config {config!r}; one of {', '.join(CONFIGS)}")
+        raise typer.Exit(2)
+    configs = ABLATION if ablation else ((config,) if config else (DEFAULT,))
+    results = evaluate(dataset, limit, configs, progress=None if quiet else (lambda s: err.print(s, highlight=False)),
+                       repos=tuple(repo))
+    if as_json:
+        out = {k: {kk: vv for kk, vv in v.items() if kk != "rows"} for k, v in results.items()}
+        print(json.dumps(out[configs[0]] if len(configs) == 1 else out))
+        return
+    console.print(markdown_table(results), highlight=False)

@@ -32,6 +32,7 @@ class Settings:
     extra_ignores: tuple[str, ...] = field(default_factory=tuple)
     window_chunk_size: int = 1200
     window_overlap: int = 150
+    parse_mode: str = "capsules"  # capsules | windows (every file as 1200/150 text windows: the seed's baseline)
     vector_cache: Path | None = None  # default: $REPOCTX_CACHE/vectors.sqlite (~/.cache/repoctx)
 
     @classmethod

@@ -118,6 +118,11 @@ def _parse_one(sf: SourceFile, data: bytes, settings: Settings) -> tuple[ParsedF
         return None, "minified", {}
     flags = {"invalid_utf8": loaded.invalid_utf8, "redactions": loaded.redactions}
     try:
+        if settings.parse_mode == "windows":
+            from repoctx.capsules.fallback import windows
+
+            return windows(sf.path, loaded.text, sf.language, settings.window_chunk_size,
+                           settings.window_overlap), "", flags
         pf = parse_any(sf.path, loaded.text, sf.language, settings.window_chunk_size, settings.window_overlap)
     except Exception as e:  # a parser bug must cost one file, not the index
         from repoctx.capsules.fallback import windows
