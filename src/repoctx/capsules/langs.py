@@ -55,7 +55,8 @@ SPECS: dict[str, LangSpec] = {
         functions=("function_item", "function_signature_item"),
         classes=("struct_item", "enum_item", "trait_item", "union_item"), scopes=("impl_item",),
         calls={"call_expression": ("function",), "macro_invocation": ("macro",)},
-        imports=("use_declaration",), comments=("line_comment", "block_comment"), separator="::",
+        imports=("use_declaration",), comments=("line_comment", "block_comment"), bases=("trait_bounds",),
+        separator="::",
     ),
     "c": LangSpec(
         functions=("function_definition",), classes=("struct_specifier", "union_specifier", "enum_specifier"),
@@ -89,6 +90,7 @@ SPECS: dict[str, LangSpec] = {
         calls={"function_call_expression": ("function",), "member_call_expression": ("object", "name"),
                "scoped_call_expression": ("scope", "name"), "object_creation_expression": ()},
         imports=("namespace_use_declaration",), bases=("base_clause", "class_interface_clause"),
+        separator="\\",
     ),
 }
 SPECS["tsx"] = SPECS["typescript"]

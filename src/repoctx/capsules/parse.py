@@ -96,6 +96,19 @@ def _collapse(s: str, limit: int = 400) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+_GENERIC = re.compile(r"<[^<>]*>")
+
+
+def _strip_generics(name: str) -> str:
+    """``Server<T>`` → ``Server`` (Rust impl types, C++ ``A<T>::f``, Java/C#/TS base lists)."""
+    if "operator" in name:  # C++ operator<, operator<=>
+        return name
+    prev = None
+    while prev != name:
+        prev, name = name, _GENERIC.sub("", name)
+    return name
+
+
 def _callee(node: Node, spec: LangSpec, src: bytes) -> str | None:
     fields = spec.calls.get(node.type, ())
     parts = [_text(node.child_by_field_name(f), src) for f in fields]
@@ -139,7 +152,43 @@ def _name_of(node: Node, src: bytes, language: str) -> str:
     t = node.child_by_field_name("type")  # rust impl, go type_spec fallbacks
     if t is not None:
         return _text(t, src)
+    typedef = _typedef_of(node)  # C/C++: typedef struct { ... } name_t;
+    if typedef is not None:
+        d = typedef.child_by_field_name("declarator")
+        if d is not None and d.type == "type_identifier":
+            return _text(d, src)
     return ""
+
+
+_C_TYPES = ("struct_specifier", "union_specifier", "enum_specifier", "class_specifier")
+
+
+def _typedef_of(node: Node) -> Node | None:
+    """The ``type_definition`` that names an anonymous C/C++ struct/union/enum, if any."""
+    parent = node.parent
+    if (node.type in _C_TYPES and node.child_by_field_name("name") is None and parent is not None
+            and parent.type == "type_definition" and parent.child_by_field_name("type") == node):
+        return parent
+    return None
+# nodes that wrap a definition and carry its leading comments
+_WRAPPERS = ("export_statement", "decorated_definition", "template_declaration", "type_declaration")
+
+
+def _doc_target(node: Node) -> Node:
+    target = node
+    if _typedef_of(node) is not None:  # /* doc */ typedef struct { ... } name_t;
+        return node.parent
+    if target.type == "variable_declarator" and target.parent is not None and \
+            target.parent.type in ("lexical_declaration", "variable_declaration") and \
+            target.parent.named_children[0] == target:
+        target = target.parent
+    while target.parent is not None and target.parent.type in _WRAPPERS and \
+            target.parent.named_children and target.parent.named_children[-1] == target:
+        # only the wrapped definition itself (Go grouped ``type ( ... )`` keeps per-spec comments)
+        if target.parent.type == "type_declaration" and len(target.parent.named_children) > 1:
+            break
+        target = target.parent
+    return target
 
 
 def _docstring(node: Node, spec: LangSpec, src: bytes, language: str) -> str:
@@ -148,19 +197,25 @@ def _docstring(node: Node, spec: LangSpec, src: bytes, language: str) -> str:
         return _python_docstring(body, src)
     # preceding contiguous comments (doc comments in most languages)
     lines: list[str] = []
-    target = node
-    if target.parent is not None and target.parent.type in ("export_statement", "decorated_definition"):
-        target = target.parent
+    target = _doc_target(node)
     prev = target.prev_named_sibling
     expect = target.start_point[0]
+    if prev is None and language == "ruby" and target.parent is not None and target.parent.type == "body_statement":
+        prev = target.parent.prev_named_sibling  # comment before the first method sits outside the body
+    while prev is not None and prev.type == "attribute_item" and prev.end_point[0] >= expect - 1:
+        expect = prev.start_point[0]  # Rust: /// doc, then #[derive(..)], then the item
+        prev = prev.prev_named_sibling
     while prev is not None and prev.type in spec.comments and prev.end_point[0] >= expect - 1:
+        before = prev.prev_sibling
+        if before is not None and before.end_point[0] == prev.start_point[0] and before.type not in spec.comments:
+            break  # trailing comment of the previous statement, not a doc comment
         lines.insert(0, _text(prev, src))
         expect = prev.start_point[0]
         prev = prev.prev_named_sibling
     if not lines and language == "ruby":
         return ""
     text = "\n".join(lines)
-    text = re.sub(r"^\s*(/\*\*?|\*/|\*|///?|#|--)", "", text, flags=re.M)
+    text = re.sub(r"^\s*(/\*\*?|\*/|\*|///?!?|#|--)", "", text, flags=re.M)
     text = re.sub(r"\*/\s*$", "", text, flags=re.M)
     text = re.sub(r"</?summary>", "", text)
     return text.strip()
@@ -183,6 +238,14 @@ def _python_docstring(body: Node | None, src: bytes) -> str:
 
 
 def _params(node: Node, src: bytes) -> list[str]:
+    if node.type == "variable_declarator":  # const f = (a, b) => ...
+        value = node.child_by_field_name("value")
+        if value is None:
+            return []
+        single = value.child_by_field_name("parameter")  # x => ...
+        if single is not None:
+            return [_text(single, src)]
+        node = value
     p = node.child_by_field_name("parameters")
     if p is None:
         decl = node.child_by_field_name("declarator")
@@ -195,24 +258,49 @@ def _params(node: Node, src: bytes) -> list[str]:
 
 
 def _returns(node: Node, spec: LangSpec, src: bytes) -> str:
+    if node.type == "variable_declarator":
+        value = node.child_by_field_name("value")
+        if value is None:
+            return ""
+        node = value
     for f in spec.returns:
         r = node.child_by_field_name(f)
         if r is not None:
-            return _collapse(_text(r, src).lstrip(":").strip(), 120)
+            out = _text(r, src).lstrip(":").strip()
+            if node.type == "function_definition" and f == "type":  # C/C++: `T *f()` → `T *`
+                decl, ptr = node.child_by_field_name("declarator"), ""
+                while decl is not None and decl.type in ("pointer_declarator", "reference_declarator"):
+                    ptr += "*" if decl.type == "pointer_declarator" else _text(decl.children[0], src)
+                    decl = decl.child_by_field_name("declarator") or (
+                        decl.named_children[0] if decl.named_children else None)
+                out = f"{out} {ptr}" if ptr else out
+            return _collapse(out, 120)
     return ""
 
 
-def _signature(node: Node, src: bytes) -> str:
+def _signature(node: Node, src: bytes, spec: LangSpec | None = None) -> str:
     body = node.child_by_field_name("body")
     if node.type == "variable_declarator":
         value = node.child_by_field_name("value")
         body = value.child_by_field_name("body") if value is not None else None
     end = body.start_byte if body is not None and body.start_byte > node.start_byte else None
+    if end is not None and spec is not None:
+        for c in node.children:
+            if c.type in spec.comments and node.start_byte < c.start_byte < end:
+                end = c.start_byte
+                break
     if end is None:
         line_end = src.find(b"\n", node.start_byte)
         end = node.end_byte if line_end == -1 else min(line_end, node.end_byte)
     sig = _collapse(src[node.start_byte:end].decode("utf-8", "replace"))
-    return sig.rstrip("{").rstrip().rstrip(":").rstrip() if sig else sig
+    sig = sig.rstrip("{").rstrip().rstrip(":").rstrip() if sig else sig
+    if spec is not None:
+        typedef = _typedef_of(node)
+        if typedef is not None:
+            sig = f"typedef {sig} {_text(typedef.child_by_field_name('declarator'), src)}"
+        elif node.type == "type_spec" and node.parent is not None and node.parent.type == "type_declaration":
+            sig = f"type {sig}"  # Go
+    return sig
 
 
 def _decorators(node: Node, src: bytes) -> list[str]:
@@ -224,14 +312,18 @@ def _decorators(node: Node, src: bytes) -> list[str]:
     return out
 
 
-def _bases(node: Node, spec: LangSpec, src: bytes) -> list[str]:
+def _bases(node: Node, spec: LangSpec, src: bytes, language: str = "python") -> list[str]:
     names: list[str] = []
     for f in spec.bases:
         targets = [node.child_by_field_name(f)] + [c for c in node.named_children if c.type == f]
         for t in targets:
             if t is None:
                 continue
-            for m in re.finditer(r"[A-Za-z_][\w.:\\]*", _text(t, src)):
+            raw = _text(t, src)
+            if language not in ("python", "ruby"):
+                # type arguments are not bases (`Base<Props>`), nor are lifetimes (`'a`) or C# `where` clauses
+                raw = re.sub(r"'\w+", "", _strip_generics(raw)).split(" where ")[0]
+            for m in re.finditer(r"[A-Za-z_][\w.:\\]*", raw):
                 tok = m.group(0).replace("::", ".").replace("\\", ".")
                 if tok in ("extends", "implements", "public", "private", "protected", "virtual", "metaclass",
                            "object"):
@@ -310,6 +402,8 @@ def parse_source(path: str, text: str, language: str) -> ParsedFile:
         for n in captures.get(cap, ()):
             if cap == "function" and not _is_function_node(n):
                 continue
+            if cap == "class" and n.type in _C_TYPES and n.child_by_field_name("body") is None:
+                continue  # C/C++ `struct s *p`: a use of the type, not its definition
             defs.append((n, cap))
     defs.sort(key=lambda d: (d[0].start_byte, -d[0].end_byte))
 
@@ -323,6 +417,7 @@ def parse_source(path: str, text: str, language: str) -> ParsedFile:
     stack: list[tuple[int, str | None, str, bool, int]] = []
     spans: list[tuple[int, int, str]] = []  # (start_byte, end_byte, id) for attributing refs
     top_level_ranges: list[tuple[int, int]] = []
+    trait_impls: list[tuple[str, str, int]] = []  # Rust `impl Trait for Type`: (type qualname, trait, line)
 
     for node, cap in defs:
         while stack and node.start_byte >= stack[-1][0]:
@@ -331,23 +426,40 @@ def parse_source(path: str, text: str, language: str) -> ParsedFile:
         if not name:
             continue
         name = name.replace("::", ".").replace(spec.separator, ".") if spec.separator != "." else name
+        if language != "python":
+            name = _strip_generics(name)  # impl<T> Server<T>, template A<T>::f
         prefix = stack[-1][2] if stack else ""
         in_class = bool(stack) and stack[-1][3]
         if language == "go" and node.type == "method_declaration":
             recv = node.child_by_field_name("receiver")
-            rt = re.findall(r"[A-Za-z_]\w*", _text(recv, src))
+            rtext = re.sub(r"\[.*\]", "", _text(recv, src), flags=re.S)  # (s *Stack[T]) → Stack
+            rt = re.findall(r"[A-Za-z_]\w*", rtext)
             prefix = rt[-1] if rt else prefix
             in_class = True
         if "." in name and cap == "function":  # C++ A::f, defined out of class
             in_class = True
         qual = f"{prefix}.{name}" if prefix else name
         if cap == "scope":
-            stack.append((node.end_byte, None, qual if node.type != "namespace_definition" else qual, True,
-                          node.start_byte))
+            is_ns = "namespace" in node.type  # a namespace qualifies names but does not make methods
+            end = node.end_byte
+            if is_ns and node.child_by_field_name("body") is None and node.parent is not None:
+                # `namespace App;` (PHP, C# file-scoped): runs to the next namespace or the end of the file
+                end = node.parent.end_byte
+                sib = node.next_named_sibling
+                while sib is not None:
+                    if sib.type == node.type:
+                        end = sib.start_byte
+                        break
+                    sib = sib.next_named_sibling
+            if node.type == "impl_item" and node.child_by_field_name("trait") is not None:
+                trait = _strip_generics(_text(node.child_by_field_name("trait"), src)).replace("::", ".")
+                trait_impls.append((qual, trait, node.start_point[0] + 1))
+            stack.append((end, None, qual, not is_ns, node.start_byte))
             continue
         kind = "class" if cap == "class" else ("method" if in_class else "function")
         start_line, end_line = node.start_point[0] + 1, node.end_point[0] + 1
-        outer = node.parent if node.parent is not None and node.parent.type == "decorated_definition" else node
+        outer = node.parent if node.parent is not None and node.parent.type in (
+            "decorated_definition", "template_declaration") else node
         if outer is not node:
             start_line = outer.start_point[0] + 1
         body_text = "\n".join(lines[start_line - 1:end_line])
@@ -360,7 +472,7 @@ def parse_source(path: str, text: str, language: str) -> ParsedFile:
         parent_id = next((s[1] for s in reversed(stack) if s[1] is not None), mod_id)
         capsules.append(Capsule(
             id=cid, path=path, language=language, kind=kind, name=name.split(".")[-1], qualname=qual,
-            signature=_signature(node, src), start_line=start_line, end_line=end_line, text=body_text,
+            signature=_signature(node, src, spec if language != "python" else None), start_line=start_line, end_line=end_line, text=body_text,
             content_hash=content_hash(body_text), params=_params(node, src) if cap == "function" else [],
             returns=_returns(node, spec, src) if cap == "function" else "",
             docstring=_docstring(node, spec, src, language), decorators=_decorators(node, src),
@@ -368,11 +480,22 @@ def parse_source(path: str, text: str, language: str) -> ParsedFile:
         ))
         spans.append((node.start_byte, node.end_byte, cid))
         if cap == "class":
-            for base in _bases(node, spec, src):
+            for base in _bases(node, spec, src, language):
                 refs.append(Ref(cid, "inherits", base, start_line))
         if not stack:
             top_level_ranges.append((outer.start_point[0], outer.end_point[0]))
         stack.append((node.end_byte, cid, qual, cap == "class", node.start_byte))
+
+    # methods defined outside their type's body (Go receivers, Rust impl blocks, C++ A::f) belong to it
+    class_ids = {c.qualname: c.id for c in capsules if c.kind == "class"}
+    for c in capsules:
+        if c.kind == "method" and c.parent == mod_id:
+            owner_q = c.qualname.rsplit(".", 1)[0]
+            if owner_q in class_ids:
+                c.parent = class_ids[owner_q]
+    for type_q, trait, line in trait_impls:
+        if type_q in class_ids:
+            refs.append(Ref(class_ids[type_q], "inherits", trait, line))
 
     # module capsule: top-level code outside definitions, spanning the whole file
     covered = [False] * n_lines
@@ -412,11 +535,11 @@ def parse_source(path: str, text: str, language: str) -> ParsedFile:
             i -= 1
         return best
 
-    for node in captures.get("call", ()):
+    for node in sorted(captures.get("call", ()), key=lambda n: (n.start_byte, n.end_byte)):  # unordered
         name = _callee(node, spec, src)
         if name:
             refs.append(Ref(owner(node.start_byte), "calls", name, node.start_point[0] + 1))
-    for node in captures.get("import", ()):
+    for node in sorted(captures.get("import", ()), key=lambda n: (n.start_byte, n.end_byte)):  # unordered
         if language == "python":
             mapping = _python_imports(node, src, module, is_package)
             import_map.update(mapping)
