@@ -1,0 +1,236 @@
+"""Agentic retrieval for multi-part questions.
+
+SpeculativeRetrieval (one standard search, not counted) → Planning → Retrieval per sub-query →
+sufficiency check → re-plan only what is uncovered → FullDocumentExpansion → Result. Every step
+is a TraceEvent, streamed as it happens (sync and async). A failing sub-query is a FAILED event,
+never a crashed loop. Results are deduplicated across sub-queries and keep their scores.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Callable, Iterator
+
+from repoctx.retrieve.hybrid import SearchOptions, search
+from repoctx.retrieve.planner import OfflinePlanner, Planner, SubQuery
+from repoctx.store.base import EVERYTHING, Scope
+from repoctx.tokens import STOPWORDS, code_tokens
+from repoctx.types import Capsule, Hit, TraceEvent
+
+GENERIC = frozenset("how does do what where which when why handle handled work works done turn turned each one "
+                    "way ways happen happens build built".split())
+IN_PROGRESS, SUCCEEDED, FAILED = "IN_PROGRESS", "SUCCEEDED", "FAILED"
+
+
+@dataclass
+class AgenticResult:
+    query: str
+    hits: list[Hit]
+    sub_queries: list[str]
+    iterations: int
+    sufficient: bool
+    coverage: dict[str, float]
+    expanded: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"query": self.query, "hits": [h.to_dict() for h in self.hits], "sub_queries": self.sub_queries,
+                "iterations": self.iterations, "sufficient": self.sufficient, "coverage": self.coverage,
+                "expanded": self.expanded, "seconds": round(self.seconds, 3)}
+
+
+def content_terms(text: str) -> list[str]:
+    return [t for t in dict.fromkeys(code_tokens(text, keep_stopwords=False)) if t not in GENERIC and len(t) > 2]
+
+
+def evidence_score(sub: SubQuery, hits: list[Hit], top: int = 3) -> float:
+    """How well the best of the top hits answers a sub-query: share of its content terms that the
+    hit's name, path, signature, docstring and opening lines contain (dense similarity counts too)."""
+    terms = content_terms(sub.intent or sub.text)
+    if not hits:
+        return 0.0
+    best = 0.0
+    for h in hits[:top]:
+        c = h.capsule
+        toks = set(code_tokens(" ".join((c.qualname, c.path, c.signature, c.docstring[:400], c.text[:600]))))
+        lex = sum(1 for t in terms if t in toks) / len(terms) if terms else 1.0
+        dense = h.why.get("dense", {}).get("score", 0.0) if isinstance(h.why.get("dense"), dict) else 0.0
+        best = max(best, lex, dense)
+    return round(best, 3)
+
+
+SearchFn = Callable[[str, int], list[Hit]]
+
+
+class AgenticRetriever:
+    def __init__(self, index, planner: Planner | None = None, max_iterations: int = 5, threshold: float = 0.6,
+                 k: int = 10, per_query_k: int = 10, scope: Scope = EVERYTHING, search_fn: SearchFn | None = None,
+                 options: SearchOptions | None = None):
+        if not 2 <= max_iterations <= 10:
+            raise ValueError("max_iterations must be between 2 and 10")
+        self.index = index
+        self.planner = planner or OfflinePlanner()
+        self.max_iterations = max_iterations
+        self.threshold = threshold
+        self.k = k
+        self.per_query_k = per_query_k
+        self.scope = scope
+        self.options = options or SearchOptions(k=per_query_k)
+        self._search = search_fn or self._default_search
+
+    def _default_search(self, text: str, k: int) -> list[Hit]:
+        opts = SearchOptions(**{**self.options.__dict__, "k": k})
+        return search(self.index.store, text, opts, self.index.dense_index(), self.scope)[:k]
+
+    # ---- the loop
+    def stream(self, query: str) -> Iterator[TraceEvent]:
+        """Yield trace events as they happen; the last one is Result with data["result"]."""
+        t0 = time.perf_counter()
+        lanes: list[tuple[str, list[Hit]]] = []
+        found_by: dict[str, list[str]] = {}
+
+        def record(label: str, hits: list[Hit]) -> None:
+            lanes.append((label, hits))
+            for h in hits:
+                found_by.setdefault(h.capsule.id, [])
+                if label not in found_by[h.capsule.id]:
+                    found_by[h.capsule.id].append(label)
+
+        yield TraceEvent("SpeculativeRetrieval", IN_PROGRESS, "standard retrieval of the whole question", query)
+        try:
+            spec = self._search(query, self.per_query_k)
+            record(query, spec)
+            yield TraceEvent("SpeculativeRetrieval", SUCCEEDED, f"{len(spec)} hits", query, len(spec))
+        except Exception as e:
+            yield TraceEvent("SpeculativeRetrieval", FAILED, _err(e), query, 0)
+
+        yield TraceEvent("Planning", IN_PROGRESS, "splitting the question into intents")
+        try:
+            subs = self.planner.plan(query)
+        except Exception as e:  # a broken planner degrades to the offline rules
+            subs = OfflinePlanner().plan(query)
+            yield TraceEvent("Planning", FAILED, f"planner failed ({_err(e)}); offline plan used")
+        note = getattr(self.planner, "last_error", None)
+        yield TraceEvent("Planning", SUCCEEDED, f"{len(subs)} sub-queries" + (f" ({note}; offline plan)" if note else ""),
+                         data={"sub_queries": [s.text for s in subs]})
+
+        coverage: dict[str, float] = {}
+        best_for: dict[str, list[Hit]] = {}
+        pending = subs
+        iterations = 0
+        asked: list[str] = []
+        while pending and iterations < self.max_iterations:
+            iterations += 1
+            for sub in pending:
+                asked.append(sub.text)
+                yield TraceEvent("Retrieval", IN_PROGRESS, f"iteration {iterations}", sub.text)
+                try:
+                    hits = self._search(sub.text, self.per_query_k)
+                except Exception as e:
+                    yield TraceEvent("Retrieval", FAILED, _err(e), sub.text, 0)
+                    coverage.setdefault(sub.intent, 0.0)
+                    continue
+                record(sub.text, hits)
+                score = evidence_score(sub, hits)
+                if score >= coverage.get(sub.intent, -1.0):
+                    coverage[sub.intent] = score
+                    best_for[sub.intent] = hits
+                yield TraceEvent("Retrieval", SUCCEEDED, f"{len(hits)} hits, evidence {score:.2f}", sub.text, len(hits),
+                                 data={"evidence": score, "top": [h.capsule.citation for h in hits[:3]]})
+            uncovered = [s for s in subs if coverage.get(s.intent, 0.0) < self.threshold]
+            if not uncovered:
+                break
+            if iterations >= self.max_iterations:
+                break
+            try:
+                pending = self.planner.replan(query, uncovered, iterations)
+            except Exception as e:
+                yield TraceEvent("Planning", FAILED, f"re-plan failed: {_err(e)}")
+                break
+            pending = [p for p in pending if p.text not in asked]
+            if pending:
+                yield TraceEvent("Planning", SUCCEEDED, f"re-planning {len(pending)} uncovered intents",
+                                 data={"sub_queries": [s.text for s in pending]})
+        sufficient = all(coverage.get(s.intent, 0.0) >= self.threshold for s in subs)
+
+        merged = self._merge(lanes, found_by)
+        expanded: list[str] = []
+        yield TraceEvent("FullDocumentExpansion", IN_PROGRESS, "adding the context fragments need")
+        try:
+            extra = self._expand(merged)
+            for h in extra:
+                expanded.append(h.capsule.citation)
+            merged += extra
+            yield TraceEvent("FullDocumentExpansion", SUCCEEDED, f"{len(extra)} enclosing units added", hits=len(extra),
+                             data={"added": expanded})
+        except Exception as e:
+            yield TraceEvent("FullDocumentExpansion", FAILED, _err(e))
+
+        result = AgenticResult(query, merged, [s.text for s in subs], iterations, sufficient, coverage, expanded,
+                               time.perf_counter() - t0)
+        yield TraceEvent("Result", SUCCEEDED, f"{len(merged)} hits from {len(lanes)} searches; "
+                         f"{'sufficient' if sufficient else 'not every intent covered'} after {iterations} iterations",
+                         hits=len(merged), data={"result": result})
+
+    def run(self, query: str) -> AgenticResult:
+        last = None
+        for ev in self.stream(query):
+            last = ev
+        return last.data["result"]
+
+    async def astream(self, query: str) -> AsyncIterator[TraceEvent]:
+        """The same events, for asyncio callers; blocking work runs in a worker thread."""
+        gen = self.stream(query)
+        sentinel = object()
+        while True:
+            ev = await asyncio.to_thread(next, gen, sentinel)
+            if ev is sentinel:
+                return
+            yield ev
+
+    # ---- helpers
+    def _merge(self, lanes: list[tuple[str, list[Hit]]], found_by: dict[str, list[str]]) -> list[Hit]:
+        """Round-robin over the lanes (whole question first, then each sub-query) so every intent gets
+        places in the top k; duplicates keep their best score and every sub-query that found them."""
+        best: dict[str, Hit] = {}
+        for _, hits in lanes:
+            for h in hits:
+                if h.capsule.id not in best or h.score > best[h.capsule.id].score:
+                    best[h.capsule.id] = h
+        order: list[str] = []
+        seen: set[str] = set()
+        depth = max((len(h) for _, h in lanes), default=0)
+        for i in range(depth):
+            for _, hits in lanes:
+                if i < len(hits) and hits[i].capsule.id not in seen:
+                    seen.add(hits[i].capsule.id)
+                    order.append(hits[i].capsule.id)
+        out = []
+        for cid in order:
+            h = best[cid]
+            why = dict(h.why)
+            why["sub_queries"] = found_by.get(cid, [])
+            out.append(Hit(h.capsule, h.score, why))
+        return out
+
+    def _expand(self, hits: list[Hit]) -> list[Hit]:
+        """A method without its class, or a window without its file, gets the enclosing unit."""
+        have = {h.capsule.id for h in hits}
+        need: dict[str, Hit] = {}
+        for h in hits[: self.k]:
+            c: Capsule = h.capsule
+            if c.kind in ("method", "window") and c.parent and c.parent not in have:
+                need.setdefault(c.parent, h)
+        if not need:
+            return []
+        out = []
+        for parent in self.index.store.capsules(list(need), self.scope):
+            src = need[parent.id]
+            out.append(Hit(parent, src.score * 0.5, {"expansion": {"of": src.capsule.id, "reason":
+                       "class of a method" if parent.kind == "class" else "file of a fragment"}}))
+        return out
+
+
+def _err(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e)[:200]}"

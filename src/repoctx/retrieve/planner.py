@@ -1,0 +1,238 @@
+"""Planners turn a multi-part question into sub-queries, one per intent.
+
+``OfflinePlanner`` is deterministic and needs no model: it splits clauses at question boundaries,
+expands comparisons into entity × aspect, splits lists, and keeps identifiers and paths as anchors.
+``LLMPlanner`` asks any Strands model for a plan in a strict JSON schema and falls back to the
+offline planner when the answer does not validate.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from repoctx.retrieve.query import mentions
+
+WH = r"(?:how|where|what|which|when|why|who|whether|in what|does|do|is|are|can)"
+_CLAUSE_SPLIT = re.compile(
+    rf"\?\s+|;\s+|\.\s+(?=[A-Z])|:\s+(?={WH}\b)|,\s*(?:and\s+|but\s+|or\s+)?(?={WH}\b)|\s+and\s+(?={WH}\b)"
+    rf"|,\s+and\s+(?:explain\s+|describe\s+|show\s+)",
+    re.I)
+_VERSUS = re.compile(r"\s+(?:versus|vs\.?|compared (?:with|to)|as opposed to)\s+", re.I)
+_COMPARE_ASPECT = [  # "compare X, Y and Z: aspect" / "compare how X and Y handle aspect"
+    re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s*(?::|,)\s*(?P<aspect>.+)$", re.I),
+    re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s+(?P<aspect>(?:handle|handles|do|does|implement|render|"
+               r"renders|treat|manage|work|deal|process|decide|compute|store|support|check)\b.*)$", re.I),
+    re.compile(r"\bdifferences?\s+between\s+(?P<entities>.+?)\s+(?:in|for|when)\s+(?P<aspect>.+)$", re.I),
+]
+_COMPARE_ONLY = [  # entities without an aspect: the aspects follow in later clauses
+    re.compile(r"^(?:compare|contrast)\s+(?:how\s+)?(?P<entities>.+)$", re.I),
+    re.compile(r"^(?:how|in what way)\s+do\s+(?P<entities>.+?)\s+differ\b.*$", re.I),
+    re.compile(r"^(?:what(?:'s| is| are) the )?differences?\s+between\s+(?P<entities>.+)$", re.I),
+]
+_LIST_ITEMS = re.compile(r"\s*(?:,\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+)\s*", re.I)
+_FILLER = re.compile(r"^(?:and\s+|also\s+|then\s+|so\s+)?(?:i'd like to understand|i want to (?:know|understand)|"
+                     r"walk me through|explain|tell me|show me|trace)\b[^:,]*[:,]?\s*", re.I)
+_EACH = re.compile(r"^(?P<pre>.*?\b(?:the|do|does|are|is)\s+)(?P<items>[\w\s./()'-]+?(?:,\s*[\w\s./()'-]+?)*,?\s+(?:and|or)\s+"
+                   r"[\w\s./()'-]+?)\s+(?P<head>\w+)\s+each\b(?P<post>.*)$", re.I)
+_CONTEXT = re.compile(r"^(?:for|in|when|if|given|on|with|inside|within|during|i want|i'm|i am|we)\b", re.I)
+_HAS_WH = re.compile(rf"\b{WH}\b", re.I)
+
+
+@dataclass
+class SubQuery:
+    text: str
+    intent: str  # short label of the intent it serves
+    anchors: list[str] = field(default_factory=list)  # identifiers/paths to match exactly
+
+
+class Planner(Protocol):
+    def plan(self, question: str) -> list[SubQuery]: ...
+
+    def replan(self, question: str, uncovered: list[SubQuery], attempt: int) -> list[SubQuery]: ...
+
+
+def _clean(s: str) -> str:
+    s = _FILLER.sub("", s.strip())
+    s = re.sub(r"^(?:and|or|but|also|then)\s+", "", s.strip(" ,;:.?"), flags=re.I)
+    return s.strip(" ,;:.?")
+
+
+def split_clauses(question: str) -> list[str]:
+    parts = [_clean(p) for p in _CLAUSE_SPLIT.split(question)]
+    parts = [p for p in parts if p and len(p.split()) >= 2]
+    return parts or [question.strip()]
+
+
+def _items(text: str) -> list[str]:
+    items = [i.strip(" ,.") for i in _LIST_ITEMS.split(text) if i.strip(" ,.")]
+    return [i for i in items if i.lower() not in ("each", "each one", "both")]
+
+
+def expand_comparison(clause: str) -> list[str] | None:
+    """'compare X and Y: how do they A and B' → X A, X B, Y A, Y B; 'A for X versus Y' → A for X, A for Y."""
+    for pat in _COMPARE_ASPECT:
+        m = pat.search(clause)
+        if not m:
+            continue
+        entities = _items(re.sub(r"^(?:the|how)\s+", "", m.group("entities"), flags=re.I))
+        if len(entities) < 2:
+            continue
+        head = ""
+        if len(entities[-1].split()) >= 2 and all(len(e.split()) == 1 for e in entities[:-1]):
+            head = " " + entities[-1].split()[-1]  # "SQLite and PostgreSQL backends"
+            entities[-1] = " ".join(entities[-1].split()[:-1])
+        aspects = split_clauses(m.group("aspect")) or [m.group("aspect")]
+        return [f"{e}{head} {a}" for e in entities for a in aspects]
+    parts = _VERSUS.split(clause)
+    if len(parts) >= 2:
+        first, last = parts[0].split(), parts[-1].split()
+        n = 2 if len(first) > 2 and len(last) > 1 and last[1].lower() == first[-1].lower() else 1  # shared head noun
+        pre, a = " ".join(first[:-n]), " ".join(first[-n:])
+        b, post = " ".join(last[:n]), " ".join(last[n:])
+        if n == 2:
+            post = ""
+        items = [a] + [p.strip() for p in parts[1:-1]] + [b]
+        return [" ".join(x for x in (pre, i, post) if x) for i in items]
+    m = _EACH.search(clause)
+    if m:
+        items = _items(m.group("items"))
+        if len(items) >= 2:
+            return [f"{i} {m.group('head')}{m.group('post')}".strip() for i in items]
+    return None
+
+
+def compared_entities(clause: str) -> list[str] | None:
+    """Entities of a clause that only names what is compared ('Compare the SQLite and PostgreSQL backends')."""
+    for pat in _COMPARE_ONLY:
+        m = pat.search(clause)
+        if m:
+            raw = re.sub(r"^(?:the|how)\s+", "", m.group("entities"), flags=re.I)
+            items = _items(raw)
+            if len(items) >= 2 and all(len(i.split()) <= 4 for i in items):
+                if len(items[-1].split()) >= 2 and all(len(e.split()) == 1 for e in items[:-1]):
+                    noun = items[-1].split()[-1]
+                    items = [f"{e} {noun}" for e in items[:-1]] + [items[-1]]
+                return items
+    return None
+
+
+def expand_list(clause: str) -> list[str] | None:
+    """'how are A, B and C handled' → one sub-query per item when the items are short noun phrases."""
+    m = re.search(r"^(?P<pre>.*\b(?:are|is|do|does|the|of|for|through)\s+)(?P<items>[^,]+(?:,\s*[^,]+){1,},?\s+(?:and|or)\s+[^,]+?)"
+                  r"(?P<post>\s+(?:handled|applied|implemented|computed|used|processed|built|evaluated|defined|"
+                  r"supported|resolved|found|stored|rendered|parsed|matched|work)\b.*)?$", clause, re.I)
+    if not m:
+        return None
+    items = _items(m.group("items"))
+    if len(items) < 3 or any(len(i.split()) > 6 for i in items):
+        return None
+    pre, post = m.group("pre").strip(), (m.group("post") or "").strip()
+    return [" ".join(x for x in (pre, i, post) if x) for i in items]
+
+
+class OfflinePlanner:
+    """Rules, no model: clauses, then comparisons (entity × aspect), then lists."""
+
+    max_subqueries = 8
+
+    def plan(self, question: str) -> list[SubQuery]:
+        m = mentions(question)
+        anchors_all = m.identifiers + m.paths
+        subs: list[SubQuery] = []
+        context: list[str] = []
+        carried: list[str] | None = None
+        for clause in split_clauses(question):
+            if _CONTEXT.match(clause) and not _HAS_WH.search(clause) and len(clause.split()) <= 14:
+                context.append(clause)  # "For symbolic matrices": framing for what follows, not an intent
+                continue
+            entities = compared_entities(clause)
+            if entities:
+                carried = entities
+                continue
+            parts = expand_comparison(clause) or expand_list(clause) or [clause]
+            if carried and not any(e.split()[0].lower() in clause.lower() for e in carried):
+                parts = [f"{e}: {p}" for e in carried for p in parts]
+            for p in parts:
+                text = f"{' '.join(context)}: {p}" if context else p
+                subs.append(SubQuery(text=text, intent=p, anchors=[a for a in anchors_all if a in p]))
+        if carried and not subs:
+            subs = [SubQuery(e, e) for e in carried]
+        seen: set[str] = set()
+        out = []
+        for s in subs:
+            key = s.text.lower()
+            if key not in seen:
+                seen.add(key)
+                out.append(s)
+        return out[: self.max_subqueries] or [SubQuery(question, question)]
+
+    def replan(self, question: str, uncovered: list[SubQuery], attempt: int) -> list[SubQuery]:
+        """Reformulate what is not covered: first with the question's framing words added (the subject
+        the clause leaves implicit), then with the clause's content words only."""
+        first = split_clauses(question)[0]
+        frame = " ".join(w for w in re.findall(r"[A-Za-z_][\w.]*", first) if w[0].isupper() or "_" in w)[:80]
+        out = []
+        for s in uncovered:
+            if attempt == 1 and frame and frame.lower() not in s.text.lower():
+                out.append(SubQuery(f"{frame} {s.text}", s.intent, s.anchors))
+            else:
+                words = [w for w in re.findall(r"[A-Za-z_][\w.]*", s.text) if len(w) > 3]
+                out.append(SubQuery(" ".join(words[:8]) or s.text, s.intent, s.anchors))
+        return out
+
+
+class PlanItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=3, max_length=300)
+    intent: str = Field(min_length=1, max_length=200)
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sub_queries: list[PlanItem] = Field(min_length=1, max_length=10)
+
+
+PLANNER_PROMPT = """You split a developer's question about a code base into independent search queries,
+one per intent (each entity x aspect of a comparison, each item of a list, each clause).
+Answer with JSON only, exactly matching this schema, no prose:
+{schema}"""
+
+
+class LLMPlanner:
+    """Any Strands model (Bedrock, OpenAI-compatible, Ollama, or a scripted one in tests)."""
+
+    def __init__(self, model, fallback: Planner | None = None):
+        self.model = model
+        self.fallback = fallback or OfflinePlanner()
+        self.last_error: str | None = None
+
+    def _ask(self, prompt: str) -> Plan:
+        from strands import Agent
+
+        agent = Agent(model=self.model, tools=[], callback_handler=None,
+                      system_prompt=PLANNER_PROMPT.format(schema=json.dumps(Plan.model_json_schema())))
+        text = str(agent(prompt)).strip()
+        if text.startswith("```"):
+            text = re.sub(r"^```(?:json)?\s*|\s*```$", "", text)
+        return Plan.model_validate_json(text)
+
+    def plan(self, question: str) -> list[SubQuery]:
+        try:
+            plan = self._ask(f"Question: {question}")
+            self.last_error = None
+        except (ValidationError, ValueError) as e:
+            self.last_error = f"malformed plan: {str(e).splitlines()[0]}"
+            return self.fallback.plan(question)
+        except Exception as e:  # provider unreachable etc.: plan offline rather than fail the search
+            self.last_error = f"planner model failed: {type(e).__name__}"
+            return self.fallback.plan(question)
+        anchors = mentions(question)
+        return [SubQuery(i.query, i.intent, [a for a in anchors.identifiers + anchors.paths if a in i.query])
+                for i in plan.sub_queries]
+
+    def replan(self, question: str, uncovered: list[SubQuery], attempt: int) -> list[SubQuery]:
+        return self.fallback.replan(question, uncovered, attempt)

@@ -1,0 +1,41 @@
+"""Route a question down the standard path (one intent) or the agentic path (several)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from repoctx.retrieve.planner import _HAS_WH, expand_comparison, expand_list, split_clauses
+
+_COMPARATIVE = re.compile(r"\b(compare|comparing|contrast|versus|vs\.?|differ|differences?\s+between|compared\s+(?:with|to)"
+                          r"|as opposed to|each\s+(?:one\s+)?(?:handle|do|decide))\b", re.I)
+MAX_QUESTION_WORDS = 80  # a multi-part question is a paragraph at most; longer text reads as a report
+_ASKS = re.compile(r"\?|^\s*(?:how|where|what|which|when|why|compare|contrast|explain|walk me|show|list|find|trace)\b", re.I)
+_REPORT = re.compile(r"Traceback \(most recent call last\)|```|^\s*(?:>>>|\$ |File \")|Steps to reproduce|"
+                     r"Expected (?:behaviou?r|result)|Actual (?:behaviou?r|result)", re.I | re.M)
+
+
+@dataclass(frozen=True)
+class Route:
+    mode: str  # standard | agentic
+    reason: str
+    shape: str  # single | comparative | multi-part | list | report
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "reason": self.reason, "shape": self.shape}
+
+
+def route(question: str) -> Route:
+    words = len(question.split())
+    if _REPORT.search(question) or words > MAX_QUESTION_WORDS:
+        return Route("standard", "reads like a report of one problem (code, traceback or long text)", "report")
+    if not _ASKS.search(question):
+        return Route("standard", "a statement or keywords, not a question with parts", "single")
+    clauses = split_clauses(question)
+    if _COMPARATIVE.search(question) or any(expand_comparison(c) for c in clauses):
+        return Route("agentic", "comparative question: each side and aspect is its own intent", "comparative")
+    asking = [c for c in clauses if _HAS_WH.search(c)]
+    if len(asking) >= 2:
+        return Route("agentic", f"{len(asking)} questions in one", "multi-part")
+    if any(expand_list(c) for c in clauses):
+        return Route("agentic", "asks about a list of things", "list")
+    return Route("standard", "one intent", "single")
