@@ -106,25 +106,54 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
            repo: Path = typer.Option(Path("."), "--repo", "-r"),
            k: int = typer.Option(10, "-k", min=1, max=200),
            level: str = typer.Option("symbol", "--level", help="symbol | file"),
+           mode: str = typer.Option("standard", "--mode", help="auto | standard | agentic (multi-part questions)"),
+           trace: bool = typer.Option(False, "--trace", help="Print the agentic trace live."),
            as_json: bool = typer.Option(False, "--json")):
     """Search the index: exact identifiers and paths first, then ranked matches."""
     if level not in ("symbol", "file"):
         err.print("[red]error:[/] --level must be symbol or file")
         raise typer.Exit(2)
+    if mode not in ("auto", "standard", "agentic"):
+        err.print("[red]error:[/] --mode must be auto, standard or agentic")
+        raise typer.Exit(2)
     ix = _open(repo)
     if ix.store.meta("complete") != "1":
         err.print(f"[red]error:[/] {ix.root} is not indexed: run `repoctx index {repo}`")
         raise typer.Exit(1)
-    hits = ix.search(query, k=k, level=level)
+    route = None
+    if mode == "standard" and level == "file":
+        hits = ix.search(query, k=k, level="file")
+    else:
+        route, events = ix.retrieve(query, k=k, mode=mode)
+        if trace and not as_json:
+            err.print(f"[bold]route[/]: {route.mode} ({route.reason})", highlight=False)
+        result = None
+        for ev in events:
+            if trace and not as_json:
+                colour = {"SUCCEEDED": "green", "FAILED": "red"}.get(ev.status, "yellow")
+                sub = f" [dim]{ev.sub_query}[/]" if ev.sub_query else ""
+                err.print(f"[{colour}]{ev.step:<22} {ev.status:<11}[/] {ev.message}{sub}", highlight=False)
+            if ev.step == "Result":
+                result = ev.data["result"]
+        hits = result.hits if hasattr(result, "hits") else result
+        if level == "file":
+            from repoctx.retrieve.hybrid import to_files
+
+            hits = to_files(hits)
+        hits = hits[:k]
     if as_json:
-        print(json.dumps([h.to_dict() for h in hits]))
+        out = {"route": route.to_dict() if route else {"mode": "standard", "reason": "chosen by the caller"},
+               "hits": [h.to_dict() for h in hits]}
+        print(json.dumps(out))
         return
+    if route is not None and not trace:
+        console.print(f"[dim]route: {route.mode} ({route.reason})[/]", highlight=False)
     for i, h in enumerate(hits, 1):
         if level == "file":
             console.print(f"{i:>3}. {h.path}  [dim]{h.score:.4f}[/]", highlight=False)
         else:
             sig = ", ".join(f"{k}#{v.get('rank', '')}" if isinstance(v, dict) and "rank" in v else k
-                            for k, v in h.why.items())
+                            for k, v in h.why.items() if k != "sub_queries")
             console.print(f"{i:>3}. {h.capsule.citation}  [dim]{h.score:.4f} {sig}[/]", highlight=False)
 
 

@@ -94,6 +94,30 @@ class Index:
             return to_files(hits, opts.file_agg)[:k]
         return hits[:k]
 
+    def retrieve(self, query: str, k: int = 10, mode: str = "auto", scope: Scope = EVERYTHING, planner=None,
+                 max_iterations: int = 5):
+        """Standard or agentic retrieval, chosen by the router in ``auto`` mode. Returns
+        ``(route, events)``: the route decision and an iterator of TraceEvents whose last event
+        (Result) carries the hits in ``data["result"]`` (an AgenticResult, or a list of hits)."""
+        from repoctx.retrieve.agentic import AgenticRetriever
+        from repoctx.retrieve.router import Route, route
+
+        if mode not in ("auto", "standard", "agentic"):
+            raise ValueError(f"mode must be auto, standard or agentic, not {mode!r}")
+        decision = route(query) if mode == "auto" else Route(mode, "chosen by the caller", "forced")
+        if decision.mode == "agentic":
+            retriever = AgenticRetriever(self, planner=planner, max_iterations=max_iterations, k=k, scope=scope)
+            return decision, retriever.stream(query)
+        return decision, self._standard_events(query, k, scope)
+
+    def _standard_events(self, query: str, k: int, scope: Scope):
+        from repoctx.types import TraceEvent
+
+        yield TraceEvent("Retrieval", "IN_PROGRESS", "standard retrieval", query)
+        hits = self.search(query, k=k, scope=scope)
+        yield TraceEvent("Retrieval", "SUCCEEDED", f"{len(hits)} hits", query, len(hits))
+        yield TraceEvent("Result", "SUCCEEDED", f"{len(hits)} hits", hits=len(hits), data={"result": hits})
+
     def dense_index(self) -> DenseRetriever | None:
         if self.embedder is None:
             return None

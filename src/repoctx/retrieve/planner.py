@@ -15,6 +15,9 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from repoctx.retrieve.query import mentions
+from repoctx.tokens import STOPWORDS
+
+WH_WORDS = {"how", "where", "what", "which", "when", "why", "who", "whether", "compare", "explain"}
 
 WH = r"(?:how|where|what|which|when|why|who|whether|in what|does|do|is|are|can)"
 _CLAUSE_SPLIT = re.compile(
@@ -22,10 +25,10 @@ _CLAUSE_SPLIT = re.compile(
     rf"|,\s+and\s+(?:explain\s+|describe\s+|show\s+)",
     re.I)
 _VERSUS = re.compile(r"\s+(?:versus|vs\.?|compared (?:with|to)|as opposed to)\s+", re.I)
-_COMPARE_ASPECT = [  # "compare X, Y and Z: aspect" / "compare how X and Y handle aspect"
-    re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s*(?::|,)\s*(?P<aspect>.+)$", re.I),
+_COMPARE_ASPECT = [  # "compare how X and Y handle aspect" / "compare X, Y and Z: aspect"
     re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s+(?P<aspect>(?:handle|handles|do|does|implement|render|"
-               r"renders|treat|manage|work|deal|process|decide|compute|store|support|check)\b.*)$", re.I),
+               r"renders|treat|manage|work|deal|process|decide|compute|store|support|check|roll)\b.*)$", re.I),
+    re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s*:\s*(?P<aspect>.+)$", re.I),
     re.compile(r"\bdifferences?\s+between\s+(?P<entities>.+?)\s+(?:in|for|when)\s+(?P<aspect>.+)$", re.I),
 ]
 _COMPARE_ONLY = [  # entities without an aspect: the aspects follow in later clauses
@@ -72,21 +75,38 @@ def _items(text: str) -> list[str]:
     return [i for i in items if i.lower() not in ("each", "each one", "both")]
 
 
+def _entities(raw: str) -> list[str]:
+    items = [re.sub(r"^(?:the|a|an|how)\s+", "", i, flags=re.I) for i in _items(raw)]
+    items = [i for i in items if i]
+    if len(items) >= 2 and len(items[-1].split()) >= 2 and all(len(e.split()) == 1 for e in items[:-1]):
+        noun = items[-1].split()[-1]  # "SQLite and PostgreSQL backends": the head noun is shared
+        items = [f"{e} {noun}" for e in items[:-1]] + [items[-1]]
+    return items
+
+
+def _aspects(aspect: str) -> list[str]:
+    """'handle JSON fields, transactions and connection errors' → one aspect per listed thing."""
+    out = []
+    for clause in split_clauses(aspect) or [aspect]:
+        m = re.match(r"^(?P<verb>\w+)\s+(?P<rest>.+)$", clause)
+        items = _items(m.group("rest")) if m else []
+        if m and 2 <= len(items) <= 5 and all(len(i.split()) <= 4 for i in items):
+            out += [f"{m.group('verb')} {i}" for i in items]
+        else:
+            out.append(clause)
+    return out
+
+
 def expand_comparison(clause: str) -> list[str] | None:
     """'compare X and Y: how do they A and B' → X A, X B, Y A, Y B; 'A for X versus Y' → A for X, A for Y."""
     for pat in _COMPARE_ASPECT:
         m = pat.search(clause)
         if not m:
             continue
-        entities = _items(re.sub(r"^(?:the|how)\s+", "", m.group("entities"), flags=re.I))
+        entities = _entities(m.group("entities"))
         if len(entities) < 2:
             continue
-        head = ""
-        if len(entities[-1].split()) >= 2 and all(len(e.split()) == 1 for e in entities[:-1]):
-            head = " " + entities[-1].split()[-1]  # "SQLite and PostgreSQL backends"
-            entities[-1] = " ".join(entities[-1].split()[:-1])
-        aspects = split_clauses(m.group("aspect")) or [m.group("aspect")]
-        return [f"{e}{head} {a}" for e in entities for a in aspects]
+        return [f"{e} {a}" for e in entities for a in _aspects(m.group("aspect"))]
     parts = _VERSUS.split(clause)
     if len(parts) >= 2:
         first, last = parts[0].split(), parts[-1].split()
@@ -110,12 +130,8 @@ def compared_entities(clause: str) -> list[str] | None:
     for pat in _COMPARE_ONLY:
         m = pat.search(clause)
         if m:
-            raw = re.sub(r"^(?:the|how)\s+", "", m.group("entities"), flags=re.I)
-            items = _items(raw)
+            items = _entities(m.group("entities"))
             if len(items) >= 2 and all(len(i.split()) <= 4 for i in items):
-                if len(items[-1].split()) >= 2 and all(len(e.split()) == 1 for e in items[:-1]):
-                    noun = items[-1].split()[-1]
-                    items = [f"{e} {noun}" for e in items[:-1]] + [items[-1]]
                 return items
     return None
 
@@ -149,11 +165,13 @@ class OfflinePlanner:
             if _CONTEXT.match(clause) and not _HAS_WH.search(clause) and len(clause.split()) <= 14:
                 context.append(clause)  # "For symbolic matrices": framing for what follows, not an intent
                 continue
-            entities = compared_entities(clause)
-            if entities:
-                carried = entities
-                continue
-            parts = expand_comparison(clause) or expand_list(clause) or [clause]
+            parts = expand_comparison(clause)
+            if parts is None:
+                entities = compared_entities(clause)
+                if entities:
+                    carried = entities
+                    continue
+                parts = expand_list(clause) or [clause]
             if carried and not any(e.split()[0].lower() in clause.lower() for e in carried):
                 parts = [f"{e}: {p}" for e in carried for p in parts]
             for p in parts:
@@ -174,7 +192,8 @@ class OfflinePlanner:
         """Reformulate what is not covered: first with the question's framing words added (the subject
         the clause leaves implicit), then with the clause's content words only."""
         first = split_clauses(question)[0]
-        frame = " ".join(w for w in re.findall(r"[A-Za-z_][\w.]*", first) if w[0].isupper() or "_" in w)[:80]
+        frame = " ".join(w for w in re.findall(r"[A-Za-z_][\w.]*", first)
+                         if (w[0].isupper() or "_" in w) and w.lower() not in STOPWORDS and w.lower() not in WH_WORDS)[:80]
         out = []
         for s in uncovered:
             if attempt == 1 and frame and frame.lower() not in s.text.lower():

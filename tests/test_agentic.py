@@ -1,0 +1,159 @@
+import asyncio
+import json
+
+import pytest
+
+from repoctx.retrieve.agentic import AgenticRetriever, evidence_score
+from repoctx.retrieve.planner import LLMPlanner, OfflinePlanner, SubQuery
+from repoctx.retrieve.router import route
+from repoctx.types import Hit
+from tests.conftest import open_index
+from tests.scripted_model import ScriptedModel
+
+FILES = {
+    "cache/lru.py": "class LRUCache:\n    \"\"\"Least recently used cache.\"\"\"\n\n    def evict_oldest(self):\n        \"\"\"Evict the oldest cache entry when the cache is full.\"\"\"\n        return self.entries.pop(0)\n\n    def get(self, key):\n        return self.entries[key]\n",
+    "cache/ttl.py": "class TTLCache:\n    \"\"\"Entries expire after a time to live.\"\"\"\n\n    def expire_entries(self, now):\n        \"\"\"Drop cache entries whose time to live has passed.\"\"\"\n        return [e for e in self.entries if e.deadline > now]\n",
+    "auth/session.py": "def verify_session_cookie(cookie):\n    \"\"\"Verify the signature of a session cookie.\"\"\"\n    return check_signature(cookie)\n\n\ndef check_signature(value):\n    return True\n",
+    "auth/csrf.py": "def verify_csrf_token(request):\n    \"\"\"Verify the CSRF token of a POST request.\"\"\"\n    return request.token == request.cookie\n",
+}
+
+
+@pytest.fixture
+def ix(make_repo, tmp_path):
+    index = open_index(make_repo(FILES), tmp_path / "idx")
+    index.update()
+    return index
+
+
+def steps(events):
+    return [(e.step, e.status) for e in events]
+
+
+def test_event_order_and_statuses(ix):
+    events = list(AgenticRetriever(ix).stream("How is the CSRF token verified, and how is the session cookie verified?"))
+    seq = steps(events)
+    assert seq[:4] == [("SpeculativeRetrieval", "IN_PROGRESS"), ("SpeculativeRetrieval", "SUCCEEDED"),
+                       ("Planning", "IN_PROGRESS"), ("Planning", "SUCCEEDED")]
+    retrieval = [e for e in events if e.step == "Retrieval"]
+    assert [e.status for e in retrieval] == ["IN_PROGRESS", "SUCCEEDED"] * (len(retrieval) // 2)
+    assert {e.sub_query for e in retrieval} == {"How is the CSRF token verified", "how is the session cookie verified"}
+    assert seq[-3:] == [("FullDocumentExpansion", "IN_PROGRESS"), ("FullDocumentExpansion", "SUCCEEDED"),
+                        ("Result", "SUCCEEDED")]
+    result = events[-1].data["result"]
+    quals = [h.capsule.qualname for h in result.hits[:4]]
+    assert "verify_csrf_token" in quals and "verify_session_cookie" in quals
+
+
+def test_stops_early_when_sufficient(ix):
+    result = AgenticRetriever(ix, max_iterations=5).run(
+        "How is the CSRF token verified, and how is the session cookie verified?")
+    assert result.sufficient and result.iterations == 1
+
+
+class EndlessPlanner(OfflinePlanner):
+    def replan(self, question, uncovered, attempt):
+        return [SubQuery(f"{s.intent} variant {attempt}", s.intent) for s in uncovered]
+
+
+def test_iteration_cap(ix):
+    r = AgenticRetriever(ix, planner=EndlessPlanner(), max_iterations=3, threshold=1.01).run(
+        "How are cache entries evicted, and how do entries expire?")
+    assert r.iterations == 3 and not r.sufficient
+    with pytest.raises(ValueError):
+        AgenticRetriever(ix, max_iterations=11)
+
+
+def test_results_deduplicated_across_sub_queries(ix):
+    r = AgenticRetriever(ix).run("How does the cache evict the oldest entry, and how does the LRU cache evict entries?")
+    ids = [h.capsule.id for h in r.hits]
+    assert len(ids) == len(set(ids))
+    evict = next(h for h in r.hits if h.capsule.qualname == "LRUCache.evict_oldest")
+    assert len(evict.why["sub_queries"]) >= 2 and evict.score > 0
+
+
+def test_expansion_adds_class_of_a_method(ix):
+    method = ix.find("evict_oldest")[0]
+
+    def only_method(text, k):
+        return [Hit(method, 1.0, {"lexical": {"rank": 1}})]
+
+    r = AgenticRetriever(ix, search_fn=only_method).run("How are entries evicted, and how is the cache read?")
+    assert [h.capsule.qualname for h in r.hits] == ["LRUCache.evict_oldest", "LRUCache"]
+    assert r.hits[1].why["expansion"]["of"] == method.id
+    assert r.expanded == [r.hits[1].capsule.citation]
+
+
+def test_failing_sub_query_is_a_failed_event_and_result_is_partial(ix):
+    good = ix.find("verify_csrf_token")[0]
+
+    def flaky(text, k):
+        if "session" in text and "CSRF" not in text:
+            raise RuntimeError("backend went away")
+        return [Hit(good, 1.0, {})]
+
+    events = list(AgenticRetriever(ix, search_fn=flaky, max_iterations=2).stream(
+        "How is the CSRF token verified, and how is the session cookie verified?"))
+    failed = [e for e in events if e.status == "FAILED"]
+    assert failed and failed[0].step == "Retrieval" and "backend went away" in failed[0].message
+    assert events[-1].step == "Result" and events[-1].status == "SUCCEEDED"
+    result = events[-1].data["result"]
+    assert [h.capsule.qualname for h in result.hits] == ["verify_csrf_token"] and not result.sufficient
+
+
+def test_async_stream_yields_the_same_events(ix):
+    async def collect():
+        return [e async for e in AgenticRetriever(ix).astream("How do entries expire, and how is the CSRF token verified?")]
+
+    events = asyncio.run(collect())
+    assert events[0].step == "SpeculativeRetrieval" and events[-1].step == "Result"
+
+
+def test_llm_planner_uses_a_valid_plan():
+    plan = {"sub_queries": [{"query": "csrf token check", "intent": "csrf"}, {"query": "session cookie", "intent": "session"}]}
+    model = ScriptedModel([json.dumps(plan)])
+    planner = LLMPlanner(model)
+    subs = planner.plan("How are CSRF and sessions verified?")
+    assert [s.text for s in subs] == ["csrf token check", "session cookie"] and planner.last_error is None
+    assert model.calls, "the real Strands agent loop called the model"
+
+
+def test_malformed_llm_plan_falls_back_to_offline(ix):
+    planner = LLMPlanner(ScriptedModel(['{"sub_queries": "not a list"}']))
+    q = "How is the CSRF token verified, and how is the session cookie verified?"
+    assert [s.text for s in planner.plan(q)] == [s.text for s in OfflinePlanner().plan(q)]
+    assert planner.last_error.startswith("malformed plan")
+    events = list(AgenticRetriever(ix, planner=LLMPlanner(ScriptedModel(["sorry, no JSON today"]))).stream(q))
+    planning = [e for e in events if e.step == "Planning" and e.status == "SUCCEEDED"][0]
+    assert "offline plan" in planning.message
+
+
+def test_offline_planner_shapes():
+    p = OfflinePlanner()
+    assert [s.text for s in p.plan("Compare how the SQLite and PostgreSQL backends handle JSON fields and transactions")] == [
+        "SQLite backends handle JSON fields", "SQLite backends handle transactions",
+        "PostgreSQL backends handle JSON fields", "PostgreSQL backends handle transactions"]
+    assert [s.text for s in p.plan("Where does pytest collect test modules, and how does it rewrite assert statements?")] == [
+        "Where does pytest collect test modules", "how does it rewrite assert statements"]
+    assert [s.text for s in p.plan("How are passwords hashed with PBKDF2 compared to Argon2?")] == [
+        "How are passwords hashed with PBKDF2", "How are passwords hashed with Argon2"]
+    assert [s.anchors for s in p.plan("How does parse_http_date work, and where is cache_key built?")] == [
+        ["parse_http_date"], ["cache_key"]]
+
+
+def test_router():
+    assert route("compare how checkout and inventory roll back deployments").mode == "agentic"
+    assert route("Where are tests collected, and how are asserts rewritten?").mode == "agentic"
+    assert route("where is authentication handled?").mode == "standard"
+    assert route("parse_http_date").mode == "standard"
+    report = "Crash in QuerySet.only()\nTraceback (most recent call last):\n  File \"x.py\", line 1\nand how is it fixed?"
+    assert route(report).mode == "standard" and route(report).shape == "report"
+
+
+def test_evidence_score_counts_terms():
+    from repoctx.types import Capsule
+
+    c = Capsule(id="a#f", path="a.py", language="python", kind="function", name="verify_csrf_token",
+                qualname="verify_csrf_token", signature="def verify_csrf_token(request)", start_line=1, end_line=2,
+                text="", content_hash="x")
+    assert evidence_score(SubQuery("how is the csrf token verified", "how is the csrf token verified"), [Hit(c, 1.0, {})]) >= 0.6
+    assert evidence_score(SubQuery("cache eviction", "cache eviction"), [Hit(c, 1.0, {})]) == 0.0
