@@ -157,6 +157,35 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
             console.print(f"{i:>3}. {h.capsule.citation}  [dim]{h.score:.4f} {sig}[/]", highlight=False)
 
 
+@app.command()
+def context(query: str = typer.Argument(...),
+            repo: Path = typer.Option(Path("."), "--repo", "-r"),
+            task: Optional[str] = typer.Option(None, "--task", help="code_query | refactor | code_gen | search (default: classified)"),
+            budget: Optional[int] = typer.Option(None, "--budget", min=1, help="token budget"),
+            mode: str = typer.Option("standard", "--mode", help="auto | standard | agentic"),
+            as_json: bool = typer.Option(False, "--json")):
+    """Context for a task, compressed inside a token budget, with citations."""
+    from repoctx.retrieve.context import TASKS
+
+    if task is not None and task not in TASKS:
+        err.print(f"[red]error:[/] --task must be one of {', '.join(TASKS)}")
+        raise typer.Exit(2)
+    if mode not in ("auto", "standard", "agentic"):
+        err.print("[red]error:[/] --mode must be auto, standard or agentic")
+        raise typer.Exit(2)
+    ix = _open(repo)
+    if ix.store.meta("complete") != "1":
+        err.print(f"[red]error:[/] {ix.root} is not indexed: run `repoctx index {repo}`")
+        raise typer.Exit(1)
+    ctx = ix.context(query, task=task, budget=budget, mode=mode)
+    if as_json:
+        print(json.dumps(ctx.to_dict()))
+        return
+    print(ctx.text)
+    err.print(f"[dim]{ctx.task}: {ctx.tokens}/{ctx.budget} tokens, {len(ctx.citations)} cited, "
+              f"{len(ctx.left_out)} left out[/]", highlight=False)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

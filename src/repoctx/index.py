@@ -110,6 +110,21 @@ class Index:
             return decision, retriever.stream(query)
         return decision, self._standard_events(query, k, scope)
 
+    def context(self, query: str, task: str | None = None, budget: int | None = None, mode: str = "standard",
+                scope: Scope = EVERYTHING):
+        """Context compressed to the task (code_query, refactor, code_gen, search) inside a token budget.
+        With mode auto/agentic the hits come from the router / agentic loop."""
+        from repoctx.retrieve.context import build_context
+
+        hits = None
+        if mode != "standard":
+            _, events = self.retrieve(query, k=30, mode=mode, scope=scope)
+            for ev in events:
+                if ev.step == "Result":
+                    res = ev.data["result"]
+                    hits = res.hits if hasattr(res, "hits") else res
+        return build_context(self, query, task=task, budget=budget, scope=scope, hits=hits)
+
     def _standard_events(self, query: str, k: int, scope: Scope):
         from repoctx.types import TraceEvent
 

@@ -1,0 +1,127 @@
+"""Standard vs agentic retrieval on multi-part questions (bench/data/multipart.jsonl), at equal k.
+
+    python bench/agentic.py [--k 10] [--dense] [--json] [--limit N]
+
+For each question: standard retrieval of the whole question vs the agentic loop with the offline
+planner, both cut to the same k. An intent is covered when one of its gold `path:qualname`
+locations is among the top k (a def nested in a function counts as that function). Prints intent
+coverage, strict Acc@k (every intent covered), iterations used and latency; then the router's
+decision rate on these questions and on the single-intent SWE-bench dev questions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from repoctx.config import Settings
+from repoctx.corpus import load_rows
+from repoctx.evaluate import function_ranking, open_corpus_index
+from repoctx.retrieve.agentic import AgenticRetriever
+from repoctx.retrieve.router import route
+
+HERE = Path(__file__).resolve().parent
+SWE = HERE.parent.parent / "shared" / "eval" / "swebench_lite_dev.jsonl"
+
+
+def keys(hits, ix) -> list[str]:
+    """Ranked path:qualname keys for functions/methods, plus classes as themselves."""
+    out = []
+    for h in hits:
+        c = h.capsule
+        if c.kind == "class":
+            out.append(f"{c.path}:{c.qualname}")
+        else:
+            out.extend(function_ranking([h], ix))
+    return list(dict.fromkeys(out))
+
+
+def covered(ranked: list[str], intents: list[dict]) -> list[bool]:
+    top = set(ranked)
+    return [any(g in top for g in it["gold"]) for it in intents]
+
+
+def run(k: int, dense: bool, limit: int | None) -> dict:
+    rows = [json.loads(line) for line in (HERE / "data" / "multipart.jsonl").read_text().splitlines() if line.strip()]
+    rows = rows[:limit] if limit else rows
+    settings = Settings.from_env() if dense else replace(Settings.from_env(), embedder="none")
+    stats = {"standard": {"cov": [], "acc": [], "ms": []}, "agentic": {"cov": [], "acc": [], "ms": [], "iters": []}}
+    per_row = []
+    indexes = {}
+    for row in rows:
+        key = (row["corpus"]["pypi"], row["corpus"]["version"])
+        if key not in indexes:
+            ix = open_corpus_index({"corpus": row["corpus"], "instance_id": row["id"]}, False, settings)
+            ix.update()
+            indexes[key] = ix
+        ix = indexes[key]
+        t0 = time.perf_counter()
+        std_hits = ix.search(row["question"], k=k)
+        t1 = time.perf_counter()
+        result = AgenticRetriever(ix, k=k).run(row["question"])
+        t2 = time.perf_counter()
+        std_cov = covered(keys(std_hits[:k], ix)[:k], row["intents"])
+        ag_cov = covered(keys(result.hits, ix)[:k], row["intents"])
+        for name, cov, ms in (("standard", std_cov, t1 - t0), ("agentic", ag_cov, t2 - t1)):
+            stats[name]["cov"].extend(cov)
+            stats[name]["acc"].append(all(cov))
+            stats[name]["ms"].append(1000 * ms)
+        stats["agentic"]["iters"].append(result.iterations)
+        per_row.append({"id": row["id"], "intents": len(row["intents"]), "standard": sum(std_cov),
+                        "agentic": sum(ag_cov), "sub_queries": len(result.sub_queries), "iterations": result.iterations})
+        print(f"{row['id']}: intents {len(row['intents'])}, standard {sum(std_cov)}, agentic {sum(ag_cov)} "
+              f"({len(result.sub_queries)} sub-queries, {result.iterations} it)", file=sys.stderr)
+
+    def pct(xs):
+        return round(100 * sum(xs) / max(len(xs), 1), 1)
+
+    def p(xs, q):
+        xs = sorted(xs)
+        return round(xs[min(len(xs) - 1, int(q * len(xs)))], 1) if xs else None
+
+    swe = load_rows(SWE) if SWE.exists() else []
+    out = {"k": k, "dense": dense, "questions": len(rows), "intents": len(stats["standard"]["cov"])}
+    for name, s in stats.items():
+        out[name] = {"intent_coverage": pct(s["cov"]), f"acc@{k}": pct(s["acc"]), "p50_ms": p(s["ms"], 0.5),
+                     "p95_ms": p(s["ms"], 0.95)}
+    out["agentic"]["mean_iterations"] = round(statistics.mean(stats["agentic"]["iters"]), 2)
+    out["router"] = {
+        "multipart_to_agentic": pct([route(r["question"]).mode == "agentic" for r in rows]),
+        "swebench_to_standard": pct([route(r["query"]).mode == "standard" for r in swe]) if swe else None,
+        "swebench_n": len(swe)}
+    out["rows"] = per_row
+    return out
+
+
+def table(r: dict) -> str:
+    k = r["k"]
+    lines = [f"Multi-part questions: {r['questions']} questions, {r['intents']} intents, k={k}, "
+             f"{'hybrid with dense' if r['dense'] else 'lexical + exact + graph (no dense)'}", "",
+             f"| path | intent coverage | strict Acc@{k} | iterations | p50 ms | p95 ms |", "|---|---|---|---|---|---|"]
+    for name in ("standard", "agentic"):
+        s = r[name]
+        lines.append(f"| {name} | {s['intent_coverage']} | {s[f'acc@{k}']} | {s.get('mean_iterations', '-')} | "
+                     f"{s['p50_ms']} | {s['p95_ms']} |")
+    rt = r["router"]
+    lines += ["", f"Router: {rt['multipart_to_agentic']} % of the multi-part questions go agentic; "
+              f"{rt['swebench_to_standard']} % of {rt['swebench_n']} SWE-bench dev questions stay standard."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--dense", action="store_true", help="use the embedded dense model too (embeds the corpora)")
+    ap.add_argument("--limit", type=int)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    r = run(a.k, a.dense, a.limit)
+    print(json.dumps(r) if a.json else table(r))
+
+
+if __name__ == "__main__":
+    main()
