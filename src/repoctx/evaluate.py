@@ -64,8 +64,13 @@ def _seed_from(release_dir: Path, target: Path) -> None:
 def open_corpus_index(row: dict, windows: bool, settings: Settings) -> Index:
     tree = materialize(row)
     idx_dir = _index_dir(tree, windows)
-    if tree.parent.name == "reverted":
-        release = materialize({k: v for k, v in row.items() if k != "revert_patch"} | {"corpus": row["corpus"]})
+    if tree.parent.name == "reverted" and not idx_dir.exists():
+        # index the release once, then each reverted tree starts from it and re-parses only the patched files
+        release = materialize({k: v for k, v in row.items() if k != "revert_patch"})
+        rel = Index(release, replace(settings, index_dir=_index_dir(release, windows),
+                                     parse_mode="windows" if windows else "capsules"))
+        rel.update(embed=False)
+        rel.close()
         _seed_from(_index_dir(release, windows), idx_dir)
     return Index(tree, replace(settings, index_dir=idx_dir, parse_mode="windows" if windows else "capsules"))
 
