@@ -86,8 +86,10 @@ def test_expansion_adds_class_of_a_method(ix):
 def test_failing_sub_query_is_a_failed_event_and_result_is_partial(ix):
     good = ix.find("verify_csrf_token")[0]
 
+    question = "How is the CSRF token verified, and how is the session cookie verified?"
+
     def flaky(text, k):
-        if "session" in text and "CSRF" not in text:
+        if "session" in text and text != question:
             raise RuntimeError("backend went away")
         return [Hit(good, 1.0, {})]
 

@@ -23,6 +23,7 @@ from repoctx.graph import Cand, Resolver, SrcInfo, class_of, contains_edges, res
 from repoctx.ingest.walk import SourceFile, WalkReport, load_text, walk
 from repoctx.store.base import FileRecord
 from repoctx.store.sqlite import SQLiteStore
+from repoctx.tokens import TOKENIZER_VERSION
 from repoctx.types import Ref
 
 ProgressFn = Callable[[dict], None]
@@ -141,6 +142,11 @@ def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: P
     files = list(walk(root, settings, walk_report))
     report.files_seen = len(files)
     stored = store.files()
+    if stored and store.meta("tokenizer") != TOKENIZER_VERSION:
+        stored = {}  # the lexical index was built with other tokens: rebuild it whole (in this transaction)
+        rebuild = True
+    else:
+        rebuild = False
     seen_paths = {f.path for f in files}
     to_parse: list[tuple[SourceFile, bytes, str]] = []
     touched: list[SourceFile] = []
@@ -207,6 +213,8 @@ def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: P
 
     store.begin()
     try:
+        if rebuild:
+            store.clear()
         for path in deleted:
             store.delete_file(path)
         report.deleted = deleted
@@ -293,6 +301,7 @@ def _write_meta(store: SQLiteStore, report: UpdateReport) -> None:
     store.set_meta("git_head", report.git_head or "")
     store.set_meta("git_dirty", "" if report.git_dirty is None else str(int(report.git_dirty)))
     store.set_meta("complete", "1")
+    store.set_meta("tokenizer", TOKENIZER_VERSION)
     store.set_meta("generation", str(int(store.meta("generation") or 0) + (1 if report.changed else 0)))
 
 

@@ -566,3 +566,18 @@ def _count_errors(root: Node) -> int:
             stack.extend(n.children)
     del cursor
     return count
+
+
+def own_text(capsule: Capsule, children: list[Capsule]) -> str:
+    """A class's own words for the lexical index: its text with member bodies elided (their first
+    lines kept), so a class is found for what it says, not for everything its methods say."""
+    if not children:
+        return capsule.text
+    lines = capsule.text.split("\n")
+    drop = [False] * len(lines)
+    for ch in children:
+        for ln in range(ch.start_line + 1, ch.end_line + 1):
+            i = ln - capsule.start_line
+            if 0 <= i < len(lines):
+                drop[i] = True
+    return "\n".join(ln for ln, d in zip(lines, drop) if not d)

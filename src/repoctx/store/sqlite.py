@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable
 
+from repoctx.capsules.parse import own_text
 from repoctx.graph import Cand, ref_key
 from repoctx.store.base import EVERYTHING, FileRecord, Scope
 from repoctx.tokens import fts_text
@@ -89,17 +90,26 @@ class SQLiteStore:
         self.db.execute("INSERT INTO files VALUES(?,?,?,?,?,?,?,?,?)",
                         (rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
                          json.dumps(rec.imports), rec.method, rec.note))
+        children: dict[str, list[Capsule]] = {}
+        for c in capsules:
+            if c.parent:
+                children.setdefault(c.parent, []).append(c)
         for c in capsules:
             cur = self.db.execute(
                 f"INSERT INTO capsules({_COLS}, module) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (c.id, c.repo or self.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature,
                  json.dumps(c.params), c.returns, c.docstring, json.dumps(c.decorators), c.start_line, c.end_line,
                  c.text, c.content_hash, c.parent, rec.module))
-            body = c.text if c.kind not in ("module",) or len(c.text) < 200_000 else c.text[:200_000]
+            body = own_text(c, children.get(c.id, [])) if c.kind == "class" else c.text
+            body = body[:200_000]
             self.db.execute("INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) "
                             "VALUES(?,?,?,?,?,?,?)",
                             (cur.lastrowid, fts_text(c.name), fts_text(c.qualname), fts_text(c.path),
                              fts_text(c.signature), fts_text(c.docstring), fts_text(body)))
+
+    def clear(self) -> None:
+        for table in ("fts", "capsules", "edges", "files"):
+            self.db.execute(f"DELETE FROM {table}")
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
         self.db.execute("UPDATE files SET size=?, mtime_ns=? WHERE path=?", (size, mtime_ns, path))
