@@ -374,6 +374,12 @@ def get_embedder(spec: str | None = None, **options: Any) -> Embeddings:
     rest = rest.strip()
 
     if provider == "local":
+        name, _, length = rest.partition(":")  # local:minilm:128 sets max_length
+        if length:
+            if not length.isdigit():
+                raise ValueError(f"spec {spec!r}: max length must be a number of tokens")
+            options.setdefault("max_length", int(length))
+            rest = name
         if rest.lower() not in _LOCAL_ALIASES:
             raise ValueError(f"unknown local model {rest!r} in spec {spec!r}; use 'local' or 'local:minilm'")
         return LocalMiniLM(**options)

@@ -2,20 +2,12 @@
 and dots, lower-cased. Used on documents and queries alike so both sides agree."""
 from __future__ import annotations
 
-import os
 import re
-from functools import lru_cache
 
-import snowballstemmer
-
-STEM = os.environ.get("REPOCTX_STEM", "1") == "1"
-TOKENIZER_VERSION = "2-stem" if STEM else "1"
-_stemmer = snowballstemmer.stemmer("english")
-
-
-@lru_cache(maxsize=200_000)
-def stem(word: str) -> str:
-    return _stemmer.stemWord(word) if STEM and word.isalpha() and len(word) > 3 else word
+# Bumped whenever the tokens change: an index built with other tokens is rebuilt whole.
+# (Snowball stemming was tried and measured worse on the SWE-bench dev split: file Acc@5 75.9 → 70.7
+# on the Django rows; so tokens are not stemmed.)
+TOKENIZER_VERSION = "1"
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+[A-Za-z_][A-Za-z0-9_]*")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z0-9])|[A-Z]?[a-z0-9]+|[A-Z]+")
@@ -44,14 +36,14 @@ def code_tokens(text: str, keep_stopwords: bool = True) -> list[str]:
         word = m.group(0)
         low = word.lower()
         if len(low) > 1 and (keep_stopwords or low not in STOPWORDS):
-            append(stem(low))
+            append(low)
         if "_" in word or (not word.islower() and not word.isupper()):
             parts = split_identifier(word)
             if len(parts) > 1:
                 for p in parts:
                     lp = p.lower()
                     if len(lp) > 1 and lp != low and (keep_stopwords or lp not in STOPWORDS):
-                        append(stem(lp))
+                        append(lp)
     return out
 
 
