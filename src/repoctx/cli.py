@@ -199,7 +199,7 @@ def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval 
              limit: Optional[int] = typer.Option(None, "--limit", min=1),
              as_json: bool = typer.Option(False, "--json"),
              ablation: bool = typer.Option(False, "--ablation", help="Compare baseline, capsules+dense, BM25, hybrid, hybrid+graph."),
-             config: Optional[str] = typer.Option(None, "--config", help="One config by name."),
+             config: Optional[str] = typer.Option(None, "--config", help="Configs by name, comma-separated."),
              repo: list[str] = typer.Option([], "--repo", help="Only rows of this GitHub repo (repeatable)."),
              quiet: bool = typer.Option(False, "-q", "--quiet")):
     """Localization quality on real issues: Acc@k, Recall@k and MRR at file and function level."""
@@ -208,10 +208,12 @@ def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval 
     if not dataset.is_file():
         err.print(f"[red]error:[/] no such dataset: {dataset}")
         raise typer.Exit(2)
-    if config and config not in CONFIGS:
-        err.print(f"[red]error:[/] unknown config {config!r}; one of {', '.join(CONFIGS)}")
+    chosen = tuple(c.strip() for c in config.split(",")) if config else ()
+    unknown = [c for c in chosen if c not in CONFIGS]
+    if unknown:
+        err.print(f"[red]error:[/] unknown config {unknown[0]!r}; one of {', '.join(CONFIGS)}")
         raise typer.Exit(2)
-    configs = ABLATION if ablation else ((config,) if config else (DEFAULT,))
+    configs = ABLATION if ablation else (chosen or (DEFAULT,))
     results = evaluate(dataset, limit, configs, progress=None if quiet else (lambda s: err.print(s, highlight=False)),
                        repos=tuple(repo))
     if as_json:

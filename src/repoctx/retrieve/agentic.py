@@ -87,7 +87,7 @@ class AgenticRetriever:
     def stream(self, query: str) -> Iterator[TraceEvent]:
         """Yield trace events as they happen; the last one is Result with data["result"]."""
         t0 = time.perf_counter()
-        lanes: list[tuple[str, list[Hit]]] = []
+        lanes: list[tuple[str, list[Hit]]] = []  # every search made: (sub-query, hits)
         found_by: dict[str, list[str]] = {}
 
         def record(label: str, hits: list[Hit]) -> None:
@@ -154,7 +154,12 @@ class AgenticRetriever:
                                  data={"sub_queries": [s.text for s in pending]})
         sufficient = all(coverage.get(s.intent, 0.0) >= self.threshold for s in subs)
 
-        merged = self._merge(lanes, found_by)
+        # one lane per intent (its best-evidence search first), after the whole question's own lane
+        intent_lanes = [lanes[0]] if lanes and lanes[0][0] == query else []
+        for s in subs:
+            if s.intent in best_for:
+                intent_lanes.append((s.intent, best_for[s.intent]))
+        merged = self._merge(intent_lanes, found_by)
         expanded: list[str] = []
         yield TraceEvent("FullDocumentExpansion", IN_PROGRESS, "adding the context fragments need")
         try:
@@ -191,8 +196,9 @@ class AgenticRetriever:
 
     # ---- helpers
     def _merge(self, lanes: list[tuple[str, list[Hit]]], found_by: dict[str, list[str]]) -> list[Hit]:
-        """Round-robin over the lanes (whole question first, then each sub-query) so every intent gets
-        places in the top k; duplicates keep their best score and every sub-query that found them."""
+        """Round-robin over the lanes (whole question first, then each intent's best search) so every
+        intent gets places in the top k; duplicates keep their best score and every sub-query that
+        found them."""
         best: dict[str, Hit] = {}
         for _, hits in lanes:
             for h in hits:

@@ -27,11 +27,15 @@ class SearchOptions:
     lexical: bool = True
     dense: bool = True
     exact: bool = True
+    # first: named identifiers/paths rank above everything; rrf: one more ranked signal; auto: first for a
+    # query that is only names/paths, rrf for prose (issue texts mention many names: "first" measured
+    # file Acc@5 79.3 vs 84.5 for rrf on the SWE-bench Django rows)
+    exact_mode: str = "auto"
     graph: bool = True
     pool: int = 200  # candidates taken from each ranked signal
     max_terms: int = 48  # query terms kept for BM25 (rarest first)
     graph_seeds: int = 5
-    graph_decay: float = 0.5
+    graph_decay: float = 0.1  # 0.5 measured harmful (neighbours crowd out direct hits); 0.1 is neutral
     demote_tests: bool = True
     file_agg: str = "max"  # max | sum | rrf
     kinds: tuple[str, ...] = ()
@@ -78,6 +82,17 @@ def exact_hits(store, query: str, scope: Scope) -> list[tuple[str, float, str]]:
     return sorted(((cid, s, w) for cid, (s, w) in out.items()), key=lambda x: -x[1])
 
 
+def names_only(query: str) -> bool:
+    """A query made of identifiers and paths only (at most a few words), e.g. ``parse_http_date`` or
+    ``QuerySet.only django/db/models/query.py``."""
+    words = query.split()
+    if not words or len(words) > 4:
+        return False
+    m = mentions(query)
+    named = set(m.identifiers) | set(m.dotted) | set(m.paths)
+    return all(w.strip("`'\"(),:") in named or any(w.strip("`'\"(),:").startswith(n) for n in named) for w in words)
+
+
 def is_test_path(path: str) -> bool:
     return bool(_TEST_PATH.search(path))
 
@@ -100,9 +115,14 @@ def search(store, query: str, opts: SearchOptions | None = None, dense_index: De
         add_rank("dense", dense_index.search(query, opts.pool, scope), opts.weights.get("dense", 1.0))
     exact: dict[str, float] = {}
     if opts.exact:
-        for rank, (cid, spec, matched) in enumerate(exact_hits(store, query, scope), 1):
-            exact[cid] = spec
+        found = exact_hits(store, query, scope)
+        mode = opts.exact_mode if opts.exact_mode != "auto" else ("first" if names_only(query) else "rrf")
+        for rank, (cid, spec, matched) in enumerate(found, 1):
             why.setdefault(cid, {})["exact"] = {"rank": rank, "matched": matched}
+            if mode == "first":
+                exact[cid] = spec
+            else:
+                fused[cid] = fused.get(cid, 0.0) + opts.weights.get("exact", 1.0) / (RRF_K + rank)
 
     ids = list(dict.fromkeys(list(exact) + sorted(fused, key=lambda c: -fused[c])[: opts.pool]))
     caps = {c.id: c for c in store.capsules(ids, scope)}

@@ -47,4 +47,7 @@ def mentions(query: str) -> Mentions:
             idents.append(w)
     for d in dotted:
         idents.append(d.rsplit(".", 1)[-1])
+    bare = query.strip().strip("`'\"").rstrip("()")
+    if re.fullmatch(r"[A-Za-z_]\w*", bare):  # a one-word query names a symbol, whatever its case
+        idents.insert(0, bare)
     return Mentions(list(dict.fromkeys(idents)), list(dict.fromkeys(dotted)), paths)
