@@ -16,14 +16,14 @@ from repoctx.vectors import DenseRetriever, EmbedReport, FaissIndex, VectorCache
 class Index:
     """An index of one repository. ``Index(path).update()`` builds or refreshes it; ``search`` reads it."""
 
-    def __init__(self, root: str | Path, settings: Settings | None = None):
+    def __init__(self, root: str | Path, settings: Settings | None = None, embedder=None):
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise FileNotFoundError(f"not a directory: {root}")
         self.settings = settings or Settings.from_env()
         self.index_dir = self.settings.index_dir_for(self.root)
         self.store = SQLiteStore(self.index_dir / "index.sqlite", repo=self.root.name)
-        self._embedder = None
+        self._embedder = embedder  # any object with encode(texts) -> array, model_id and dim
         self._dense = None
         self._bg: threading.Thread | None = None
         self.last_embed: EmbedReport | None = None
@@ -46,6 +46,8 @@ class Index:
 
     @property
     def embedder(self):
+        if self._embedder is not None:
+            return self._embedder
         if self.settings.embedder in ("none", "", None):
             return None
         if self._embedder is None:

@@ -1,0 +1,109 @@
+import hashlib
+
+import numpy as np
+
+from repoctx import Index, Settings
+from repoctx.retrieve.hybrid import SearchOptions
+from repoctx.tokens import code_tokens
+from tests.conftest import write_tree
+
+
+class HashEmbedder:
+    """Deterministic bag-of-tokens vectors; counts what it embeds."""
+
+    def __init__(self, dim=16, name="hash"):
+        self.dim = dim
+        self.model_id = f"{name}:{dim}"
+        self.embedded = 0
+
+    def encode(self, texts):
+        self.embedded += len(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for tok in code_tokens(t):
+                out[i, int(hashlib.md5(tok.encode()).hexdigest(), 16) % self.dim] += 1.0
+            out[i] /= max(np.linalg.norm(out[i]), 1e-9)
+        return out
+
+
+FILES = {
+    "billing/invoice.py": "def render_invoice(order):\n    \"\"\"Render an invoice as PDF.\"\"\"\n    return pdf(order)\n\n\ndef pdf(x):\n    return x\n",
+    "auth/login.py": "def authenticate_user(username, password):\n    \"\"\"Check the password.\"\"\"\n    return True\n",
+    "auth/tokens.py": "def make_token(user):\n    return str(user)\n",
+}
+
+
+def make(tmp_path, embedder, name="idx", files=FILES):
+    root = tmp_path / "repo"
+    if not root.exists():
+        write_tree(root, files)
+    return Index(root, Settings(index_dir=tmp_path / name, vector_cache=tmp_path / "vectors.sqlite"), embedder=embedder)
+
+
+def test_content_hash_cache_never_embeds_twice(tmp_path):
+    first = HashEmbedder()
+    ix = make(tmp_path, first, "a")
+    ix.update()
+    assert first.embedded == ix.last_embed.total > 0 and ix.last_embed.cached == 0
+    second = HashEmbedder()
+    ix2 = make(tmp_path, second, "b")  # another index of the same code, same cache
+    ix2.update()
+    assert second.embedded == 0 and ix2.last_embed.cached == ix2.last_embed.total
+    # an edit embeds only what changed
+    (tmp_path / "repo/auth/tokens.py").write_text("def make_token(user):\n    return 'v2' + str(user)\n")
+    ix2.update()
+    assert second.embedded == 1  # only the edited function (its module's own text is unchanged)
+    assert ix2.dense_index() is not None
+
+
+def test_model_or_dimension_change_reembeds_with_a_message(tmp_path):
+    ix = make(tmp_path, HashEmbedder(8, "m1"))
+    ix.update()
+    assert ix.vectors_status()["indexed_model"] == "m1:8"
+    ix2 = make(tmp_path, HashEmbedder(16, "m2"))
+    assert ix2.dense_index() is None  # a 8-d index is never queried with a 16-d vector
+    assert not ix2.vectors_status()["current"]
+    ix2.update()
+    assert ix2.last_embed.model_changed_from == "m1:8"
+    assert ix2.vectors_status()["indexed_model"] == "m2:16"
+    assert ix2.search("render invoice pdf", k=3)[0].capsule.qualname == "render_invoice"
+
+
+def test_fusion_order_and_why(tmp_path):
+    ix = make(tmp_path, HashEmbedder(64))
+    ix.update()
+    hits = ix.search("render invoice pdf", k=5)
+    top = hits[0]
+    assert top.capsule.qualname == "render_invoice"
+    assert top.why["lexical"]["rank"] >= 1 and top.why["dense"]["rank"] >= 1
+    both = [h for h in hits if "lexical" in h.why and "dense" in h.why]
+    one = [h for h in hits if ("lexical" in h.why) != ("dense" in h.why) and "graph" not in h.why]
+    if one:  # found by both signals outranks found by one at equal ranks
+        assert min(h.score for h in both) >= 0 and both[0].score >= max(h.score for h in one)
+    # a query that only names a symbol puts the exact match first, and says so
+    named = ix.search("make_token", k=3)
+    assert named[0].capsule.qualname == "make_token" and "exact" in named[0].why
+    # lexical only, dense only
+    lex = ix.search("render invoice", options=SearchOptions(dense=False, exact=False))
+    assert all("dense" not in h.why for h in lex)
+    dense = ix.search("render invoice", options=SearchOptions(lexical=False, exact=False, graph=False))
+    assert dense and all(set(h.why) <= {"dense", "test_demoted"} for h in dense)
+
+
+def test_background_fill_lexical_answers_meanwhile(tmp_path):
+    ix = make(tmp_path, HashEmbedder())
+    ix.update(background=True)
+    assert ix.search("authenticate_user")[0].capsule.qualname == "authenticate_user"
+    ix.wait_vectors(30)
+    assert ix.dense_index() is not None
+
+
+def test_local_model_finds_meaning_without_shared_words(tmp_path):
+    root = write_tree(tmp_path / "repo2", {
+        "a.py": "def load_settings(path):\n    import json\n    with open(path) as f:\n        return json.load(f)\n",
+        "b.py": "def primes(n):\n    return [p for p in range(2, n) if all(p % d for d in range(2, p))]\n",
+    })
+    ix = Index(root, Settings(index_dir=tmp_path / "i2", vector_cache=tmp_path / "v2.sqlite", embedder="local:minilm:128"))
+    ix.update()
+    hits = ix.search("read the configuration file", options=SearchOptions(lexical=False, exact=False, graph=False))
+    assert hits[0].capsule.qualname == "load_settings"
