@@ -62,8 +62,11 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
     except IndexBusy as e:
         err.print(f"[red]error:[/] {e}")
         raise typer.Exit(3)
+    emb = ix.last_embed
     if as_json:
-        print(json.dumps(report.to_dict()))
+        out = report.to_dict()
+        out["vectors"] = emb.to_dict() if emb else ix.vectors_status()
+        print(json.dumps(out))
         return
     counts = ix.store.counts()
     problems = len(report.skipped) + len(report.invalid_utf8) + len(report.syntax_errors)
@@ -72,6 +75,12 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
         f"modified, {len(report.deleted)} deleted), {counts['capsules']} capsules, {counts['edges']} edges "
         f"in {report.seconds:.2f}s; {problems} reported (skipped {len(report.skipped)}, invalid UTF-8 "
         f"{len(report.invalid_utf8)}, syntax errors {len(report.syntax_errors)}, redacted {len(report.redacted)})")
+    if emb is not None:
+        if emb.model_changed_from:
+            console.print(f"embedding model changed from {emb.model_changed_from} to {emb.model}: "
+                          f"re-embedded the index", highlight=False)
+        console.print(f"vectors: {emb.total} capsules, {emb.embedded} embedded, {emb.cached} from cache "
+                      f"in {emb.seconds:.1f}s ({emb.model})", highlight=False)
     if verbose:
         for path, reason in report.skipped:
             console.print(f"  skipped {path}: {reason}")
@@ -99,6 +108,11 @@ def status(repo: Path = typer.Argument(Path(".")), as_json: bool = typer.Option(
     for key in ("added", "modified", "deleted"):
         for p in st[key]:
             console.print(f"  {key}: {p}")
+    v = st["vectors"]
+    if v["enabled"]:
+        state = "current" if v["current"] else (f"built with {v['indexed_model']}, run `repoctx index`"
+                                                 if v["indexed_model"] else "not built yet")
+        console.print(f"vectors: {v['count']} ({v['model']}): {state}", highlight=False)
 
 
 @app.command()
