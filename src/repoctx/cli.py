@@ -16,8 +16,8 @@ from repoctx.index import Index
 from repoctx.indexer import IndexBusy
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="The whole repository as context.")
-console = Console()
-err = Console(stderr=True)
+console = Console(soft_wrap=True)  # citations and errors stay on one line
+err = Console(stderr=True, soft_wrap=True)
 
 
 def _open(repo: Path) -> Index:
@@ -26,6 +26,20 @@ def _open(repo: Path) -> Index:
     except (FileNotFoundError, ConfigError) as e:
         err.print(f"[red]error:[/] {e}")
         raise typer.Exit(2)
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in ("auto", "standard", "agentic"):
+        err.print("[red]error:[/] --mode must be auto, standard or agentic")
+        raise typer.Exit(2)
+
+
+def _open_indexed(repo: Path) -> Index:
+    ix = _open(repo)
+    if ix.store.meta("complete") != "1":
+        err.print(f"[red]error:[/] {ix.root} is not indexed: run `repoctx index {repo}`")
+        raise typer.Exit(1)
+    return ix
 
 
 def _run_update(ix: Index, as_json: bool):
@@ -127,13 +141,8 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
     if level not in ("symbol", "file"):
         err.print("[red]error:[/] --level must be symbol or file")
         raise typer.Exit(2)
-    if mode not in ("auto", "standard", "agentic"):
-        err.print("[red]error:[/] --mode must be auto, standard or agentic")
-        raise typer.Exit(2)
-    ix = _open(repo)
-    if ix.store.meta("complete") != "1":
-        err.print(f"[red]error:[/] {ix.root} is not indexed: run `repoctx index {repo}`")
-        raise typer.Exit(1)
+    _check_mode(mode)
+    ix = _open_indexed(repo)
     route = None
     if mode == "standard" and level == "file":
         hits = ix.search(query, k=k, level="file")
@@ -184,13 +193,8 @@ def context(query: str = typer.Argument(...),
     if task is not None and task not in TASKS:
         err.print(f"[red]error:[/] --task must be one of {', '.join(TASKS)}")
         raise typer.Exit(2)
-    if mode not in ("auto", "standard", "agentic"):
-        err.print("[red]error:[/] --mode must be auto, standard or agentic")
-        raise typer.Exit(2)
-    ix = _open(repo)
-    if ix.store.meta("complete") != "1":
-        err.print(f"[red]error:[/] {ix.root} is not indexed: run `repoctx index {repo}`")
-        raise typer.Exit(1)
+    _check_mode(mode)
+    ix = _open_indexed(repo)
     ctx = ix.context(query, task=task, budget=budget, mode=mode)
     if as_json:
         print(json.dumps(ctx.to_dict()))
