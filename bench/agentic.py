@@ -45,8 +45,10 @@ def covered(ranked: list[str], intents: list[dict]) -> list[bool]:
     return [any(g in top for g in it["gold"]) for it in intents]
 
 
-def run(k: int, dense: bool, limit: int | None) -> dict:
+def run(k: int, dense: bool, limit: int | None, corpus: str | None = None) -> dict:
     rows = [json.loads(line) for line in (HERE / "data" / "multipart.jsonl").read_text().splitlines() if line.strip()]
+    if corpus:
+        rows = [r for r in rows if r["corpus"]["pypi"].lower() == corpus.lower()]
     rows = rows[:limit] if limit else rows
     settings = Settings.from_env() if dense else replace(Settings.from_env(), embedder="none")
     stats = {"standard": {"cov": [], "acc": [], "ms": []}, "agentic": {"cov": [], "acc": [], "ms": [], "iters": []}}
@@ -117,9 +119,10 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--dense", action="store_true", help="use the embedded dense model too (embeds the corpora)")
     ap.add_argument("--limit", type=int)
+    ap.add_argument("--corpus", help="only questions over this PyPI project (Django, sympy, pytest)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    r = run(a.k, a.dense, a.limit)
+    r = run(a.k, a.dense, a.limit, a.corpus)
     print(json.dumps(r) if a.json else table(r))
 
 

@@ -134,7 +134,7 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
            repo: Path = typer.Option(Path("."), "--repo", "-r"),
            k: int = typer.Option(10, "-k", min=1, max=200),
            level: str = typer.Option("symbol", "--level", help="symbol | file"),
-           mode: str = typer.Option("standard", "--mode", help="auto | standard | agentic (multi-part questions)"),
+           mode: str = typer.Option("auto", "--mode", help="auto (router decides) | standard | agentic (multi-part questions)"),
            trace: bool = typer.Option(False, "--trace", help="Print the agentic trace live."),
            as_json: bool = typer.Option(False, "--json")):
     """Search the index: exact identifiers and paths first, then ranked matches."""
@@ -185,7 +185,7 @@ def context(query: str = typer.Argument(...),
             repo: Path = typer.Option(Path("."), "--repo", "-r"),
             task: Optional[str] = typer.Option(None, "--task", help="code_query | refactor | code_gen | search (default: classified)"),
             budget: Optional[int] = typer.Option(None, "--budget", min=1, help="token budget"),
-            mode: str = typer.Option("standard", "--mode", help="auto | standard | agentic"),
+            mode: str = typer.Option("auto", "--mode", help="auto (router decides) | standard | agentic"),
             as_json: bool = typer.Option(False, "--json")):
     """Context for a task, compressed inside a token budget, with citations."""
     from repoctx.retrieve.context import TASKS
