@@ -40,9 +40,9 @@ def test_lazy_and_identity():
     assert isinstance(m, Embeddings)
     assert not m.loaded  # constructing costs nothing
     assert m.dim == 384 and not m.loaded
-    assert m.model_id == "local:minilm-l6-v2-int8:256"
-    assert LocalMiniLM(max_length=128).model_id == "local:minilm-l6-v2-int8:128"
-    assert LocalMiniLM(max_length=128).model_id != m.model_id
+    assert m.model_id == "local:minilm-l6-v2-int8:128"  # the default, chosen by measurement
+    assert LocalMiniLM(max_length=256).model_id == "local:minilm-l6-v2-int8:256"
+    assert LocalMiniLM(max_length=256).model_id != m.model_id
     with pytest.raises(ValueError):
         LocalMiniLM(max_length=4096)
 
