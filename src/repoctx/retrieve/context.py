@@ -316,14 +316,18 @@ def _target(packer: _Packer, hits: list[Hit], reader: GraphReader) -> tuple[Caps
     return top, []
 
 
+def _add_unseen(packer: _Packer, caps: list[Capsule], shown: set[str], piece, section: str) -> None:
+    for c in caps:
+        if c.id not in shown:
+            shown.add(c.id)
+            packer.add(piece(c), [c.citation], section=section)
+
+
 def _assemble_code_query(packer: _Packer, hits: list[Hit], reader: GraphReader) -> None:
     target, members = _target(packer, hits, reader)
     own = {target.id} | {m.id for m in members}
     shown = set(own)
-    for c in reader.callees(list(own)):
-        if c.id not in shown:
-            shown.add(c.id)
-            packer.add(_signature_piece(c), [c.citation], section="Callees (signatures)")
+    _add_unseen(packer, reader.callees(list(own)), shown, _signature_piece, "Callees (signatures)")
     related = [c for c in _code_hits(hits) if c.id not in shown and c.parent not in own][:MAX_RELATED]
     for c in related:
         packer.add(_signature_piece(c), [c.citation], section="Related (signatures)")
@@ -333,14 +337,8 @@ def _assemble_refactor(packer: _Packer, hits: list[Hit], reader: GraphReader) ->
     target, members = _target(packer, hits, reader)
     own = {target.id} | {m.id for m in members}
     shown = set(own)
-    for c in reader.callers(list(own)):
-        if c.id not in shown:
-            shown.add(c.id)
-            packer.add(_signature_piece(c), [c.citation], section="Callers (signatures)")
-    for c in reader.callees(list(own)):
-        if c.id not in shown:
-            shown.add(c.id)
-            packer.add(_whole_piece(c), [c.citation], section="Callees (bodies)")
+    _add_unseen(packer, reader.callers(list(own)), shown, _signature_piece, "Callers (signatures)")
+    _add_unseen(packer, reader.callees(list(own)), shown, _whole_piece, "Callees (bodies)")
 
 
 def _layout_lines(paths: list[str], dirs: list[str], hit_files: set[str]) -> list[str]:
