@@ -2,7 +2,6 @@
 corpus (cached, reused between rows), ask the issue text, and score ranked files and functions."""
 from __future__ import annotations
 
-import shutil
 import sqlite3
 import time
 from dataclasses import dataclass, field, replace

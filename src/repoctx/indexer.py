@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import subprocess
 import time

@@ -15,7 +15,7 @@ from typing import AsyncIterator, Callable, Iterator
 from repoctx.retrieve.hybrid import RRF_K, SearchOptions, search
 from repoctx.retrieve.planner import OfflinePlanner, Planner, SubQuery
 from repoctx.store.base import EVERYTHING, Scope
-from repoctx.tokens import STOPWORDS, code_tokens
+from repoctx.tokens import code_tokens
 from repoctx.types import Capsule, Hit, TraceEvent
 
 GENERIC = frozenset("how does do what where which when why handle handled work works done turn turned each one "

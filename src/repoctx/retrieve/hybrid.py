@@ -9,7 +9,7 @@ from typing import Protocol
 
 from repoctx.retrieve.query import mentions
 from repoctx.store.base import EVERYTHING, Scope
-from repoctx.tokens import STOPWORDS, code_tokens
+from repoctx.tokens import code_tokens
 from repoctx.types import Capsule, FileHit, Hit
 
 RRF_K = 60
