@@ -107,3 +107,17 @@ def test_local_model_finds_meaning_without_shared_words(tmp_path):
     ix.update()
     hits = ix.search("read the configuration file", options=SearchOptions(lexical=False, exact=False, graph=False))
     assert hits[0].capsule.qualname == "load_settings"
+
+
+def test_large_indexes_use_hnsw_and_still_find_the_nearest(tmp_path):
+    from repoctx.vectors import FaissIndex
+
+    rng = np.random.default_rng(0)
+    m = rng.normal(size=(500, 32)).astype(np.float32)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    fx = FaissIndex(tmp_path)
+    fx.write("x:32", 32, [f"c{i}" for i in range(500)], m, hnsw_min=100)
+    import faiss
+
+    assert isinstance(faiss.read_index(str(tmp_path / fx.meta()["faiss"])), faiss.IndexHNSWFlat)
+    assert fx.search_vector(m[123], 1)[0][0] == "c123"
