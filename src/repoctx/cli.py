@@ -147,7 +147,7 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
     if mode == "standard" and level == "file":
         hits = ix.search(query, k=k, level="file")
     else:
-        route, events = ix.retrieve(query, k=k, mode=mode)
+        route, events = ix.retrieve(query, k=k * 5 if level == "file" else k, mode=mode)  # files need a deeper pool
         if trace and not as_json:
             err.print(f"[bold]route[/]: {route.mode} ({route.reason})", highlight=False)
         result = None
