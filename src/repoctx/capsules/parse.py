@@ -125,7 +125,7 @@ def _callee(node: Node, spec: LangSpec, src: bytes) -> str | None:
     raw = raw.replace("->", ".").replace("::", ".").replace("?.", ".").replace("\\", ".").replace("$", "")
     raw = raw.rstrip("!")
     if re.fullmatch(r"[A-Za-z_][\w]*(?:\s*\.\s*[A-Za-z_][\w]*)*", raw.strip()):
-        return re.sub(r"\s+", "", raw)
+        return re.sub(r"\s+", "", raw) if any(ch.isspace() for ch in raw) else raw
     idents = _IDENT.findall(raw.split("(")[-1] if ")" in raw else raw)
     return idents[-1] if idents else None
 

@@ -28,16 +28,13 @@ SECRET_PATTERNS = [
 ]
 GENERATED = re.compile(r"\.min\.(js|css)$|\.bundle\.js$|-lock\.json$|\.lock$|\.map$")
 
-_SECRET_PATTERNS = [
+_SECRET_PATTERNS = [  # one scan for all token shapes: cloud keys, GitHub/Slack/OpenAI/Google tokens, JWTs
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
-    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
-    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{40,}\b"),
-    re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b"),
-    re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"),
-    re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"),
-    re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\b"),
+    re.compile(r"\b(?:(?:AKIA|ASIA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,}"
+               r"|xox[abprs]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35}"
+               r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})\b"),
 ]
+_SECRET_WORDS = ("password", "passwd", "secret", "key", "token")
 _ASSIGNED_SECRET = re.compile(
     r"""(?i)((?:password|passwd|secret|api[_-]?key|access[_-]?key|auth[_-]?token|token|private[_-]?key)"""
     r"""[A-Za-z0-9_]*["']?\s*[:=]\s*["'])([^"'\s]{8,})(["'])"""
@@ -63,7 +60,9 @@ def redact(text: str) -> tuple[str, int]:
         count += 1
         return m.group(1) + "[REDACTED]" + m.group(3)
 
-    text = _ASSIGNED_SECRET.sub(assigned, text)
+    low = text.lower()
+    if any(word in low for word in _SECRET_WORDS):  # a cheap look before the case-insensitive scan
+        text = _ASSIGNED_SECRET.sub(assigned, text)
     return text, count
 
 
