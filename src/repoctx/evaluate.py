@@ -60,18 +60,22 @@ def _seed_from(release_dir: Path, target: Path) -> None:
         con.close()
 
 
+def _tree_index(tree: Path, windows: bool, settings: Settings) -> Index:
+    return Index(tree, replace(settings, index_dir=_index_dir(tree, windows),
+                               parse_mode="windows" if windows else "capsules"))
+
+
 def open_corpus_index(row: dict, windows: bool, settings: Settings) -> Index:
     tree = materialize(row)
     idx_dir = _index_dir(tree, windows)
     if tree.parent.name == "reverted" and not idx_dir.exists():
         # index the release once, then each reverted tree starts from it and re-parses only the patched files
         release = materialize({k: v for k, v in row.items() if k != "revert_patch"})
-        rel = Index(release, replace(settings, index_dir=_index_dir(release, windows),
-                                     parse_mode="windows" if windows else "capsules"))
+        rel = _tree_index(release, windows, settings)
         rel.update(embed=False)
         rel.close()
         _seed_from(_index_dir(release, windows), idx_dir)
-    return Index(tree, replace(settings, index_dir=idx_dir, parse_mode="windows" if windows else "capsules"))
+    return _tree_index(tree, windows, settings)
 
 
 def function_ranking(hits: list[Hit], ix: Index, capsule_ix: Index | None = None) -> list[str]:

@@ -63,6 +63,20 @@ def file_hash(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def classify(sf: SourceFile, rec: FileRecord | None, need_data: bool) -> tuple[str, bytes | None, str | None]:
+    """unchanged (same mtime and size) | touched (new mtime, same content) | changed, with the bytes and
+    their hash when read. A new file is read only when the caller needs its bytes. Raises OSError."""
+    if rec is not None and rec.size == sf.size and rec.mtime_ns == sf.mtime_ns:
+        return "unchanged", None, None
+    if rec is None and not need_data:
+        return "changed", None, None
+    data = sf.abspath.read_bytes()
+    h = file_hash(data)
+    if rec is not None and rec.hash == h:
+        return "touched", None, None
+    return "changed", data, h
+
+
 def git_state(root: Path) -> tuple[str | None, bool | None]:
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -150,21 +164,17 @@ def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: P
     to_parse: list[tuple[SourceFile, bytes, str]] = []
     touched: list[SourceFile] = []
     for sf in files:
-        rec = stored.get(sf.path)
-        if rec is not None and rec.size == sf.size and rec.mtime_ns == sf.mtime_ns:
-            report.unchanged += 1
-            continue
         try:
-            data = sf.abspath.read_bytes()
+            state, data, h = classify(sf, stored.get(sf.path), need_data=True)
         except OSError as e:
             walk_report.skip(sf.path, f"unreadable: {e.strerror}")
             continue
-        h = file_hash(data)
-        if rec is not None and rec.hash == h:
-            touched.append(sf)
+        if state == "changed":
+            to_parse.append((sf, data, h))
+        else:
             report.unchanged += 1
-            continue
-        to_parse.append((sf, data, h))
+            if state == "touched":
+                touched.append(sf)
     deleted = sorted(set(stored) - seen_paths)
     emit({"event": "plan", "files": len(files), "to_parse": len(to_parse), "deleted": len(deleted)})
     report.git_head, report.git_dirty = git_state(root)
@@ -320,14 +330,12 @@ def stale_files(root: Path, store: SQLiteStore, settings: Settings) -> dict:
     for sf in walk(root, settings, WalkReport()):
         seen.add(sf.path)
         rec = stored.get(sf.path)
-        if rec is None:
-            added.append(sf.path)
-        elif rec.size != sf.size or rec.mtime_ns != sf.mtime_ns:
-            try:
-                if file_hash(sf.abspath.read_bytes()) != rec.hash:
-                    modified.append(sf.path)
-            except OSError:
-                modified.append(sf.path)
+        try:
+            state = classify(sf, rec, need_data=False)[0]
+        except OSError:
+            state = "changed"
+        if state == "changed":
+            (added if rec is None else modified).append(sf.path)
     deleted = sorted(set(stored) - seen)
     head, dirty = git_state(root)
     return {"fresh": not (added or modified or deleted), "added": added, "modified": modified, "deleted": deleted,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -44,14 +45,13 @@ class SearchOptions:
 
 def query_terms(store, query: str, max_terms: int) -> list[str]:
     """Code tokens of the query, stop words out; for long questions the rarest terms (IDF) are kept."""
-    toks = [t for t in code_tokens(query, keep_stopwords=False)]
-    terms = list(dict.fromkeys(toks))
+    tf = Counter(code_tokens(query, keep_stopwords=False))
+    terms = list(tf)
     if len(terms) <= max_terms:
         return terms
     df = store.doc_freqs(terms)
     n = max(store.n_capsules(), 1)
     present = [t for t in terms if df.get(t, 0) > 0]
-    tf = {t: toks.count(t) for t in present}
     scored = sorted(present, key=lambda t: -(math.log(1 + n / (1 + df[t])) * (1 + math.log(tf[t]))))
     return scored[:max_terms]
 
