@@ -58,3 +58,36 @@ def code_tokens(text: str, keep_stopwords: bool = True) -> list[str]:
 
 def fts_text(text: str) -> str:
     return " ".join(code_tokens(text))
+
+
+# Words people write in full that code abbreviates. Used to match a question's words against names and
+# paths (``local memory`` ~ ``LocMemCache``, ``database`` ~ ``db.py``); never changes indexed tokens.
+ABBREVIATIONS: dict[str, tuple[str, ...]] = {
+    "administrator": ("admin",), "allocate": ("alloc",), "application": ("app",), "argument": ("arg", "args"),
+    "arguments": ("args", "arg"), "asynchronous": ("async", "aio"), "attribute": ("attr", "attrs"),
+    "attributes": ("attrs", "attr"), "authentication": ("auth", "authn"), "authorization": ("auth", "authz"),
+    "boolean": ("bool",), "buffer": ("buf",), "calculate": ("calc",), "character": ("char",),
+    "command": ("cmd",), "compiler": ("comp",), "configuration": ("config", "conf", "cfg"), "config": ("conf", "cfg"),
+    "connection": ("conn",), "context": ("ctx",), "current": ("cur", "curr"), "database": ("db",),
+    "descriptor": ("fd",), "destination": ("dst", "dest"), "dictionary": ("dict",), "dictionaries": ("dict",),
+    "directory": ("dir",), "document": ("doc",), "element": ("elem",), "environment": ("env",),
+    "error": ("err",), "evaluate": ("eval",), "exception": ("exc",), "expression": ("expr",),
+    "expressions": ("expr", "exprs"), "filesystem": ("fs",), "function": ("func", "fn"), "functions": ("funcs", "func"),
+    "generate": ("gen",), "generator": ("gen",), "identifier": ("id", "ident"), "implementation": ("impl",),
+    "index": ("idx",), "information": ("info",), "initialize": ("init",), "integer": ("int",),
+    "length": ("len",), "library": ("lib",), "local": ("loc",), "matrix": ("mat",), "matrices": ("mat", "matrix"),
+    "maximum": ("max",), "memory": ("mem",), "message": ("msg",), "minimum": ("min",), "module": ("mod",),
+    "number": ("num",), "object": ("obj",), "package": ("pkg",), "parameter": ("param", "params"),
+    "parameters": ("params", "param"), "polynomial": ("poly",), "polynomials": ("poly", "polys"),
+    "position": ("pos",), "previous": ("prev",), "reference": ("ref",), "references": ("refs", "ref"),
+    "regular": ("re",), "repository": ("repo",), "request": ("req",), "response": ("resp",),
+    "sequence": ("seq",), "source": ("src",), "specification": ("spec",), "statistics": ("stats",),
+    "string": ("str",), "strings": ("str",), "synchronize": ("sync",), "system": ("sys",),
+    "temporary": ("tmp", "temp"), "transaction": ("txn",), "utility": ("util", "utils"), "value": ("val",),
+    "values": ("vals", "val"), "variable": ("var",), "variables": ("vars", "var"),
+}
+
+
+def term_in(term: str, tokens: set[str]) -> bool:
+    """Whether a question's term is among a name's tokens, directly or as a known abbreviation."""
+    return term in tokens or any(a in tokens for a in ABBREVIATIONS.get(term, ()))

@@ -15,7 +15,7 @@ from typing import AsyncIterator, Callable, Iterator
 from repoctx.retrieve.hybrid import RRF_K, SearchOptions, search
 from repoctx.retrieve.planner import OfflinePlanner, Planner, SubQuery
 from repoctx.store.base import EVERYTHING, Scope
-from repoctx.tokens import code_tokens
+from repoctx.tokens import code_tokens, term_in
 from repoctx.types import Capsule, Hit, TraceEvent
 
 GENERIC = frozenset("how does do what where which when why handle handled work works done turn turned each one "
@@ -58,6 +58,44 @@ def evidence_score(sub: SubQuery, hits: list[Hit], top: int = 3) -> float:
         dense = h.why.get("dense", {}).get("score", 0.0) if isinstance(h.why.get("dense"), dict) else 0.0
         best = max(best, lex, dense)
     return round(best, 3)
+
+
+def sibling_groups(subs: list[SubQuery]) -> list[dict[int, set[str]]]:
+    """Sub-queries that ask one thing of different entities ("SQLite backends: how is X done",
+    "PostgreSQL backends: how is X done"), each with its focus: the terms no sibling has."""
+    terms = [set(content_terms(s.text)) for s in subs]
+    parent = list(range(len(subs)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i in range(len(subs)):
+        for j in range(i + 1, len(subs)):
+            shared = terms[i] & terms[j]
+            if len(shared) >= 2 and len(shared) >= 0.5 * min(len(terms[i]), len(terms[j])) \
+                    and terms[i] - terms[j] and terms[j] - terms[i]:
+                parent[root(j)] = root(i)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(subs)):
+        groups.setdefault(root(i), []).append(i)
+    out = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        focus = {i: terms[i] - set().union(*(terms[j] for j in members if j != i)) for i in members}
+        if all(focus.values()):
+            out.append(focus)
+    return out
+
+
+def focus_match(c: Capsule, focus: set[str]) -> float:
+    """Share of focus terms that a unit's path and qualified name carry (abbreviations count)."""
+    if not focus:
+        return 0.0
+    toks = set(code_tokens(f"{c.path} {c.qualname}"))
+    return sum(1 for t in focus if term_in(t, toks)) / len(focus)
 
 
 SearchFn = Callable[[str, int], list[Hit]]
@@ -154,6 +192,14 @@ class AgenticRetriever:
                                  data={"sub_queries": [s.text for s in pending]})
         sufficient = all(coverage.get(s.intent, 0.0) >= self.threshold for s in subs)
 
+        try:
+            aligned = self._align(subs, best_for)
+            if aligned:
+                yield TraceEvent("Retrieval", SUCCEEDED, f"{len(aligned)} parallel implementations aligned to their "
+                                 "sub-queries", hits=len(aligned), data={"aligned": aligned})
+        except Exception as e:
+            yield TraceEvent("Retrieval", FAILED, f"aligning parallel implementations failed: {_err(e)}")
+
         # one lane per intent (its best-evidence search first), after the whole question's own lane
         intent_lanes = [lanes[0]] if lanes and lanes[0][0] == query else []
         for s in subs:
@@ -195,6 +241,72 @@ class AgenticRetriever:
             yield ev
 
     # ---- helpers
+    def _align(self, subs: list[SubQuery], best_for: dict[str, list[Hit]]) -> list[dict]:
+        """Sibling sub-queries (one aspect asked of several entities) are usually answered by one method
+        overridden per entity: FileBasedCache._cull, DatabaseCache._cull, LocMemCache._cull. The names
+        the siblings rank high are looked up across the code (and entity-named ones such as as_sqlite
+        → as_postgresql); each lane gets the definition that sits where its own focus is, and units that
+        belong to a sibling's focus move to its end. Lanes are edited in place; returns what was added."""
+        added: list[dict] = []
+        for focus in sibling_groups(subs):
+            lanes = {i: best_for[subs[i].intent] for i in focus if best_for.get(subs[i].intent)}
+            if len(lanes) < 2:
+                continue
+            names: list[str] = []
+            seen_at: dict[str, int] = {}  # best rank at which a sibling lane showed the name
+            for i, hits in lanes.items():
+                for r, h in enumerate(hits[:3]):
+                    c = h.capsule
+                    if c.kind not in ("function", "method") or (c.name.startswith("__") and c.name.endswith("__")):
+                        continue
+                    names.append(c.name)
+                    seen_at[c.name] = min(seen_at.get(c.name, r), r)
+                    parts = c.name.lower().split("_")
+                    for t in focus[i]:
+                        if t in parts:
+                            names += [c.name.lower().replace(t, u) for j in lanes if j != i for u in focus[j]
+                                      if "_" not in u]
+            names = list(dict.fromkeys(names))
+            family: dict[str, list[Capsule]] = {}
+            for c in self.index.store.by_names(names, self.scope):
+                if c.kind in ("function", "method") and c.name in names:
+                    family.setdefault(c.name, []).append(c)
+            family = {n: defs for n, defs in family.items() if len(defs) <= 40}
+
+            def fit(c: Capsule, i: int) -> float:
+                """How well a unit sits where lane i's focus is (0 when a sibling's focus fits it as well)."""
+                m = focus_match(c, focus[i])
+                return m if m >= 0.5 and m > max(focus_match(c, focus[j]) for j in lanes if j != i) else 0.0
+
+            # a name counts when it is defined at the focus of at least two lanes: a parallel implementation
+            par = {n: sum(1 for i in lanes if any(fit(c, i) for c in defs)) for n, defs in family.items()}
+            for i, hits in lanes.items():
+                own = focus[i]
+
+                def foreign(c: Capsule) -> float:
+                    return max(focus_match(c, focus[j]) for j in lanes if j != i)
+
+                pos = {h.capsule.id: r for r, h in enumerate(hits)}
+                scored = [(par[n], fit(c, i), c) for n, defs in family.items() if par[n] >= 2 for c in defs if fit(c, i)]
+                if not scored:
+                    continue
+                scored.sort(key=lambda x: (-x[0], -x[1], seen_at.get(x[2].name, 3), pos.get(x[2].id, len(hits)), x[2].id))
+                best = scored[0][:2]
+                cands = [c for p_, m, c in scored if (p_, m) == best]
+                if len(cands) > 2 and cands[0].id not in pos:
+                    continue  # many equally good places and the lane knows none of them: no guess
+                cands = cands[:1] if cands[0].id in pos else cands[:2]
+                top = best[1]
+                keep = [h for h in hits if h.capsule.id not in {c.id for c in cands}]
+                fits = [h for h in keep if not (foreign(h.capsule) >= 0.5 and foreign(h.capsule) > focus_match(h.capsule, own))]
+                away = [h for h in keep if h not in fits]
+                head = 1 if fits and focus_match(fits[0].capsule, own) >= top else 0
+                score = hits[0].score
+                new = [Hit(c, score, {"aligned": {"name": c.name, "focus": sorted(own)}}) for c in cands]
+                best_for[subs[i].intent] = fits[:head] + new + fits[head:] + away
+                added += [{"sub_query": subs[i].text, "added": c.citation} for c in cands]
+        return added
+
     def _merge(self, lanes: list[tuple[str, list[Hit]]], found_by: dict[str, list[str]]) -> list[Hit]:
         """Reciprocal-rank fusion over the lanes (the whole question's search and each intent's best
         search): every intent's top hits rise, and a hit several lanes agree on rises further.
