@@ -36,7 +36,9 @@ def test_event_order_and_statuses(ix):
                        ("Planning", "IN_PROGRESS"), ("Planning", "SUCCEEDED")]
     retrieval = [e for e in events if e.step == "Retrieval"]
     assert [e.status for e in retrieval] == ["IN_PROGRESS", "SUCCEEDED"] * (len(retrieval) // 2)
-    assert {e.sub_query for e in retrieval} == {"How is the CSRF token verified", "how is the session cookie verified"}
+    assert {e.sub_query for e in retrieval if e.sub_query} == {"How is the CSRF token verified",
+                                                               "how is the session cookie verified"}
+    assert "ranking each sub-query's candidates" in retrieval[-2].message  # the second stage, last
     assert seq[-3:] == [("FullDocumentExpansion", "IN_PROGRESS"), ("FullDocumentExpansion", "SUCCEEDED"),
                         ("Result", "SUCCEEDED")]
     result = events[-1].data["result"]

@@ -91,3 +91,10 @@ ABBREVIATIONS: dict[str, tuple[str, ...]] = {
 def term_in(term: str, tokens: set[str]) -> bool:
     """Whether a question's term is among a name's tokens, directly or as a known abbreviation."""
     return term in tokens or any(a in tokens for a in ABBREVIATIONS.get(term, ()))
+
+
+def name_tokens(text: str) -> set[str]:
+    """Tokens of a name or path for matching a question's words: digits at the end also dropped
+    (``sqlite3`` → ``sqlite``, ``py3k`` stays)."""
+    toks = set(code_tokens(text))
+    return toks | {t.rstrip("0123456789") for t in toks if t[-1].isdigit() and len(t.rstrip("0123456789")) > 2}

@@ -8,14 +8,16 @@ never a crashed loop. Results are deduplicated across sub-queries and keep their
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Iterator
 
 from repoctx.retrieve.hybrid import RRF_K, SearchOptions, search
 from repoctx.retrieve.planner import OfflinePlanner, Planner, SubQuery
+from repoctx.retrieve.rerank import DEPTH, LinearReranker, features_for_lanes, load_reranker, rerank
 from repoctx.store.base import EVERYTHING, Scope
-from repoctx.tokens import code_tokens, term_in
+from repoctx.tokens import code_tokens, name_tokens, term_in
 from repoctx.types import Capsule, Hit, TraceEvent
 
 GENERIC = frozenset("how does do what where which when why handle handled work works done turn turned each one "
@@ -33,6 +35,8 @@ class AgenticResult:
     coverage: dict[str, float]
     expanded: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # the searches behind the result, before re-ranking (for diagnostics and training; not serialized)
+    lanes: dict = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
         return {"query": self.query, "hits": [h.to_dict() for h in self.hits], "sub_queries": self.sub_queries,
@@ -94,7 +98,7 @@ def focus_match(c: Capsule, focus: set[str]) -> float:
     """Share of focus terms that a unit's path and qualified name carry (abbreviations count)."""
     if not focus:
         return 0.0
-    toks = set(code_tokens(f"{c.path} {c.qualname}"))
+    toks = name_tokens(f"{c.path} {c.qualname}")
     return sum(1 for t in focus if term_in(t, toks)) / len(focus)
 
 
@@ -104,7 +108,7 @@ SearchFn = Callable[[str, int], list[Hit]]
 class AgenticRetriever:
     def __init__(self, index, planner: Planner | None = None, max_iterations: int = 5, threshold: float = 0.6,
                  k: int = 10, per_query_k: int = 10, scope: Scope = EVERYTHING, search_fn: SearchFn | None = None,
-                 options: SearchOptions | None = None):
+                 options: SearchOptions | None = None, reranker: LinearReranker | None | bool = True):
         if not 2 <= max_iterations <= 10:
             raise ValueError("max_iterations must be between 2 and 10")
         self.index = index
@@ -116,6 +120,9 @@ class AgenticRetriever:
         self.scope = scope
         self.options = options or SearchOptions(k=per_query_k)
         self._search = search_fn or self._default_search
+        # True: the shipped model; None/False: lanes keep the first stage's order
+        self.reranker = load_reranker() if reranker is True else (reranker or None)
+        self.depth = max(per_query_k, DEPTH) if self.reranker else per_query_k
 
     def _default_search(self, text: str, k: int) -> list[Hit]:
         opts = SearchOptions(**{**self.options.__dict__, "k": k})
@@ -137,7 +144,7 @@ class AgenticRetriever:
 
         yield TraceEvent("SpeculativeRetrieval", IN_PROGRESS, "standard retrieval of the whole question", query)
         try:
-            spec = self._search(query, self.per_query_k)
+            spec = self._search(query, self.depth)
             record(query, spec)
             yield TraceEvent("SpeculativeRetrieval", SUCCEEDED, f"{len(spec)} hits", query, len(spec))
         except Exception as e:
@@ -164,7 +171,7 @@ class AgenticRetriever:
                 asked.append(sub.text)
                 yield TraceEvent("Retrieval", IN_PROGRESS, f"iteration {iterations}", sub.text)
                 try:
-                    hits = self._search(sub.text, self.per_query_k)
+                    hits = self._search(sub.text, self.depth)
                 except Exception as e:
                     yield TraceEvent("Retrieval", FAILED, _err(e), sub.text, 0)
                     coverage.setdefault(sub.intent, 0.0)
@@ -192,20 +199,35 @@ class AgenticRetriever:
                                  data={"sub_queries": [s.text for s in pending]})
         sufficient = all(coverage.get(s.intent, 0.0) >= self.threshold for s in subs)
 
-        try:
-            aligned = self._align(subs, best_for)
-            if aligned:
-                yield TraceEvent("Retrieval", SUCCEEDED, f"{len(aligned)} parallel implementations aligned to their "
-                                 "sub-queries", hits=len(aligned), data={"aligned": aligned})
-        except Exception as e:
-            yield TraceEvent("Retrieval", FAILED, f"aligning parallel implementations failed: {_err(e)}")
+        raw_lanes = {s.intent: best_for[s.intent] for s in subs if s.intent in best_for}
+        if best_for:
+            yield TraceEvent("Retrieval", IN_PROGRESS, "ranking each sub-query's candidates"
+                             + (" (second stage)" if self.reranker is not None else ""))
+            try:
+                if self.reranker is not None:
+                    self._rerank(subs, best_for, lanes[0][1] if lanes and lanes[0][0] == query else [])
+                aligned = self._align(subs, best_for)
+                yield TraceEvent("Retrieval", SUCCEEDED,
+                                 f"{len(best_for)} sub-query results ranked; {len(aligned)} parallel implementations "
+                                 "aligned to their sub-queries", hits=len(aligned),
+                                 data={"aligned": aligned, "top": {s.text: [h.capsule.citation for h in best_for[s.intent][:3]]
+                                                                   for s in subs if s.intent in best_for}})
+            except Exception as e:  # the first stage's order stands
+                yield TraceEvent("Retrieval", FAILED, f"second-stage ranking failed: {_err(e)}")
 
         # one lane per intent (its best-evidence search first), after the whole question's own lane
-        intent_lanes = [lanes[0]] if lanes and lanes[0][0] == query else []
+        k = self.per_query_k
+        intent_lanes = [(query, lanes[0][1][:k])] if lanes and lanes[0][0] == query else []
         for s in subs:
             if s.intent in best_for:
-                intent_lanes.append((s.intent, best_for[s.intent]))
+                intent_lanes.append((s.intent, best_for[s.intent][:k]))
         merged = self._merge(intent_lanes, found_by)
+        if self.reranker is not None:
+            chosen = self._select([best_for[s.intent] for s in subs if s.intent in best_for])
+            first = {h.capsule.id for h in chosen}
+            merged = [h for h in merged if h.capsule.id in first] + [h for h in merged if h.capsule.id not in first]
+            order = {h.capsule.id: r for r, h in enumerate(chosen)}
+            merged[: len(first)] = sorted(merged[: len(first)], key=lambda h: order.get(h.capsule.id, len(order)))
         expanded: list[str] = []
         yield TraceEvent("FullDocumentExpansion", IN_PROGRESS, "adding the context fragments need")
         try:
@@ -220,6 +242,8 @@ class AgenticRetriever:
 
         result = AgenticResult(query, merged, [s.text for s in subs], iterations, sufficient, coverage, expanded,
                                time.perf_counter() - t0)
+        result.lanes = {"question": lanes[0][1] if lanes and lanes[0][0] == query else [],
+                        "sub_queries": [(s, raw_lanes[s.intent]) for s in subs if s.intent in raw_lanes]}
         yield TraceEvent("Result", SUCCEEDED, f"{len(merged)} hits from {len(lanes)} searches; "
                          f"{'sufficient' if sufficient else 'not every intent covered'} after {iterations} iterations",
                          hits=len(merged), data={"result": result})
@@ -241,6 +265,47 @@ class AgenticRetriever:
             yield ev
 
     # ---- helpers
+    def _rerank(self, subs: list[SubQuery], best_for: dict[str, list[Hit]], question_hits: list[Hit]) -> None:
+        """Each intent's lane re-ordered by the second-stage model (features in ``rerank``)."""
+        todo = [s for s in subs if best_for.get(s.intent)]
+        todo = list({s.intent: s for s in todo}.values())
+        feats = features_for_lanes(self.index.store, [(content_terms(s.text), best_for[s.intent]) for s in todo],
+                                   question_hits)
+        for s, f in zip(todo, feats):
+            best_for[s.intent] = rerank(self.reranker, f, best_for[s.intent])
+
+    def _select(self, lanes: list[list[Hit]]) -> list[Hit]:
+        """The k units that most likely cover every intent: greedy on the expected number of intents
+        covered, each lane's re-rank scores read as probabilities. A lane whose best unit is already
+        likely right leaves the next slot to a lane that is still unsure."""
+        shift = float((self.reranker.meta or {}).get("prior_shift", 0.0))
+        prob: dict[str, dict[int, float]] = {}  # capsule id -> lane -> p
+        hit_of: dict[str, Hit] = {}
+        for li, hits in enumerate(lanes):
+            top_p = None
+            for h in hits:
+                rr = h.why.get("rerank")
+                if rr is None and "aligned" not in h.why:
+                    continue
+                p = 1.0 / (1.0 + math.exp(-(rr["score"] - shift))) if rr else None
+                if p is None:  # placed by alignment: as likely as the lane's best
+                    p = top_p if top_p is not None else 0.5
+                top_p = p if top_p is None else max(top_p, p)
+                cid = h.capsule.id
+                prob.setdefault(cid, {})[li] = max(p, prob.get(cid, {}).get(li, 0.0))
+                hit_of.setdefault(cid, h)
+        miss = [1.0] * len(lanes)
+        chosen: list[Hit] = []
+        left = set(prob)
+        while left and len(chosen) < self.k:
+            gain = {cid: sum(p * miss[li] for li, p in prob[cid].items()) for cid in left}
+            best = max(sorted(left), key=lambda c: gain[c])
+            chosen.append(hit_of[best])
+            left.discard(best)
+            for li, p in prob[best].items():
+                miss[li] *= 1.0 - p
+        return chosen
+
     def _align(self, subs: list[SubQuery], best_for: dict[str, list[Hit]]) -> list[dict]:
         """Sibling sub-queries (one aspect asked of several entities) are usually answered by one method
         overridden per entity: FileBasedCache._cull, DatabaseCache._cull, LocMemCache._cull. The names

@@ -1,0 +1,157 @@
+"""Second-stage ranking of one sub-query's candidates (a lane) inside agentic retrieval.
+
+The first stage fuses ranks (BM25, dense, exact, graph) and knows nothing of what a unit *is*. Here a
+linear model over cheap features re-orders a lane's candidates: how the first stage ranked them,
+how much of the sub-query their name, path, docstring and body carry, how big and how connected
+they are (an implementation, not a one-line wrapper), whether the whole question's own search agrees,
+and how many sibling sub-queries also found them (a unit every lane finds answers none of them).
+
+The weights ship in ``rerank_weights.json``, fitted by ``bench/train_rerank.py`` on hand-written
+training questions over projects that are *not* in the evaluation set (matplotlib, scikit-learn,
+Sphinx); the file records what it was trained on and its cross-validated figures.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from repoctx.tokens import name_tokens, term_in
+from repoctx.types import Hit
+
+WEIGHTS_FILE = Path(__file__).with_name("rerank_weights.json")
+KINDS = ("function", "method", "class", "module", "window")
+DEPTH = 30  # candidates a lane offers to the reranker
+ABSENT = 60  # rank given to a unit a search did not return
+
+
+def _log_rank(r) -> float:
+    return math.log(min(int(r), 300)) if r else math.log(300)
+
+
+def _overlap(terms: list[str], text: str) -> float:
+    if not terms:
+        return 0.0
+    toks = name_tokens(text)
+    return sum(1 for t in terms if term_in(t, toks)) / len(terms)
+
+
+def lane_features(terms: list[str], hits: list[Hit], question_ranks: dict[str, int], lane_counts: dict[str, int],
+                  degree: dict[str, tuple[int, int]]) -> list[dict[str, float]]:
+    """One feature dict per hit of a lane (in lane order).
+
+    terms: the sub-query's content terms; question_ranks: capsule id → rank in the whole question's
+    search; lane_counts: capsule id → how many sub-query lanes have it in their top 10; degree:
+    capsule id → (callers, callees)."""
+    top = hits[:10]
+    max_dense = max((_signal(h, "dense", "score") for h in hits), default=0.0) or 1.0
+    max_lex = max((abs(_signal(h, "lexical", "score")) for h in hits), default=0.0) or 1.0
+    out = []
+    for rank, h in enumerate(hits, 1):
+        c = h.capsule
+        callers, callees = degree.get(c.id, (0, 0))
+        f = {
+            "rank": math.log(rank),
+            "lex": _log_rank(_signal(h, "lexical", "rank")),
+            "dense": _log_rank(_signal(h, "dense", "rank")),
+            "dscore": _signal(h, "dense", "score"),
+            "reld": _signal(h, "dense", "score") / max_dense,
+            "rell": abs(_signal(h, "lexical", "score")) / max_lex,
+            "name": _overlap(terms, c.qualname),
+            "path": _overlap(terms, c.path),
+            "doc": _overlap(terms, c.docstring),
+            "body": _overlap(terms, c.text),
+            "sig": _overlap(terms, c.signature),
+            "lines": math.log1p(c.end_line - c.start_line + 1),
+            "callers": math.log1p(callers),
+            "callees": math.log1p(callees),
+            "doclen": math.log1p(len(c.docstring)),
+            "private": float(c.name.startswith("_") and not c.name.startswith("__")),
+            "dunder": float(c.name.startswith("__")),
+            "graph": float("graph" in h.why),
+            "exact": float("exact" in h.why),
+            "question": math.log(question_ranks.get(c.id, ABSENT)),
+            "lanes": float(lane_counts.get(c.id, 0)),
+            "samefile": float(sum(1 for o in top if o.capsule.path == c.path and o.capsule.id != c.id)),
+        }
+        for k in KINDS:
+            f[k] = float(c.kind == k)
+        out.append(f)
+    return out
+
+
+def _signal(h: Hit, signal: str, key: str) -> float:
+    v = h.why.get(signal)
+    return float(v.get(key, 0.0)) if isinstance(v, dict) else 0.0
+
+
+@dataclass
+class LinearReranker:
+    features: list[str]
+    mean: list[float]
+    std: list[float]
+    weights: list[float]
+    bias: float = 0.0
+    meta: dict | None = None
+
+    def score(self, f: dict[str, float]) -> float:
+        return self.bias + sum(w * (f.get(n, 0.0) - m) / s
+                               for n, m, s, w in zip(self.features, self.mean, self.std, self.weights))
+
+    def to_json(self) -> str:
+        return json.dumps({"features": self.features, "mean": self.mean, "std": self.std, "weights": self.weights,
+                           "bias": self.bias, "meta": self.meta or {}}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "LinearReranker":
+        d = json.loads(text)
+        if not (len(d["features"]) == len(d["mean"]) == len(d["std"]) == len(d["weights"])):
+            raise ValueError("reranker weights: features, mean, std and weights differ in length")
+        return cls(d["features"], d["mean"], d["std"], d["weights"], d.get("bias", 0.0), d.get("meta"))
+
+
+@lru_cache(maxsize=4)
+def load_reranker(path: str | None = None) -> LinearReranker | None:
+    """The shipped model, or None when the file is missing (lanes then keep the first stage's order)."""
+    p = Path(path) if path else WEIGHTS_FILE
+    if not p.exists():
+        return None
+    return LinearReranker.from_json(p.read_text())
+
+
+def degrees(store, ids: list[str]) -> dict[str, tuple[int, int]]:
+    """(callers, callees) per capsule id, by two edge queries."""
+    callers: dict[str, int] = {}
+    callees: dict[str, int] = {}
+    for e in store.edges_to(ids, ("calls",)):
+        callers[e.dst] = callers.get(e.dst, 0) + 1
+    for e in store.edges_from(ids, ("calls",)):
+        callees[e.src] = callees.get(e.src, 0) + 1
+    return {i: (callers.get(i, 0), callees.get(i, 0)) for i in ids}
+
+
+def lane_counts(lanes: list[list[Hit]], top: int = 10) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for hits in lanes:
+        for h in hits[:top]:
+            counts[h.capsule.id] = counts.get(h.capsule.id, 0) + 1
+    return counts
+
+
+def features_for_lanes(store, lanes: list[tuple[list[str], list[Hit]]], question_hits: list[Hit]) -> list[list[dict]]:
+    """Features of every lane's hits; lanes are (sub-query content terms, hits), question_hits the whole
+    question's own search. The same code serves inference and training."""
+    qranks = {h.capsule.id: r for r, h in enumerate(question_hits, 1)}
+    counts = lane_counts([hits for _, hits in lanes])
+    ids = list(dict.fromkeys(h.capsule.id for _, hits in lanes for h in hits))
+    deg = degrees(store, ids)
+    return [lane_features(terms, hits, qranks, counts, deg) for terms, hits in lanes]
+
+
+def rerank(model: LinearReranker, feats: list[dict[str, float]], hits: list[Hit]) -> list[Hit]:
+    """The lane re-ordered by the model; each hit records its rerank score and first-stage rank."""
+    scored = [(model.score(f), r, h) for r, (f, h) in enumerate(zip(feats, hits), 1)]
+    scored.sort(key=lambda x: (-x[0], x[1]))
+    return [Hit(h.capsule, h.score, {**h.why, "rerank": {"score": round(s, 3), "was": r}}) for s, r, h in scored]

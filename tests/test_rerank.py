@@ -1,0 +1,99 @@
+"""Second-stage lane re-ranking, coverage-aware selection and parallel-implementation alignment."""
+import json
+
+import pytest
+
+from repoctx.retrieve.agentic import AgenticRetriever, focus_match, sibling_groups
+from repoctx.retrieve.planner import SubQuery
+from repoctx.retrieve.rerank import WEIGHTS_FILE, LinearReranker, lane_features, load_reranker, rerank
+from repoctx.types import Capsule, Hit
+from tests.conftest import open_index
+
+BACKENDS = {
+    "cache/backends/filebased.py": (
+        "class FileBasedCache:\n"
+        "    def _cull(self):\n        \"\"\"Remove a fraction of the files when there are too many.\"\"\"\n"
+        "        for fname in self._list_cache_files()[: self._max_entries // 3]:\n            self._delete(fname)\n\n"
+        "    def clear(self):\n        pass\n"),
+    "cache/backends/db.py": (
+        "class DatabaseCache:\n"
+        "    def _cull(self, cursor, now):\n        \"\"\"Delete expired rows, then every third row above the maximum.\"\"\"\n"
+        "        cursor.execute('DELETE FROM cache WHERE expires < %s', [now])\n\n"
+        "    def clear(self):\n        pass\n"),
+    "cache/backends/locmem.py": (
+        "class LocMemCache:\n"
+        "    def _cull(self):\n        \"\"\"Pop the oldest entries.\"\"\"\n        self._cache.popitem(last=False)\n\n"
+        "    def clear(self):\n        self._cache.clear()\n"),
+    "cache/backends/base.py": (
+        "class BaseCache:\n"
+        "    def validate_maximum_size_of_entries(self, entries):\n"
+        "        \"\"\"Which entries to throw away once the cache reaches its maximum size.\"\"\"\n        return entries\n"),
+}
+QUESTION = ("How do the file-based, database and local-memory cache backends each decide which entries to throw "
+            "away once the cache reaches its maximum size?")
+
+
+def cap(qual: str, path: str = "a.py", kind: str = "function", lines: int = 3, text: str = "") -> Capsule:
+    return Capsule(id=f"{path}#{qual}", path=path, language="python", kind=kind, name=qual.split(".")[-1],
+                   qualname=qual, signature=f"def {qual.split('.')[-1]}()", start_line=1, end_line=lines,
+                   text=text, content_hash=qual)
+
+
+def test_sibling_groups_find_the_entity_that_differs():
+    subs = [SubQuery(t, t) for t in ("the SQLite backend: how is autocommit managed",
+                                     "the PostgreSQL backend: how is autocommit managed",
+                                     "how is the password hashed")]
+    groups = sibling_groups(subs)
+    assert len(groups) == 1 and set(groups[0]) == {0, 1}  # the password question is no sibling
+    assert "sqlite" in groups[0][0] and "postgresql" in groups[0][1] and "autocommit" not in groups[0][0]
+    assert focus_match(cap("DatabaseWrapper._set_autocommit", "db/backends/sqlite3/base.py"), {"sqlite"}) == 1.0
+    # abbreviations count: "local memory" is where LocMemCache lives
+    assert focus_match(cap("LocMemCache._cull", "cache/locmem.py"), {"local", "memory"}) == 1.0
+
+
+def test_alignment_gives_each_entity_its_own_override(make_repo, tmp_path):
+    ix = open_index(make_repo(BACKENDS), tmp_path / "idx")
+    ix.update()
+    events = list(AgenticRetriever(ix, reranker=None).stream(QUESTION))
+    aligned = [e for e in events if e.data and e.data.get("aligned")]
+    assert aligned, "the sibling sub-queries were aligned"
+    added = {a["added"].split(" :: ")[1] for a in aligned[0].data["aligned"]}
+    assert {"DatabaseCache._cull", "LocMemCache._cull"} <= added
+    result = events[-1].data["result"]
+    top = [h.capsule.qualname for h in result.hits[:6]]
+    assert {"FileBasedCache._cull", "DatabaseCache._cull", "LocMemCache._cull"} <= set(top)
+
+
+def test_linear_reranker_round_trip_and_order():
+    model = LinearReranker(["lines", "module"], [0.0, 0.0], [1.0, 1.0], [1.0, -10.0], 0.0, {"prior_shift": 1.0})
+    again = LinearReranker.from_json(model.to_json())
+    assert again == model
+    with pytest.raises(ValueError):
+        LinearReranker.from_json(json.dumps({"features": ["a"], "mean": [], "std": [1.0], "weights": [1.0]}))
+    small, big, mod = cap("wrapper", lines=2), cap("implementation", lines=80), cap("m", kind="module", lines=500)
+    hits = [Hit(small, 0.9, {"lexical": {"rank": 1, "score": 9.0}}), Hit(mod, 0.8, {}), Hit(big, 0.7, {})]
+    feats = lane_features(["implementation"], hits, {}, {}, {})
+    out = rerank(model, feats, hits)
+    assert [h.capsule.qualname for h in out] == ["implementation", "wrapper", "m"]
+    assert out[0].why["rerank"]["was"] == 3 and "score" in out[0].why["rerank"]
+
+
+def test_selection_leaves_the_next_slot_to_an_unsure_lane(make_repo, tmp_path):
+    ix = open_index(make_repo({"a.py": "def a():\n    pass\n"}), tmp_path / "idx")
+    model = LinearReranker(["lines"], [0.0], [1.0], [0.0], 0.0, {"prior_shift": 0.0})
+    ar = AgenticRetriever(ix, reranker=model, k=2)
+
+    def lane(*scored):
+        return [Hit(cap(q), 1.0, {"rerank": {"score": s, "was": i}}) for i, (q, s) in enumerate(scored, 1)]
+
+    sure = lane(("sure_best", 4.0), ("sure_second", 3.5))  # p 0.98, 0.97
+    unsure = lane(("unsure_best", -0.5))  # p 0.38
+    assert [h.capsule.qualname for h in ar._select([sure, unsure])] == ["sure_best", "unsure_best"]
+
+
+def test_shipped_weights_load_and_match_the_features():
+    model = load_reranker()
+    assert model is not None and WEIGHTS_FILE.exists()
+    produced = lane_features(["x"], [Hit(cap("x"), 1.0, {})], {}, {}, {})[0]
+    assert set(model.features) <= set(produced)
+    assert model.meta["trained_on"] and all("multipart" not in p for p in model.meta["trained_on"])
