@@ -40,7 +40,6 @@ class SearchOptions:
     demote_tests: bool = True
     file_agg: str = "max"  # max | sum | rrf
     kinds: tuple[str, ...] = ()
-    size_prior: float = float(__import__("os").environ.get("RX_SP", "0"))  # functions/methods: score × (1 + size_prior · ln(1 + lines) / 5)
     weights: dict[str, float] = field(default_factory=lambda: {"lexical": 1.0, "dense": 1.0})
 
 
@@ -133,9 +132,6 @@ def search(store, query: str, opts: SearchOptions | None = None, dense_index: De
         if c is None or (opts.kinds and c.kind not in opts.kinds):
             continue
         s = fused.get(cid, 0.0) + (1.0 + exact[cid] if cid in exact else 0.0)
-        if opts.size_prior and c.kind in ("function", "method"):
-            s *= 1.0 + opts.size_prior * math.log1p(c.end_line - c.start_line + 1) / 5
-            why[cid]["size_prior"] = opts.size_prior
         if opts.demote_tests and is_test_path(c.path):
             s *= 0.5
             why[cid]["test_demoted"] = True
