@@ -73,7 +73,8 @@ def run(k: int, dense: bool, limit: int | None, corpus: str | None = None) -> di
             stats[name]["acc"].append(all(cov))
             stats[name]["ms"].append(1000 * ms)
         stats["agentic"]["iters"].append(result.iterations)
-        per_row.append({"id": row["id"], "intents": len(row["intents"]), "standard": sum(std_cov),
+        per_row.append({"id": row["id"], "corpus": row["corpus"]["pypi"], "intents": len(row["intents"]),
+                        "standard": sum(std_cov),
                         "agentic": sum(ag_cov), "sub_queries": len(result.sub_queries), "iterations": result.iterations})
         print(f"{row['id']}: intents {len(row['intents'])}, standard {sum(std_cov)}, agentic {sum(ag_cov)} "
               f"({len(result.sub_queries)} sub-queries, {result.iterations} it)", file=sys.stderr)
@@ -96,6 +97,12 @@ def run(k: int, dense: bool, limit: int | None, corpus: str | None = None) -> di
         "swebench_to_standard": pct([route(r["query"]).mode == "standard" for r in swe]) if swe else None,
         "swebench_n": len(swe)}
     out["rows"] = per_row
+    out["by_corpus"] = {}
+    for corpus in dict.fromkeys(r["corpus"] for r in per_row):
+        rs = [r for r in per_row if r["corpus"] == corpus]
+        n = sum(r["intents"] for r in rs)
+        out["by_corpus"][corpus] = {"questions": len(rs), "intents": n,
+                                    **{name: round(100 * sum(r[name] for r in rs) / n, 1) for name in stats}}
     return out
 
 
@@ -108,6 +115,9 @@ def table(r: dict) -> str:
         s = r[name]
         lines.append(f"| {name} | {s['intent_coverage']} | {s[f'acc@{k}']} | {s.get('mean_iterations', '-')} | "
                      f"{s['p50_ms']} | {s['p95_ms']} |")
+    lines += ["", "| corpus | questions | intents | standard | agentic |", "|---|---|---|---|---|"]
+    for corpus, c in r["by_corpus"].items():
+        lines.append(f"| {corpus} | {c['questions']} | {c['intents']} | {c['standard']} | {c['agentic']} |")
     rt = r["router"]
     lines += ["", f"Router: {rt['multipart_to_agentic']} % of the multi-part questions go agentic; "
               f"{rt['swebench_to_standard']} % of {rt['swebench_n']} SWE-bench dev questions stay standard."]

@@ -24,7 +24,7 @@ import numpy as np
 from repoctx.config import Settings
 from repoctx.evaluate import open_corpus_index
 from repoctx.retrieve.agentic import AgenticRetriever, content_terms
-from repoctx.retrieve.rerank import WEIGHTS_FILE, LinearReranker, features_for_lanes
+from repoctx.retrieve.rerank import DEPTH, WEIGHTS_FILE, LinearReranker, features_for_lanes
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -48,7 +48,7 @@ def examples(rows: list[dict], settings: Settings) -> tuple[list[dict], list[str
             ix.update()
             indexes[key] = ix
         ix = indexes[key]
-        res = AgenticRetriever(ix, reranker=None, per_query_k=30).run(row["question"])
+        res = AgenticRetriever(ix, reranker=None, per_query_k=DEPTH).run(row["question"])
         lanes = res.lanes["sub_queries"]
         gold = {g for it in row["intents"] for g in it["gold"]}
         feats = features_for_lanes(ix.store, [(content_terms(s.text), hits) for s, hits in lanes], res.lanes["question"])

@@ -282,15 +282,13 @@ class AgenticRetriever:
         prob: dict[str, dict[int, float]] = {}  # capsule id -> lane -> p
         hit_of: dict[str, Hit] = {}
         for li, hits in enumerate(lanes):
-            top_p = None
+            ps = {h.capsule.id: 1.0 / (1.0 + math.exp(-(h.why["rerank"]["score"] - shift)))
+                  for h in hits if "rerank" in h.why}
+            top_p = max(ps.values(), default=0.5)
             for h in hits:
-                rr = h.why.get("rerank")
-                if rr is None and "aligned" not in h.why:
+                if h.capsule.id not in ps and "aligned" not in h.why:
                     continue
-                p = 1.0 / (1.0 + math.exp(-(rr["score"] - shift))) if rr else None
-                if p is None:  # placed by alignment: as likely as the lane's best
-                    p = top_p if top_p is not None else 0.5
-                top_p = p if top_p is None else max(top_p, p)
+                p = ps.get(h.capsule.id, top_p)  # placed by alignment: as likely as the lane's best
                 cid = h.capsule.id
                 prob.setdefault(cid, {})[li] = max(p, prob.get(cid, {}).get(li, 0.0))
                 hit_of.setdefault(cid, h)
@@ -319,7 +317,10 @@ class AgenticRetriever:
                 continue
             names: list[str] = []
             seen_at: dict[str, int] = {}  # best rank at which a sibling lane showed the name
+            support: dict[str, int] = {}  # how many lanes show the name in their top 3
             for i, hits in lanes.items():
+                for n in {h.capsule.name for h in hits[:3]}:
+                    support[n] = support.get(n, 0) + 1
                 for r, h in enumerate(hits[:3]):
                     c = h.capsule
                     if c.kind not in ("function", "method") or (c.name.startswith("__") and c.name.endswith("__")):
@@ -352,16 +353,18 @@ class AgenticRetriever:
                     return max(focus_match(c, focus[j]) for j in lanes if j != i)
 
                 pos = {h.capsule.id: r for r, h in enumerate(hits)}
-                scored = [(par[n], fit(c, i), c) for n, defs in family.items() if par[n] >= 2 for c in defs if fit(c, i)]
+                scored = [((par[n], support.get(n, 0), fit(c, i)), c) for n, defs in family.items() if par[n] >= 2
+                          for c in defs if fit(c, i)]
                 if not scored:
                     continue
-                scored.sort(key=lambda x: (-x[0], -x[1], seen_at.get(x[2].name, 3), pos.get(x[2].id, len(hits)), x[2].id))
-                best = scored[0][:2]
-                cands = [c for p_, m, c in scored if (p_, m) == best]
+                scored.sort(key=lambda x: (tuple(-v for v in x[0]), seen_at.get(x[1].name, 3), pos.get(x[1].id, len(hits)),
+                                           x[1].id))
+                best = scored[0][0]
+                cands = [c for key, c in scored if key == best]
                 if len(cands) > 2 and cands[0].id not in pos:
                     continue  # many equally good places and the lane knows none of them: no guess
                 cands = cands[:1] if cands[0].id in pos else cands[:2]
-                top = best[1]
+                top = best[2]
                 keep = [h for h in hits if h.capsule.id not in {c.id for c in cands}]
                 fits = [h for h in keep if not (foreign(h.capsule) >= 0.5 and foreign(h.capsule) > focus_match(h.capsule, own))]
                 away = [h for h in keep if h not in fits]

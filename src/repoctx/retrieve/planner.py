@@ -41,8 +41,43 @@ _FILLER = re.compile(r"^(?:and\s+|also\s+|then\s+|so\s+)?(?:i'd like to understa
                      r"walk me through|explain|tell me|show me|trace)\b[^:,]*[:,]?\s*", re.I)
 _EACH = re.compile(r"^(?P<pre>.*?\b(?:the|do|does|are|is)\s+)(?P<items>[\w\s./()'-]+?(?:,\s*[\w\s./()'-]+?)*,?\s+(?:and|or)\s+"
                    r"[\w\s./()'-]+?)\s+(?P<head>\w+)\s+each\b(?P<post>.*)$", re.I)
-_CONTEXT = re.compile(r"^(?:for|in|when|if|given|on|with|inside|within|during|i want|i'm|i am|we)\b", re.I)
+_CONTEXT = re.compile(r"^(?:for|in|when|whenever|once|after|before|if|given|on|with|inside|within|during|i want|"
+                      r"i'm|i am|we)\b", re.I)
 _HAS_WH = re.compile(rf"\b{WH}\b", re.I)
+_ASKS = re.compile(r"\b(?:how|where|what|which|why|who|whether)\b", re.I)
+_AUX = {"does", "do", "did", "is", "are", "was", "were", "can", "could", "should", "will", "would"}
+_LEAD = re.compile(r"^\s*(?:please\s+)?(?:walk me through|explain|describe|tell me about|show me|trace)\s+"
+                   r"(?P<subject>[^:?]{3,120}?)\s*:\s+(?P<rest>.+)$", re.I | re.S)
+_EACH_WORD = re.compile(r"\b(?:each|both|respectively)\b", re.I)
+
+
+def is_context(clause: str) -> bool:
+    """'For symbolic matrices', 'When I save a figure to a file', 'In the admin change list': framing
+    for the clauses that follow, not an intent. 'When does X happen' is a question."""
+    words = clause.split()
+    if not _CONTEXT.match(clause) or len(words) > 14:
+        return False
+    rest = words[1:]
+    if rest and rest[0].lower() in _AUX:
+        return False
+    return not _ASKS.search(" ".join(rest)) and not (words[0].lower() in ("for", "in", "on", "with") and _HAS_WH.search(clause))
+
+
+def colon_list(clause: str) -> list[str] | None:
+    """'How do the normalizations map a value: the linear one, the diverging one, and the log one'
+    → one sub-query per item after the colon (items are noun phrases, not questions)."""
+    if ": " not in clause:
+        return None
+    head, tail = clause.split(": ", 1)
+    if _ASKS.match(tail.strip()) or len(head.split()) < 2:
+        return None
+    items = [i.strip(" .") for i in re.split(r",\s*(?:and\s+|or\s+)?", tail) if i.strip(" .")]
+    if len(items) >= 2 and " and " in items[-1] and not re.search(r",\s*(?:and|or)\s", tail):
+        last = items.pop()
+        items += [x.strip() for x in last.rsplit(" and ", 1)]
+    if len(items) < 3 or any(len(i.split()) > 14 for i in items):
+        return None
+    return [f"{head}: {i}" for i in items]
 
 
 @dataclass
@@ -64,9 +99,17 @@ def _clean(s: str) -> str:
     return s.strip(" ,;:.?")
 
 
+_RELATIVE = re.compile(r"^which\s+(?:can't|cannot|can not|is|isn't|are|aren't|has|have|doesn't|don't|does not|"
+                       r"do not|was|were|will|would|also|then|means|makes|lacks)\b", re.I)
+
+
 def split_clauses(question: str) -> list[str]:
-    parts = [_clean(p) for p in _CLAUSE_SPLIT.split(question)]
-    parts = [p for p in parts if p and len(p.split()) >= 2]
+    parts: list[str] = []
+    for p in (_clean(p) for p in _CLAUSE_SPLIT.split(question)):
+        if parts and _RELATIVE.match(p):  # "..., which can't alter a column in place" qualifies the clause before
+            parts[-1] = f"{parts[-1]}, {p}"
+        elif p and len(p.split()) >= 2:
+            parts.append(p)
     return parts or [question.strip()]
 
 
@@ -161,9 +204,18 @@ class OfflinePlanner:
         subs: list[SubQuery] = []
         context: list[str] = []
         carried: list[str] | None = None
-        for clause in split_clauses(question):
-            if _CONTEXT.match(clause) and not _HAS_WH.search(clause) and len(clause.split()) <= 14:
+        body = question
+        lead = _LEAD.match(question)
+        if lead:  # "Walk me through how constrained layout works: where ..., how ...": the subject frames each part
+            context.append(lead.group("subject").strip())
+            body = lead.group("rest")
+        for clause in split_clauses(body):
+            if is_context(clause):
                 context.append(clause)  # "For symbolic matrices": framing for what follows, not an intent
+                items = _entities(re.sub(r"^\w+\s+", "", clause))
+                if len(items) >= 2 and _EACH_WORD.search(question) and all(len(i.split()) <= 4 for i in items):
+                    carried = items  # "For the log, symlog and logit scales, how does each one ..."
+                    context.pop()
                 continue
             parts = expand_comparison(clause)
             if parts is None:
@@ -171,7 +223,7 @@ class OfflinePlanner:
                 if entities:
                     carried = entities
                     continue
-                parts = expand_list(clause) or [clause]
+                parts = expand_list(clause) or colon_list(clause) or [clause]
             if carried and not any(e.split()[0].lower() in clause.lower() for e in carried):
                 parts = [f"{e}: {p}" for e in carried for p in parts]
             for p in parts:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from repoctx.retrieve.hybrid import is_test_path
 from repoctx.tokens import name_tokens, term_in
 from repoctx.types import Hit
 
@@ -39,12 +40,13 @@ def _overlap(terms: list[str], text: str) -> float:
 
 
 def lane_features(terms: list[str], hits: list[Hit], question_ranks: dict[str, int], lane_counts: dict[str, int],
-                  degree: dict[str, tuple[int, int]]) -> list[dict[str, float]]:
+                  degree: dict[str, tuple[int, int]], namesakes: dict[str, int] | None = None) -> list[dict[str, float]]:
     """One feature dict per hit of a lane (in lane order).
 
     terms: the sub-query's content terms; question_ranks: capsule id → rank in the whole question's
     search; lane_counts: capsule id → how many sub-query lanes have it in their top 10; degree:
-    capsule id → (callers, callees)."""
+    capsule id → (callers, callees); namesakes: name → definitions carrying it."""
+    namesakes = namesakes or {}
     top = hits[:10]
     max_dense = max((_signal(h, "dense", "score") for h in hits), default=0.0) or 1.0
     max_lex = max((abs(_signal(h, "lexical", "score")) for h in hits), default=0.0) or 1.0
@@ -75,6 +77,8 @@ def lane_features(terms: list[str], hits: list[Hit], question_ranks: dict[str, i
             "question": math.log(question_ranks.get(c.id, ABSENT)),
             "lanes": float(lane_counts.get(c.id, 0)),
             "samefile": float(sum(1 for o in top if o.capsule.path == c.path and o.capsule.id != c.id)),
+            "namesakes": math.log1p(max(namesakes.get(c.name, 1) - 1, 0)),
+            "test": float(is_test_path(c.path)),
         }
         for k in KINDS:
             f[k] = float(c.kind == k)
@@ -147,7 +151,8 @@ def features_for_lanes(store, lanes: list[tuple[list[str], list[Hit]]], question
     counts = lane_counts([hits for _, hits in lanes])
     ids = list(dict.fromkeys(h.capsule.id for _, hits in lanes for h in hits))
     deg = degrees(store, ids)
-    return [lane_features(terms, hits, qranks, counts, deg) for terms, hits in lanes]
+    names = store.name_counts(sorted({h.capsule.name for _, hits in lanes for h in hits}))
+    return [lane_features(terms, hits, qranks, counts, deg, names) for terms, hits in lanes]
 
 
 def rerank(model: LinearReranker, feats: list[dict[str, float]], hits: list[Hit]) -> list[Hit]:

@@ -204,6 +204,16 @@ class SQLiteStore:
             f"SELECT {_COLS} FROM capsules c WHERE (name IN ({ph}) OR qualname IN ({ph})) AND kind != 'window' "
             f"AND {where} ORDER BY id", names + names + args)]
 
+    def name_counts(self, names: list[str]) -> dict[str, int]:
+        """How many definitions carry each name (a name defined everywhere says little)."""
+        out: dict[str, int] = {}
+        for i in range(0, len(names), 500):
+            chunk = names[i:i + 500]
+            out.update(self.db.execute(
+                f"SELECT name, COUNT(*) FROM capsules WHERE name IN ({','.join('?' * len(chunk))}) "
+                "AND kind IN ('function', 'method', 'class') GROUP BY name", chunk).fetchall())
+        return out
+
     def by_path_suffix(self, fragments: list[str], scope: Scope = EVERYTHING) -> list[str]:
         where, args = scope.sql("c")
         out: list[str] = []
