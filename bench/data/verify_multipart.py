@@ -117,7 +117,12 @@ def main() -> int:
     ap.add_argument("--fetch", action="store_true", help="download and unpack the pinned wheels")
     ap.add_argument("--root", type=Path, default=Path("/tmp/repoctx-corpora"),
                     help="where --fetch unpacks (one subdirectory per corpus)")
+    ap.add_argument("--any-corpus", action="store_true",
+                    help="accept any PyPI corpus and lay it out with repoctx.corpus.materialize (the training "
+                         "questions in bench/data/train/); downloads wheels that are not cached")
     args = ap.parse_args()
+    if args.any_corpus:
+        from repoctx.corpus import materialize
 
     dirs = fetch(args.root) if args.fetch else {}
     for key in CORPORA:
@@ -149,11 +154,14 @@ def main() -> int:
         ids.add(rid)
         corpus = rec.get("corpus", {})
         pypi = str(corpus.get("pypi", "")).lower()
+        if args.any_corpus and pypi not in by_pypi:
+            by_pypi[pypi] = (pypi, corpus.get("version"))
+            dirs[pypi] = materialize({"corpus": corpus, "instance_id": rid})
         if pypi not in by_pypi:
             problems.append(f"{rid}: unknown corpus {corpus}")
             continue
         key, version = by_pypi[pypi]
-        if corpus.get("version") != version:
+        if not args.any_corpus and corpus.get("version") != version:
             problems.append(f"{rid}: version {corpus.get('version')} != pinned {version}")
         prefix = corpus.get("path_prefix", "")
         shape = rec.get("shape")
@@ -188,7 +196,7 @@ def main() -> int:
                     continue
                 if root is None:
                     continue
-                f = root / path[len(prefix):]
+                f = root / path if args.any_corpus else root / path[len(prefix):]
                 if f not in trees:
                     try:
                         trees[f] = ast.parse(f.read_text(encoding="utf-8"), str(f))
@@ -203,9 +211,9 @@ def main() -> int:
                     n_ok += 1
 
     print(f"questions: {n_q}  intents: {n_intents}  gold locations: {n_gold}  resolved: {n_ok}")
-    print("per corpus: " + ", ".join(f"{k}={per_corpus[k]}" for k in CORPORA))
+    print("per corpus: " + ", ".join(f"{k}={per_corpus[k]}" for k in per_corpus))
     print("per shape:  " + ", ".join(f"{s}={per_shape[s]}" for s in sorted(SHAPES)))
-    for k in CORPORA:
+    for k in per_corpus:
         print(f"  {k:7s} " + ", ".join(f"{s}={per_corpus_shape[(k, s)]}" for s in sorted(SHAPES)))
     print("intents per question: " + ", ".join(f"{n}:{intents_hist[n]}" for n in sorted(intents_hist)))
     if problems:

@@ -25,9 +25,17 @@ _CLAUSE_SPLIT = re.compile(
     rf"|,\s+and\s+(?:explain\s+|describe\s+|show\s+)",
     re.I)
 _VERSUS = re.compile(r"\s+(?:versus|vs\.?|compared (?:with|to)|as opposed to)\s+", re.I)
+# verbs that start the aspect of "compare how X and Y <verb> ..." (words that are often nouns too, such as
+# cache, map, set, log or format, are left out: "the file-system and memcached bytecode caches: ...")
+_ASPECT_VERBS = [v + suffix for v in (
+    "handle", "implement", "render", "treat", "manage", "work", "deal", "process", "decide", "compute", "store",
+    "support", "check", "roll", "convert", "parse", "validate", "write", "read", "choose", "build", "create", "load",
+    "save", "draw", "resolve", "select", "split", "encode", "decode", "serialize", "generate", "collect", "find",
+    "register", "install", "schedule", "dispatch", "compile", "emit", "evaluate", "transform", "estimate",
+    "predict", "merge", "retry", "authenticate", "verify")
+    for suffix in ("", "s")] + ["do", "does", "apply", "applies", "copy", "copies", "deploy", "deploys"]
 _COMPARE_ASPECT = [  # "compare how X and Y handle aspect" / "compare X, Y and Z: aspect"
-    re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s+(?P<aspect>(?:handle|handles|do|does|implement|render|"
-               r"renders|treat|manage|work|deal|process|decide|compute|store|support|check|roll)\b.*)$", re.I),
+    re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s+(?P<aspect>(?:" + "|".join(_ASPECT_VERBS) + r")\b.*)$", re.I),
     re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s*:\s*(?P<aspect>.+)$", re.I),
     re.compile(r"\bdifferences?\s+between\s+(?P<entities>.+?)\s+(?:in|for|when)\s+(?P<aspect>.+)$", re.I),
 ]
