@@ -1,6 +1,6 @@
 """Standard vs agentic retrieval on multi-part questions (bench/data/multipart.jsonl), at equal k.
 
-    python bench/agentic.py [--k 10] [--dense] [--json] [--limit N]
+    python bench/agentic.py [--k 10] [--dense] [--json] [--limit N] [--corpus NAME] [--data FILE ...]
 
 For each question: standard retrieval of the whole question vs the agentic loop with the offline
 planner, both cut to the same k. An intent is covered when one of its gold `path:qualname`
@@ -45,8 +45,9 @@ def covered(ranked: list[str], intents: list[dict]) -> list[bool]:
     return [any(g in top for g in it["gold"]) for it in intents]
 
 
-def run(k: int, dense: bool, limit: int | None, corpus: str | None = None) -> dict:
-    rows = [json.loads(line) for line in (HERE / "data" / "multipart.jsonl").read_text().splitlines() if line.strip()]
+def run(k: int, dense: bool, limit: int | None, corpus: str | None = None, data: list[Path] | None = None) -> dict:
+    rows = [json.loads(line) for p in (data or [HERE / "data" / "multipart.jsonl"])
+            for line in p.read_text().splitlines() if line.strip()]
     if corpus:
         rows = [r for r in rows if r["corpus"]["pypi"].lower() == corpus.lower()]
     rows = rows[:limit] if limit else rows
@@ -130,9 +131,11 @@ def main() -> None:
     ap.add_argument("--dense", action="store_true", help="use the embedded dense model too (embeds the corpora)")
     ap.add_argument("--limit", type=int)
     ap.add_argument("--corpus", help="only questions over this PyPI project (Django, sympy, pytest)")
+    ap.add_argument("--data", nargs="*", type=Path, help="question files (default bench/data/multipart.jsonl); "
+                    "on bench/data/train/*.jsonl the agentic figures are in-sample for the shipped re-ranker")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    r = run(a.k, a.dense, a.limit, a.corpus)
+    r = run(a.k, a.dense, a.limit, a.corpus, a.data)
     print(json.dumps(r) if a.json else table(r))
 
 

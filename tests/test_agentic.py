@@ -144,10 +144,39 @@ def test_offline_planner_shapes():
         ["parse_http_date"], ["cache_key"]]
 
 
+def test_offline_planner_framing_and_lists():
+    p = OfflinePlanner()
+    # a "When I ..." clause frames the parts that follow instead of being a part
+    assert [s.text for s in p.plan("When I save a figure to a file, how is the output format chosen, and how is the "
+                                   "tight bounding box computed?")] == [
+        "When I save a figure to a file: how is the output format chosen",
+        "When I save a figure to a file: how is the tight bounding box computed"]
+    # "Walk me through X:" keeps X as the subject of each part
+    assert [s.text for s in p.plan("Walk me through how constrained layout works: where it is triggered, and how the "
+                                   "axes are finally moved.")] == [
+        "how constrained layout works: where it is triggered",
+        "how constrained layout works: how the axes are finally moved"]
+    # a list after a colon: one part per item (commas inside an item's words stay)
+    assert [s.text for s in p.plan("How does the legend handle these things: collecting handles and labels, picking "
+                                   "the handler, and finding the best location?")] == [
+        "How does the legend handle these things: collecting handles and labels",
+        "How does the legend handle these things: picking the handler",
+        "How does the legend handle these things: finding the best location"]
+    # a relative "which ..." clause stays with the clause it qualifies
+    assert [s.text for s in p.plan("What SQL is emitted on PostgreSQL, and what happens on SQLite, which can't alter a "
+                                   "column in place?")] == [
+        "What SQL is emitted on PostgreSQL", "what happens on SQLite, which can't alter a column in place"]
+    # entities listed in a framing clause, with "each": entity × part
+    assert [s.text for s in p.plan("For the log and logit scales, how does each one transform values?")] == [
+        "log scales: how does each one transform values", "logit scales: how does each one transform values"]
+
+
 def test_router():
     assert route("compare how checkout and inventory roll back deployments").mode == "agentic"
     assert route("Where are tests collected, and how are asserts rewritten?").mode == "agentic"
     assert route("where is authentication handled?").mode == "standard"
+    assert route("How are cookies handled: parsing the header, serializing a Set-Cookie header, and deleting one?"
+                 ).mode == "agentic"
     assert route("parse_http_date").mode == "standard"
     report = "Crash in QuerySet.only()\nTraceback (most recent call last):\n  File \"x.py\", line 1\nand how is it fixed?"
     assert route(report).mode == "standard" and route(report).shape == "report"

@@ -231,7 +231,7 @@ class OfflinePlanner:
                 if entities:
                     carried = entities
                     continue
-                parts = expand_list(clause) or colon_list(clause) or [clause]
+                parts = colon_list(clause) or expand_list(clause) or [clause]
             if carried and not any(e.split()[0].lower() in clause.lower() for e in carried):
                 parts = [f"{e}: {p}" for e in carried for p in parts]
             for p in parts:

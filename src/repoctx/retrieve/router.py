@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from repoctx.retrieve.planner import _HAS_WH, expand_comparison, expand_list, split_clauses
+from repoctx.retrieve.planner import _HAS_WH, OfflinePlanner, colon_list, expand_comparison, expand_list, split_clauses
 
 _COMPARATIVE = re.compile(r"\b(compare|comparing|contrast|versus|vs\.?|differ|differences?\s+between|compared\s+(?:with|to)"
                           r"|as opposed to|each\s+(?:one\s+)?(?:handle|do|decide))\b", re.I)
@@ -36,6 +36,8 @@ def route(question: str) -> Route:
     asking = [c for c in clauses if _HAS_WH.search(c)]
     if len(asking) >= 2:
         return Route("agentic", f"{len(asking)} questions in one", "multi-part")
-    if any(expand_list(c) for c in clauses):
+    if any(expand_list(c) or colon_list(c) for c in clauses):
         return Route("agentic", "asks about a list of things", "list")
+    if len(OfflinePlanner().plan(question)) >= 2:
+        return Route("agentic", "several parts that share one subject", "multi-part")
     return Route("standard", "one intent", "single")
