@@ -108,6 +108,10 @@ def main() -> None:
         cv[hold] = {"questions": len(held), "first_stage": coverage(held, indexes, None),
                     "reranked": coverage(held, indexes, model)}
         print(f"held out {hold}: intent coverage@10 {cv[hold]['first_stage']} -> {cv[hold]['reranked']}")
+    intents = {p: sum(len(r["intents"]) for r in rows if r["corpus"]["pypi"] == p) for p in cv}
+    for key in ("first_stage", "reranked"):
+        cv.setdefault("all", {})[key] = round(sum(cv[p][key] * intents[p] for p in intents) / sum(intents.values()), 1)
+    print(f"held out, all projects (intent-weighted): {cv['all']['first_stage']} -> {cv['all']['reranked']}")
     model = fit(data)
     model.meta = {**(model.meta or {}), "trained_on": [str(p.relative_to(HERE.parent)) if p.is_relative_to(HERE.parent) else str(p)
                                  for p in a.data],
