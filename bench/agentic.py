@@ -40,6 +40,15 @@ def keys(hits, ix) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def question_index(row: dict, settings: Settings, indexes: dict):
+    """The (updated) index of a question's corpus, opened once per corpus and kept in ``indexes``."""
+    key = (row["corpus"]["pypi"], row["corpus"]["version"])
+    if key not in indexes:
+        indexes[key] = open_corpus_index({"corpus": row["corpus"], "instance_id": row["id"]}, False, settings)
+        indexes[key].update()
+    return indexes[key]
+
+
 def covered(ranked: list[str], intents: list[dict]) -> list[bool]:
     top = set(ranked)
     return [any(g in top for g in it["gold"]) for it in intents]
@@ -56,12 +65,7 @@ def run(k: int, dense: bool, limit: int | None, corpus: str | None = None, data:
     per_row = []
     indexes = {}
     for row in rows:
-        key = (row["corpus"]["pypi"], row["corpus"]["version"])
-        if key not in indexes:
-            ix = open_corpus_index({"corpus": row["corpus"], "instance_id": row["id"]}, False, settings)
-            ix.update()
-            indexes[key] = ix
-        ix = indexes[key]
+        ix = question_index(row, settings, indexes)
         t0 = time.perf_counter()
         std_hits = ix.search(row["question"], k=3 * k)  # a deeper pool: modules take no slot of the k keys
         t1 = time.perf_counter()

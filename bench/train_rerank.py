@@ -22,13 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from repoctx.config import Settings
-from repoctx.evaluate import open_corpus_index
 from repoctx.retrieve.agentic import AgenticRetriever, content_terms
 from repoctx.retrieve.rerank import DEPTH, WEIGHTS_FILE, LinearReranker, features_for_lanes
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from agentic import covered, keys  # noqa: E402  (same scoring as the benchmark)
+from agentic import covered, keys, question_index  # noqa: E402  (same scoring as the benchmark)
 
 
 def load(paths: list[Path]) -> list[dict]:
@@ -42,12 +41,7 @@ def examples(rows: list[dict], settings: Settings) -> tuple[list[dict], list[str
     """(feature dict, label, project) per candidate, and the opened indexes by project."""
     out, groups, indexes = [], [], {}
     for row in rows:
-        key = (row["corpus"]["pypi"], row["corpus"]["version"])
-        if key not in indexes:
-            ix = open_corpus_index({"corpus": row["corpus"], "instance_id": row["id"]}, False, settings)
-            ix.update()
-            indexes[key] = ix
-        ix = indexes[key]
+        ix = question_index(row, settings, indexes)
         res = AgenticRetriever(ix, reranker=None, per_query_k=DEPTH).run(row["question"])
         lanes = res.lanes["sub_queries"]
         gold = {g for it in row["intents"] for g in it["gold"]}
@@ -81,7 +75,7 @@ def fit(data: list[tuple[dict, float, str]], l2: float = 1.0, iters: int = 3000,
 def coverage(rows: list[dict], indexes: dict, model: LinearReranker | None, k: int = 10) -> float:
     cov: list[bool] = []
     for row in rows:
-        ix = indexes[(row["corpus"]["pypi"], row["corpus"]["version"])]
+        ix = question_index(row, Settings.from_env(), indexes)
         res = AgenticRetriever(ix, reranker=model, k=k).run(row["question"])
         cov += covered(keys(res.hits, ix)[:k], row["intents"])
     return round(100 * sum(cov) / max(len(cov), 1), 1)
