@@ -97,3 +97,19 @@ def test_shipped_weights_load_and_match_the_features():
     produced = lane_features(["x"], [Hit(cap("x"), 1.0, {})], {}, {}, {})[0]
     assert set(model.features) <= set(produced)
     assert model.meta["trained_on"] and all("multipart" not in p for p in model.meta["trained_on"])
+
+
+def test_a_failing_reranker_is_a_failed_event_and_the_first_stage_order_stands(make_repo, tmp_path):
+    ix = open_index(make_repo(BACKENDS), tmp_path / "idx")
+    ix.update()
+
+    class Broken(LinearReranker):
+        def score(self, f):
+            raise RuntimeError("weights corrupt")
+
+    broken = Broken(["lines"], [0.0], [1.0], [1.0], 0.0, {})
+    events = list(AgenticRetriever(ix, reranker=broken).stream(QUESTION))
+    failed = [e for e in events if e.status == "FAILED"]
+    assert failed and "second-stage ranking failed" in failed[0].message and "weights corrupt" in failed[0].message
+    result = events[-1].data["result"]
+    assert events[-1].step == "Result" and result.hits
