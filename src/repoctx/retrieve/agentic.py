@@ -222,14 +222,13 @@ class AgenticRetriever:
             if s.intent in best_for:
                 intent_lanes.append((s.intent, best_for[s.intent][:k]))
         merged = self._merge(intent_lanes, found_by)
-        if self.reranker is not None:
+        if self.reranker is not None:  # the k units most likely to cover every intent first, then the fusion's order
             chosen = self._select([best_for[s.intent] for s in subs if s.intent in best_for])
             first = {h.capsule.id for h in chosen}
-            merged = [h for h in merged if h.capsule.id in first] + [h for h in merged if h.capsule.id not in first]
-            order = {h.capsule.id: r for r, h in enumerate(chosen)}
-            merged[: len(first)] = sorted(merged[: len(first)], key=lambda h: order.get(h.capsule.id, len(order)))
+            merged = [Hit(h.capsule, h.score, {**h.why, "sub_queries": found_by.get(h.capsule.id, [])}) for h in chosen] \
+                + [h for h in merged if h.capsule.id not in first]
         expanded: list[str] = []
-        yield TraceEvent("FullDocumentExpansion", IN_PROGRESS, "adding the context fragments need")
+        yield TraceEvent("FullDocumentExpansion", IN_PROGRESS, "adding the enclosing units that fragments need")
         try:
             extra = self._expand(merged)
             for h in extra:
