@@ -200,12 +200,13 @@ class AgenticRetriever:
         sufficient = all(coverage.get(s.intent, 0.0) >= self.threshold for s in subs)
 
         raw_lanes = {s.intent: best_for[s.intent] for s in subs if s.intent in best_for}
+        question_hits = lanes[0][1] if lanes and lanes[0][0] == query else []  # the speculative search
         if best_for:
             yield TraceEvent("Retrieval", IN_PROGRESS, "ranking each sub-query's candidates"
                              + (" (second stage)" if self.reranker is not None else ""))
             try:
                 if self.reranker is not None:
-                    self._rerank(subs, best_for, lanes[0][1] if lanes and lanes[0][0] == query else [])
+                    self._rerank(subs, best_for, question_hits)
                 aligned = self._align(subs, best_for)
                 yield TraceEvent("Retrieval", SUCCEEDED,
                                  f"{len(best_for)} sub-query results ranked; {len(aligned)} parallel implementations "
@@ -217,7 +218,7 @@ class AgenticRetriever:
 
         # one lane per intent (its best-evidence search first), after the whole question's own lane
         k = self.per_query_k
-        intent_lanes = [(query, lanes[0][1][:k])] if lanes and lanes[0][0] == query else []
+        intent_lanes = [(query, question_hits[:k])] if question_hits else []
         for s in subs:
             if s.intent in best_for:
                 intent_lanes.append((s.intent, best_for[s.intent][:k]))
@@ -241,7 +242,7 @@ class AgenticRetriever:
 
         result = AgenticResult(query, merged, [s.text for s in subs], iterations, sufficient, coverage, expanded,
                                time.perf_counter() - t0)
-        result.lanes = {"question": lanes[0][1] if lanes and lanes[0][0] == query else [],
+        result.lanes = {"question": question_hits,
                         "sub_queries": [(s, raw_lanes[s.intent]) for s in subs if s.intent in raw_lanes]}
         yield TraceEvent("Result", SUCCEEDED, f"{len(merged)} hits from {len(lanes)} searches; "
                          f"{'sufficient' if sufficient else 'not every intent covered'} after {iterations} iterations",
