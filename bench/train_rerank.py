@@ -37,9 +37,9 @@ def load(paths: list[Path]) -> list[dict]:
     return rows
 
 
-def examples(rows: list[dict], settings: Settings) -> tuple[list[dict], list[str], dict]:
-    """(feature dict, label, project) per candidate, and the opened indexes by project."""
-    out, groups, indexes = [], [], {}
+def examples(rows: list[dict], settings: Settings) -> tuple[list[tuple[dict, float, str]], dict]:
+    """(feature dict, label, project) per candidate, and the opened indexes by corpus."""
+    out, indexes = [], {}
     for row in rows:
         ix = question_index(row, settings, indexes)
         res = AgenticRetriever(ix, reranker=None, per_query_k=DEPTH).run(row["question"])
@@ -49,7 +49,7 @@ def examples(rows: list[dict], settings: Settings) -> tuple[list[dict], list[str
         for (_, hits), fs in zip(lanes, feats):
             for h, f in zip(hits, fs):
                 out.append((f, float(bool(set(keys([h], ix)) & gold)), row["corpus"]["pypi"]))
-    return out, [r["corpus"]["pypi"] for r in rows], indexes
+    return out, indexes
 
 
 def fit(data: list[tuple[dict, float, str]], l2: float = 1.0, iters: int = 3000, lr: float = 0.2) -> LinearReranker:
@@ -72,10 +72,10 @@ def fit(data: list[tuple[dict, float, str]], l2: float = 1.0, iters: int = 3000,
                           {"prior_shift": float(np.log(pos_weight))})
 
 
-def coverage(rows: list[dict], indexes: dict, model: LinearReranker | None, k: int = 10) -> float:
+def coverage(rows: list[dict], indexes: dict, model: LinearReranker | None, settings: Settings, k: int = 10) -> float:
     cov: list[bool] = []
     for row in rows:
-        ix = question_index(row, Settings.from_env(), indexes)
+        ix = question_index(row, settings, indexes)
         res = AgenticRetriever(ix, reranker=model, k=k).run(row["question"])
         cov += covered(keys(res.hits, ix)[:k], row["intents"])
     return round(100 * sum(cov) / max(len(cov), 1), 1)
@@ -92,15 +92,15 @@ def main() -> None:
     if a.lexical_only:
         settings = replace(settings, embedder="none")
     rows = load(a.data)
-    data, projects, indexes = examples(rows, settings)
+    data, indexes = examples(rows, settings)
     print(f"{len(rows)} questions, {sum(len(r['intents']) for r in rows)} intents, {len(data)} candidates, "
           f"{int(sum(lab for _, lab, _ in data))} gold")
     cv = {}
-    for hold in sorted(set(projects)):
+    for hold in sorted({r["corpus"]["pypi"] for r in rows}):
         model = fit([d for d in data if d[2] != hold])
         held = [r for r in rows if r["corpus"]["pypi"] == hold]
-        cv[hold] = {"questions": len(held), "first_stage": coverage(held, indexes, None),
-                    "reranked": coverage(held, indexes, model)}
+        cv[hold] = {"questions": len(held), "first_stage": coverage(held, indexes, None, settings),
+                    "reranked": coverage(held, indexes, model, settings)}
         print(f"held out {hold}: intent coverage@10 {cv[hold]['first_stage']} -> {cv[hold]['reranked']}")
     intents = {p: sum(len(r["intents"]) for r in rows if r["corpus"]["pypi"] == p) for p in cv}
     for key in ("first_stage", "reranked"):

@@ -339,19 +339,24 @@ class AgenticRetriever:
                     family.setdefault(c.name, []).append(c)
             family = {n: defs for n, defs in family.items() if len(defs) <= 40}
 
+            memo: dict[str, dict[int, float]] = {}
+
+            def match(c: Capsule, i: int) -> float:
+                if c.id not in memo:
+                    memo[c.id] = {j: focus_match(c, focus[j]) for j in lanes}
+                return memo[c.id][i]
+
+            def foreign(c: Capsule, i: int) -> float:
+                return max(match(c, j) for j in lanes if j != i)
+
             def fit(c: Capsule, i: int) -> float:
                 """How well a unit sits where lane i's focus is (0 when a sibling's focus fits it as well)."""
-                m = focus_match(c, focus[i])
-                return m if m >= 0.5 and m > max(focus_match(c, focus[j]) for j in lanes if j != i) else 0.0
+                m = match(c, i)
+                return m if m >= 0.5 and m > foreign(c, i) else 0.0
 
             # a name counts when it is defined at the focus of at least two lanes: a parallel implementation
             par = {n: sum(1 for i in lanes if any(fit(c, i) for c in defs)) for n, defs in family.items()}
             for i, hits in lanes.items():
-                own = focus[i]
-
-                def foreign(c: Capsule) -> float:
-                    return max(focus_match(c, focus[j]) for j in lanes if j != i)
-
                 pos = {h.capsule.id: r for r, h in enumerate(hits)}
                 scored = [((par[n], support.get(n, 0), fit(c, i)), c) for n, defs in family.items() if par[n] >= 2
                           for c in defs if fit(c, i)]
@@ -366,11 +371,11 @@ class AgenticRetriever:
                 cands = cands[:1] if cands[0].id in pos else cands[:2]
                 top = best[2]
                 keep = [h for h in hits if h.capsule.id not in {c.id for c in cands}]
-                fits = [h for h in keep if not (foreign(h.capsule) >= 0.5 and foreign(h.capsule) > focus_match(h.capsule, own))]
+                fits = [h for h in keep if not (foreign(h.capsule, i) >= 0.5 and foreign(h.capsule, i) > match(h.capsule, i))]
                 away = [h for h in keep if h not in fits]
-                head = 1 if fits and focus_match(fits[0].capsule, own) >= top else 0
+                head = 1 if fits and match(fits[0].capsule, i) >= top else 0
                 score = hits[0].score
-                new = [Hit(c, score, {"aligned": {"name": c.name, "focus": sorted(own)}}) for c in cands]
+                new = [Hit(c, score, {"aligned": {"name": c.name, "focus": sorted(focus[i])}}) for c in cands]
                 best_for[subs[i].intent] = fits[:head] + new + fits[head:] + away
                 added += [{"sub_query": subs[i].text, "added": c.citation} for c in cands]
         return added
