@@ -113,3 +113,22 @@ def test_a_failing_reranker_is_a_failed_event_and_the_first_stage_order_stands(m
     assert failed and "second-stage ranking failed" in failed[0].message and "weights corrupt" in failed[0].message
     result = events[-1].data["result"]
     assert events[-1].step == "Result" and result.hits
+
+
+def test_a_class_calls_what_its_methods_call(make_repo, tmp_path):
+    """A class's behaviour lives in its methods: its callees are the outside units they call (calls between
+    its own methods stay inside), so the re-ranker does not read every class as a leaf."""
+    from repoctx.retrieve.rerank import degrees
+    ix = open_index(make_repo({"m.py": (
+        "def helper():\n    return 1\n\n\ndef other():\n    return 2\n\n\n"
+        "class Strategy:\n    def run(self):\n        return helper() + self.step()\n\n"
+        "    def step(self):\n        return other() + helper()\n")}), tmp_path / "idx")
+    ix.update()
+    caps = {c.qualname: c for c in ix.store.all_capsules()}
+    ids = [caps["Strategy"].id, caps["Strategy.run"].id, caps["helper"].id]
+    plain = degrees(ix.store, ids)
+    assert plain[caps["Strategy"].id] == (0, 0)  # no call edge starts at the class itself
+    deg = degrees(ix.store, ids, {caps["Strategy"].id})
+    assert deg[caps["Strategy"].id][1] == 2  # helper and other, each once; run → step stays inside
+    assert deg[caps["Strategy.run"].id] == plain[caps["Strategy.run"].id]
+    assert deg[caps["helper"].id][0] == 2  # called from run and from step

@@ -6,7 +6,7 @@ how much of the sub-query their name, path, docstring and body carry, how big an
 they are (an implementation, not a one-line wrapper), whether the whole question's own search agrees,
 and how many sibling sub-queries also found them (a unit every lane finds answers none of them).
 
-The weights ship in ``rerank_weights.json``, fitted by ``bench/train_rerank.py`` on 102 hand-written
+The weights ship in ``rerank_weights.json``, fitted by ``bench/train_rerank.py`` on 172 hand-written
 training questions over seven projects that are *not* in the evaluation set (matplotlib,
 scikit-learn, Sphinx, Werkzeug, Jinja2, click, xarray); the file records what it was trained on and
 its held-out figures (each project held out in turn). A missing file leaves lanes in first-stage order.
@@ -25,6 +25,7 @@ from repoctx.types import Hit
 
 WEIGHTS_FILE = Path(__file__).with_name("rerank_weights.json")
 KINDS = ("function", "method", "class", "module", "window")
+CLASS_INTERACTIONS = ("rank", "question", "callees", "callers", "lines", "name", "doc", "body", "dense", "lex", "samefile")
 DEPTH = 30  # candidates a lane offers to the reranker
 ABSENT = 60  # rank given to a unit a search did not return
 
@@ -74,7 +75,8 @@ def lane_features(terms: list[str], hits: list[Hit], question_ranks: dict[str, i
             "private": float(c.name.startswith("_") and not c.name.startswith("__")),
             "dunder": float(c.name.startswith("__")),
             "graph": float("graph" in h.why),
-            "exact": float("exact" in h.why),
+            # no "exact" feature: the training questions avoid naming definitions, so an exact match
+            # never marked a gold there and the model learnt to push named units down
             "question": math.log(question_ranks.get(c.id, ABSENT)),
             "lanes": float(lane_counts.get(c.id, 0)),
             "samefile": float(sum(1 for o in top if o.capsule.path == c.path and o.capsule.id != c.id)),
@@ -83,6 +85,8 @@ def lane_features(terms: list[str], hits: list[Hit], question_ranks: dict[str, i
         }
         for k in KINDS:
             f[k] = float(c.kind == k)
+        for n in CLASS_INTERACTIONS:  # a class answers by its whole body: the same signal means something else
+            f["class_" + n] = f[n] * f["class"]
         out.append(f)
     return out
 
@@ -126,14 +130,23 @@ def load_reranker(path: str | None = None) -> LinearReranker | None:
     return LinearReranker.from_json(p.read_text())
 
 
-def degrees(store, ids: list[str]) -> dict[str, tuple[int, int]]:
-    """(callers, callees) per capsule id, by two edge queries."""
+def degrees(store, ids: list[str], classes: set[str] = frozenset()) -> dict[str, tuple[int, int]]:
+    """(callers, callees) per capsule id, by edge queries. A class's calls are made by its methods, so a
+    class's callees are the distinct units its methods call (without this every class reads as a leaf)."""
     callers: dict[str, int] = {}
     callees: dict[str, int] = {}
     for e in store.edges_to(ids, ("calls",)):
         callers[e.dst] = callers.get(e.dst, 0) + 1
     for e in store.edges_from(ids, ("calls",)):
         callees[e.src] = callees.get(e.src, 0) + 1
+    if classes:
+        owner = {e.dst: e.src for e in store.edges_from(sorted(classes), ("contains",))}
+        called: dict[str, set[str]] = {}
+        for e in store.edges_from(sorted(owner), ("calls",)):
+            if e.dst not in owner:  # calls between a class's own methods stay inside it
+                called.setdefault(owner[e.src], set()).add(e.dst or e.dst_name)
+        for cls, dsts in called.items():
+            callees[cls] = callees.get(cls, 0) + len(dsts)
     return {i: (callers.get(i, 0), callees.get(i, 0)) for i in ids}
 
 
@@ -151,7 +164,7 @@ def features_for_lanes(store, lanes: list[tuple[list[str], list[Hit]]], question
     qranks = {h.capsule.id: r for r, h in enumerate(question_hits, 1)}
     counts = lane_counts([hits for _, hits in lanes])
     ids = list(dict.fromkeys(h.capsule.id for _, hits in lanes for h in hits))
-    deg = degrees(store, ids)
+    deg = degrees(store, ids, {h.capsule.id for _, hits in lanes for h in hits if h.capsule.kind == "class"})
     names = store.name_counts(sorted({h.capsule.name for _, hits in lanes for h in hits}))
     return [lane_features(terms, hits, qranks, counts, deg, names) for terms, hits in lanes]
 
