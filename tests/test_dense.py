@@ -121,3 +121,19 @@ def test_large_indexes_use_hnsw_and_still_find_the_nearest(tmp_path):
 
     assert isinstance(faiss.read_index(str(tmp_path / fx.meta()["faiss"])), faiss.IndexHNSWFlat)
     assert fx.search_vector(m[123], 1)[0][0] == "c123"
+
+
+def test_inflected_question_words_reach_uninflected_names(tmp_path):
+    """Questions say "resolved", "tokenizing", "entries"; code says resolve, tokenize, entry. The lexical
+    search adds the base forms the index holds (indexed tokens stay unstemmed)."""
+    from repoctx.tokens import base_forms
+    assert "resolve" in base_forms("resolved") and "tokenize" in base_forms("tokenizing")
+    assert "entry" in base_forms("entries") and "stop" in base_forms("stopped") and base_forms("class") == []
+    root = write_tree(tmp_path / "repo", {
+        "tpl.py": "class Variable:\n    def _resolve_lookup(self, context):\n        return context\n\n\n"
+                  "def render_block(nodes):\n    return ''.join(nodes)\n"})
+    ix = Index(root, Settings(index_dir=tmp_path / "idx", embedder="none"))
+    ix.update()
+    lex = SearchOptions(dense=False, exact=False, graph=False)
+    assert [h.capsule.qualname for h in ix.search("how are variables resolved", options=lex)][:1] == ["Variable._resolve_lookup"]
+    assert not ix.search("how are things resolvered", options=lex)  # a form the index does not hold adds nothing

@@ -88,6 +88,29 @@ ABBREVIATIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+def base_forms(word: str) -> list[str]:
+    """Candidate uninflected forms of an English word (``resolved`` → resolve, ``tokenizing`` → tokenize,
+    ``entries`` → entry, ``stopped`` → stop). Over-generates on purpose: callers keep the candidates the
+    index actually holds. Indexed tokens are never stemmed (stemming measured worse, see above)."""
+    w = word
+    if len(w) < 5 or not w.isalpha():
+        return []
+    out: list[str] = []
+    if w.endswith("ies") or w.endswith("ied"):
+        out.append(w[:-3] + "y")
+    if w.endswith("es"):
+        out.append(w[:-2])
+    if w.endswith("s") and not w.endswith("ss"):
+        out.append(w[:-1])
+    for suffix in ("ed", "ing"):
+        if w.endswith(suffix):
+            stem = w[: -len(suffix)]
+            out += [stem, stem + "e"]
+            if len(stem) > 2 and stem[-1] == stem[-2]:
+                out.append(stem[:-1])  # stopped, running
+    return [c for c in dict.fromkeys(out) if len(c) >= 3 and c != w]
+
+
 def term_in(term: str, tokens: set[str]) -> bool:
     """Whether a question's term is among a name's tokens, directly or as a known abbreviation."""
     return term in tokens or any(a in tokens for a in ABBREVIATIONS.get(term, ()))

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from repoctx.retrieve.query import mentions
 from repoctx.store.base import EVERYTHING, Scope
-from repoctx.tokens import code_tokens
+from repoctx.tokens import base_forms, code_tokens
 from repoctx.types import Capsule, FileHit, Hit
 
 RRF_K = 60
@@ -46,10 +46,17 @@ class SearchOptions:
 def query_terms(store, query: str, max_terms: int) -> list[str]:
     """Code tokens of the query, stop words out; for long questions the rarest terms (IDF) are kept."""
     tf = Counter(code_tokens(query, keep_stopwords=False))
+    # the uninflected forms code names use (a question says "resolved", the code `_resolve_lookup`),
+    # where the index holds them
+    forms = {w: base_forms(w) for w in tf}
+    df = store.doc_freqs(list(dict.fromkeys(list(tf) + [f for fs in forms.values() for f in fs])))
+    for w, fs in forms.items():
+        for f in fs:
+            if df.get(f, 0) > 0 and f not in tf:
+                tf[f] = tf[w]
     terms = list(tf)
     if len(terms) <= max_terms:
         return terms
-    df = store.doc_freqs(terms)
     n = max(store.n_capsules(), 1)
     present = [t for t in terms if df.get(t, 0) > 0]
     scored = sorted(present, key=lambda t: -(math.log(1 + n / (1 + df[t])) * (1 + math.log(tf[t]))))
