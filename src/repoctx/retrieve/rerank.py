@@ -25,7 +25,10 @@ from repoctx.types import Hit
 
 WEIGHTS_FILE = Path(__file__).with_name("rerank_weights.json")
 KINDS = ("function", "method", "class", "module", "window")
-CLASS_INTERACTIONS = ("rank", "question", "callees", "callers", "lines", "name", "doc", "body", "dense", "lex", "samefile")
+# features a class gets its own weight for: a class answers by its whole body, so size, degree and
+# overlap mean something else than for a function
+CLASS_INTERACTIONS = ("rank", "question", "callees", "callers", "lines", "name", "doc", "body", "dense", "lex",
+                      "samefile")
 DEPTH = 30  # candidates a lane offers to the reranker
 ABSENT = 60  # rank given to a unit a search did not return
 
@@ -85,7 +88,7 @@ def lane_features(terms: list[str], hits: list[Hit], question_ranks: dict[str, i
         }
         for k in KINDS:
             f[k] = float(c.kind == k)
-        for n in CLASS_INTERACTIONS:  # a class answers by its whole body: the same signal means something else
+        for n in CLASS_INTERACTIONS:
             f["class_" + n] = f[n] * f["class"]
         out.append(f)
     return out
