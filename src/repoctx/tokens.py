@@ -112,8 +112,10 @@ def base_forms(word: str) -> list[str]:
 
 
 def term_in(term: str, tokens: set[str]) -> bool:
-    """Whether a question's term is among a name's tokens, directly or as a known abbreviation."""
-    return term in tokens or any(a in tokens for a in ABBREVIATIONS.get(term, ()))
+    """Whether a question's term is among a name's tokens: directly, as a known abbreviation, or uninflected
+    (``resolved`` ~ ``_resolve_lookup``)."""
+    return term in tokens or any(a in tokens for a in ABBREVIATIONS.get(term, ())) \
+        or any(f in tokens for f in base_forms(term))
 
 
 def name_tokens(text: str) -> set[str]:
