@@ -45,7 +45,8 @@ def examples(rows: list[dict], settings: Settings) -> tuple[list[tuple[dict, flo
         res = AgenticRetriever(ix, reranker=None, per_query_k=DEPTH).run(row["question"])
         lanes = res.lanes["sub_queries"]
         gold = {g for it in row["intents"] for g in it["gold"]}
-        feats = features_for_lanes(ix.store, [(content_terms(s.text), hits) for s, hits in lanes], res.lanes["question"])
+        feats = features_for_lanes(ix.store, [(content_terms(s.text), hits) for s, hits in lanes], res.lanes["question"],
+                                   ix.dense_index(), [s.text for s, _ in lanes])
         for (_, hits), fs in zip(lanes, feats):
             for h, f in zip(hits, fs):
                 out.append((f, float(bool(set(keys([h], ix)) & gold)), row["corpus"]["pypi"]))

@@ -137,3 +137,20 @@ def test_inflected_question_words_reach_uninflected_names(tmp_path):
     lex = SearchOptions(dense=False, exact=False, graph=False)
     assert [h.capsule.qualname for h in ix.search("how are variables resolved", options=lex)][:1] == ["Variable._resolve_lookup"]
     assert not ix.search("how are things resolvered", options=lex)  # a form the index does not hold adds nothing
+
+
+def test_similarities_embed_each_short_text_once(tmp_path):
+    """The re-ranker's name similarity: cosine of a sub-query with units' names read as words; a name
+    seen before is not embedded again."""
+    emb = HashEmbedder(64)
+    ix = make(tmp_path, emb)
+    ix.update()
+    dense = ix.dense_index()
+    before = emb.embedded
+    sims = dense.similarities("render the invoice", ["render invoice (billing invoice)", "make token (auth tokens)"])
+    assert emb.embedded - before == 3  # two names, one query
+    assert sims[0] > sims[1] >= 0.0
+    again = dense.similarities("render the invoice", ["make token (auth tokens)", "render invoice (billing invoice)"])
+    assert emb.embedded - before == 3 and again == sims[::-1]  # all remembered
+    q, a = emb.encode(["render the invoice", "render invoice (billing invoice)"])
+    assert abs(sims[0] - float(q @ a)) < 1e-5

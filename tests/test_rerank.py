@@ -132,3 +132,9 @@ def test_a_class_calls_what_its_methods_call(make_repo, tmp_path):
     assert deg[caps["Strategy"].id][1] == 2  # helper and other, each once; run → step stays inside
     assert deg[caps["Strategy.run"].id] == plain[caps["Strategy.run"].id]
     assert deg[caps["helper"].id][0] == 2  # called from run and from step
+
+
+def test_name_phrase_reads_a_name_as_words():
+    from repoctx.retrieve.rerank import name_phrase
+    assert name_phrase(cap("RelatedPopulator", "django/db/models/query.py")) == "related populator (django db models query)"
+    assert name_phrase(cap("FDCapture._start", "src/_pytest/capture.py")) == "fd capture start (pytest capture)"

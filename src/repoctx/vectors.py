@@ -173,16 +173,31 @@ class DenseRetriever:
     def available(self) -> bool:
         return self.faiss.model == self.embedder.model_id
 
+    def vector(self, text: str) -> np.ndarray:
+        """The embedding of a query or short text, remembered (questions and names recur)."""
+        vec = self._qcache.get(text)
+        if vec is None:
+            vec = np.asarray(self.embedder.encode([text[:4000]])[0], dtype=np.float32)
+            if len(self._qcache) > 4096:
+                self._qcache.clear()
+            self._qcache[text] = vec
+        return vec
+
+    def similarities(self, query: str, texts: list[str]) -> list[float]:
+        """Cosine of ``query`` with each of ``texts`` (short texts; those not seen yet embedded in one batch)."""
+        todo = [t for t in dict.fromkeys(texts) if t not in self._qcache]
+        if todo:
+            if len(self._qcache) > 4096:
+                self._qcache.clear()
+            for t, v in zip(todo, self.embedder.encode(todo)):
+                self._qcache[t] = np.asarray(v, dtype=np.float32)
+        q = self.vector(query)
+        return [float(self._qcache[t] @ q) if t in self._qcache else 0.0 for t in texts]
+
     def search(self, query: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
         if not self.available():
             return []
-        vec = self._qcache.get(query)
-        if vec is None:
-            vec = np.asarray(self.embedder.encode([query[:4000]])[0], dtype=np.float32)
-            if len(self._qcache) > 256:
-                self._qcache.clear()
-            self._qcache[query] = vec
-        return self.faiss.search_vector(vec, k)
+        return self.faiss.search_vector(self.vector(query), k)
 
 
 def vectors_current(store, faiss_index: FaissIndex, embedder) -> bool:

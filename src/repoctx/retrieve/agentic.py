@@ -124,6 +124,10 @@ class AgenticRetriever:
         self.reranker = load_reranker() if reranker is True else (reranker or None)
         self.depth = max(per_query_k, DEPTH) if self.reranker else per_query_k
 
+    def _dense(self):
+        dense = getattr(self.index, "dense_index", None)
+        return dense() if dense else None
+
     def _default_search(self, text: str, k: int) -> list[Hit]:
         opts = SearchOptions(**{**self.options.__dict__, "k": k})
         return search(self.index.store, text, opts, self.index.dense_index(), self.scope)[:k]
@@ -270,7 +274,7 @@ class AgenticRetriever:
         todo = [s for s in subs if best_for.get(s.intent)]
         todo = list({s.intent: s for s in todo}.values())
         feats = features_for_lanes(self.index.store, [(content_terms(s.text), best_for[s.intent]) for s in todo],
-                                   question_hits)
+                                   question_hits, self._dense(), [s.text for s in todo])
         for s, f in zip(todo, feats):
             best_for[s.intent] = rerank(self.reranker, f, best_for[s.intent])
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from repoctx.retrieve.hybrid import is_test_path
-from repoctx.tokens import name_tokens, term_in
+from repoctx.tokens import name_tokens, split_identifier, term_in
 from repoctx.types import Hit
 
 WEIGHTS_FILE = Path(__file__).with_name("rerank_weights.json")
@@ -45,16 +46,19 @@ def _overlap(terms: list[str], text: str) -> float:
 
 
 def lane_features(terms: list[str], hits: list[Hit], question_ranks: dict[str, int], lane_counts: dict[str, int],
-                  degree: dict[str, tuple[int, int]], namesakes: dict[str, int] | None = None) -> list[dict[str, float]]:
+                  degree: dict[str, tuple[int, int]], namesakes: dict[str, int] | None = None,
+                  name_sims: list[float] | None = None) -> list[dict[str, float]]:
     """One feature dict per hit of a lane (in lane order).
 
     terms: the sub-query's content terms; question_ranks: capsule id → rank in the whole question's
     search; lane_counts: capsule id → how many sub-query lanes have it in their top 10; degree:
-    capsule id → (callers, callees); namesakes: name → definitions carrying it."""
+    capsule id → (callers, callees); namesakes: name → definitions carrying it; name_sims: per hit, the
+    embedding similarity of the sub-query with the unit's ``name_phrase`` (0 without a dense model)."""
     namesakes = namesakes or {}
     top = hits[:10]
     max_dense = max((_signal(h, "dense", "score") for h in hits), default=0.0) or 1.0
     max_lex = max((abs(_signal(h, "lexical", "score")) for h in hits), default=0.0) or 1.0
+    best_sim = max(name_sims or [0.0])
     out = []
     for rank, h in enumerate(hits, 1):
         c = h.capsule
@@ -85,6 +89,8 @@ def lane_features(terms: list[str], hits: list[Hit], question_ranks: dict[str, i
             "samefile": float(sum(1 for o in top if o.capsule.path == c.path and o.capsule.id != c.id)),
             "namesakes": math.log1p(max(namesakes.get(c.name, 1) - 1, 0)),
             "test": float(is_test_path(c.path)),
+            "nsim": name_sims[rank - 1] if name_sims else 0.0,
+            "nsim_gap": best_sim - name_sims[rank - 1] if name_sims else 0.0,
         }
         for k in KINDS:
             f[k] = float(c.kind == k)
@@ -161,15 +167,28 @@ def lane_counts(lanes: list[list[Hit]], top: int = 10) -> dict[str, int]:
     return counts
 
 
-def features_for_lanes(store, lanes: list[tuple[list[str], list[Hit]]], question_hits: list[Hit]) -> list[list[dict]]:
+def name_phrase(c) -> str:
+    """A unit's name read as words, with where it lives: ``RelatedPopulator`` in django/db/models/query.py
+    → "related populator (django db models query)"."""
+    def words(text: str) -> list[str]:
+        return [p.lower() for w in re.findall(r"[A-Za-z0-9]+", text) for p in split_identifier(w)]
+    path = [t for t in words(c.path.rsplit(".", 1)[0]) if t not in ("src", "lib")]
+    return f"{' '.join(words(c.qualname))} ({' '.join(path)})"
+
+
+def features_for_lanes(store, lanes: list[tuple[list[str], list[Hit]]], question_hits: list[Hit],
+                       dense=None, texts: list[str] | None = None) -> list[list[dict]]:
     """Features of every lane's hits; lanes are (sub-query content terms, hits), question_hits the whole
-    question's own search. The same code serves inference and training."""
+    question's own search; with a dense retriever and the sub-queries' texts, how close each unit's
+    name, read as words, is to its sub-query. The same code serves inference and training."""
     qranks = {h.capsule.id: r for r, h in enumerate(question_hits, 1)}
     counts = lane_counts([hits for _, hits in lanes])
     ids = list(dict.fromkeys(h.capsule.id for _, hits in lanes for h in hits))
     deg = degrees(store, ids, {h.capsule.id for _, hits in lanes for h in hits if h.capsule.kind == "class"})
     names = store.name_counts(sorted({h.capsule.name for _, hits in lanes for h in hits}))
-    return [lane_features(terms, hits, qranks, counts, deg, names) for terms, hits in lanes]
+    return [lane_features(terms, hits, qranks, counts, deg, names,
+                          dense.similarities(texts[i], [name_phrase(h.capsule) for h in hits]) if dense and texts else None)
+            for i, (terms, hits) in enumerate(lanes)]
 
 
 def rerank(model: LinearReranker, feats: list[dict[str, float]], hits: list[Hit]) -> list[Hit]:
