@@ -147,10 +147,11 @@ def test_similarities_embed_each_short_text_once(tmp_path):
     ix.update()
     dense = ix.dense_index()
     before = emb.embedded
-    sims = dense.similarities("render the invoice", ["render invoice (billing invoice)", "make token (auth tokens)"])
-    assert emb.embedded - before == 3  # two names, one query
-    assert sims[0] > sims[1] >= 0.0
-    again = dense.similarities("render the invoice", ["make token (auth tokens)", "render invoice (billing invoice)"])
-    assert emb.embedded - before == 3 and again == sims[::-1]  # all remembered
+    names = ["render invoice (billing invoice)", "make token (auth tokens)"]
+    sims, other = dense.similarities([("render the invoice", names), ("make a token", names[::-1])])
+    assert emb.embedded - before == 4  # two names, two queries, in one batch
+    assert sims[0] > sims[1] >= 0.0 and other[0] > other[1]
+    (again,) = dense.similarities([("render the invoice", names[::-1])])
+    assert emb.embedded - before == 4 and again == sims[::-1]  # all remembered
     q, a = emb.encode(["render the invoice", "render invoice (billing invoice)"])
     assert abs(sims[0] - float(q @ a)) < 1e-5

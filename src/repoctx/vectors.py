@@ -183,16 +183,16 @@ class DenseRetriever:
             self._qcache[text] = vec
         return vec
 
-    def similarities(self, query: str, texts: list[str]) -> list[float]:
-        """Cosine of ``query`` with each of ``texts`` (short texts; those not seen yet embedded in one batch)."""
-        todo = [t for t in dict.fromkeys(texts) if t not in self._qcache]
-        if todo:
-            if len(self._qcache) > 4096:
-                self._qcache.clear()
-            for t, v in zip(todo, self.embedder.encode(todo)):
-                self._qcache[t] = np.asarray(v, dtype=np.float32)
-        q = self.vector(query)
-        return [float(self._qcache[t] @ q) if t in self._qcache else 0.0 for t in texts]
+    def similarities(self, pairs: list[tuple[str, list[str]]]) -> list[list[float]]:
+        """For each (query, short texts): the cosine of the query with each text. Texts and queries not
+        seen yet are embedded in one batch."""
+        todo = list(dict.fromkeys(t for q, texts in pairs for t in [q, *texts] if t not in self._qcache))
+        if len(self._qcache) + len(todo) > 4096:
+            self._qcache.clear()
+            todo = list(dict.fromkeys(t for q, texts in pairs for t in [q, *texts]))
+        for t, v in zip(todo, self.embedder.encode(todo) if todo else []):
+            self._qcache[t] = np.asarray(v, dtype=np.float32)
+        return [[float(self._qcache[t] @ self._qcache[q]) for t in texts] for q, texts in pairs]
 
     def search(self, query: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
         if not self.available():

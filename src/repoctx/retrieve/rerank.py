@@ -186,9 +186,10 @@ def features_for_lanes(store, lanes: list[tuple[list[str], list[Hit]]], question
     ids = list(dict.fromkeys(h.capsule.id for _, hits in lanes for h in hits))
     deg = degrees(store, ids, {h.capsule.id for _, hits in lanes for h in hits if h.capsule.kind == "class"})
     names = store.name_counts(sorted({h.capsule.name for _, hits in lanes for h in hits}))
-    return [lane_features(terms, hits, qranks, counts, deg, names,
-                          dense.similarities(texts[i], [name_phrase(h.capsule) for h in hits]) if dense and texts else None)
-            for i, (terms, hits) in enumerate(lanes)]
+    sims = [None] * len(lanes)
+    if dense and texts:
+        sims = dense.similarities([(text, [name_phrase(h.capsule) for h in hits]) for text, (_, hits) in zip(texts, lanes)])
+    return [lane_features(terms, hits, qranks, counts, deg, names, s) for (terms, hits), s in zip(lanes, sims)]
 
 
 def rerank(model: LinearReranker, feats: list[dict[str, float]], hits: list[Hit]) -> list[Hit]:
