@@ -4,7 +4,7 @@ import json
 import pytest
 
 from repoctx.retrieve.agentic import AgenticRetriever, evidence_score
-from repoctx.retrieve.planner import LLMPlanner, OfflinePlanner, SubQuery
+from repoctx.retrieve.planner import LLMPlanner, OfflinePlanner, SubQuery, colon_list
 from repoctx.retrieve.router import route
 from repoctx.types import Hit
 from tests.conftest import open_index
@@ -162,6 +162,23 @@ def test_offline_planner_framing_and_lists():
         "How does the legend handle these things: collecting handles and labels",
         "How does the legend handle these things: picking the handler",
         "How does the legend handle these things: finding the best location"]
+    # with the serial comma ("…, and …") long items still make a list; commas inside (...) are not separators
+    assert [s.text for s in p.plan("How are these filters implemented: sorting a dict into (key, value) pairs by key "
+                                   "or by value, formatting a byte count as a human-readable size with decimal or "
+                                   "binary prefixes, and dumping a value as JSON that is safe to embed in a script tag?")] == [
+        "How are these filters implemented: sorting a dict into (key, value) pairs by key or by value",
+        "How are these filters implemented: formatting a byte count as a human-readable size with decimal or binary "
+        "prefixes",
+        "How are these filters implemented: dumping a value as JSON that is safe to embed in a script tag"]
+    # after "Walk me through X:" a plain list of things is one part per thing, X framing each
+    assert [s.text for s in p.plan("Walk me through how a help page gets built: the usage line, the description text "
+                                   "(and how paragraphs survive), and the options table.")] == [
+        "how a help page gets built: the usage line",
+        "how a help page gets built: the description text (and how paragraphs survive)",
+        "how a help page gets built: the options table"]
+    # without the serial comma, long items after a colon are prose, not a list
+    assert colon_list("Note this: the loader reads every template from the search path in the order given by its "
+                      "directories, then caches the compiled code and returns it") is None
     # a relative "which ..." clause stays with the clause it qualifies
     assert [s.text for s in p.plan("What SQL is emitted on PostgreSQL, and what happens on SQLite, which can't alter a "
                                    "column in place?")] == [
@@ -178,6 +195,10 @@ def test_router():
     assert route("How are cookies handled: parsing the header, serializing a Set-Cookie header, and deleting one?"
                  ).mode == "agentic"
     assert route("parse_http_date").mode == "standard"
+    # a statement that sets the scene, then the question as an imperative
+    assert route("The middleware can export a file or a directory. Compare how each kind of export resolves a "
+                 "sub-path, and how the middleware answers with a 304.").mode == "agentic"
+    assert route("The middleware exports a file or a directory. It answers with a 304.").mode == "standard"
     report = "Crash in QuerySet.only()\nTraceback (most recent call last):\n  File \"x.py\", line 1\nand how is it fixed?"
     assert route(report).mode == "standard" and route(report).shape == "report"
 

@@ -79,13 +79,39 @@ def colon_list(clause: str) -> list[str] | None:
     head, tail = clause.split(": ", 1)
     if _ASKS.match(tail.strip()) or len(head.split()) < 2:
         return None
-    items = [i.strip(" .") for i in re.split(r",\s*(?:and\s+|or\s+)?", tail) if i.strip(" .")]
-    if len(items) >= 2 and " and " in items[-1] and not re.search(r",\s*(?:and|or)\s", tail):
+    items = list_items(tail)
+    return [f"{head}: {i}" for i in items] if items else None
+
+
+def list_items(text: str) -> list[str] | None:
+    """The items of a list of three or more noun phrases ("the usage line, the description text, and the
+    options table"), or None when ``text`` does not read as one."""
+    parts = split_top_level(text)
+    items = [re.sub(r"^(?:and|or)\s+", "", i.strip(" .")) for i in parts if i.strip(" .")]
+    # "a, b, and c" (the serial comma) marks a list even when its items are long descriptions
+    oxford = len(parts) >= 3 and any(re.match(r"\s*(?:and|or)\s", p) for p in parts[2:])
+    if len(items) >= 2 and " and " in items[-1] and not oxford:
         last = items.pop()
         items += [x.strip() for x in last.rsplit(" and ", 1)]
-    if len(items) < 3 or any(len(i.split()) > 14 for i in items):
+    if len(items) < 3 or any(len(i.split()) > (30 if oxford else 14) for i in items):
         return None
-    return [f"{head}: {i}" for i in items]
+    return items
+
+
+def split_top_level(text: str) -> list[str]:
+    """Comma-separated parts of ``text``, leaving commas inside (...), [...] and {...} alone:
+    "sorting a dict into (key, value) pairs, formatting a size" → 2 parts."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
 
 
 @dataclass
@@ -231,7 +257,8 @@ class OfflinePlanner:
                 if entities:
                     carried = entities
                     continue
-                parts = colon_list(clause) or expand_list(clause) or [clause]
+                parts = colon_list(clause) or expand_list(clause) \
+                    or (lead and _ASKS.match(clause) is None and list_items(clause)) or [clause]
             if carried and not any(e.split()[0].lower() in clause.lower() for e in carried):
                 parts = [f"{e}: {p}" for e in carried for p in parts]
             for p in parts:
