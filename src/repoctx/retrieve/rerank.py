@@ -167,13 +167,15 @@ def lane_counts(lanes: list[list[Hit]], top: int = 10) -> dict[str, int]:
     return counts
 
 
+def _words(text: str) -> list[str]:
+    return [p.lower() for w in re.findall(r"[A-Za-z0-9]+", text) for p in split_identifier(w)]
+
+
 def name_phrase(c) -> str:
     """A unit's name read as words, with where it lives: ``RelatedPopulator`` in django/db/models/query.py
     → "related populator (django db models query)"."""
-    def words(text: str) -> list[str]:
-        return [p.lower() for w in re.findall(r"[A-Za-z0-9]+", text) for p in split_identifier(w)]
-    path = [t for t in words(c.path.rsplit(".", 1)[0]) if t not in ("src", "lib")]
-    return f"{' '.join(words(c.qualname))} ({' '.join(path)})"
+    path = [t for t in _words(c.path.rsplit(".", 1)[0]) if t not in ("src", "lib")]
+    return f"{' '.join(_words(c.qualname))} ({' '.join(path)})"
 
 
 def features_for_lanes(store, lanes: list[tuple[list[str], list[Hit]]], question_hits: list[Hit],
