@@ -53,7 +53,8 @@ def examples(rows: list[dict], settings: Settings) -> tuple[list[tuple[dict, flo
     return out, indexes
 
 
-def fit(data: list[tuple[dict, float, str]], l2: float = 1.0, iters: int = 3000, lr: float = 0.2) -> LinearReranker:
+def fit(data: list[tuple[dict, float, str]], embedder: str | None = None, l2: float = 1.0, iters: int = 3000,
+        lr: float = 0.2) -> LinearReranker:
     names = list(data[0][0])
     X = np.array([[f[n] for n in names] for f, _, _ in data])
     y = np.array([lab for _, lab, _ in data])
@@ -70,7 +71,8 @@ def fit(data: list[tuple[dict, float, str]], l2: float = 1.0, iters: int = 3000,
     # the class weighting shifts every log-odds by ln(pos_weight); the shift is kept so that the score
     # minus it reads as a calibrated probability (agentic selection uses that)
     return LinearReranker(names, [float(x) for x in mu], [float(x) for x in sd], [float(x) for x in w], float(b),
-                          {"prior_shift": float(np.log(pos_weight))})
+                          # the name-similarity features hold for this embedding model only (agentic checks it)
+                          {"prior_shift": float(np.log(pos_weight)), "embedder": embedder})
 
 
 def coverage(rows: list[dict], indexes: dict, model: LinearReranker | None, settings: Settings, k: int = 10) -> float:
@@ -94,11 +96,12 @@ def main() -> None:
         settings = replace(settings, embedder="none")
     rows = load(a.data)
     data, indexes = examples(rows, settings)
+    embedder = next((ix.embedder.model_id for ix in indexes.values() if ix.embedder), None)
     print(f"{len(rows)} questions, {sum(len(r['intents']) for r in rows)} intents, {len(data)} candidates, "
           f"{int(sum(lab for _, lab, _ in data))} gold")
     cv = {}
     for hold in sorted({r["corpus"]["pypi"] for r in rows}):
-        model = fit([d for d in data if d[2] != hold])
+        model = fit([d for d in data if d[2] != hold], embedder)
         held = [r for r in rows if r["corpus"]["pypi"] == hold]
         cv[hold] = {"questions": len(held), "first_stage": coverage(held, indexes, None, settings),
                     "reranked": coverage(held, indexes, model, settings)}
@@ -107,7 +110,7 @@ def main() -> None:
     for key in ("first_stage", "reranked"):
         cv.setdefault("all", {})[key] = round(sum(cv[p][key] * intents[p] for p in intents) / sum(intents.values()), 1)
     print(f"held out, all projects (intent-weighted): {cv['all']['first_stage']} -> {cv['all']['reranked']}")
-    model = fit(data)
+    model = fit(data, embedder)
     model.meta = {**(model.meta or {}), "trained_on": [str(p.relative_to(HERE.parent)) if p.is_relative_to(HERE.parent) else str(p)
                                  for p in a.data],
                   "questions": len(rows), "candidates": len(data), "gold": int(sum(lab for _, lab, _ in data)),

@@ -138,3 +138,18 @@ def test_name_phrase_reads_a_name_as_words():
     from repoctx.retrieve.rerank import name_phrase
     assert name_phrase(cap("RelatedPopulator", "django/db/models/query.py")) == "related populator (django db models query)"
     assert name_phrase(cap("FDCapture._start", "src/_pytest/capture.py")) == "fd capture start (pytest capture)"
+
+
+def test_name_similarity_only_under_the_model_the_reranker_was_trained_with():
+    """Another embedding model's similarities mean something else, and a remote one would be paid for
+    every candidate: the re-ranker then goes without them."""
+    from types import SimpleNamespace
+
+    dense = SimpleNamespace(embedder=SimpleNamespace(model_id="local:minilm"))
+    index = SimpleNamespace(dense_index=lambda: dense)
+    model = LinearReranker(["rank"], [0.0], [1.0], [1.0], 0.0, {"embedder": "local:minilm"})
+    assert AgenticRetriever(index, reranker=model)._dense() is dense
+    model.meta["embedder"] = "bedrock:amazon.titan-embed-text-v2:0"
+    assert AgenticRetriever(index, reranker=model)._dense() is None
+    assert AgenticRetriever(index, reranker=None)._dense() is None
+    assert load_reranker().meta["embedder"].startswith("local:")  # the shipped model: the offline default

@@ -125,8 +125,13 @@ class AgenticRetriever:
         self.depth = max(per_query_k, DEPTH) if self.reranker else per_query_k
 
     def _dense(self):
+        """The dense retriever for the re-ranker's name similarity, only under the embedding model the
+        re-ranker was trained with: another model's similarities mean something else (and a remote one
+        would be paid for every candidate)."""
         dense = getattr(self.index, "dense_index", None)
-        return dense() if dense else None
+        dense = dense() if dense else None
+        trained = (self.reranker.meta or {}).get("embedder") if self.reranker is not None else None
+        return dense if dense is not None and trained == dense.embedder.model_id else None
 
     def _default_search(self, text: str, k: int) -> list[Hit]:
         opts = SearchOptions(**{**self.options.__dict__, "k": k})
