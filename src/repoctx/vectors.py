@@ -173,25 +173,25 @@ class DenseRetriever:
     def available(self) -> bool:
         return self.faiss.model == self.embedder.model_id
 
-    def vector(self, text: str) -> np.ndarray:
-        """The embedding of a query or short text, remembered (questions and names recur)."""
-        vec = self._qcache.get(text)
-        if vec is None:
-            vec = np.asarray(self.embedder.encode([text[:4000]])[0], dtype=np.float32)
-            if len(self._qcache) > 4096:
-                self._qcache.clear()
-            self._qcache[text] = vec
-        return vec
-
-    def similarities(self, pairs: list[tuple[str, list[str]]]) -> list[list[float]]:
-        """For each (query, short texts): the cosine of the query with each text. Texts and queries not
-        seen yet are embedded in one batch."""
-        todo = list(dict.fromkeys(t for q, texts in pairs for t in [q, *texts] if t not in self._qcache))
+    def _remember(self, texts: list[str]) -> None:
+        """Embed the texts not seen yet, in one batch, and keep their vectors (questions and names recur)."""
+        todo = [t for t in dict.fromkeys(texts) if t not in self._qcache]
+        if not todo:
+            return
         if len(self._qcache) + len(todo) > 4096:
             self._qcache.clear()
-            todo = list(dict.fromkeys(t for q, texts in pairs for t in [q, *texts]))
-        for t, v in zip(todo, self.embedder.encode(todo) if todo else []):
+            todo = list(dict.fromkeys(texts))
+        for t, v in zip(todo, self.embedder.encode([t[:4000] for t in todo])):
             self._qcache[t] = np.asarray(v, dtype=np.float32)
+
+    def vector(self, text: str) -> np.ndarray:
+        """The embedding of a query or short text."""
+        self._remember([text])
+        return self._qcache[text]
+
+    def similarities(self, pairs: list[tuple[str, list[str]]]) -> list[list[float]]:
+        """For each (query, short texts): the cosine of the query with each text, all embedded in one batch."""
+        self._remember([t for q, texts in pairs for t in [q, *texts]])
         return [[float(self._qcache[t] @ self._qcache[q]) for t in texts] for q, texts in pairs]
 
     def search(self, query: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
