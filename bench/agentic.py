@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from repoctx.config import Settings
-from repoctx.corpus import load_rows
-from repoctx.evaluate import function_ranking, open_corpus_index
+from repoctx.evaluate.corpus import load_rows
+from repoctx.evaluate.runner import function_ranking, open_corpus_index
 from repoctx.retrieve.agentic import AgenticRetriever
 from repoctx.retrieve.planner import SubQuery
 from repoctx.retrieve.router import route

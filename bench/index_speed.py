@@ -6,7 +6,7 @@
     python bench/index_speed.py --profile edit  # plus a cProfile top-15 (cumulative) of one phase
 
 The wheel and its unpacked tree live in the corpus cache (``$REPOCTX_CACHE`` or ``~/.cache/repoctx``,
-see ``repoctx.corpus``); each run copies the tree to a temporary directory so edits never touch the
+see ``repoctx.evaluate.corpus``); each run copies the tree to a temporary directory so edits never touch the
 cache. Phases:
 
 * cold index — ``Index.update()`` on an empty index, in a child process so its peak RSS is its own
@@ -36,7 +36,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from repoctx import Index, Settings
-from repoctx.corpus import fetch_wheel, materialize
+from repoctx.evaluate.corpus import fetch_wheel, materialize
 
 CORPUS_ROW = {"corpus": {"pypi": "Django", "version": "4.2", "path_prefix": ""}, "instance_id": "bench"}
 EDIT_FILE = "django/db/models/query.py"

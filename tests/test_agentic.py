@@ -116,16 +116,17 @@ def test_llm_planner_uses_a_valid_plan():
     plan = {"sub_queries": [{"query": "csrf token check", "intent": "csrf"}, {"query": "session cookie", "intent": "session"}]}
     model = ScriptedModel([json.dumps(plan)])
     planner = LLMPlanner(model)
-    subs = planner.plan("How are CSRF and sessions verified?")
-    assert [s.text for s in subs] == ["csrf token check", "session cookie"] and planner.last_error is None
+    subs, note = planner.plan_with_note("How are CSRF and sessions verified?")
+    assert [s.text for s in subs] == ["csrf token check", "session cookie"] and note is None
     assert model.calls, "the real Strands agent loop called the model"
 
 
 def test_malformed_llm_plan_falls_back_to_offline(ix):
     planner = LLMPlanner(ScriptedModel(['{"sub_queries": "not a list"}']))
     q = "How is the CSRF token verified, and how is the session cookie verified?"
-    assert [s.text for s in planner.plan(q)] == [s.text for s in OfflinePlanner().plan(q)]
-    assert planner.last_error.startswith("malformed plan")
+    subs, note = planner.plan_with_note(q)
+    assert [s.text for s in subs] == [s.text for s in OfflinePlanner().plan(q)]
+    assert note.startswith("malformed plan") and not hasattr(planner, "last_error")  # nothing shared between calls
     events = list(AgenticRetriever(ix, planner=LLMPlanner(ScriptedModel(["sorry, no JSON today"]))).stream(q))
     planning = [e for e in events if e.step == "Planning" and e.status == "SUCCEEDED"][0]
     assert "offline plan" in planning.message

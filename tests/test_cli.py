@@ -23,7 +23,7 @@ def test_index_search_status_context(tmp_path, monkeypatch):
     assert res.exit_code == 0
     assert re.search(r"1\. pkg/dates\.py:1-3 :: parse_http_date", res.output)
     res = runner.invoke(app, ["search", "stale entries", "--repo", str(root), "--json", "--level", "file"])
-    assert json.loads(res.output)["hits"][0]["path"] == "pkg/cache.py"
+    assert json.loads(res.output)["files"][0]["path"] == "pkg/cache.py"
     res = runner.invoke(app, ["status", str(root), "--json"])
     assert json.loads(res.output)["fresh"] is True
     (root / "pkg/new.py").write_text("def n():\n    pass\n")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from repoctx import corpus as corpus_mod
-from repoctx.corpus import CorpusError, cache_dir, fetch_wheel, load_rows, materialize
-from repoctx.metrics import aggregate, function_key, normalize_gold_function, rank_metrics
+from repoctx.evaluate import corpus as corpus_mod
+from repoctx.evaluate.corpus import CorpusError, cache_dir, fetch_wheel, load_rows, materialize
+from repoctx.evaluate.metrics import aggregate, function_key, normalize_gold_function, rank_metrics
 
 # --------------------------------------------------------------------------- metrics
 

@@ -110,7 +110,7 @@ def test_local_model_finds_meaning_without_shared_words(tmp_path):
 
 
 def test_large_indexes_use_hnsw_and_still_find_the_nearest(tmp_path):
-    from repoctx.vectors import FaissIndex
+    from repoctx.store.faiss_index import FaissIndex
 
     rng = np.random.default_rng(0)
     m = rng.normal(size=(500, 32)).astype(np.float32)
@@ -120,7 +120,8 @@ def test_large_indexes_use_hnsw_and_still_find_the_nearest(tmp_path):
     import faiss
 
     assert isinstance(faiss.read_index(str(tmp_path / fx.meta()["faiss"])), faiss.IndexHNSWFlat)
-    assert fx.search_vector(m[123], 1)[0][0] == "c123"
+    assert fx.search(m[123], 1)[0][0] == "c123"
+    assert fx.search(m[123], 1, allowed={"c7", "c9"})[0][0] in ("c7", "c9")  # the scope's id filter holds in HNSW
 
 
 def test_inflected_question_words_reach_uninflected_names(tmp_path):

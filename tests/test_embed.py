@@ -49,7 +49,7 @@ def test_lazy_and_identity():
 
 def test_files_are_located_without_import():
     assert E.model_file().name == "model.onnx" and E.model_file().is_file()
-    assert E.tokenizer_file().name == "tokenizer.json" and E.tokenizer_file().is_file()
+    assert E.tokenizer_file().name == "minilm_tokenizer.json" and E.tokenizer_file().is_file()
 
 
 def test_dim_norm_dtype(model):

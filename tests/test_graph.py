@@ -26,27 +26,27 @@ def test_callers_and_callees_across_files(make_repo, tmp_path):
     ix.update()
     checkout = ix.find("checkout")[0]
     callees = {e.dst_name: e.dst for e in ix.callees(checkout.id)}
-    assert callees["Order"] == "shop/models.py#Order"
-    assert callees["payments.charge"] == "shop/payments.py#charge"
-    assert callees["order.save"] is None or callees["order.save"] == "shop/models.py#Base.save"
+    assert callees["Order"] == "repo:shop/models.py#Order"
+    assert callees["payments.charge"] == "repo:shop/payments.py#charge"
+    assert callees["order.save"] is None or callees["order.save"] == "repo:shop/models.py#Base.save"
     callers = ids(ix.callers(checkout.id), "src")
-    assert callers == ["api/views.py#post_checkout"]
+    assert callers == ["repo:api/views.py#post_checkout"]
     # self-calls resolve within the class; inheritance edge resolves across the file
-    assert [e.dst for e in ix.callees("shop/models.py#Base.save")] == ["shop/models.py#Base.validate"]
-    inherits = ix.store.edges_from(["shop/models.py#Order"], ("inherits",))
-    assert [e.dst for e in inherits] == ["shop/models.py#Base"]
+    assert [e.dst for e in ix.callees("repo:shop/models.py#Base.save")] == ["repo:shop/models.py#Base.validate"]
+    inherits = ix.store.edges_from(["repo:shop/models.py#Order"], ("inherits",))
+    assert [e.dst for e in inherits] == ["repo:shop/models.py#Base"]
     # containment and imports are edges too
-    contains = ix.store.edges_from(["shop/models.py#Base"], ("contains",))
-    assert sorted(e.dst for e in contains) == ["shop/models.py#Base.save", "shop/models.py#Base.validate"]
-    imports = ix.store.edges_from(["shop/checkout.py#shop.checkout"], ("imports",))
-    assert {e.dst for e in imports} == {"shop/models.py#Order", "shop/payments.py#shop.payments"}
+    contains = ix.store.edges_from(["repo:shop/models.py#Base"], ("contains",))
+    assert sorted(e.dst for e in contains) == ["repo:shop/models.py#Base.save", "repo:shop/models.py#Base.validate"]
+    imports = ix.store.edges_from(["repo:shop/checkout.py#shop.checkout"], ("imports",))
+    assert {e.dst for e in imports} == {"repo:shop/models.py#Order", "repo:shop/payments.py#shop.payments"}
 
 
 def test_unresolved_names_are_kept(make_repo, tmp_path):
     root = make_repo({"a.py": "def f():\n    return mystery(1) + len([])\n"})
     ix = open_index(root, tmp_path / "idx")
     ix.update()
-    names = {e.dst_name: e.dst for e in ix.callees("a.py#f")}
+    names = {e.dst_name: e.dst for e in ix.callees("repo:a.py#f")}
     assert names == {"mystery": None, "len": None}
 
 

@@ -94,10 +94,10 @@ def test_git_head_recorded(make_repo, tmp_path):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
     ix = open_index(root, tmp_path / "idx")
     ix.update()
-    assert ix.store.meta("git_head") == head and ix.store.meta("git_dirty") == "0"
+    assert ix.meta("git_head") == head and ix.meta("git_dirty") == "0"
     write_tree(root, {"pkg/util.py": "def helper(x):\n    return 3\n"})
     ix.update()
-    assert ix.store.meta("git_dirty") == "1"
+    assert ix.meta("git_dirty") == "1"
 
 
 CHILD = """

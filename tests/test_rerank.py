@@ -146,7 +146,7 @@ def test_name_similarity_only_under_the_model_the_reranker_was_trained_with():
     from types import SimpleNamespace
 
     dense = SimpleNamespace(embedder=SimpleNamespace(model_id="local:minilm"))
-    index = SimpleNamespace(dense_index=lambda: dense)
+    index = SimpleNamespace(dense_index=lambda scope=None: dense)
     model = LinearReranker(["rank"], [0.0], [1.0], [1.0], 0.0, {"embedder": "local:minilm"})
     assert AgenticRetriever(index, reranker=model)._dense() is dense
     model.meta["embedder"] = "bedrock:amazon.titan-embed-text-v2:0"

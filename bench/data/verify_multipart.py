@@ -118,11 +118,11 @@ def main() -> int:
     ap.add_argument("--root", type=Path, default=Path("/tmp/repoctx-corpora"),
                     help="where --fetch unpacks (one subdirectory per corpus)")
     ap.add_argument("--any-corpus", action="store_true",
-                    help="accept any PyPI corpus and lay it out with repoctx.corpus.materialize (the training "
+                    help="accept any PyPI corpus and lay it out with repoctx.evaluate.corpus.materialize (the training "
                          "questions in bench/data/train/); downloads wheels that are not cached")
     args = ap.parse_args()
     if args.any_corpus:
-        from repoctx.corpus import materialize
+        from repoctx.evaluate.corpus import materialize
 
     dirs = fetch(args.root) if args.fetch else {}
     for key in CORPORA:

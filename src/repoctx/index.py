@@ -1,41 +1,141 @@
-"""``repoctx.Index``: the small public surface the CLI, API and MCP server all call."""
+"""``repoctx.Index``: the small public surface the CLI, the copilot's tools, the API and the MCP server
+all call. One store (SQLite embedded, or PostgreSQL) may hold many repositories; an ``Index`` is a
+view of some of them. ``retrieve`` returns one ``Retrieval`` (sync, streamed, or async)."""
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import re
 import threading
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import AsyncIterator, Callable, Iterator
 
 from repoctx.config import Settings
-from repoctx.indexer import ProgressFn, UpdateReport, stale_files, update_index, writer_lock
+from repoctx.indexer import ProgressFn, UpdateReport, stale_files, update_index
 from repoctx.retrieve.hybrid import SearchOptions, search, to_files
-from repoctx.store.base import EVERYTHING, Scope
-from repoctx.store.sqlite import SQLiteStore
-from repoctx.types import Capsule, Edge, FileHit, Hit
-from repoctx.vectors import DenseRetriever, EmbedReport, FaissIndex, VectorCache, fill_vectors, vectors_current
+from repoctx.store.base import EVERYTHING, Scope, StoreError
+from repoctx.types import Capsule, Context, Edge, FileHit, Hit, TraceEvent
+from repoctx.vectors import DenseRetriever, EmbedReport, VectorCache, fill_vectors
+
+LEVELS = ("symbol", "file")
+MODES = ("auto", "standard", "agentic")
+
+
+class NotIndexed(StoreError):
+    pass
+
+
+def open_store(settings: Settings, root: Path | None = None, create: bool = True):
+    """The store the settings name: PostgreSQL when ``database_url`` is set, else the SQLite file in
+    ``index_dir`` (default ``<root>/.repoctx``). With ``create=False`` a missing index is an error,
+    never a new empty one."""
+    if settings.database_url:
+        from repoctx.store.postgres import PostgresStore
+
+        return PostgresStore(settings.database_url)
+    from repoctx.store.sqlite import SQLiteStore
+
+    if settings.index_dir is None and root is None:
+        raise StoreError("no index location: give a repository path, REPOCTX_INDEX_DIR or REPOCTX_DATABASE_URL")
+    return SQLiteStore(settings.index_dir_for(root) / "index.sqlite", create=create)
+
+
+def default_repo_name(root: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", root.name).strip("-.") or "repo"
+    return name[:80]
+
+
+@dataclass
+class Retrieval:
+    """What one retrieval returns, whatever path it took: plain data that serialises to JSON."""
+
+    query: str
+    mode: str  # the path taken: standard | agentic
+    route: dict  # the router's decision (mode, reason, shape)
+    level: str  # symbol | file
+    k: int
+    hits: list[Hit]  # symbol level: the k best units; file level: the units behind the files
+    files: list[FileHit] = field(default_factory=list)  # file level: the k best files
+    events: list[TraceEvent] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the caller should know (e.g. vectors still filling)
+    seconds: float = 0.0
+    details: dict = field(default_factory=dict)  # agentic: sub-queries, coverage, iterations
+
+    def to_dict(self, trace: bool = True) -> dict:
+        out = {"query": self.query, "mode": self.mode, "route": self.route, "level": self.level, "k": self.k,
+               "notes": self.notes, "seconds": round(self.seconds, 4), **self.details}
+        if self.level == "file":
+            out["files"] = [f.to_dict() for f in self.files]
+        else:
+            out["hits"] = [h.to_dict() for h in self.hits]
+        if trace:
+            out["trace"] = [e.to_dict() for e in self.events]
+        return out
 
 
 class Index:
-    """An index of one repository. ``Index(path).update()`` builds or refreshes it; ``search`` reads it."""
+    """A view of one or more repositories in a store.
 
-    def __init__(self, root: str | Path, settings: Settings | None = None, embedder=None):
-        self.root = Path(root).resolve()
-        if not self.root.is_dir():
-            raise FileNotFoundError(f"not a directory: {root}")
+    ``Index(path)`` is one repository on disk (``update`` indexes it, registering it under a name);
+    ``Index(settings=..., repos=("a", "b"))`` reads repositories already indexed in a shared store
+    (``repos=()``: every one). Reads are scoped to the view's repositories unless the scope names others.
+    """
+
+    def __init__(self, root: str | Path | None = None, settings: Settings | None = None, embedder=None, *,
+                 name: str | None = None, repos: tuple[str, ...] | list[str] | None = None, store=None,
+                 create: bool = True):
         self.settings = settings or Settings.from_env()
-        self.index_dir = self.settings.index_dir_for(self.root)
-        self.store = SQLiteStore(self.index_dir / "index.sqlite", repo=self.root.name)
+        self.root: Path | None = None
+        if root is not None:
+            self.root = Path(root).resolve()
+            if not self.root.is_dir():
+                raise FileNotFoundError(f"not a directory: {root}")
+        self.store = store if store is not None else open_store(self.settings, self.root, create=create)
+        self.index_dir = (self.settings.index_dir_for(self.root) if self.root and not self.settings.database_url
+                          else self.settings.index_dir)
+        if self.root is not None:
+            self.repo = self._name_for(self.root, name)
+            self.repos: tuple[str, ...] = (self.repo,)
+        else:
+            self.repos = tuple(repos or ())
+            self.repo = self.repos[0] if len(self.repos) == 1 else ""
         self._embedder = embedder  # any object with encode(texts) -> array, model_id and dim
-        self._dense = None
+        self._dense: DenseRetriever | None = None
         self._bg: threading.Thread | None = None
         self.last_embed: EmbedReport | None = None
         self.embed_error: str | None = None
+
+    def _name_for(self, root: Path, name: str | None) -> str:
+        known = self.store.repo_by_root(str(root))
+        if name:
+            return name
+        if known is not None:
+            return known.name
+        base = default_repo_name(root)
+        taken = self.store.repo(base) if hasattr(self.store, "repo") else None
+        if taken is not None and taken.root != str(root):  # another checkout with the same folder name
+            base = f"{base}-{hashlib.blake2b(str(root).encode(), digest_size=3).hexdigest()}"
+        return base
+
+    # ---- scope
+    def scope(self, scope: Scope | None = None) -> Scope:
+        """The caller's scope narrowed to this view's repositories when it names none."""
+        scope = scope or EVERYTHING
+        return scope if scope.repos or not self.repos else replace(scope, repos=self.repos)
 
     # ---- writing
     def update(self, progress: ProgressFn | None = None, wait: bool = True, embed: bool = True,
                background: bool = False) -> UpdateReport:
         """Refresh the lexical index and graph (one transaction), then fill dense vectors for what
         changed. With ``background=True`` vectors fill in a thread while lexical search already answers."""
-        with writer_lock(self.index_dir, wait=wait):
-            report = update_index(self.root, self.store, self.settings, progress)
+        if self.root is None:
+            raise StoreError("this Index reads a store; open Index(path) to index a repository")
+        self.store.register_repo(self.repo, str(self.root))
+        writer = self.store.writer(self.repo)
+        with writer.lock("index", wait=wait):
+            report = update_index(self.root, writer, self.settings, progress)
         if embed and self.embedder is not None:
             if background:
                 self._bg = threading.Thread(target=self._fill, args=(progress,), daemon=True)
@@ -50,26 +150,22 @@ class Index:
             return self._embedder
         if self.settings.embedder in ("none", "", None):
             return None
-        if self._embedder is None:
-            from repoctx.embed import get_embedder
+        from repoctx.embed import get_embedder
 
-            self._embedder = get_embedder(self.settings.embedder)
+        self._embedder = get_embedder(self.settings.embedder)
         return self._embedder
 
-    def _faiss(self) -> FaissIndex:
-        return FaissIndex(self.index_dir)
-
     def _fill(self, progress: ProgressFn | None = None) -> EmbedReport | None:
-        """Embed what the content-hash cache lacks and swap in a new vector index."""
-        fx = self._faiss()
-        if vectors_current(self.store, fx, self.embedder):
+        """Embed what the content-hash cache lacks and hand the vectors to the store."""
+        writer = self.store.writer(self.repo)
+        model = self.embedder.model_id
+        if self.store.vector_state(self.repo, model).current:
             return None
         try:
-            with writer_lock(self.index_dir / "vectors", wait=True):
-                if vectors_current(self.store, fx, self.embedder):
+            with writer.lock("vectors", wait=True):
+                if self.store.vector_state(self.repo, model).current:
                     return None
-                self.last_embed = fill_vectors(self.store, fx, self.embedder, VectorCache(self.settings.vector_cache),
-                                               progress)
+                self.last_embed = fill_vectors(writer, self.embedder, VectorCache(self.settings.vector_cache), progress)
                 self.embed_error = None
                 return self.last_embed
         except Exception as e:  # lexical search keeps working; the reason is kept for status
@@ -80,89 +176,193 @@ class Index:
         if self._bg is not None:
             self._bg.join(timeout)
 
+    # ---- state
+    def meta(self, key: str) -> str | None:
+        return self.store.meta(key, self.repo)
+
+    def indexed(self) -> bool:
+        return all(self.store.meta("complete", r) == "1" for r in self.repos) if self.repos else \
+            bool(self.store.repos())
+
     def status(self) -> dict:
-        out = stale_files(self.root, self.store, self.settings)
-        out["counts"] = self.store.counts()
-        out["indexed"] = self.store.meta("complete") == "1"
+        out = stale_files(self.root, self.store.writer(self.repo), self.settings) if self.root else {}
+        out["repo"] = self.repo
+        out["counts"] = self.store.counts(self.scope())
+        out["indexed"] = self.indexed()
         out["vectors"] = self.vectors_status()
         return out
 
+    def vectors_status(self) -> dict:
+        emb = self.embedder
+        if emb is None:
+            return {"enabled": False, "model": None, "indexed_model": None, "count": 0, "total": 0,
+                    "coverage": 0.0, "current": False, "error": self.embed_error}
+        states = [self.store.vector_state(r, emb.model_id) for r in self.repos or [r.name for r in self.store.repos()]]
+        count, total = sum(s.count for s in states), sum(s.total for s in states)
+        models = {s.model for s in states if s.model}
+        return {"enabled": True, "model": emb.model_id, "indexed_model": ", ".join(sorted(models)) or None,
+                "count": count, "total": total, "coverage": round(count / total, 4) if total else 1.0,
+                "current": bool(states) and all(s.current for s in states), "error": self.embed_error}
+
+    def files(self, scope: Scope | None = None) -> list[tuple[str, str]]:
+        """(repository, path) of every indexed file the scope lets the caller see."""
+        return self.store.paths(self.scope(scope))
+
     # ---- reading
-    def search(self, query: str, k: int = 10, level: str = "symbol", scope: Scope = EVERYTHING,
+    def dense_index(self, scope: Scope | None = None) -> DenseRetriever | None:
+        """The dense retriever, or None when no embedder is configured or no vectors of its model exist
+        in scope (then the model is never loaded: a lexical-only search stays fast)."""
+        emb = self.embedder
+        if emb is None:
+            return None
+        repos = self.scope(scope).repos or tuple(r.name for r in self.store.repos())
+        if not any(self.store.vector_state(r, emb.model_id).count for r in repos):
+            return None
+        if self._dense is None:
+            self._dense = DenseRetriever(self.store, emb)
+        return self._dense
+
+    def search(self, query: str, k: int = 10, level: str = "symbol", scope: Scope | None = None,
                options: SearchOptions | None = None) -> list[Hit] | list[FileHit]:
+        """Standard (hybrid) search: the k best units, or files."""
+        query = _check_query(query)
+        scope = self.scope(scope)
         opts = options or SearchOptions(k=k, level=level)
-        hits = search(self.store, query, opts, self.dense_index(), scope)
+        hits = search(self.store, query, opts, self.dense_index(scope), scope)
         if level == "file":
             return to_files(hits, opts.file_agg)[:k]
         return hits[:k]
 
-    def retrieve(self, query: str, k: int = 10, mode: str = "auto", scope: Scope = EVERYTHING, planner=None,
-                 max_iterations: int = 5):
-        """Standard or agentic retrieval, chosen by the router in ``auto`` mode. Returns
-        ``(route, events)``: the route decision and an iterator of TraceEvents whose last event
-        (Result) carries the hits in ``data["result"]`` (an AgenticResult, or a list of hits)."""
+    def retrieve(self, query: str, k: int = 10, level: str = "symbol", mode: str = "auto",
+                 scope: Scope | None = None, planner=None, max_iterations: int = 5,
+                 on_event: Callable[[TraceEvent], None] | None = None,
+                 options: SearchOptions | None = None) -> Retrieval:
+        """Standard or agentic retrieval (the router decides in ``auto``), as one ``Retrieval``.
+        ``on_event`` sees each trace event as it happens."""
+        result = None
+        for ev in self.stream(query, k, level, mode, scope, planner, max_iterations, options):
+            if ev.step == "Result":
+                result = ev.data["retrieval"]
+            if on_event is not None:
+                on_event(ev)
+        return result
+
+    def stream(self, query: str, k: int = 10, level: str = "symbol", mode: str = "auto",
+               scope: Scope | None = None, planner=None, max_iterations: int = 5,
+               options: SearchOptions | None = None) -> Iterator[TraceEvent]:
+        """Trace events as they happen; the last is ``Result`` with ``data["retrieval"]``. ``options``
+        tune the standard search (signals, pool; evaluation runs its configurations through them)."""
         from repoctx.retrieve.agentic import AgenticRetriever
         from repoctx.retrieve.router import Route, route
 
-        if mode not in ("auto", "standard", "agentic"):
-            raise ValueError(f"mode must be auto, standard or agentic, not {mode!r}")
+        query = _check_query(query)
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if level not in LEVELS:
+            raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {level!r}")
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        t0 = time.perf_counter()
+        scope = self.scope(scope)
+        events: list[TraceEvent] = []
         decision = route(query) if mode == "auto" else Route(mode, "chosen by the caller", "forced")
+        ev = TraceEvent("Routing", "SUCCEEDED", f"{decision.mode}: {decision.reason}", data=decision.to_dict())
+        events.append(ev)
+        yield ev
+        depth = k if level == "symbol" else max(5 * k, 50)  # files need a deeper pool of units
+        details: dict = {}
         if decision.mode == "agentic":
-            retriever = AgenticRetriever(self, planner=planner, max_iterations=max_iterations, k=k, scope=scope)
-            return decision, retriever.stream(query)
-        return decision, self._standard_events(query, k, scope)
+            retriever = AgenticRetriever(self, planner=planner, max_iterations=max_iterations, k=depth, scope=scope,
+                                         plan=decision.plan)
+            hits: list[Hit] = []
+            for ev in retriever.stream(query):
+                if ev.step == "Result":
+                    res = ev.data["result"]
+                    hits = res.hits
+                    details = {"sub_queries": res.sub_queries, "iterations": res.iterations,
+                               "sufficient": res.sufficient, "coverage": res.coverage, "expanded": res.expanded}
+                    continue
+                events.append(ev)
+                yield ev
+        else:
+            ev = TraceEvent("Retrieval", "IN_PROGRESS", "standard retrieval", query)
+            events.append(ev)
+            yield ev
+            opts = options or SearchOptions(k=depth, level=level)
+            dense = self.dense_index(scope) if opts.dense else None
+            hits = search(self.store, query, opts, dense, scope)
+            ev = TraceEvent("Retrieval", "SUCCEEDED", f"{len(hits)} candidates", query, len(hits))
+            events.append(ev)
+            yield ev
+        files: list[FileHit] = []
+        if level == "file":
+            files = to_files(hits)
+            if len(files) < k and decision.mode == "agentic":  # top up from the whole question's ranking
+                seen = {f.path for f in files}
+                more = search(self.store, query, SearchOptions(k=depth, level=level), self.dense_index(scope), scope)
+                files += [f for f in to_files(more) if f.path not in seen]
+            files = files[:k]
+            hits = [h for f in files for h in f.capsules]
+        else:
+            hits = hits[:k]
+        retrieval = Retrieval(query, decision.mode, decision.to_dict(), level, k, hits, files, events,
+                              self._notes(scope), time.perf_counter() - t0, details)
+        n = len(files) if level == "file" else len(hits)
+        yield TraceEvent("Result", "SUCCEEDED", f"{n} {'files' if level == 'file' else 'hits'}", hits=n,
+                         data={"retrieval": retrieval})
+
+    async def aretrieve(self, query: str, **kw) -> Retrieval:
+        """``retrieve`` for asyncio callers: the work runs in a worker thread, the loop never blocks."""
+        return await asyncio.to_thread(self.retrieve, query, **kw)
+
+    async def astream(self, query: str, **kw) -> AsyncIterator[TraceEvent]:
+        """``stream`` for asyncio callers: each step runs in a worker thread."""
+        gen = self.stream(query, **kw)
+        sentinel = object()
+        while True:
+            ev = await asyncio.to_thread(next, gen, sentinel)
+            if ev is sentinel:
+                return
+            yield ev
+
+    def _notes(self, scope: Scope) -> list[str]:
+        emb = self.embedder
+        if emb is None:
+            return []
+        repos = scope.repos or tuple(r.name for r in self.store.repos())
+        states = [self.store.vector_state(r, emb.model_id) for r in repos]
+        count, total = sum(s.count for s in states), sum(s.total for s in states)
+        if total and count < total:
+            return [f"dense vectors cover {count} of {total} units ({100 * count / total:.0f}%): they are still being "
+                    f"filled, so this answer uses lexical search for the rest"]
+        return []
 
     def context(self, query: str, task: str | None = None, budget: int | None = None, mode: str = "standard",
-                scope: Scope = EVERYTHING):
+                scope: Scope | None = None) -> Context:
         """Context compressed to the task (code_query, refactor, code_gen, search) inside a token budget.
         With mode auto/agentic the hits come from the router / agentic loop."""
         from repoctx.retrieve.context import build_context
 
+        query = _check_query(query)
+        scope = self.scope(scope)
         hits = None
         if mode != "standard":
-            _, events = self.retrieve(query, k=30, mode=mode, scope=scope)
-            for ev in events:
-                if ev.step == "Result":
-                    res = ev.data["result"]
-                    hits = res.hits if hasattr(res, "hits") else res
+            hits = self.retrieve(query, k=30, mode=mode, scope=scope).hits
         return build_context(self, query, task=task, budget=budget, scope=scope, hits=hits)
 
-    def _standard_events(self, query: str, k: int, scope: Scope):
-        from repoctx.types import TraceEvent
-
-        yield TraceEvent("Retrieval", "IN_PROGRESS", "standard retrieval", query)
-        hits = self.search(query, k=k, scope=scope)
-        yield TraceEvent("Retrieval", "SUCCEEDED", f"{len(hits)} hits", query, len(hits))
-        yield TraceEvent("Result", "SUCCEEDED", f"{len(hits)} hits", hits=len(hits), data={"result": hits})
-
-    def dense_index(self) -> DenseRetriever | None:
-        if self.embedder is None:
-            return None
-        if self._dense is None:
-            self._dense = DenseRetriever(self._faiss(), self.embedder)
-        return self._dense if self._dense.available() else None
-
-    def vectors_status(self) -> dict:
-        meta = self._faiss().meta()
-        emb = self.embedder
-        return {"enabled": emb is not None, "model": emb.model_id if emb else None,
-                "indexed_model": meta.get("model") if meta else None, "count": meta.get("count") if meta else 0,
-                "current": bool(emb) and vectors_current(self.store, self._faiss(), emb),
-                "error": self.embed_error}
-
-    def capsule(self, capsule_id: str, scope: Scope = EVERYTHING) -> Capsule | None:
-        got = self.store.capsules([capsule_id], scope)
+    def capsule(self, capsule_id: str, scope: Scope | None = None) -> Capsule | None:
+        got = self.store.capsules([capsule_id], self.scope(scope))
         return got[0] if got else None
 
-    def find(self, name: str, scope: Scope = EVERYTHING) -> list[Capsule]:
+    def find(self, name: str, scope: Scope | None = None) -> list[Capsule]:
         """Capsules whose name or qualname is exactly ``name``."""
-        return self.store.by_names([name], scope)
+        return self.store.by_names([name], self.scope(scope))
 
-    def callees(self, capsule_id: str) -> list[Edge]:
-        return self.store.edges_from([capsule_id], ("calls",))
+    def callees(self, capsule_id: str, scope: Scope | None = None) -> list[Edge]:
+        return self.store.edges_from([capsule_id], ("calls",), self.scope(scope))
 
-    def callers(self, capsule_id: str) -> list[Edge]:
-        return self.store.edges_to([capsule_id], ("calls",))
+    def callers(self, capsule_id: str, scope: Scope | None = None) -> list[Edge]:
+        return self.store.edges_to([capsule_id], ("calls",), self.scope(scope))
 
     def close(self) -> None:
         self.store.close()
@@ -172,3 +372,9 @@ class Index:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _check_query(query: str) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("the query is empty: ask a question or name a symbol")
+    return query.strip()

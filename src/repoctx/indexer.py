@@ -5,31 +5,23 @@ update redoes what was lost. Only one indexer writes at a time (a lock file); re
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import os
 import subprocess
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from repoctx.capsules.fallback import parse_any
-from repoctx.capsules.parse import ParsedFile
+from repoctx.capsules.parse import ParsedFile, own_text
 from repoctx.config import Settings
-from repoctx.graph import Cand, Resolver, SrcInfo, class_of, contains_edges, resolve_file
+from repoctx.graph import Cand, Resolver, SrcInfo, class_of, contains_edges, ref_key, resolve_file
 from repoctx.ingest.walk import SourceFile, WalkReport, load_text, walk
-from repoctx.store.base import FileRecord
-from repoctx.store.sqlite import SQLiteStore
+from repoctx.store.base import FileRecord, IndexBusy, RepoWriter, capsule_id  # noqa: F401 (IndexBusy re-exported)
 from repoctx.tokens import TOKENIZER_VERSION
 from repoctx.types import Ref
 
 ProgressFn = Callable[[dict], None]
-
-
-class IndexBusy(RuntimeError):
-    pass
 
 
 @dataclass
@@ -93,60 +85,66 @@ def git_state(root: Path) -> tuple[str | None, bool | None]:
 class StoreLookup:
     """Resolver lookups answered by the store (sees the transaction's own writes), memoised per update."""
 
-    def __init__(self, store: SQLiteStore):
+    def __init__(self, store: RepoWriter):
         self.store = store
         self._names: dict[str, list[Cand]] = {}
         self._mods: dict[str, Cand | None] = {}
 
     def by_name(self, name: str) -> list[Cand]:
         if name not in self._names:
-            self._names[name] = self.store.cands_by_name(name)
+            self._names[name] = [Cand(*r) for r in self.store.cands_by_name(name)]
         return self._names[name]
 
     def module(self, key: str) -> Cand | None:
         if key not in self._mods:
-            self._mods[key] = self.store.module_cand(key)
+            row = self.store.module_cand(key)
+            self._mods[key] = Cand(*row) if row else None
         return self._mods[key]
 
 
-@contextmanager
-def writer_lock(index_dir: Path, wait: bool = True) -> Iterator[None]:
-    index_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(index_dir / "index.lock", os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            raise IndexBusy(f"another repoctx process is indexing {index_dir}") from None
-        yield
-    finally:
-        os.close(fd)
-
-
-def _parse_one(sf: SourceFile, data: bytes, settings: Settings) -> tuple[ParsedFile | None, str, dict]:
-    """Parse one file's bytes; returns (parsed or None, note, flags). Never raises on content."""
+def _parse_one(sf: SourceFile, data: bytes, settings: Settings, repo: str) -> tuple[ParsedFile | None, str, dict]:
+    """Parse one file's bytes; returns (parsed or None, note, flags). Never raises on content.
+    Capsule ids come back namespaced by the repository."""
     loaded = load_text(data, redact_secrets=not settings.index_secrets)
     if loaded is None:
         return None, "binary", {}
     if loaded.minified:
         return None, "minified", {}
     flags = {"invalid_utf8": loaded.invalid_utf8, "redactions": loaded.redactions}
+    from repoctx.capsules.fallback import windows
+
     try:
         if settings.parse_mode == "windows":
-            from repoctx.capsules.fallback import windows
-
-            return windows(sf.path, loaded.text, sf.language, settings.window_chunk_size,
-                           settings.window_overlap), "", flags
-        pf = parse_any(sf.path, loaded.text, sf.language, settings.window_chunk_size, settings.window_overlap)
+            pf = windows(sf.path, loaded.text, sf.language, settings.window_chunk_size, settings.window_overlap)
+        else:
+            pf = parse_any(sf.path, loaded.text, sf.language, settings.window_chunk_size, settings.window_overlap)
     except Exception as e:  # a parser bug must cost one file, not the index
-        from repoctx.capsules.fallback import windows
-
         pf = windows(sf.path, loaded.text, sf.language, settings.window_chunk_size, settings.window_overlap)
         flags["parse_failed"] = f"{type(e).__name__}"
-    return pf, "", flags
+    return namespaced(pf, repo), "", flags
 
 
-def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: ProgressFn | None = None) -> UpdateReport:
+def namespaced(pf: ParsedFile, repo: str) -> ParsedFile:
+    """The parser's ids (``path#qualname``) made store-wide (``repo:path#qualname``)."""
+    for c in pf.capsules:
+        c.id = capsule_id(repo, c.id)
+        c.parent = capsule_id(repo, c.parent) if c.parent else None
+        c.repo = repo
+    for r in pf.refs:
+        r.src = capsule_id(repo, r.src)
+    return pf
+
+
+def lexical_bodies(capsules: list) -> dict[str, str]:
+    """What BM25 reads as a class's body: its own lines, not its methods' (they are indexed themselves)."""
+    children: dict[str, list] = {}
+    for c in capsules:
+        if c.parent:
+            children.setdefault(c.parent, []).append(c)
+    return {c.id: own_text(c, children.get(c.id, [])) for c in capsules if c.kind == "class"}
+
+
+def update_index(root: Path, store: RepoWriter, settings: Settings, progress: ProgressFn | None = None) -> UpdateReport:
     """Bring the store up to date with the files under root. One transaction."""
     t0 = time.perf_counter()
     report = UpdateReport()
@@ -181,10 +179,9 @@ def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: P
 
     if not to_parse and not deleted:
         if touched:
-            store.begin()
-            for sf in touched:
-                store.touch_file(sf.path, sf.size, sf.mtime_ns)
-            store.commit()
+            with store.transaction():
+                for sf in touched:
+                    store.touch_file(sf.path, sf.size, sf.mtime_ns)
         report.skipped = walk_report.skipped
         _finish_meta_if_needed(store, report)
         report.seconds = time.perf_counter() - t0
@@ -204,7 +201,7 @@ def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: P
     parsed: list[tuple[SourceFile, str, ParsedFile]] = []
     done = 0
     for sf, data, h in to_parse:
-        pf, note, flags = _parse_one(sf, data, settings)
+        pf, note, flags = _parse_one(sf, data, settings, store.repo)
         done += 1
         if pf is None:
             walk_report.skip(sf.path, note)
@@ -220,8 +217,7 @@ def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: P
         if done % 50 == 0 or done == len(to_parse):
             emit({"event": "parse", "done": done, "total": len(to_parse)})
 
-    store.begin()
-    try:
+    with store.transaction():
         if rebuild:
             store.clear()
         for path in deleted:
@@ -234,7 +230,7 @@ def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: P
         for sf, h, pf in parsed:
             store.put_file(FileRecord(sf.path, sf.language, sf.size, sf.mtime_ns, h, pf.module, pf.imports,
                                       pf.method, f"syntax errors: {pf.syntax_errors}" if pf.syntax_errors else ""),
-                           pf.capsules)
+                           pf.capsules, lexical_bodies(pf.capsules))
             report.capsules_written += len(pf.capsules)
             for c in pf.capsules:
                 new_defs.add(_def_key(c.id, c.path, c.qualname, c.kind, pf.module, c.name))
@@ -250,17 +246,13 @@ def update_index(root: Path, store: SQLiteStore, settings: Settings, progress: P
             resolver = Resolver(StoreLookup(store))
         for sf, h, pf in parsed:
             edges = contains_edges(pf.capsules) + resolve_file(resolver, pf.capsules, pf.refs, pf.imports, pf.module)
-            store.put_edges(edges, sf.path)
+            store.put_edges(((e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges), sf.path)
         if not cold:
             names = {d[0] for d in old_defs ^ new_defs}
             gone = old_ids - {d[1] for d in new_defs}
             report.edges_reresolved = _reresolve(store, resolver, names, gone,
                                                  {sf.path for sf, _, _ in parsed} | set(deleted))
         _write_meta(store, report)
-        store.commit()
-    except BaseException:
-        store.rollback()
-        raise
     report.skipped = walk_report.skipped
     report.seconds = time.perf_counter() - t0
     emit({"event": "done", "seconds": report.seconds})
@@ -278,7 +270,7 @@ def _def_key(cid: str, path: str, qual: str, kind: str, module: str, name: str) 
     return (key, cid, path, qual, kind, module)
 
 
-def _reresolve(store: SQLiteStore, resolver: Resolver, names: set[str], old_ids: set[str],
+def _reresolve(store: RepoWriter, resolver: Resolver, names: set[str], old_ids: set[str],
                fresh_paths: set[str]) -> int:
     """Re-resolve edges of unchanged files that may point into what changed."""
     rows = store.edges_needing(names, old_ids, fresh_paths)
@@ -305,7 +297,7 @@ def _reresolve(store: SQLiteStore, resolver: Resolver, names: set[str], old_ids:
     return changed
 
 
-def _write_meta(store: SQLiteStore, report: UpdateReport) -> None:
+def _write_meta(store: RepoWriter, report: UpdateReport) -> None:
     store.set_meta("indexed_at", str(time.time()))
     store.set_meta("git_head", report.git_head or "")
     store.set_meta("git_dirty", "" if report.git_dirty is None else str(int(report.git_dirty)))
@@ -314,15 +306,14 @@ def _write_meta(store: SQLiteStore, report: UpdateReport) -> None:
     store.set_meta("generation", str(int(store.meta("generation") or 0) + (1 if report.changed else 0)))
 
 
-def _finish_meta_if_needed(store: SQLiteStore, report: UpdateReport) -> None:
+def _finish_meta_if_needed(store: RepoWriter, report: UpdateReport) -> None:
     if store.meta("git_head") != (report.git_head or "") or store.meta("git_dirty") != (
             "" if report.git_dirty is None else str(int(report.git_dirty))):
-        store.begin()
-        _write_meta(store, report)
-        store.commit()
+        with store.transaction():
+            _write_meta(store, report)
 
 
-def stale_files(root: Path, store: SQLiteStore, settings: Settings) -> dict:
+def stale_files(root: Path, store: RepoWriter, settings: Settings) -> dict:
     """What changed since the last index, without writing: mtime+size, then content hash to confirm."""
     stored = store.files()
     added, modified = [], []

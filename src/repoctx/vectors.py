@@ -1,10 +1,9 @@
 """Dense vectors: a content-hash cache shared by every index (so an unchanged capsule is never
-embedded twice, across versions of a repo too) and a FAISS index per repository index, swapped in
-atomically so readers always see a whole one."""
+embedded twice, across versions of a repo too), the fill that hands a repository's vectors to its
+store, and the retriever that embeds a question and asks the store (vector search lives there)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sqlite3
 import threading
@@ -17,11 +16,6 @@ import numpy as np
 
 from repoctx.store.base import EVERYTHING, Scope
 
-EMBED_KINDS = ("function", "method", "class", "module", "window")
-# Flat inner product is exact and measured 9.2 ms/query at 100k x 384 on one thread (FACTS.md), ~1 ms at
-# Django's 12k; past ~250k it would eat the 20-30 ms query budget, so larger indexes use HNSW (M=32:
-# 0.2 ms/query at 100k, 31.6 s to build).
-HNSW_MIN_VECTORS = 250_000
 
 
 def default_cache_dir() -> Path:
@@ -79,110 +73,29 @@ class EmbedReport:
         return dict(self.__dict__)
 
 
-class FaissIndex:
-    """Exact inner-product search over unit vectors (cosine). Persisted beside the SQLite store."""
-
-    def __init__(self, index_dir: Path):
-        self.dir = Path(index_dir)
-        self.meta_path = self.dir / "vectors.json"
-        self._loaded_mtime: float | None = None
-        self._index = None
-        self._ids: list[str] = []
-        self._lock = threading.Lock()
-
-    def meta(self) -> dict | None:
-        try:
-            return json.loads(self.meta_path.read_text())
-        except (OSError, ValueError):
-            return None
-
-    def write(self, model: str, dim: int, ids: list[str], matrix: np.ndarray, generation: str = "",
-              hnsw_min: int = HNSW_MIN_VECTORS) -> None:
-        import faiss
-
-        if len(ids) >= hnsw_min:
-            index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
-            index.hnsw.efSearch = 128
-        else:
-            index = faiss.IndexFlatIP(dim)
-        if len(ids):
-            index.add(np.ascontiguousarray(matrix, dtype=np.float32))
-        stamp = f"{time.time_ns()}"
-        faiss_path = self.dir / f"vectors-{stamp}.faiss"
-        ids_path = self.dir / f"vectors-{stamp}.ids.json"
-        faiss.write_index(index, str(faiss_path))
-        ids_path.write_text(json.dumps(ids))
-        tmp = self.meta_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"model": model, "dim": dim, "count": len(ids), "faiss": faiss_path.name,
-                                   "ids": ids_path.name, "generation": generation}))
-        old = self.meta()
-        os.replace(tmp, self.meta_path)  # the swap: readers see the old set or the new, never half
-        if old:
-            for name in (old.get("faiss"), old.get("ids")):
-                if name:
-                    try:
-                        (self.dir / name).unlink()
-                    except OSError:
-                        pass
-
-    def _load(self) -> bool:
-        try:
-            mtime = self.meta_path.stat().st_mtime_ns
-        except OSError:
-            return False
-        if self._index is not None and mtime == self._loaded_mtime:
-            return True
-        meta = self.meta()
-        if not meta:
-            return False
-        import faiss
-
-        try:
-            index = faiss.read_index(str(self.dir / meta["faiss"]))
-            ids = json.loads((self.dir / meta["ids"]).read_text())
-        except (OSError, RuntimeError, ValueError, KeyError):
-            return self._index is not None  # mid-swap: keep what we had
-        self._index, self._ids, self._loaded_mtime, self._meta = index, ids, mtime, meta
-        return True
-
-    def search_vector(self, vec: np.ndarray, k: int) -> list[tuple[str, float]]:
-        import faiss
-
-        with self._lock:
-            if not self._load() or not self._ids:
-                return []
-            faiss.omp_set_num_threads(1)
-            scores, idx = self._index.search(np.asarray(vec, dtype=np.float32).reshape(1, -1), min(k, len(self._ids)))
-        return [(self._ids[i], float(s)) for s, i in zip(scores[0], idx[0]) if i >= 0]
-
-    @property
-    def model(self) -> str | None:
-        m = self.meta()
-        return m["model"] if m else None
-
-
 class DenseRetriever:
-    """What hybrid search calls: embeds the question, searches FAISS, keeps only in-scope ids
-    (the scope is applied again by the store when capsules are fetched)."""
+    """What hybrid search calls: embeds the question and asks the store for the nearest capsules in
+    scope (the store applies the scope inside its vector search)."""
 
-    def __init__(self, faiss_index: FaissIndex, embedder):
-        self.faiss = faiss_index
+    def __init__(self, store, embedder):
+        self.store = store
         self.embedder = embedder
         self._qcache: dict[str, np.ndarray] = {}
-
-    def available(self) -> bool:
-        return self.faiss.model == self.embedder.model_id
+        self._lock = threading.Lock()
 
     def _remember(self, texts: list[str]) -> None:
         """Embed the texts not seen yet, in one batch, and keep their vectors (questions and names recur)."""
-        todo = [t for t in dict.fromkeys(texts) if t not in self._qcache]
-        if not todo:
-            return
-        if len(self._qcache) + len(todo) > 4096:
-            self._qcache.clear()
-            todo = list(dict.fromkeys(texts))
-        for t, v in zip(todo, self.embedder.encode([t[:4000] for t in todo])):
-            self._qcache[t] = np.asarray(v, dtype=np.float32)
+        with self._lock:
+            todo = [t for t in dict.fromkeys(texts) if t not in self._qcache]
+            if not todo:
+                return
+            if len(self._qcache) + len(todo) > 4096:
+                self._qcache.clear()
+                todo = list(dict.fromkeys(texts))
+        vecs = self.embedder.encode([t[:4000] for t in todo])
+        with self._lock:
+            for t, v in zip(todo, vecs):
+                self._qcache[t] = np.asarray(v, dtype=np.float32)
 
     def vector(self, text: str) -> np.ndarray:
         """The embedding of a query or short text."""
@@ -195,63 +108,72 @@ class DenseRetriever:
         return [[float(self._qcache[t] @ self._qcache[q]) for t in texts] for q, texts in pairs]
 
     def search(self, query: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
-        if not self.available():
-            return []
-        return self.faiss.search_vector(self.vector(query), k)
+        return self.store.dense(self.vector(query), self.embedder.model_id, k, scope)
 
 
-def vectors_current(store, faiss_index: FaissIndex, embedder) -> bool:
-    meta = faiss_index.meta()
-    return bool(meta) and meta.get("model") == embedder.model_id and \
-        meta.get("generation") == (store.meta("generation") or "")
-
-
-def fill_vectors(store, faiss_index: FaissIndex, embedder, cache: VectorCache,
-                 progress: Callable[[dict], None] | None = None, batch: int = 256) -> EmbedReport:
-    """Embed what the cache lacks, then write a fresh FAISS index over every capsule of the store."""
+def fill_vectors(writer, embedder, cache: VectorCache, progress: Callable[[dict], None] | None = None,
+                 batch: int = 256, publish_every: float = 30.0) -> EmbedReport:
+    """Embed what the cache lacks for one repository and hand every vector the store needs to its sink.
+    While a long first fill runs, what is done so far is published every ``publish_every`` seconds so
+    dense search already answers over it."""
     from repoctx.embed import embed_text
 
     t0 = time.perf_counter()
     model = embedder.model_id
     max_len = getattr(embedder, "max_length", 256)
     report = EmbedReport(model=model)
-    old = faiss_index.model
-    if old and old != model:
-        report.model_changed_from = old
-    rows = store.db.execute(
-        f"SELECT id, path, qualname, signature, docstring, text FROM capsules WHERE kind IN "
-        f"({','.join('?' * len(EMBED_KINDS))}) ORDER BY id", EMBED_KINDS).fetchall()
-    ids, hashes, texts = [], [], {}
-    for cid, path, qual, sig, doc, text in rows:
-        t = embed_text({"path": path, "qualname": qual, "signature": sig, "docstring": doc, "text": text},
-                       max_length=max_len)
+    state = writer.store.vector_state(writer.repo, model)
+    if state.model and state.model != model:
+        report.model_changed_from = state.model
+    rows, whole = writer.embed_rows(model)
+    texts: dict[str, str] = {}
+    hashes: list[str] = []
+    for r in rows:
+        t = embed_text(r, max_length=max_len)
         h = text_hash(t)
-        ids.append(cid)
         hashes.append(h)
         texts[h] = t
-    report.total = len(ids)
+    report.total = len(rows)
     have = cache.get_many(model, list(texts))
     todo = [h for h in texts if h not in have]
     report.cached = len(texts) - len(todo)
+    dim = embedder.dim
+    sink = writer.vector_sink(model, dim, whole)
     emit = progress or (lambda e: None)
-    emit({"event": "embed", "done": 0, "total": len(todo)})
+    emit({"event": "embed", "done": 0, "total": len(todo), "cached": report.cached})
+
+    def hand_over(ready: set[str]) -> None:
+        """Give the sink every row whose vector exists and that it has not had yet."""
+        idx = [i for i, h in enumerate(hashes) if h in ready]
+        if not idx:
+            return
+        matrix = np.zeros((len(idx), dim), dtype=np.float32)
+        for j, i in enumerate(idx):
+            v = have[hashes[i]]
+            if v.shape[0] != dim:
+                raise ValueError(f"cached vector for {model} has dimension {v.shape[0]}, model says {dim}")
+            matrix[j] = v
+        sink.add([rows[i].id for i in idx], matrix)
+
+    hand_over(set(have))
+    last_publish = time.perf_counter()
     for start in range(0, len(todo), batch):
         chunk = todo[start:start + batch]
         vecs = np.asarray(embedder.encode([texts[h] for h in chunk]), dtype=np.float32)
         cache.put_many(model, list(zip(chunk, vecs)))  # committed per batch: a kill loses one batch
         for h, v in zip(chunk, vecs):
             have[h] = v
+        hand_over(set(chunk))
         report.embedded += len(chunk)
-        rate = report.embedded / max(time.perf_counter() - t0, 1e-6)
-        emit({"event": "embed", "done": report.embedded, "total": len(todo), "rate": rate})
-    dim = embedder.dim
-    matrix = np.zeros((len(ids), dim), dtype=np.float32)
-    for i, h in enumerate(hashes):
-        v = have[h]
-        if v.shape[0] != dim:
-            raise ValueError(f"cached vector for {model} has dimension {v.shape[0]}, model says {dim}")
-        matrix[i] = v
-    faiss_index.write(model, dim, ids, matrix, generation=store.meta("generation") or "")
-    report.rebuilt = True
+        elapsed = time.perf_counter() - t0
+        rate = report.embedded / max(elapsed, 1e-6)
+        emit({"event": "embed", "done": report.embedded, "total": len(todo), "rate": rate,
+              "eta": (len(todo) - report.embedded) / rate if rate else None})
+        if hasattr(sink, "publish") and time.perf_counter() - last_publish > publish_every \
+                and report.embedded < len(todo):
+            sink.publish(len(rows))
+            last_publish = time.perf_counter()
+    sink.finish()
+    report.rebuilt = bool(rows) or whole
     report.seconds = time.perf_counter() - t0
     return report

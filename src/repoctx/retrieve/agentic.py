@@ -108,11 +108,13 @@ SearchFn = Callable[[str, int], list[Hit]]
 class AgenticRetriever:
     def __init__(self, index, planner: Planner | None = None, max_iterations: int = 5, threshold: float = 0.6,
                  k: int = 10, per_query_k: int = 10, scope: Scope = EVERYTHING, search_fn: SearchFn | None = None,
-                 options: SearchOptions | None = None, reranker: LinearReranker | None | bool = True):
+                 options: SearchOptions | None = None, reranker: LinearReranker | None | bool = True,
+                 plan: list[SubQuery] | tuple = ()):
         if not 2 <= max_iterations <= 10:
             raise ValueError("max_iterations must be between 2 and 10")
         self.index = index
         self.planner = planner or OfflinePlanner()
+        self.given_plan = list(plan) if planner is None else []  # the router's offline plan, if it made one
         self.max_iterations = max_iterations
         self.threshold = threshold
         self.k = k
@@ -129,13 +131,13 @@ class AgenticRetriever:
         re-ranker was trained with: another model's similarities mean something else (and a remote one
         would be paid for every candidate)."""
         dense = getattr(self.index, "dense_index", None)
-        dense = dense() if dense else None
+        dense = dense(self.scope) if dense else None
         trained = (self.reranker.meta or {}).get("embedder") if self.reranker is not None else None
         return dense if dense is not None and trained == dense.embedder.model_id else None
 
     def _default_search(self, text: str, k: int) -> list[Hit]:
         opts = SearchOptions(**{**self.options.__dict__, "k": k})
-        return search(self.index.store, text, opts, self.index.dense_index(), self.scope)[:k]
+        return search(self.index.store, text, opts, self.index.dense_index(self.scope), self.scope)[:k]
 
     # ---- the loop
     def stream(self, query: str) -> Iterator[TraceEvent]:
@@ -160,12 +162,17 @@ class AgenticRetriever:
             yield TraceEvent("SpeculativeRetrieval", FAILED, _err(e), query, 0)
 
         yield TraceEvent("Planning", IN_PROGRESS, "splitting the question into intents")
+        note = None
         try:
-            subs = self.planner.plan(query)
+            if self.given_plan:
+                subs = self.given_plan
+            elif hasattr(self.planner, "plan_with_note"):
+                subs, note = self.planner.plan_with_note(query)
+            else:
+                subs = self.planner.plan(query)
         except Exception as e:  # a broken planner degrades to the offline rules
             subs = OfflinePlanner().plan(query)
             yield TraceEvent("Planning", FAILED, f"planner failed ({_err(e)}); offline plan used")
-        note = getattr(self.planner, "last_error", None)
         yield TraceEvent("Planning", SUCCEEDED, f"{len(subs)} sub-queries" + (f" ({note}; offline plan)" if note else ""),
                          data={"sub_queries": [s.text for s in subs]})
 
@@ -279,7 +286,7 @@ class AgenticRetriever:
         todo = [s for s in subs if best_for.get(s.intent)]
         todo = list({s.intent: s for s in todo}.values())
         feats = features_for_lanes(self.index.store, [(content_terms(s.text), best_for[s.intent]) for s in todo],
-                                   question_hits, self._dense(), [s.text for s in todo])
+                                   question_hits, self._dense(), [s.text for s in todo], self.scope)
         for s, f in zip(todo, feats):
             best_for[s.intent] = rerank(self.reranker, f, best_for[s.intent])
 

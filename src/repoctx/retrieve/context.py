@@ -109,8 +109,8 @@ def classify_task(query: str) -> str:
 class GraphReader(Protocol):
     def callees(self, ids: list[str]) -> list[Capsule]: ...
     def callers(self, ids: list[str]) -> list[Capsule]: ...
-    def file_capsules(self, path: str) -> list[Capsule]: ...
-    def visible_paths(self, dirs: list[str]) -> list[str]: ...
+    def file_capsules(self, repo: str, path: str) -> list[Capsule]: ...
+    def visible_paths(self, repo: str, dirs: list[str]) -> list[str]: ...
 
 
 class StoreReader:
@@ -121,22 +121,20 @@ class StoreReader:
         self.scope = scope
 
     def callees(self, ids: list[str]) -> list[Capsule]:
-        dsts = [e.dst for e in self.store.edges_from(ids, ("calls",)) if e.dst]
+        dsts = [e.dst for e in self.store.edges_from(ids, ("calls",), self.scope) if e.dst]
         return self.store.capsules(list(dict.fromkeys(dsts)), self.scope)
 
     def callers(self, ids: list[str]) -> list[Capsule]:
-        srcs = [e.src for e in self.store.edges_to(ids, ("calls",))]
+        srcs = [e.src for e in self.store.edges_to(ids, ("calls",), self.scope)]
         return self.store.capsules(list(dict.fromkeys(srcs)), self.scope)
 
-    def file_capsules(self, path: str) -> list[Capsule]:
-        return self.store.file_capsules(path, self.scope)
+    def file_capsules(self, repo: str, path: str) -> list[Capsule]:
+        return self.store.file_capsules(repo, path, self.scope)
 
-    def visible_paths(self, dirs: list[str]) -> list[str]:
+    def visible_paths(self, repo: str, dirs: list[str]) -> list[str]:
         """The files directly in ``dirs``, plus one file under each of their subdirectories, that the
         scope lets the caller see (enough to draw each directory with its subdirectories collapsed)."""
-        everything = self.scope == EVERYTHING
-        visible = lambda p: everything or bool(self.store.file_capsules(p, self.scope))  # noqa: E731
-        all_paths = sorted(self.store.files())
+        all_paths = [p for r, p in self.store.paths(self.scope.with_repos((repo,))) if r == repo]
         out: list[str] = []
         for d in dict.fromkeys(dirs):
             pre = d + "/" if d else ""
@@ -148,10 +146,9 @@ class StoreReader:
                 sub = rest.split("/", 1)[0] if "/" in rest else None
                 if sub is not None and sub in seen_sub:
                     continue
-                if visible(p):
-                    out.append(p)
-                    if sub is not None:
-                        seen_sub.add(sub)
+                out.append(p)
+                if sub is not None:
+                    seen_sub.add(sub)
         return sorted(set(out))
 
 
@@ -276,7 +273,7 @@ def _add_truncated(packer: _Packer, c: Capsule, section: str) -> None:
 
 
 def _members(reader: GraphReader, cls: Capsule) -> list[Capsule]:
-    return [m for m in reader.file_capsules(cls.path) if m.parent == cls.id]
+    return [m for m in reader.file_capsules(cls.repo, cls.path) if m.parent == cls.id]
 
 
 def _outline_piece(cls: Capsule, members: list[Capsule]) -> str:
@@ -392,9 +389,10 @@ def _names_lines(caps: list[Capsule]) -> list[tuple[str, Capsule]]:
 
 
 def _assemble_code_gen(packer: _Packer, hits: list[Hit], reader: GraphReader) -> None:
-    hit_files = list(dict.fromkeys(h.capsule.path for h in hits))
+    repo = hits[0].capsule.repo  # the layout of the repository the best hit is in
+    hit_files = list(dict.fromkeys(h.capsule.path for h in hits if h.capsule.repo == repo))
     dirs = list(dict.fromkeys(posixpath.dirname(p) for p in hit_files))[:MAX_LAYOUT_DIRS]
-    paths = reader.visible_paths(dirs)
+    paths = reader.visible_paths(repo, dirs)
     lines = _layout_lines(paths, dirs, set(hit_files))
     # The layout may take at most half the budget; the names of the hit files use the rest.
     cap = packer.budget // 2
@@ -413,7 +411,7 @@ def _assemble_code_gen(packer: _Packer, hits: list[Hit], reader: GraphReader) ->
     # Hit files first, then their neighbours in the same directories: conventions to follow.
     neighbours = [p for p in paths if posixpath.dirname(p) in dirs and p not in hit_files]
     for path in (hit_files + neighbours)[:MAX_NAME_FILES]:
-        caps = reader.file_capsules(path)
+        caps = reader.file_capsules(repo, path)
         module = next((c for c in caps if c.kind == "module"), None)
         if module is None and not caps:
             continue

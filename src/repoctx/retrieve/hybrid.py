@@ -156,8 +156,8 @@ def expand_graph(store, scored: dict[str, float], caps: dict[str, Capsule], why:
     """Callers and callees of the top hits join with a decayed share of their seed's score."""
     seeds = sorted(scored, key=lambda c: -scored[c])[: opts.graph_seeds]
     neighbours: dict[str, tuple[float, str, str]] = {}
-    out_edges = store.edges_from(seeds, ("calls", "inherits"))
-    in_edges = store.edges_to(seeds, ("calls", "inherits"))
+    out_edges = store.edges_from(seeds, ("calls", "inherits"), scope)
+    in_edges = store.edges_to(seeds, ("calls", "inherits"), scope)
     for e in out_edges:
         if e.dst and e.dst not in seeds:
             s = scored[e.src] * opts.graph_decay

@@ -314,7 +314,6 @@ class LLMPlanner:
     def __init__(self, model, fallback: Planner | None = None):
         self.model = model
         self.fallback = fallback or OfflinePlanner()
-        self.last_error: str | None = None
 
     def _ask(self, prompt: str) -> Plan:
         from strands import Agent
@@ -327,18 +326,20 @@ class LLMPlanner:
         return Plan.model_validate_json(text)
 
     def plan(self, question: str) -> list[SubQuery]:
+        return self.plan_with_note(question)[0]
+
+    def plan_with_note(self, question: str) -> tuple[list[SubQuery], str | None]:
+        """The plan, and why the offline rules made it instead when the model could not (None if it did).
+        Nothing is kept on the planner, so one planner serves concurrent questions."""
         try:
             plan = self._ask(f"Question: {question}")
-            self.last_error = None
         except (ValidationError, ValueError) as e:
-            self.last_error = f"malformed plan: {str(e).splitlines()[0]}"
-            return self.fallback.plan(question)
+            return self.fallback.plan(question), f"malformed plan: {str(e).splitlines()[0]}"
         except Exception as e:  # provider unreachable etc.: plan offline rather than fail the search
-            self.last_error = f"planner model failed: {type(e).__name__}"
-            return self.fallback.plan(question)
+            return self.fallback.plan(question), f"planner model failed: {type(e).__name__}"
         anchors = mentions(question)
         return [SubQuery(i.query, i.intent, [a for a in anchors.identifiers + anchors.paths if a in i.query])
-                for i in plan.sub_queries]
+                for i in plan.sub_queries], None
 
     def replan(self, question: str, uncovered: list[SubQuery], attempt: int) -> list[SubQuery]:
         return self.fallback.replan(question, uncovered, attempt)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from repoctx.retrieve.hybrid import is_test_path
 from repoctx.tokens import name_tokens, split_identifier, term_in
+from repoctx.store.base import EVERYTHING, Scope
 from repoctx.types import Hit
 
 WEIGHTS_FILE = Path(__file__).with_name("rerank_weights.json")
@@ -139,19 +140,19 @@ def load_reranker(path: str | None = None) -> LinearReranker | None:
     return LinearReranker.from_json(p.read_text())
 
 
-def degrees(store, ids: list[str], classes: set[str] = frozenset()) -> dict[str, tuple[int, int]]:
+def degrees(store, ids: list[str], classes: set[str] = frozenset(), scope: Scope = EVERYTHING) -> dict[str, tuple[int, int]]:
     """(callers, callees) per capsule id, by edge queries. A class's calls are made by its methods, so a
     class's callees are the distinct units its methods call (without this every class reads as a leaf)."""
     callers: dict[str, int] = {}
     callees: dict[str, int] = {}
-    for e in store.edges_to(ids, ("calls",)):
+    for e in store.edges_to(ids, ("calls",), scope):
         callers[e.dst] = callers.get(e.dst, 0) + 1
-    for e in store.edges_from(ids, ("calls",)):
+    for e in store.edges_from(ids, ("calls",), scope):
         callees[e.src] = callees.get(e.src, 0) + 1
     if classes:
-        owner = {e.dst: e.src for e in store.edges_from(sorted(classes), ("contains",))}
+        owner = {e.dst: e.src for e in store.edges_from(sorted(classes), ("contains",), scope)}
         called: dict[str, set[str]] = {}
-        for e in store.edges_from(sorted(owner), ("calls",)):
+        for e in store.edges_from(sorted(owner), ("calls",), scope):
             if e.dst not in owner:  # calls between a class's own methods stay inside it
                 called.setdefault(owner[e.src], set()).add(e.dst or e.dst_name)
         for cls, dsts in called.items():
@@ -179,15 +180,15 @@ def name_phrase(c) -> str:
 
 
 def features_for_lanes(store, lanes: list[tuple[list[str], list[Hit]]], question_hits: list[Hit],
-                       dense=None, texts: list[str] | None = None) -> list[list[dict]]:
+                       dense=None, texts: list[str] | None = None, scope: Scope = EVERYTHING) -> list[list[dict]]:
     """Features of every lane's hits; lanes are (sub-query content terms, hits), question_hits the whole
     question's own search; with a dense retriever and the sub-queries' texts, how close each unit's
     name, read as words, is to its sub-query. The same code serves inference and training."""
     qranks = {h.capsule.id: r for r, h in enumerate(question_hits, 1)}
     counts = lane_counts([hits for _, hits in lanes])
     ids = list(dict.fromkeys(h.capsule.id for _, hits in lanes for h in hits))
-    deg = degrees(store, ids, {h.capsule.id for _, hits in lanes for h in hits if h.capsule.kind == "class"})
-    names = store.name_counts(sorted({h.capsule.name for _, hits in lanes for h in hits}))
+    deg = degrees(store, ids, {h.capsule.id for _, hits in lanes for h in hits if h.capsule.kind == "class"}, scope)
+    names = store.name_counts(sorted({h.capsule.name for _, hits in lanes for h in hits}), scope)
     sims = [None] * len(lanes)
     if dense and texts:
         sims = dense.similarities([(text, [name_phrase(h.capsule) for h in hits]) for text, (_, hits) in zip(texts, lanes)])

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from repoctx.retrieve.planner import _HAS_WH, OfflinePlanner, colon_list, expand_comparison, expand_list, split_clauses
 
@@ -20,6 +20,8 @@ class Route:
     mode: str  # standard | agentic
     reason: str
     shape: str  # single | comparative | multi-part | list | report
+    # the offline plan the router made to decide, handed to the agentic loop so it is not made twice
+    plan: tuple = field(default=(), compare=False, repr=False)
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "reason": self.reason, "shape": self.shape}
@@ -39,6 +41,7 @@ def route(question: str) -> Route:
         return Route("agentic", f"{len(asking)} questions in one", "multi-part")
     if any(expand_list(c) or colon_list(c) for c in clauses):
         return Route("agentic", "asks about a list of things", "list")
-    if len(OfflinePlanner().plan(question)) >= 2:
-        return Route("agentic", "several parts that share one subject", "multi-part")
+    plan = tuple(OfflinePlanner().plan(question))
+    if len(plan) >= 2:
+        return Route("agentic", "several parts that share one subject", "multi-part", plan)
     return Route("standard", "one intent", "single")

@@ -1,36 +1,192 @@
-"""The Store protocol: what the indexer writes and retrieval reads. Every read takes a Scope,
-applied inside the query (WHERE clause), never after the fact."""
+"""The store contract: the whole surface the rest of repoctx uses to write and read an index.
+
+Two protocols, one per side of the pipeline: ``StoreWriter`` (the indexer, bound to one repository
+through ``RepoWriter``) and ``StoreReader`` (retrieval, context, tools, services). Every read takes a
+``Scope`` that each backend compiles into its own query — its WHERE clause, or an id filter for a
+vector index — lexical, dense and graph reads alike; nothing is filtered after the fact.
+
+Capsule ids are namespaced by repository (``repo:path#qualname``), so one store holds many
+repositories without collisions. The store sits on the ground floor: it imports nothing from
+parsing, retrieval or serving.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Protocol
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, ContextManager, Iterable, Protocol, Sequence
+
+import numpy as np
 
 from repoctx.types import Capsule, Edge
+
+SCHEMA_VERSION = 2  # bump when a backend's tables change; an older index is rebuilt or migrated, never misread
+_REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class StoreError(RuntimeError):
+    """A store that cannot be used as asked; the message names the failure and the fix."""
+
+
+class SchemaMismatch(StoreError):
+    pass
+
+
+class IndexBusy(StoreError):
+    """Another process holds the repository's writer lock."""
+
+
+def check_repo_name(name: str) -> str:
+    if not _REPO_NAME.match(name or ""):
+        raise ValueError(f"repository name {name!r}: use letters, digits, '.', '_' or '-' (at most 100)")
+    return name
+
+
+def capsule_id(repo: str, local_id: str) -> str:
+    """The store-wide id of a capsule whose parser id is ``path#qualname``."""
+    return f"{repo}:{local_id}"
+
+
+def split_id(cid: str) -> tuple[str, str]:
+    """(repo, local id) of a namespaced capsule id."""
+    repo, _, local = cid.partition(":")
+    return repo, local
+
+
+# --------------------------------------------------------------------------- scope
+
+
+def glob_regex(pattern: str) -> str:
+    """A path glob as an anchored regular expression both Python and PostgreSQL read the same way:
+    ``*`` and ``?`` match any characters, ``/`` included (as SQLite's GLOB), ``[...]`` a class."""
+    out, i, n = ["^"], 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "*":
+            out.append(".*")
+        elif ch == "?":
+            out.append(".")
+        elif ch == "[":
+            j = pattern.find("]", i + 2 if i + 1 < n and pattern[i + 1] in "!^" else i + 1)
+            if j == -1:
+                out.append(r"\[")
+            else:
+                body = pattern[i + 1:j]
+                neg = body[:1] in ("!", "^")
+                body = body[1:] if neg else body
+                out.append("[" + ("^" if neg else "") + body.replace("\\", "\\\\") + "]")
+                i = j
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    out.append("$")
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One access rule of a principal: a repository (``*`` for any) and the paths it may see there."""
+
+    repo: str = "*"
+    include: tuple[str, ...] = ()  # empty: every path
+    exclude: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Scope:
-    """Which repositories and paths a caller may see. Empty means everything."""
+    """Which repositories and paths a read may see. Empty means everything.
+
+    ``repos``/``include``/``exclude`` narrow a request; ``grants``, when set, are a principal's access
+    rules (a row is visible only if some grant allows it), applied in the same WHERE clause. Path
+    patterns are globs on repository paths where ``*`` crosses ``/``."""
 
     repos: tuple[str, ...] = ()
-    include: tuple[str, ...] = ()  # GLOB patterns on repository paths
+    include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    grants: tuple[Grant, ...] | None = None
 
-    def sql(self, alias: str = "c") -> tuple[str, list]:
-        clauses, args = [], []
+    @property
+    def unrestricted(self) -> bool:
+        return not (self.repos or self.include or self.exclude) and self.grants is None
+
+    def with_repos(self, repos: Sequence[str]) -> "Scope":
+        return replace(self, repos=tuple(repos))
+
+    def allows(self, repo: str, path: str) -> bool:
+        """The same rule the backends compile, for checks that are not a query (a tool reading a file)."""
+        if self.repos and repo not in self.repos:
+            return False
+        if self.include and not any(_match(p, path) for p in self.include):
+            return False
+        if any(_match(p, path) for p in self.exclude):
+            return False
+        if self.grants is not None:
+            return any((g.repo in ("*", repo)) and (not g.include or any(_match(p, path) for p in g.include))
+                       and not any(_match(p, path) for p in g.exclude) for g in self.grants)
+        return True
+
+    def allows_repo(self, repo: str) -> bool:
+        """Whether any path of ``repo`` may be visible (a repository the scope never sees is not named)."""
+        if self.repos and repo not in self.repos:
+            return False
+        return self.grants is None or any(g.repo in ("*", repo) for g in self.grants)
+
+    def compile(self, repo_col: str, path_col: str, placeholder: str, glob_op: str) -> tuple[str, list]:
+        """The scope as a WHERE fragment: ``glob_op`` is how the backend tests a path against a pattern
+        (``"{col} GLOB {ph}"`` with the glob, or ``"{col} ~ {ph}"`` with ``glob_regex``)."""
+        regex = "~" in glob_op
+
+        def pat(p: str) -> str:
+            return glob_regex(p) if regex else p
+
+        def test(p: str) -> tuple[str, list]:
+            return glob_op.format(col=path_col, ph=placeholder), [pat(p)]
+
+        clauses: list[str] = []
+        args: list = []
         if self.repos:
-            clauses.append(f"{alias}.repo IN ({','.join('?' * len(self.repos))})")
+            clauses.append(f"{repo_col} IN ({', '.join([placeholder] * len(self.repos))})")
             args += list(self.repos)
         if self.include:
-            clauses.append("(" + " OR ".join(f"{alias}.path GLOB ?" for _ in self.include) + ")")
-            args += list(self.include)
-        for pat in self.exclude:
-            clauses.append(f"{alias}.path NOT GLOB ?")
-            args.append(pat)
-        return (" AND ".join(clauses) or "1"), args
+            parts = [test(p) for p in self.include]
+            clauses.append("(" + " OR ".join(s for s, _ in parts) + ")")
+            args += [x for _, xs in parts for x in xs]
+        for p in self.exclude:
+            s, a = test(p)
+            clauses.append(f"NOT ({s})")
+            args += a
+        if self.grants is not None:
+            alts = []
+            for g in self.grants:
+                sub, sub_args = [], []
+                if g.repo != "*":
+                    sub.append(f"{repo_col} = {placeholder}")
+                    sub_args.append(g.repo)
+                if g.include:
+                    parts = [test(p) for p in g.include]
+                    sub.append("(" + " OR ".join(s for s, _ in parts) + ")")
+                    sub_args += [x for _, xs in parts for x in xs]
+                for p in g.exclude:
+                    s, a = test(p)
+                    sub.append(f"NOT ({s})")
+                    sub_args += a
+                alts.append("(" + (" AND ".join(sub) or "1=1") + ")")
+                args += sub_args
+            clauses.append("(" + (" OR ".join(alts) or "1=0") + ")")
+        return (" AND ".join(clauses) or "1=1"), args
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"repos": list(self.repos), "include": list(self.include), "exclude": list(self.exclude),
+                "grants": None if self.grants is None else [g.__dict__ for g in self.grants]}
+
+
+def _match(pattern: str, path: str) -> bool:
+    return re.match(glob_regex(pattern), path, re.S) is not None
 
 
 EVERYTHING = Scope()
+
+
+# --------------------------------------------------------------------------- records
 
 
 @dataclass(slots=True)
@@ -46,24 +202,117 @@ class FileRecord:
     note: str = ""
 
 
-class Store(Protocol):
-    # --- writes (indexer only), inside one transaction ---
-    def begin(self) -> None: ...
-    def commit(self) -> None: ...
-    def rollback(self) -> None: ...
-    def put_file(self, rec: FileRecord, capsules: list[Capsule]) -> None: ...
-    def delete_file(self, path: str) -> None: ...
-    def put_edges(self, edges: Iterable[Edge], src_path: str) -> None: ...
-    def set_meta(self, key: str, value: str) -> None: ...
-    # --- reads ---
-    def meta(self, key: str) -> str | None: ...
-    def files(self) -> dict[str, FileRecord]: ...
+@dataclass(slots=True)
+class RepoRecord:
+    name: str
+    root: str  # where it was indexed from (a path on the indexing machine)
+    created: float = 0.0
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "root": self.root, "created": self.created, "meta": dict(self.meta)}
+
+
+@dataclass(slots=True)
+class EmbedRow:
+    """What the embedder reads of a capsule."""
+
+    id: str
+    path: str
+    qualname: str
+    signature: str
+    docstring: str
+    text: str
+
+
+@dataclass(slots=True)
+class VectorState:
+    model: str | None  # the model the repository's vectors were made with
+    count: int  # capsules with a vector of the model asked about
+    total: int  # capsules that should have one
+    current: bool  # every capsule of the current generation has a vector of ``model``
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "count": self.count, "total": self.total, "current": self.current}
+
+
+EMBED_KINDS = ("function", "method", "class", "module", "window")
+
+
+# --------------------------------------------------------------------------- protocols
+
+
+class StoreReader(Protocol):
+    """Everything retrieval, context, tools and services read. Every read honours ``scope``."""
+
+    backend: str  # "sqlite" | "postgres"
+
+    def meta(self, key: str, repo: str = "") -> str | None: ...
+    def repos(self, scope: Scope = EVERYTHING) -> list[RepoRecord]: ...
+    def repo(self, name: str) -> RepoRecord | None: ...
+    def repo_by_root(self, root: str) -> RepoRecord | None: ...
+    def paths(self, scope: Scope = EVERYTHING) -> list[tuple[str, str]]: ...  # (repo, path) indexed
+    def counts(self, scope: Scope = EVERYTHING) -> dict[str, int]: ...
+    # capsules
     def capsules(self, ids: list[str], scope: Scope = EVERYTHING) -> list[Capsule]: ...
-    def file_capsules(self, path: str, scope: Scope = EVERYTHING) -> list[Capsule]: ...
-    def lexical(self, terms: list[str], k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]: ...
+    def file_capsules(self, repo: str, path: str, scope: Scope = EVERYTHING) -> list[Capsule]: ...
+    def all_capsules(self, scope: Scope = EVERYTHING) -> list[Capsule]: ...
     def by_names(self, names: list[str], scope: Scope = EVERYTHING) -> list[Capsule]: ...
-    def name_counts(self, names: list[str]) -> dict[str, int]: ...
+    def name_counts(self, names: list[str], scope: Scope = EVERYTHING) -> dict[str, int]: ...
     def by_path_suffix(self, fragments: list[str], scope: Scope = EVERYTHING) -> list[str]: ...
-    def edges_from(self, ids: list[str], kinds: tuple[str, ...] = ()) -> list[Edge]: ...
-    def edges_to(self, ids: list[str], kinds: tuple[str, ...] = ()) -> list[Edge]: ...
+    # lexical: BM25 over code tokens (column-weighted as ``BM25_WEIGHTS``)
+    def lexical(self, terms: list[str], k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]: ...
+    def doc_freqs(self, terms: list[str]) -> dict[str, int]: ...
+    def n_capsules(self) -> int: ...
+    # dense: nearest capsules to a unit vector (cosine), under one model
+    def dense(self, vector: np.ndarray, model: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]: ...
+    def vector_state(self, repo: str, model: str) -> VectorState: ...
+    # graph: an edge is visible when its source (and its resolved target) is in scope
+    def edges_from(self, ids: list[str], kinds: tuple[str, ...] = (), scope: Scope = EVERYTHING) -> list[Edge]: ...
+    def edges_to(self, ids: list[str], kinds: tuple[str, ...] = (), scope: Scope = EVERYTHING) -> list[Edge]: ...
+    def all_edges(self, scope: Scope = EVERYTHING) -> list[tuple]: ...
     def close(self) -> None: ...
+
+
+class VectorSink(Protocol):
+    """Receives a repository's vectors while they are computed; ``finish`` makes them searchable whole."""
+
+    def add(self, ids: list[str], matrix: np.ndarray) -> None: ...
+    def finish(self) -> None: ...
+
+
+class RepoWriter(Protocol):
+    """The indexer's view of one repository in the store. Writes happen inside ``transaction()``: all
+    of an update commits or none of it does."""
+
+    repo: str
+
+    def transaction(self) -> ContextManager[None]: ...
+    def lock(self, kind: str = "index", wait: bool = True) -> ContextManager[None]: ...  # one writer per repo
+    def files(self) -> dict[str, FileRecord]: ...
+    def meta(self, key: str) -> str | None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
+    def clear(self) -> None: ...
+    def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str]) -> None: ...
+    def touch_file(self, path: str, size: int, mtime_ns: int) -> None: ...
+    def delete_file(self, path: str) -> None: ...
+    def put_edges(self, edges: Iterable[tuple[Edge, str | None]], src_path: str) -> None: ...  # (edge, dst_key)
+    def set_edge_dst(self, edge_key: Any, dst: str | None) -> None: ...
+    # lookups for incremental resolution (see the transaction's own writes)
+    def cands_by_name(self, name: str) -> list[tuple[str, str, str, str, str]]: ...
+    def module_cand(self, key: str) -> tuple[str, str, str, str, str] | None: ...
+    def edges_needing(self, keys: set[str], dsts: set[str], exclude_paths: set[str]) -> list[tuple]: ...
+    def capsule_rows(self, path: str) -> list[tuple]: ...
+    # vectors
+    def embed_rows(self, model: str) -> tuple[list[EmbedRow], bool]: ...  # (rows to embed, whole set?)
+    def vector_sink(self, model: str, dim: int, whole: bool) -> VectorSink: ...
+
+
+class StoreWriter(Protocol):
+    def writer(self, repo: str) -> RepoWriter: ...
+    def register_repo(self, name: str, root: str) -> RepoRecord: ...
+    def drop_repo(self, name: str) -> None: ...
+
+
+class Store(StoreReader, StoreWriter, Protocol):
+    """A backend: SQLite (embedded, FAISS beside it) or PostgreSQL (pgvector)."""

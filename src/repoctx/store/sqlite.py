@@ -1,182 +1,246 @@
-"""The embedded store: one SQLite file in WAL mode, FTS5 for BM25. One writer, many readers;
-an index update is one transaction, so a crash leaves the previous index whole."""
+"""The embedded store: one SQLite file in WAL mode (FTS5 for BM25) holding any number of repositories,
+and a FAISS index per repository beside it. One writer at a time, many readers, a connection per
+thread; an update is one transaction, so a crash leaves the previous index whole."""
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
-from repoctx.capsules.parse import own_text
-from repoctx.graph import Cand, ref_key
-from repoctx.store.base import EVERYTHING, FileRecord, Scope
-from repoctx.tokens import fts_text
+import numpy as np
+
+from repoctx.store.base import (EMBED_KINDS, EVERYTHING, SCHEMA_VERSION, EmbedRow, FileRecord, RepoRecord,
+                                IndexBusy, SchemaMismatch, Scope, StoreError, VectorState, check_repo_name)
+from repoctx.store.faiss_index import FaissIndex
 from repoctx.types import Capsule, Edge
 
-SCHEMA_VERSION = "1"
 # BM25 column weights: name, qualname, path, signature, docstring, body
 BM25_WEIGHTS = (10.0, 6.0, 3.0, 4.0, 2.0, 1.0)
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS meta(repo TEXT NOT NULL, key TEXT NOT NULL, value TEXT, PRIMARY KEY(repo, key));
+CREATE TABLE IF NOT EXISTS repos(name TEXT PRIMARY KEY, root TEXT, created REAL);
 CREATE TABLE IF NOT EXISTS files(
-  path TEXT PRIMARY KEY, language TEXT, size INTEGER, mtime_ns INTEGER, hash TEXT, module TEXT,
-  imports TEXT, method TEXT, note TEXT);
-CREATE INDEX IF NOT EXISTS files_module ON files(module);
+  repo TEXT NOT NULL, path TEXT NOT NULL, language TEXT, size INTEGER, mtime_ns INTEGER, hash TEXT, module TEXT,
+  imports TEXT, method TEXT, note TEXT, PRIMARY KEY(repo, path));
 CREATE TABLE IF NOT EXISTS capsules(
-  rowid INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, repo TEXT, path TEXT, language TEXT, kind TEXT,
+  rowid INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, repo TEXT NOT NULL, path TEXT, language TEXT, kind TEXT,
   name TEXT, qualname TEXT, signature TEXT, params TEXT, returns TEXT, docstring TEXT, decorators TEXT,
   start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, parent TEXT, module TEXT);
-CREATE INDEX IF NOT EXISTS capsules_path ON capsules(path);
+CREATE INDEX IF NOT EXISTS capsules_path ON capsules(repo, path);
 CREATE INDEX IF NOT EXISTS capsules_name ON capsules(name);
 CREATE INDEX IF NOT EXISTS capsules_qualname ON capsules(qualname);
-CREATE INDEX IF NOT EXISTS capsules_module ON capsules(module) WHERE kind = 'module';
+CREATE INDEX IF NOT EXISTS capsules_module ON capsules(repo, module) WHERE kind = 'module';
 CREATE TABLE IF NOT EXISTS edges(
-  src TEXT NOT NULL, kind TEXT NOT NULL, dst_name TEXT NOT NULL, dst_key TEXT, dst TEXT, src_path TEXT);
+  repo TEXT NOT NULL, src TEXT NOT NULL, kind TEXT NOT NULL, dst_name TEXT NOT NULL, dst_key TEXT, dst TEXT,
+  src_path TEXT);
 CREATE INDEX IF NOT EXISTS edges_src ON edges(src);
 CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst);
-CREATE INDEX IF NOT EXISTS edges_key ON edges(dst_key);
-CREATE INDEX IF NOT EXISTS edges_path ON edges(src_path);
+CREATE INDEX IF NOT EXISTS edges_key ON edges(repo, dst_key);
+CREATE INDEX IF NOT EXISTS edges_path ON edges(repo, src_path);
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
   name, qualname, path, signature, docstring, body, tokenize = "unicode61 tokenchars '_'");
 CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, 'row');
 """
 
-_COLS = ("id, repo, path, language, kind, name, qualname, signature, params, returns, docstring, decorators, "
-         "start_line, end_line, text, content_hash, parent")
+_COLS = ("c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
+         "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent")
 
 
-def _row_to_capsule(r) -> Capsule:
+def row_to_capsule(r) -> Capsule:
     return Capsule(id=r[0], repo=r[1] or "", path=r[2], language=r[3], kind=r[4], name=r[5], qualname=r[6],
                    signature=r[7], params=json.loads(r[8] or "[]"), returns=r[9] or "", docstring=r[10] or "",
                    decorators=json.loads(r[11] or "[]"), start_line=r[12], end_line=r[13], text=r[14],
                    content_hash=r[15], parent=r[16])
 
 
+def _ph(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def _chunks(values: list, size: int = 500) -> Iterator[list]:
+    for i in range(0, len(values), size):
+        yield values[i:i + size]
+
+
 class SQLiteStore:
-    def __init__(self, path: Path, repo: str = "", readonly: bool = False):
+    """``SQLiteStore(dir / "index.sqlite")``; opening never creates a missing index unless ``create``."""
+
+    backend = "sqlite"
+
+    def __init__(self, path: Path, create: bool = True):
         self.path = Path(path)
-        self.repo = repo
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA busy_timeout=30000")
-        self.db.execute("PRAGMA cache_size=-65536")
-        self.db.execute("PRAGMA temp_store=MEMORY")
-        if not readonly:
-            self.db.executescript(_SCHEMA)
-            cur = self.meta("schema_version")
-            if cur is None:
-                self.db.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
+        self.dir = self.path.parent
+        if not create and not self.path.exists():
+            raise StoreError(f"no index at {self.path}")
+        if create:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._faiss: dict[str, FaissIndex] = {}
+        self._allowed: dict[tuple, set[str]] = {}
+        db = self.db
+        version = self._schema_version(db)
+        if version is None:
+            if not create:
+                raise StoreError(f"no index at {self.path}")
+            db.executescript(_SCHEMA)
+            db.execute("INSERT OR REPLACE INTO meta VALUES('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif version != SCHEMA_VERSION:
+            if not create:
+                raise SchemaMismatch(f"the index at {self.dir} was built by another repoctx version (schema {version}, "
+                                     f"this one reads {SCHEMA_VERSION}): run `repoctx index` to rebuild it")
+            self._rebuild_schema(db)
 
-    # ---- transactions
-    def begin(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+    # ---- connections: one per thread (sqlite3 objects must not be shared across threads)
+    @property
+    def db(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA cache_size=-65536")
+            conn.execute("PRAGMA temp_store=MEMORY")
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
 
-    def commit(self) -> None:
-        self.db.execute("COMMIT")
+    @staticmethod
+    def _schema_version(db) -> int | None:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" not in tables:
+            return None
+        cols = [r[1] for r in db.execute("PRAGMA table_info(meta)")]
+        if "repo" not in cols:  # schema 1 kept (key, value)
+            return 1
+        r = db.execute("SELECT value FROM meta WHERE repo='' AND key='schema_version'").fetchone()
+        return int(r[0]) if r else 1
 
-    def rollback(self) -> None:
-        if self.db.in_transaction:
-            self.db.execute("ROLLBACK")
+    def _rebuild_schema(self, db) -> None:
+        """An index is derived data: an older layout is dropped and rebuilt by the next update."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' "
+                                      "AND name NOT LIKE 'fts_%'").fetchall():
+                db.execute(f"DROP TABLE IF EXISTS {name}")
+            db.executescript("COMMIT;" + _SCHEMA)
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        db.execute("INSERT OR REPLACE INTO meta VALUES('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
 
     def close(self) -> None:
-        self.db.close()
+        with self._conns_lock:
+            for conn in self._conns:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._conns.clear()
+        self._local = threading.local()
 
-    # ---- writes
-    def put_file(self, rec: FileRecord, capsules: list[Capsule]) -> None:
-        self.delete_file(rec.path)
-        self.db.execute("INSERT INTO files VALUES(?,?,?,?,?,?,?,?,?)",
-                        (rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
-                         json.dumps(rec.imports), rec.method, rec.note))
-        children: dict[str, list[Capsule]] = {}
-        for c in capsules:
-            if c.parent:
-                children.setdefault(c.parent, []).append(c)
-        for c in capsules:
-            cur = self.db.execute(
-                f"INSERT INTO capsules({_COLS}, module) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (c.id, c.repo or self.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature,
-                 json.dumps(c.params), c.returns, c.docstring, json.dumps(c.decorators), c.start_line, c.end_line,
-                 c.text, c.content_hash, c.parent, rec.module))
-            body = own_text(c, children.get(c.id, [])) if c.kind == "class" else c.text
-            body = body[:200_000]
-            self.db.execute("INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) "
-                            "VALUES(?,?,?,?,?,?,?)",
-                            (cur.lastrowid, fts_text(c.name), fts_text(c.qualname), fts_text(c.path),
-                             fts_text(c.signature), fts_text(c.docstring), fts_text(body)))
+    def _scope(self, scope: Scope, alias: str = "c", path_col: str = "path") -> tuple[str, list]:
+        return scope.compile(f"{alias}.repo", f"{alias}.{path_col}", "?", "{col} GLOB {ph}")
 
-    def clear(self) -> None:
-        for table in ("fts", "capsules", "edges", "files"):
-            self.db.execute(f"DELETE FROM {table}")
+    # ---- repositories
+    def register_repo(self, name: str, root: str) -> RepoRecord:
+        check_repo_name(name)
+        db = self.db
+        row = db.execute("SELECT name, root, created FROM repos WHERE name=?", (name,)).fetchone()
+        if row is None:
+            db.execute("INSERT INTO repos VALUES(?,?,?)", (name, root, time.time()))
+        elif row[1] != root:
+            db.execute("UPDATE repos SET root=? WHERE name=?", (root, name))
+        return self.repo(name)
 
-    def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
-        self.db.execute("UPDATE files SET size=?, mtime_ns=? WHERE path=?", (size, mtime_ns, path))
+    def drop_repo(self, name: str) -> None:
+        w = self.writer(name)
+        with w.transaction():
+            w.clear()
+            self.db.execute("DELETE FROM meta WHERE repo=?", (name,))
+            self.db.execute("DELETE FROM repos WHERE name=?", (name,))
 
-    def delete_file(self, path: str) -> None:
-        self.db.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM capsules WHERE path=?)", (path,))
-        self.db.execute("DELETE FROM capsules WHERE path=?", (path,))
-        self.db.execute("DELETE FROM edges WHERE src_path=?", (path,))
-        self.db.execute("DELETE FROM files WHERE path=?", (path,))
+    def repo(self, name: str) -> RepoRecord | None:
+        row = self.db.execute("SELECT name, root, created FROM repos WHERE name=?", (name,)).fetchone()
+        if row is None:
+            return None
+        meta = dict(self.db.execute("SELECT key, value FROM meta WHERE repo=?", (name,)).fetchall())
+        return RepoRecord(row[0], row[1], row[2], meta)
 
-    def put_edges(self, edges: Iterable[Edge], src_path: str) -> None:
-        self.db.executemany("INSERT INTO edges VALUES(?,?,?,?,?,?)",
-                            ((e.src, e.kind, e.dst_name, ref_key(e.dst_name) if e.kind != "contains" else None,
-                              e.dst, src_path) for e in edges))
+    def repos(self, scope: Scope = EVERYTHING) -> list[RepoRecord]:
+        names = [r[0] for r in self.db.execute("SELECT name FROM repos ORDER BY name")]
+        return [self.repo(n) for n in names if scope.allows_repo(n)]
 
-    def set_edge_dst(self, rowid: int, dst: str | None) -> None:
-        self.db.execute("UPDATE edges SET dst=? WHERE rowid=?", (dst, rowid))
+    def repo_by_root(self, root: str) -> RepoRecord | None:
+        row = self.db.execute("SELECT name FROM repos WHERE root=? ORDER BY created LIMIT 1", (root,)).fetchone()
+        return self.repo(row[0]) if row else None
 
-    def set_meta(self, key: str, value: str) -> None:
-        self.db.execute("INSERT OR REPLACE INTO meta VALUES(?,?)", (key, value))
+    def writer(self, repo: str) -> "SQLiteRepoWriter":
+        return SQLiteRepoWriter(self, check_repo_name(repo))
 
     # ---- reads
-    def meta(self, key: str) -> str | None:
-        r = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+    def meta(self, key: str, repo: str = "") -> str | None:
+        r = self.db.execute("SELECT value FROM meta WHERE repo=? AND key=?", (repo, key)).fetchone()
         return r[0] if r else None
 
-    def files(self) -> dict[str, FileRecord]:
-        return {r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), r[7], r[8] or "")
-                for r in self.db.execute("SELECT * FROM files")}
+    def paths(self, scope: Scope = EVERYTHING) -> list[tuple[str, str]]:
+        where, args = self._scope(scope, "f")
+        return [tuple(r) for r in self.db.execute(f"SELECT f.repo, f.path FROM files f WHERE {where} "
+                                                  "ORDER BY f.repo, f.path", args)]
 
-    def counts(self) -> dict[str, int]:
-        q = lambda sql: self.db.execute(sql).fetchone()[0]  # noqa: E731
-        return {"files": q("SELECT count(*) FROM files"), "capsules": q("SELECT count(*) FROM capsules"),
-                "edges": q("SELECT count(*) FROM edges"),
-                "resolved_edges": q("SELECT count(*) FROM edges WHERE dst IS NOT NULL")}
+    def counts(self, scope: Scope = EVERYTHING) -> dict[str, int]:
+        where, args = self._scope(scope)
+        fwhere, fargs = self._scope(scope, "f")
+        ewhere, eargs = self._scope(scope, "e", "src_path")
+        q = lambda sql, a: self.db.execute(sql, a).fetchone()[0]  # noqa: E731
+        return {"files": q(f"SELECT count(*) FROM files f WHERE {fwhere}", fargs),
+                "capsules": q(f"SELECT count(*) FROM capsules c WHERE {where}", args),
+                "edges": q(f"SELECT count(*) FROM edges e WHERE {ewhere}", eargs),
+                "resolved_edges": q(f"SELECT count(*) FROM edges e WHERE e.dst IS NOT NULL AND {ewhere}", eargs)}
 
     def capsules(self, ids: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not ids:
             return []
-        where, args = scope.sql("c")
+        where, args = self._scope(scope)
         out: dict[str, Capsule] = {}
-        for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
-            for r in self.db.execute(f"SELECT {_COLS} FROM capsules c WHERE id IN ({','.join('?' * len(chunk))})"
-                                     f" AND {where}", chunk + args):
-                out[r[0]] = _row_to_capsule(r)
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            for r in self.db.execute(f"SELECT {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))}) AND {where}",
+                                     chunk + args):
+                out[r[0]] = row_to_capsule(r)
         return [out[i] for i in ids if i in out]
 
-    def all_capsules(self) -> list[Capsule]:
-        return [_row_to_capsule(r) for r in self.db.execute(f"SELECT {_COLS} FROM capsules ORDER BY id")]
+    def all_capsules(self, scope: Scope = EVERYTHING) -> list[Capsule]:
+        where, args = self._scope(scope)
+        return [row_to_capsule(r) for r in self.db.execute(f"SELECT {_COLS} FROM capsules c WHERE {where} ORDER BY c.id",
+                                                           args)]
 
-    def all_edges(self) -> list[tuple]:
-        return self.db.execute("SELECT src, kind, dst_name, dst FROM edges ORDER BY src, kind, dst_name, dst").fetchall()
+    def all_edges(self, scope: Scope = EVERYTHING) -> list[tuple]:
+        where, args = self._scope(scope, "e", "src_path")
+        return [tuple(r) for r in self.db.execute(
+            f"SELECT e.src, e.kind, e.dst_name, e.dst FROM edges e WHERE {where} ORDER BY e.src, e.kind, e.dst_name, e.dst",
+            args)]
 
-    def file_capsules(self, path: str, scope: Scope = EVERYTHING) -> list[Capsule]:
-        where, args = scope.sql("c")
-        return [_row_to_capsule(r) for r in self.db.execute(
-            f"SELECT {_COLS} FROM capsules c WHERE path=? AND {where} ORDER BY start_line, end_line DESC",
-            [path] + args)]
+    def file_capsules(self, repo: str, path: str, scope: Scope = EVERYTHING) -> list[Capsule]:
+        where, args = self._scope(scope)
+        return [row_to_capsule(r) for r in self.db.execute(
+            f"SELECT {_COLS} FROM capsules c WHERE c.repo=? AND c.path=? AND {where} "
+            "ORDER BY c.start_line, c.end_line DESC", [repo, path] + args)]
 
     def doc_freqs(self, terms: list[str]) -> dict[str, int]:
-        if not terms:
-            return {}
-        out = {}
-        for i in range(0, len(terms), 500):
-            chunk = terms[i:i + 500]
-            out.update(self.db.execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({','.join('?' * len(chunk))})",
+        out: dict[str, int] = {}
+        for chunk in _chunks(list(dict.fromkeys(terms))):
+            out.update(self.db.execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({_ph(len(chunk))})",
                                        chunk).fetchall())
         return out
 
@@ -189,83 +253,265 @@ class SQLiteStore:
         if not terms:
             return []
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        where, args = scope.sql("c")
-        sql = (f"SELECT c.id, -bm25(fts, {', '.join(map(str, BM25_WEIGHTS))}) AS s FROM fts "
-               f"JOIN capsules c ON c.rowid = fts.rowid WHERE fts MATCH ? AND {where} ORDER BY bm25(fts, "
-               f"{', '.join(map(str, BM25_WEIGHTS))}) LIMIT ?")
+        where, args = self._scope(scope)
+        w = ", ".join(map(str, BM25_WEIGHTS))
+        sql = (f"SELECT c.id, -bm25(fts, {w}) AS s FROM fts JOIN capsules c ON c.rowid = fts.rowid "
+               f"WHERE fts MATCH ? AND {where} ORDER BY bm25(fts, {w}) LIMIT ?")
         return [(r[0], r[1]) for r in self.db.execute(sql, [match] + args + [k])]
 
     def by_names(self, names: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not names:
             return []
-        where, args = scope.sql("c")
-        ph = ",".join("?" * len(names))
-        return [_row_to_capsule(r) for r in self.db.execute(
-            f"SELECT {_COLS} FROM capsules c WHERE (name IN ({ph}) OR qualname IN ({ph})) AND kind != 'window' "
-            f"AND {where} ORDER BY id", names + names + args)]
+        where, args = self._scope(scope)
+        ph = _ph(len(names))
+        return [row_to_capsule(r) for r in self.db.execute(
+            f"SELECT {_COLS} FROM capsules c WHERE (c.name IN ({ph}) OR c.qualname IN ({ph})) AND c.kind != 'window' "
+            f"AND {where} ORDER BY c.id", names + names + args)]
 
-    def name_counts(self, names: list[str]) -> dict[str, int]:
+    def name_counts(self, names: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
         """How many definitions carry each name (a name defined everywhere says little)."""
+        where, args = self._scope(scope)
         out: dict[str, int] = {}
-        for i in range(0, len(names), 500):
-            chunk = names[i:i + 500]
+        for chunk in _chunks(list(dict.fromkeys(names))):
             out.update(self.db.execute(
-                f"SELECT name, COUNT(*) FROM capsules WHERE name IN ({','.join('?' * len(chunk))}) "
-                "AND kind IN ('function', 'method', 'class') GROUP BY name", chunk).fetchall())
+                f"SELECT c.name, COUNT(*) FROM capsules c WHERE c.name IN ({_ph(len(chunk))}) "
+                f"AND c.kind IN ('function', 'method', 'class') AND {where} GROUP BY c.name", chunk + args).fetchall())
         return out
 
     def by_path_suffix(self, fragments: list[str], scope: Scope = EVERYTHING) -> list[str]:
-        where, args = scope.sql("c")
+        where, args = self._scope(scope)
         out: list[str] = []
         for frag in fragments:
+            like = "%/" + frag.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             rows = self.db.execute(
                 f"SELECT c.id FROM capsules c WHERE c.kind = 'module' AND (c.path = ? OR c.path LIKE ? ESCAPE '\\') "
-                f"AND {where} ORDER BY length(c.path) LIMIT 5",
-                [frag, "%/" + frag.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")] + args)
+                f"AND {where} ORDER BY length(c.path) LIMIT 5", [frag, like] + args)
             out.extend(r[0] for r in rows)
         return list(dict.fromkeys(out))
 
-    def edges_from(self, ids: list[str], kinds: tuple[str, ...] = ()) -> list[Edge]:
-        return self._edges("src", ids, kinds)
+    def edges_from(self, ids: list[str], kinds: tuple[str, ...] = (), scope: Scope = EVERYTHING) -> list[Edge]:
+        return self._edges("src", ids, kinds, scope)
 
-    def edges_to(self, ids: list[str], kinds: tuple[str, ...] = ()) -> list[Edge]:
-        return self._edges("dst", ids, kinds)
+    def edges_to(self, ids: list[str], kinds: tuple[str, ...] = (), scope: Scope = EVERYTHING) -> list[Edge]:
+        return self._edges("dst", ids, kinds, scope)
 
-    def _edges(self, col: str, ids: list[str], kinds: tuple[str, ...]) -> list[Edge]:
+    def _edges(self, col: str, ids: list[str], kinds: tuple[str, ...], scope: Scope) -> list[Edge]:
         if not ids:
             return []
+        kind_sql = f" AND e.kind IN ({_ph(len(kinds))})" if kinds else ""
+        if scope.unrestricted:
+            scope_sql, scope_args = "", []
+        else:  # both ends must be visible: the source, and the target when resolved
+            s_where, s_args = self._scope(scope, "s")
+            d_where, d_args = self._scope(scope, "d")
+            scope_sql = (f" AND EXISTS (SELECT 1 FROM capsules s WHERE s.id = e.src AND {s_where})"
+                         f" AND (e.dst IS NULL OR EXISTS (SELECT 1 FROM capsules d WHERE d.id = e.dst AND {d_where}))")
+            scope_args = s_args + d_args
         out = []
-        kind_sql = f" AND kind IN ({','.join('?' * len(kinds))})" if kinds else ""
-        for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
+        for chunk in _chunks(list(dict.fromkeys(ids))):
             out += [Edge(*r) for r in self.db.execute(
-                f"SELECT src, kind, dst_name, dst FROM edges WHERE {col} IN ({','.join('?' * len(chunk))}){kind_sql}",
-                chunk + list(kinds))]
+                f"SELECT e.src, e.kind, e.dst_name, e.dst FROM edges e WHERE e.{col} IN ({_ph(len(chunk))}){kind_sql}"
+                f"{scope_sql}", chunk + list(kinds) + scope_args)]
         return out
 
-    # ---- graph lookups for incremental resolution
-    def cands_by_name(self, name: str) -> list[Cand]:
-        return [Cand(*r) for r in self.db.execute(
-            "SELECT id, path, qualname, kind, module FROM capsules WHERE name=? AND kind NOT IN ('module','window') "
-            "ORDER BY id", (name,))]
+    # ---- dense
+    def faiss_for(self, repo: str) -> FaissIndex:
+        fx = self._faiss.get(repo)
+        if fx is None:
+            fx = self._faiss[repo] = FaissIndex(self.dir / "vectors" / repo)
+        return fx
 
-    def module_cand(self, key: str) -> Cand | None:
-        r = self.db.execute("SELECT id, path, qualname, kind, module FROM capsules WHERE kind='module' AND "
-                            "(qualname=? OR path=?) ORDER BY id LIMIT 1", (key, key)).fetchone()
-        return Cand(*r) if r else None
+    def vector_state(self, repo: str, model: str) -> VectorState:
+        meta = self.faiss_for(repo).meta() or {}
+        total = self.db.execute(f"SELECT count(*) FROM capsules WHERE repo=? AND kind IN ({_ph(len(EMBED_KINDS))})",
+                                [repo, *EMBED_KINDS]).fetchone()[0]
+        current = bool(meta) and meta.get("model") == model and \
+            meta.get("generation") == (self.meta("generation", repo) or "") and meta.get("count") == meta.get("total")
+        count = int(meta.get("count", 0)) if meta.get("model") == model else 0
+        return VectorState(meta.get("model"), count, total, current)
+
+    def dense(self, vector: np.ndarray, model: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
+        repos = [r for r in (scope.repos or [n for (n,) in self.db.execute("SELECT name FROM repos")])
+                 if scope.allows_repo(r)]
+        out: list[tuple[str, float]] = []
+        for repo in repos:
+            fx = self.faiss_for(repo)
+            if fx.model != model:
+                continue
+            out += fx.search(vector, k, self._allowed_ids(repo, scope))
+        return sorted(out, key=lambda x: -x[1])[:k]
+
+    def _allowed_ids(self, repo: str, scope: Scope) -> set[str] | None:
+        """The ids a scope lets a repository's vector search return (None: all of them), remembered per
+        generation of the repository."""
+        narrow = Scope(include=scope.include, exclude=scope.exclude, grants=scope.grants)
+        if narrow.unrestricted:
+            return None
+        key = (repo, narrow, self.meta("generation", repo))
+        got = self._allowed.get(key)
+        if got is None:
+            if len(self._allowed) > 64:
+                self._allowed.clear()
+            where, args = self._scope(narrow)
+            got = self._allowed[key] = {r[0] for r in self.db.execute(
+                f"SELECT c.id FROM capsules c WHERE c.repo=? AND {where}", [repo] + args)}
+        return got
+
+
+@contextmanager
+def file_lock(path: Path, wait: bool = True) -> Iterator[None]:
+    """An exclusive lock held while the block runs (released by the OS if the process dies)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise IndexBusy(f"another repoctx process is indexing {path.stem.rsplit('.', 1)[0]}") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+class SQLiteRepoWriter:
+    def __init__(self, store: SQLiteStore, repo: str):
+        self.store = store
+        self.repo = repo
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        return self.store.db
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def lock(self, kind: str = "index", wait: bool = True):
+        return file_lock(self.store.dir / "locks" / f"{self.repo}.{kind}.lock", wait)
+
+    def files(self) -> dict[str, FileRecord]:
+        return {r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), r[7], r[8] or "")
+                for r in self.db.execute("SELECT path, language, size, mtime_ns, hash, module, imports, method, note "
+                                         "FROM files WHERE repo=?", (self.repo,))}
+
+    def meta(self, key: str) -> str | None:
+        return self.store.meta(key, self.repo)
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES(?,?,?)", (self.repo, key, value))
+
+    def clear(self) -> None:
+        self.db.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM capsules WHERE repo=?)", (self.repo,))
+        for table in ("capsules", "edges", "files"):
+            self.db.execute(f"DELETE FROM {table} WHERE repo=?", (self.repo,))
+
+    def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str]) -> None:
+        from repoctx.tokens import fts_text
+
+        self.delete_file(rec.path)
+        self.db.execute("INSERT INTO files VALUES(?,?,?,?,?,?,?,?,?,?)",
+                        (self.repo, rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
+                         json.dumps(rec.imports), rec.method, rec.note))
+        for c in capsules:
+            cur = self.db.execute(
+                "INSERT INTO capsules(id, repo, path, language, kind, name, qualname, signature, params, returns, "
+                "docstring, decorators, start_line, end_line, text, content_hash, parent, module) "
+                "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (c.id, self.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature,
+                 json.dumps(c.params), c.returns, c.docstring, json.dumps(c.decorators), c.start_line, c.end_line,
+                 c.text, c.content_hash, c.parent, rec.module))
+            body = lexical_bodies.get(c.id, c.text)[:200_000]
+            self.db.execute("INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) "
+                            "VALUES(?,?,?,?,?,?,?)",
+                            (cur.lastrowid, fts_text(c.name), fts_text(c.qualname), fts_text(c.path),
+                             fts_text(c.signature), fts_text(c.docstring), fts_text(body)))
+
+    def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
+        self.db.execute("UPDATE files SET size=?, mtime_ns=? WHERE repo=? AND path=?", (size, mtime_ns, self.repo, path))
+
+    def delete_file(self, path: str) -> None:
+        args = (self.repo, path)
+        self.db.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM capsules WHERE repo=? AND path=?)", args)
+        self.db.execute("DELETE FROM capsules WHERE repo=? AND path=?", args)
+        self.db.execute("DELETE FROM edges WHERE repo=? AND src_path=?", args)
+        self.db.execute("DELETE FROM files WHERE repo=? AND path=?", args)
+
+    def put_edges(self, edges: Iterable[tuple[Edge, str | None]], src_path: str) -> None:
+        self.db.executemany("INSERT INTO edges VALUES(?,?,?,?,?,?,?)",
+                            ((self.repo, e.src, e.kind, e.dst_name, key, e.dst, src_path) for e, key in edges))
+
+    def set_edge_dst(self, edge_key, dst: str | None) -> None:
+        self.db.execute("UPDATE edges SET dst=? WHERE rowid=?", (dst, edge_key))
+
+    def cands_by_name(self, name: str) -> list[tuple]:
+        return [tuple(r) for r in self.db.execute(
+            "SELECT id, path, qualname, kind, module FROM capsules WHERE name=? AND repo=? "
+            "AND kind NOT IN ('module','window') ORDER BY id", (name, self.repo))]
+
+    def module_cand(self, key: str) -> tuple | None:
+        r = self.db.execute("SELECT id, path, qualname, kind, module FROM capsules WHERE repo=? AND kind='module' AND "
+                            "(qualname=? OR path=?) ORDER BY id LIMIT 1", (self.repo, key, key)).fetchone()
+        return tuple(r) if r else None
 
     def edges_needing(self, keys: set[str], dsts: set[str], exclude_paths: set[str]) -> list[tuple]:
-        """Edges outside exclude_paths whose target name is in keys or whose target is in dsts."""
+        """Edges outside exclude_paths whose target name is in keys or whose target is in dsts:
+        (edge key, src, kind, dst_name, dst, src_path)."""
         rows: dict[int, tuple] = {}
-        sel = "SELECT rowid, src, kind, dst_name, dst, src_path FROM edges WHERE kind != 'contains' AND "
+        sel = "SELECT rowid, src, kind, dst_name, dst, src_path FROM edges WHERE repo=? AND kind != 'contains' AND "
         for col, values in (("dst_key", sorted(keys)), ("dst", sorted(dsts))):
-            for i in range(0, len(values), 500):
-                chunk = values[i:i + 500]
-                for r in self.db.execute(sel + f"{col} IN ({','.join('?' * len(chunk))})", chunk):
+            for chunk in _chunks(values):
+                for r in self.db.execute(sel + f"{col} IN ({_ph(len(chunk))})", [self.repo] + chunk):
                     if r[5] not in exclude_paths:
-                        rows[r[0]] = r
+                        rows[r[0]] = tuple(r)
         return list(rows.values())
 
     def capsule_rows(self, path: str) -> list[tuple]:
-        return self.db.execute("SELECT id, path, qualname, kind, module, language, name FROM capsules WHERE path=?",
-                               (path,)).fetchall()
+        return [tuple(r) for r in self.db.execute(
+            "SELECT id, path, qualname, kind, module, language, name FROM capsules WHERE repo=? AND path=?",
+            (self.repo, path))]
+
+    # ---- vectors: FAISS is rebuilt whole from the vector cache, so it needs every row
+    def embed_rows(self, model: str) -> tuple[list[EmbedRow], bool]:
+        if self.store.vector_state(self.repo, model).current:
+            return [], True
+        rows = self.db.execute(
+            f"SELECT id, path, qualname, signature, docstring, text FROM capsules WHERE repo=? AND kind IN "
+            f"({_ph(len(EMBED_KINDS))}) ORDER BY id", [self.repo, *EMBED_KINDS]).fetchall()
+        return [EmbedRow(*r) for r in rows], True
+
+    def vector_sink(self, model: str, dim: int, whole: bool) -> "FaissSink":
+        return FaissSink(self.store.faiss_for(self.repo), model, dim, self.meta("generation") or "")
+
+
+class FaissSink:
+    """Collects a repository's vectors and swaps in a new FAISS index; ``publish`` makes what has been
+    added so far searchable (a first index answers dense queries while the rest is embedded)."""
+
+    def __init__(self, fx: FaissIndex, model: str, dim: int, generation: str):
+        self.fx, self.model, self.dim, self.generation = fx, model, dim, generation
+        self.ids: list[str] = []
+        self.parts: list[np.ndarray] = []
+        self.expected: int | None = None
+
+    def add(self, ids: list[str], matrix: np.ndarray) -> None:
+        if len(ids) and matrix.shape[1] != self.dim:
+            raise StoreError(f"vectors of dimension {matrix.shape[1]} given to a {self.dim}-dimensional index")
+        self.ids += ids
+        self.parts.append(np.asarray(matrix, dtype=np.float32))
+
+    def _matrix(self) -> np.ndarray:
+        return np.concatenate(self.parts) if self.parts else np.zeros((0, self.dim), dtype=np.float32)
+
+    def publish(self, total: int) -> None:
+        """A partial set, marked as such (``count < total``), so status reports coverage."""
+        self.fx.write(self.model, self.dim, list(self.ids), self._matrix(), self.generation, total=total)
+
+    def finish(self) -> None:
+        self.fx.write(self.model, self.dim, self.ids, self._matrix(), self.generation)

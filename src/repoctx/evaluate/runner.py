@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Callable
 
 from repoctx.config import Settings
-from repoctx.corpus import cache_dir, load_rows, materialize
+from repoctx.evaluate.corpus import cache_dir, load_rows, materialize
 from repoctx.index import Index
-from repoctx.metrics import aggregate, function_key, rank_metrics
-from repoctx.retrieve.hybrid import SearchOptions, search, to_files
+from repoctx.evaluate.metrics import aggregate, function_key, rank_metrics
+from repoctx.retrieve.hybrid import SearchOptions, to_files
 from repoctx.types import Hit
 
 KS = (1, 3, 5, 10)
@@ -61,14 +61,17 @@ def _seed_from(release_dir: Path, target: Path) -> None:
 
 
 def _tree_index(tree: Path, windows: bool, settings: Settings) -> Index:
-    return Index(tree, replace(settings, index_dir=_index_dir(tree, windows),
-                               parse_mode="windows" if windows else "capsules"))
+    """One corpus tree as one repository, named after its cache key (in a shared PostgreSQL store
+    every tree is its own repository)."""
+    idx_dir = _index_dir(tree, windows)
+    return Index(tree, replace(settings, index_dir=idx_dir, parse_mode="windows" if windows else "capsules"),
+                 name=idx_dir.name.replace("+", "-")[:100])
 
 
 def open_corpus_index(row: dict, windows: bool, settings: Settings) -> Index:
     tree = materialize(row)
     idx_dir = _index_dir(tree, windows)
-    if tree.parent.name == "reverted" and not idx_dir.exists():
+    if tree.parent.name == "reverted" and not idx_dir.exists() and not settings.database_url:
         # index the release once, then each reverted tree starts from it and re-parses only the patched files
         release = materialize({k: v for k, v in row.items() if k != "revert_patch"})
         rel = _tree_index(release, windows, settings)
@@ -93,7 +96,7 @@ def function_ranking(hits: list[Hit], ix: Index, capsule_ix: Index | None = None
                 qual, parent = p.qualname, p.parent
             out.append(function_key(c.path, qual))
         elif c.kind == "window" and capsule_ix is not None:
-            for fc in capsule_ix.store.file_capsules(c.path):
+            for fc in capsule_ix.store.file_capsules(capsule_ix.repo, c.path):
                 if fc.kind in ("function", "method") and fc.start_line <= c.end_line and fc.end_line >= c.start_line \
                         and (fc.parent is None or ix_kind(capsule_ix, fc.parent) not in ("function", "method")):
                     out.append(function_key(fc.path, fc.qualname))
@@ -133,7 +136,7 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
             index_s += time.perf_counter() - t0
             t1 = time.perf_counter()
             opts = replace(cfg.options, pool=300)
-            hits = search(ix.store, row["query"], opts, ix.dense_index() if cfg.dense else None)
+            hits = ix.retrieve(row["query"], k=opts.pool, mode="standard", options=opts).hits
             times.append(time.perf_counter() - t1)
             files = [f.path for f in to_files(hits, opts.file_agg)]
             funcs = function_ranking(hits, ix, cap_ix)
