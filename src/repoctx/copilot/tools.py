@@ -1,0 +1,517 @@
+"""The copilot's tools over one ``repoctx.Index`` and one ``Scope``.
+
+``RepoTools(index, scope)`` is the single implementation: each method takes plain arguments and returns a
+plain dict (JSON-ready), never raises, and answers a failure with
+``{"error": <code or exception type>, "detail": <one line>, "tool": <name>}``. The HTTP service and the MCP
+server call those methods directly; ``make_tools(index, scope)`` wraps the same methods as Strands tools for
+the agent (an error dict becomes a tool result with status ``error``, so the turn goes on).
+
+Every read passes the tools' scope to the index, which applies it inside the store's queries. ``read_file``
+serves a file only when ``(repo, path)`` is in ``index.files(scope)`` -- the one rule that leaves out ignored,
+vendored, secret-named, unindexed and out-of-scope files alike -- and only through ``load_text`` with secret
+redaction, after refusing absolute paths, ``..`` components and anything that resolves outside the root.
+
+Error codes: ``invalid_argument`` (bad k/level/mode/task/budget/range, empty query), ``refused`` (absolute
+path, ``..``, symlink out of the root), ``not_served`` (not a file the index serves in this scope),
+``ambiguous`` (a path in several repositories), ``binary``, ``too_large``, ``unavailable`` (the repository's
+files are not on this machine); any other failure is named by its exception type.
+"""
+from __future__ import annotations
+
+import fnmatch
+import functools
+import inspect
+import os
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable
+
+from repoctx.store.base import Scope
+
+__all__ = ["RepoTools", "make_tools", "TOOL_NAMES", "ToolError", "MAX_K", "MAX_READ_LINES", "MAX_LIST_FILES",
+           "MIN_BUDGET", "MAX_BUDGET"]
+
+TOOL_NAMES = ("search_code", "get_context", "find_symbol", "callers", "callees", "read_file", "list_files")
+LEVELS = ("symbol", "file")
+MODES = ("auto", "standard", "agentic")
+TASKS = ("code_query", "refactor", "code_gen", "search")
+MAX_K = 50
+MAX_READ_LINES = 400
+MAX_LIST_FILES = 200
+MAX_SYMBOLS = 25  # definitions listed by find_symbol, candidates resolved by callers/callees
+MAX_EDGES = 50
+MIN_BUDGET, MAX_BUDGET = 100, 16000
+SNIPPET_LINES = 30
+DOC_LINES = 3
+
+
+class ToolError(Exception):
+    """A refusal or bad argument, reported to the caller as ``{"error": code, "detail": message}``."""
+
+    def __init__(self, code: str, detail: str):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+def _redact_line(text: str) -> str:
+    try:
+        from repoctx.ingest.walk import redact
+
+        return redact(text)[0]
+    except Exception:  # the redactor must never turn an error report into a crash
+        return text
+
+
+def _guarded(name: str) -> Callable:
+    """Run a tool method; any exception becomes the structured error dict for that tool."""
+
+    def deco(fn: Callable[..., dict]) -> Callable[..., dict]:
+        @functools.wraps(fn)
+        def wrapper(self: "RepoTools", *args, **kwargs) -> dict:
+            try:
+                return fn(self, *args, **kwargs)
+            except ToolError as e:
+                return self._error(name, e.code, e.detail)
+            except Exception as e:  # noqa: BLE001 - the turn goes on, the model reads the reason
+                return self._error(name, type(e).__name__, str(e) or type(e).__name__)
+
+        wrapper.tool_name = name  # type: ignore[attr-defined]
+        return wrapper
+
+    return deco
+
+
+def _int_arg(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(value, bool):
+        raise ToolError("invalid_argument", f"{name} must be an integer, not {value!r}")
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ToolError("invalid_argument", f"{name} must be an integer, not {value!r}") from None
+    if (lo is not None and n < lo) or (hi is not None and n > hi):
+        rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ToolError("invalid_argument", f"{name} must be in {rng}, not {n}")
+    return n
+
+
+def _text_arg(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ToolError("invalid_argument", f"{name} is empty: give a non-empty string")
+    return value.strip()
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    v = (value or "").strip().lower() if isinstance(value, str) else value
+    if v not in choices:
+        raise ToolError("invalid_argument", f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return v
+
+
+def _first_lines(text: str, n: int, max_chars: int = 400) -> str:
+    lines = inspect.cleandoc(text or "").splitlines()[:n]
+    out = "\n".join(lines)
+    return out if len(out) <= max_chars else out[:max_chars - 1] + "…"
+
+
+def _capsule_dict(c, *, snippet: bool = True) -> dict:
+    out = {"citation": c.citation, "repo": c.repo, "path": c.path, "start_line": c.start_line,
+           "end_line": c.end_line, "symbol": c.qualname, "kind": c.kind, "signature": c.signature,
+           "docstring": _first_lines(c.docstring, DOC_LINES)}
+    if snippet:
+        lines = (c.text or "").split("\n")
+        out["snippet"] = "\n".join(lines[:SNIPPET_LINES])
+        if len(lines) > SNIPPET_LINES:
+            out["snippet_note"] = (f"first {SNIPPET_LINES} of {len(lines)} lines; read_file the range "
+                                   f"{c.start_line}-{c.end_line} for the rest")
+    return out
+
+
+def _module_of(path: str) -> str:
+    stem = path.rsplit(".", 1)[0] if "." in path.rsplit("/", 1)[-1] else path
+    return stem.replace("/", ".")
+
+
+_WIN_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+
+
+class RepoTools:
+    """The copilot's operations over ``index`` seen through ``scope``; each returns a JSON-ready dict.
+
+    ``search_code(query, k=8, level="symbol", mode="auto")``
+        -> {"query", "mode", "route", "level", "notes", "count", "results": [...]}; symbol level results are
+        {"citation", "repo", "path", "start_line", "end_line", "symbol", "kind", "signature", "docstring",
+        "snippet"}, file level results {"repo", "path", "score", "citations", "symbols"}.
+    ``get_context(query, task="", budget=2000)`` -> {"task", "text", "citations", "tokens", "budget", "left_out"}.
+    ``find_symbol(name)`` -> {"name", "count", "definitions": [capsule dicts with citations], "truncated"}.
+    ``callers(symbol)`` / ``callees(symbol)`` -> {"symbol", "resolved": [citations], "ambiguous", "count",
+        "callers" | "callees": [{"citation", "repo", "path", "symbol", "signature", "of", "resolved"}]}
+        (an unresolved callee has ``citation: None``, ``resolved: False`` and its ``name`` as written).
+    ``read_file(path, start=1, end=0, repo="")`` -> {"repo", "path", "start", "end", "total_lines",
+        "truncated", "text" (numbered lines), "symbols" (citations of units overlapping the range), "note"}.
+    ``list_files(glob="*")`` -> {"glob", "count", "total", "truncated", "files"}.
+    """
+
+    def __init__(self, index, scope: Scope | None = None):
+        self.index = index
+        self.scope: Scope = index.scope(scope)  # the same narrowing the index applies: pass it everywhere
+        self._load_text_takes_path: bool | None = None
+
+    # ------------------------------------------------------------------ helpers
+    def _error(self, tool: str, error: str, detail: str) -> dict:
+        line = next((ln.strip() for ln in str(detail).splitlines() if ln.strip()), "") or error
+        root = getattr(self.index, "root", None)
+        if root is not None:
+            line = line.replace(str(root) + os.sep, "").replace(str(root), "<repository root>")
+        line = _redact_line(line)
+        if len(line) > 300:
+            line = line[:299] + "…"
+        return {"error": error, "detail": line, "tool": tool}
+
+    def _resolve(self, symbol: str) -> list:
+        """Capsules a symbol names: a capsule id, a qualname or a name (then the last dotted part)."""
+        symbol = symbol.strip()
+        found = []
+        if "#" in symbol:  # repo:path#qualname
+            c = self.index.capsule(symbol, self.scope)
+            if c is not None:
+                found = [c]
+        if not found:
+            found = self.index.find(symbol, self.scope)
+        if not found and "." in symbol:  # a module-qualified name: match on the last part, keep the module's
+            found = self.index.find(symbol.rsplit(".", 1)[1], self.scope)
+            exact = [c for c in found if f"{_module_of(c.path)}.{c.qualname}".endswith(symbol)]
+            found = exact or found
+        seen: dict[str, Any] = {}
+        for c in found:
+            seen.setdefault(c.id, c)
+        return list(seen.values())
+
+    def _load(self, data: bytes, path: str):
+        from repoctx.ingest.walk import load_text
+
+        if self._load_text_takes_path is None:
+            try:
+                self._load_text_takes_path = "path" in inspect.signature(load_text).parameters
+            except (TypeError, ValueError):
+                self._load_text_takes_path = False
+        if self._load_text_takes_path:
+            return load_text(data, redact_secrets=True, path=path)
+        return load_text(data, redact_secrets=True)
+
+    def _repo_root(self, repo: str) -> Path:
+        ix = self.index
+        if ix.root is not None and repo == ix.repo:
+            return Path(ix.root).resolve()
+        rec = ix.store.repo(repo)
+        if rec is None or not rec.root or not Path(rec.root).is_dir():
+            raise ToolError("unavailable", f"the files of repository {repo!r} are not on this machine")
+        return Path(rec.root).resolve()
+
+    # ------------------------------------------------------------------ tools
+    @_guarded("search_code")
+    def search_code(self, query: str, k: int = 8, level: str = "symbol", mode: str = "auto") -> dict:
+        query = _text_arg("query", query)
+        k = _int_arg("k", k, 1, MAX_K)
+        level = _choice("level", level, LEVELS)
+        mode = _choice("mode", mode, MODES)
+        r = self.index.retrieve(query, k=k, level=level, mode=mode, scope=self.scope)
+        if level == "file":
+            results = []
+            for f in r.files:
+                caps = [h.capsule for h in f.capsules]
+                results.append({"repo": caps[0].repo if caps else "", "path": f.path, "score": round(f.score, 4),
+                                "citations": [c.citation for c in caps],
+                                "symbols": [{"citation": c.citation, "kind": c.kind, "signature": c.signature}
+                                            for c in caps[:5]]})
+        else:
+            results = [dict(_capsule_dict(h.capsule), score=round(h.score, 4)) for h in r.hits]
+        notes = list(r.notes)
+        if not results:
+            notes.append("nothing found in scope for this query: say so rather than guess, or try other words")
+        return {"query": query, "mode": r.mode, "route": r.route, "level": level, "notes": notes,
+                "count": len(results), "results": results}
+
+    @_guarded("get_context")
+    def get_context(self, query: str, task: str = "", budget: int = 2000) -> dict:
+        query = _text_arg("query", query)
+        task_arg = _choice("task", task, TASKS) if (task or "").strip() else None
+        budget = _int_arg("budget", budget, MIN_BUDGET, MAX_BUDGET)
+        ctx = self.index.context(query, task=task_arg, budget=budget, mode="standard", scope=self.scope)
+        out = ctx.to_dict()
+        if not out.get("citations"):
+            out["note"] = "nothing relevant found in scope: say so rather than guess"
+        return out
+
+    @_guarded("find_symbol")
+    def find_symbol(self, name: str) -> dict:
+        name = _text_arg("name", name)
+        caps = self._resolve(name)
+        out = {"name": name, "count": len(caps), "truncated": len(caps) > MAX_SYMBOLS,
+               "definitions": [_capsule_dict(c, snippet=False) for c in caps[:MAX_SYMBOLS]]}
+        if not caps:
+            out["note"] = f"no definition named {name!r} in scope; try search_code"
+        return out
+
+    def _edges(self, tool: str, symbol: str, incoming: bool) -> dict:
+        symbol = _text_arg("symbol", symbol)
+        targets = self._resolve(symbol)
+        key = "callers" if incoming else "callees"
+        out: dict[str, Any] = {"symbol": symbol, "resolved": [c.citation for c in targets[:MAX_SYMBOLS]],
+                               "ambiguous": len(targets) > 1, "count": 0, key: []}
+        if not targets:
+            out["note"] = f"no symbol {symbol!r} in scope; find it with find_symbol or search_code first"
+            return out
+        if len(targets) > 1:
+            out["note"] = (f"{len(targets)} definitions are named {symbol!r}: the {key} of all of them are listed "
+                           "(field 'of'); pass a qualname or capsule id to narrow")
+        items: list[dict] = []
+        seen: set = set()
+        truncated = False
+        for target in targets[:MAX_SYMBOLS]:
+            edges = (self.index.callers(target.id, self.scope) if incoming
+                     else self.index.callees(target.id, self.scope))
+            for e in edges:
+                other_id = e.src if incoming else e.dst
+                if len(items) >= MAX_EDGES:
+                    truncated = True
+                    break
+                if other_id is None:  # a callee known by name only
+                    k = ("name", e.dst_name, target.id)
+                    if k not in seen:
+                        seen.add(k)
+                        items.append({"citation": None, "name": e.dst_name, "resolved": False,
+                                      "of": target.citation})
+                    continue
+                if (other_id, target.id) in seen:
+                    continue
+                other = self.index.capsule(other_id, self.scope)
+                if other is None:  # outside the scope: not shown
+                    continue
+                seen.add((other_id, target.id))
+                items.append({"citation": other.citation, "repo": other.repo, "path": other.path,
+                              "symbol": other.qualname, "kind": other.kind, "signature": other.signature,
+                              "name": e.dst_name, "resolved": True, "of": target.citation})
+        out[key] = items
+        out["count"] = len(items)
+        if truncated:
+            out["truncated"] = True
+        if not items:
+            out["note"] = (out.get("note", "") + f" no {key} found in scope.").strip()
+        return out
+
+    @_guarded("callers")
+    def callers(self, symbol: str) -> dict:
+        return self._edges("callers", symbol, incoming=True)
+
+    @_guarded("callees")
+    def callees(self, symbol: str) -> dict:
+        return self._edges("callees", symbol, incoming=False)
+
+    @_guarded("read_file")
+    def read_file(self, path: str, start: int = 1, end: int = 0, repo: str = "") -> dict:
+        raw = _text_arg("path", path)
+        start = _int_arg("start", start, 1)
+        end = _int_arg("end", end, 0)
+        if end and end < start:
+            raise ToolError("invalid_argument", f"end ({end}) is before start ({start}); use end=0 for 'to the end'")
+        repo = (repo or "").strip()
+        served = self.index.files(self.scope)
+        repos_served = {r for r, _ in served}
+        if not repo and ":" in raw and not _WIN_DRIVE.match(raw):
+            head, _, rest = raw.partition(":")
+            if head in repos_served or head in (self.scope.repos or ()):
+                repo, raw = head, rest
+        rel = raw.replace("\\", "/")
+        if rel.startswith("/") or _WIN_DRIVE.match(raw) or rel.startswith("~"):
+            raise ToolError("refused", "absolute paths are refused: give a path relative to the repository root")
+        parts = [p for p in PurePosixPath(rel).parts if p not in ("", ".")]
+        if any(p == ".." for p in parts):
+            raise ToolError("refused", "'..' path components are refused: give a path inside the repository")
+        if not parts:
+            raise ToolError("invalid_argument", "path names no file")
+        rel = "/".join(parts)
+        candidates = sorted(r for r, p in served if p == rel and (not repo or r == repo))
+        if not candidates:
+            raise ToolError("not_served", f"{rel!r} is not a file the index serves in this scope (ignored, secret, "
+                                          "excluded or not indexed); use list_files to see what is")
+        if len(candidates) > 1:
+            raise ToolError("ambiguous", f"{rel!r} is in several repositories ({', '.join(candidates)}): "
+                                         "pass repo or write 'repo:path'")
+        repo = candidates[0]
+        root = self._repo_root(repo)
+        try:
+            full = (root / rel).resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise ToolError("not_served", f"{rel!r} is indexed but no longer readable on disk") from None
+        if full != root and root not in full.parents:
+            raise ToolError("refused", f"{rel!r} resolves outside the repository root (symlink)")
+        if not full.is_file():
+            raise ToolError("not_served", f"{rel!r} is not a regular file")
+        cap = int(getattr(self.index.settings, "max_file_bytes", 1024 * 1024) or 1024 * 1024)
+        with open(full, "rb") as fh:
+            data = fh.read(cap + 1)
+        if len(data) > cap:
+            raise ToolError("too_large", f"{rel!r} is larger than {cap} bytes")
+        loaded = self._load(data, rel)
+        if loaded is None:
+            raise ToolError("binary", f"{rel!r} is a binary file")
+        lines = loaded.text.split("\n")
+        if lines and lines[-1] == "" and len(lines) > 1:
+            lines.pop()
+        total = len(lines)
+        if start > max(total, 1):
+            raise ToolError("invalid_argument", f"start ({start}) is past the end of {rel!r} ({total} lines)")
+        want_end = min(end or total, total)
+        last = min(want_end, start + MAX_READ_LINES - 1)
+        width = len(str(max(last, 1)))
+        text = "\n".join(f"{n:>{width}}| {lines[n - 1]}" for n in range(start, last + 1))
+        symbols = [c.citation for c in self.index.store.file_capsules(repo, rel, self.scope)
+                   if c.kind != "module" and c.start_line <= last and c.end_line >= start][:40]
+        out = {"repo": repo, "path": rel, "start": start, "end": last, "total_lines": total,
+               "truncated": last < want_end, "text": text, "symbols": symbols,
+               "note": f"lines {start}-{last} of {total}, numbered 'N| '; cite as {rel}:{start}-{last} :: <symbol> "
+                       f"(or a citation from 'symbols')"}
+        if last < want_end:
+            out["note"] += f"; at most {MAX_READ_LINES} lines per call: call again with start={last + 1}"
+        if loaded.redactions:
+            out["redactions"] = loaded.redactions
+            out["note"] += "; secrets are shown as [REDACTED]"
+        return out
+
+    @_guarded("list_files")
+    def list_files(self, glob: str = "*") -> dict:
+        pattern = (glob or "*").strip() if isinstance(glob, str) else None
+        if pattern is None:
+            raise ToolError("invalid_argument", f"glob must be a string, not {glob!r}")
+        pattern = pattern or "*"
+        if pattern.endswith("/"):
+            pattern += "*"
+        served = self.index.files(self.scope)
+        several = len({r for r, _ in served}) > 1
+        matched = [f"{r}:{p}" if several else p for r, p in served
+                   if fnmatch.fnmatchcase(p, pattern) or fnmatch.fnmatchcase(f"{r}:{p}", pattern)]
+        out = {"glob": pattern, "count": min(len(matched), MAX_LIST_FILES), "total": len(matched),
+               "truncated": len(matched) > MAX_LIST_FILES, "files": matched[:MAX_LIST_FILES]}
+        if out["truncated"]:
+            out["note"] = f"showing {MAX_LIST_FILES} of {len(matched)}: narrow the glob (e.g. 'src/api/*')"
+        elif not matched:
+            out["note"] = "no indexed file in scope matches; '*' matches across '/', e.g. '*.py' or 'src/*'"
+        return out
+
+    def call(self, name: str, arguments: dict | None = None) -> dict:
+        """Dispatch by tool name (for servers): unknown names and bad argument names are error dicts too."""
+        if name not in TOOL_NAMES:
+            return self._error(str(name), "unknown_tool", f"no tool {name!r}; tools: {', '.join(TOOL_NAMES)}")
+        fn = getattr(self, name)
+        try:
+            inspect.signature(fn).bind(**(arguments or {}))
+        except TypeError as e:
+            return self._error(name, "invalid_argument", str(e))
+        return fn(**(arguments or {}))
+
+
+# ---------------------------------------------------------------------------- Strands tools
+def _as_tool_result(result: dict) -> Any:
+    """A success is the dict itself (Strands sends it as JSON text); an error dict becomes a tool result with
+    status ``error`` and the dict as its JSON content, so the agent counts it and the model reads the reason."""
+    if isinstance(result, dict) and "error" in result and "tool" in result and "detail" in result:
+        return {"status": "error", "content": [{"json": result}]}
+    return result
+
+
+def make_tools(index, scope: Scope | None = None) -> list:
+    """The seven copilot tools as Strands tools bound to ``index`` and ``scope`` (no globals)."""
+    from strands import tool
+
+    rt = index if isinstance(index, RepoTools) else RepoTools(index, scope)
+
+    @tool
+    def search_code(query: str, k: int = 8, level: str = "symbol", mode: str = "auto") -> dict:
+        """Search the indexed repository for code relevant to a question or a name. Call this first for any
+        question about the code. Returns the best matching functions, methods and classes, each with its
+        citation 'path:start-end :: qualname', signature, docstring and the first lines of its code. Quote the
+        citations exactly as given when you rely on a result; never invent one.
+
+        Args:
+            query: what to look for, in words or identifiers (e.g. "where is the CSRF token verified").
+            k: how many results, 1 to 50 (default 8).
+            level: "symbol" for functions/classes, or "file" for the best files with their units' citations.
+            mode: "auto" (let the router decide), "standard" (one hybrid search) or "agentic" (multi-step).
+        """
+        return _as_tool_result(rt.search_code(query, k=k, level=level, mode=mode))
+
+    @tool
+    def get_context(query: str, task: str = "", budget: int = 2000) -> dict:
+        """Get compact, ready-to-read context for a question: the relevant code, its callers/callees and
+        layout, compressed to a token budget. Use it when you need more than search snippets to explain or
+        change code. Returns the text and the list of citations it contains; quote those citations exactly.
+
+        Args:
+            query: the question or task in words.
+            task: "code_query", "refactor", "code_gen" or "search"; empty to let repoctx pick.
+            budget: maximum tokens of context, 100 to 16000 (default 2000).
+        """
+        return _as_tool_result(rt.get_context(query, task=task, budget=budget))
+
+    @tool
+    def find_symbol(name: str) -> dict:
+        """Find where a function, method or class is defined, by exact name or qualified name (e.g. "connect"
+        or "app.db.Pool.connect"). Returns every definition with its citation 'path:start-end :: qualname',
+        kind, signature and docstring. Quote the citations exactly.
+
+        Args:
+            name: the symbol's name or qualified name.
+        """
+        return _as_tool_result(rt.find_symbol(name))
+
+    @tool
+    def callers(symbol: str) -> dict:
+        """List the functions and methods that call a symbol (who uses it). Returns the resolved definitions
+        ('resolved'; several when the name is ambiguous) and each caller's citation 'path:start-end :: qualname'
+        with the definition it calls ('of'). Quote the citations exactly.
+
+        Args:
+            symbol: a qualified name, a plain name, or a capsule id from an earlier result.
+        """
+        return _as_tool_result(rt.callers(symbol))
+
+    @tool
+    def callees(symbol: str) -> dict:
+        """List what a function or method calls. Returns each callee's citation 'path:start-end :: qualname'
+        when it is defined in the repository, or just its name (citation null) for library or unresolved calls.
+        Quote the citations exactly.
+
+        Args:
+            symbol: a qualified name, a plain name, or a capsule id from an earlier result.
+        """
+        return _as_tool_result(rt.callees(symbol))
+
+    @tool
+    def read_file(path: str, start: int = 1, end: int = 0, repo: str = "") -> dict:
+        """Read lines of an indexed file, numbered, to check details the other tools summarised. At most 400
+        lines per call (call again with a later start for more). Only files the index holds in your scope can
+        be read; paths are relative to the repository root (no absolute paths, no '..'). Secrets appear as
+        [REDACTED]. Returns the numbered text, the range, the total line count and the citations of the
+        symbols in that range; cite as 'path:start-end :: qualname'.
+
+        Args:
+            path: repository-relative path, e.g. "src/app/db.py" (or "repo:path" when several repositories).
+            start: first line, from 1.
+            end: last line; 0 means to the end of the file (still capped at 400 lines).
+            repo: the repository name, only needed when several repositories are indexed.
+        """
+        return _as_tool_result(rt.read_file(path, start=start, end=end, repo=repo))
+
+    @tool
+    def list_files(glob: str = "*") -> dict:
+        """List the indexed files in your scope whose path matches a glob ('*' also matches '/', so '*.py' finds
+        Python files at any depth and 'src/api/*' everything under src/api). Use it to see the layout or find a
+        file to read. At most 200 paths; the result says when it was truncated.
+
+        Args:
+            glob: a path pattern such as "*.py", "src/*" or "*test*" (default "*": everything).
+        """
+        return _as_tool_result(rt.list_files(glob))
+
+    return [search_code, get_context, find_symbol, callers, callees, read_file, list_files]
