@@ -4,6 +4,8 @@
     python bench/index_speed.py --json          # the numbers as JSON
     python bench/index_speed.py --dense         # also with embeddings (Settings(embedder="local")), if supported
     python bench/index_speed.py --profile edit  # plus a cProfile top-15 (cumulative) of one phase
+    python bench/index_speed.py --backend both  # SQLite and PostgreSQL (REPOCTX_DATABASE_URL, or a server
+                                                # started from pip as the tests do) side by side, one run
 
 The wheel and its unpacked tree live in the corpus cache (``$REPOCTX_CACHE`` or ``~/.cache/repoctx``,
 see ``repoctx.evaluate.corpus``); each run copies the tree to a temporary directory so edits never touch the
@@ -50,9 +52,10 @@ GOALS = {"cold_s": 10.0, "noop_s": 0.5, "edit_s": 0.3, "search_p50_ms": 20.0}
 # --------------------------------------------------------------------------- helpers
 
 
-def _settings(index_dir: Path, embedder: str, excludes: tuple[str, ...] = ()) -> Settings:
+def _settings(index_dir: Path, embedder: str, excludes: tuple[str, ...] = (), database_url: str = "") -> Settings:
     # a private vector cache per run: the cold number is a real cold embed, not a cache hit
-    kw: dict = {"index_dir": index_dir, "vector_cache": index_dir / "vectors-cache.sqlite"}
+    kw: dict = {"index_dir": index_dir, "vector_cache": index_dir / "vectors-cache.sqlite",
+                "database_url": database_url or None}
     if excludes:
         kw["extra_ignores"] = tuple(excludes)
     if "embedder" in {f.name for f in fields(Settings)}:
@@ -83,8 +86,9 @@ def _load() -> str:
 # --------------------------------------------------------------------------- cold index (child process)
 
 
-def _child_cold(repo: str, index_dir: str, embedder: str, excludes: tuple[str, ...], profile: bool) -> None:
-    ix = Index(repo, _settings(Path(index_dir), embedder, excludes))
+def _child_cold(repo: str, index_dir: str, embedder: str, excludes: tuple[str, ...], profile: bool,
+                database_url: str = "") -> None:
+    ix = Index(repo, _settings(Path(index_dir), embedder, excludes, database_url))
     prof = cProfile.Profile() if profile else None
     t0 = time.perf_counter()
     if prof:
@@ -95,7 +99,7 @@ def _child_cold(repo: str, index_dir: str, embedder: str, excludes: tuple[str, .
     wall = time.perf_counter() - t0
     out = {"seconds": report.seconds, "wall": wall, "files_seen": report.files_seen,
            "added": len(report.added), "capsules_written": report.capsules_written,
-           "counts": ix.store.counts(), "dense": ix.dense_index() is not None,
+           "counts": ix.store.counts(ix.scope()), "dense": ix.dense_index() is not None,
            "embedded": ix.last_embed.embedded if ix.last_embed is not None else 0}
     if prof:
         out["profile"] = _profile_top(prof)
@@ -104,9 +108,9 @@ def _child_cold(repo: str, index_dir: str, embedder: str, excludes: tuple[str, .
 
 
 def run_cold(repo: Path, index_dir: Path, embedder: str, excludes: tuple[str, ...] = (),
-             profile: bool = False) -> dict:
+             profile: bool = False, database_url: str = "") -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--_child-cold", str(repo), str(index_dir), embedder,
-           json.dumps(list(excludes))]
+           json.dumps(list(excludes)), database_url]
     if profile:
         cmd.append("--_profile")
     t0 = time.perf_counter()
@@ -171,7 +175,7 @@ def run_edit(ix: Index, repo: Path, n: int = 3) -> dict:
 def make_queries(ix: Index) -> list[tuple[str, str, str | None]]:
     """(kind, query, source capsule id) — deterministic for a given index."""
     rng = random.Random(SEED)
-    caps = ix.store.all_capsules()  # ordered by id
+    caps = ix.store.all_capsules(ix.scope())  # ordered by id
     nl: list[tuple[str, str]] = []
     for c in caps:
         if "/tests/" in c.path or not c.docstring:
@@ -232,28 +236,31 @@ def dense_supported(tmp: Path) -> bool:
 
 
 def bench_one(src_tree: Path, tmp: Path, embedder: str, excludes: tuple[str, ...], profile: str | None,
-              log) -> dict:
-    repo = tmp / f"django-{embedder}" / "django-4.2"
+              log, backend: str = "sqlite") -> dict:
+    label = embedder if backend == "sqlite" else f"{backend}, {embedder}"
+    repo = tmp / f"django-{backend}-{embedder}" / "django-4.2"
     shutil.copytree(src_tree, repo)
-    index_dir = tmp / f"index-{embedder}"
-    out: dict = {"embedder": embedder, "load_before": _load()}
+    index_dir = tmp / f"index-{backend}-{embedder}"
+    url = _fresh_postgres() if backend == "postgres" else ""
+    out: dict = {"embedder": label, "backend": backend, "load_before": _load()}
 
-    log(f"[{embedder}] cold index ...")
-    out["cold"] = run_cold(repo, index_dir, embedder, excludes)
-    ix = Index(repo, _settings(index_dir, embedder, excludes))
-    log(f"[{embedder}] no-op reindex ...")
+    log(f"[{label}] cold index ...")
+    out["cold"] = run_cold(repo, index_dir, embedder, excludes, database_url=url)
+    ix = Index(repo, _settings(index_dir, embedder, excludes, url))
+    log(f"[{label}] no-op reindex ...")
     out["noop"] = run_noop(ix)
-    log(f"[{embedder}] one-file edits ...")
+    log(f"[{label}] one-file edits ...")
     out["edit"] = run_edit(ix, repo)
-    log(f"[{embedder}] searches ...")
+    log(f"[{label}] searches ...")
     queries = make_queries(ix)
     out["search"] = run_search(ix, queries)
     out["load_after"] = _load()
 
     if profile:
-        log(f"[{embedder}] profiling {profile} ...")
+        log(f"[{label}] profiling {profile} ...")
         if profile == "cold":
-            out["profile"] = run_cold(repo, tmp / f"index-{embedder}-prof", embedder, excludes, profile=True)["profile"]
+            out["profile"] = run_cold(repo, tmp / f"index-{backend}-{embedder}-prof", embedder, excludes, profile=True,
+                                      database_url=_fresh_postgres() if backend == "postgres" else "")["profile"]
         else:
             prof = cProfile.Profile()
             if profile == "noop":
@@ -266,6 +273,17 @@ def bench_one(src_tree: Path, tmp: Path, embedder: str, excludes: tuple[str, ...
             out["profile"] = _profile_top(prof)
     ix.close()
     return out
+
+
+def _fresh_postgres() -> str:
+    """A new empty, migrated database: on REPOCTX_DATABASE_URL's server, or on one started from pip."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from repoctx.store.postgres import migrate
+    from tests.pg import fresh_database
+
+    url = fresh_database()
+    migrate(url)
+    return url
 
 
 def _status(value: float, goal: float) -> str:
@@ -309,7 +327,7 @@ def markdown(results: list[dict], meta: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--_child-cold":
-        _child_cold(argv[1], argv[2], argv[3], tuple(json.loads(argv[4])), "--_profile" in argv[5:])
+        _child_cold(argv[1], argv[2], argv[3], tuple(json.loads(argv[4])), "--_profile" in argv[6:], argv[5])
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dense", action="store_true", help="also run with embeddings (embedder='local') if supported")
@@ -319,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                     help="gitignore pattern left out of the index (Settings.extra_ignores); repeatable")
     ap.add_argument("--keep", action="store_true", help="keep the temporary copy and index")
+    ap.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="sqlite",
+                    help="the store: embedded SQLite, PostgreSQL + pgvector, or both in one run")
     args = ap.parse_args(argv)
     log = (lambda m: print(m, file=sys.stderr, flush=True))
 
@@ -336,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
                 dense_note = "--dense: this repoctx does not build a dense index yet (Settings(embedder='local') " \
                              "gives Index.dense_index() is None); dense run skipped."
                 log(dense_note)
-        results = [bench_one(tree, tmp, e, tuple(args.exclude), args.profile, log) for e in embedders]
+        backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
+        results = [bench_one(tree, tmp, e, tuple(args.exclude), args.profile, log, b)
+                   for b in backends for e in embedders]
     finally:
         if args.keep:
             log(f"kept {tmp}")

@@ -133,11 +133,12 @@ class SQLiteStore:
             for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' "
                                       "AND name NOT LIKE 'fts_%'").fetchall():
                 db.execute(f"DROP TABLE IF EXISTS {name}")
-            db.executescript("COMMIT;" + _SCHEMA)
+            db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+        db.executescript(_SCHEMA)
         db.execute("INSERT OR REPLACE INTO meta VALUES('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
 
     def close(self) -> None:

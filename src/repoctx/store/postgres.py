@@ -1,0 +1,618 @@
+"""The server store: PostgreSQL + pgvector, on the same contract as the SQLite store.
+
+* Lexical: a postings table (term, capsule, column-weighted term frequency, document length) scored
+  in SQL with the same BM25 as SQLite FTS5's ``bm25()`` (k1 1.2, b 0.75, the column weights of
+  ``BM25_WEIGHTS``, idf and average length over the whole store), so both backends rank alike.
+* Dense: pgvector, cosine distance, an HNSW index (for the default 384-dimensional model) searched
+  with iterative scans so a scope's WHERE clause never starves the result.
+* Writes: one transaction per update; rows are buffered and sent with COPY, flushed before any
+  read the update makes. Per-repository document frequencies and lengths are kept as counters, so
+  concurrent indexers of different repositories never touch the same row.
+* Schema: created and upgraded only by ``migrate`` (``repoctx db migrate``); opening a store with an
+  older schema is a clear error, never a migration on a request path.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import zlib
+from collections import Counter
+from contextlib import contextmanager
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from repoctx.store.base import (EMBED_KINDS, EVERYTHING, EmbedRow, FileRecord, IndexBusy, RepoRecord, Scope,
+                                StoreError, VectorState, check_repo_name)
+from repoctx.store.sqlite import BM25_WEIGHTS
+from repoctx.types import Capsule, Edge
+
+PG_SCHEMA_VERSION = 1
+DEFAULT_DIM = 384  # the embedded default model's; other dimensions are searched exactly, without HNSW
+K1, B = 1.2, 0.75
+
+_MIGRATIONS: dict[int, str] = {
+    1: f"""
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE TABLE IF NOT EXISTS repoctx_meta(repo TEXT NOT NULL, key TEXT NOT NULL, value TEXT, PRIMARY KEY(repo, key));
+CREATE TABLE IF NOT EXISTS repoctx_repos(name TEXT PRIMARY KEY, root TEXT, created DOUBLE PRECISION,
+  n_docs BIGINT NOT NULL DEFAULT 0, total_len DOUBLE PRECISION NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS repoctx_files(repo TEXT NOT NULL, path TEXT NOT NULL, language TEXT, size BIGINT,
+  mtime_ns BIGINT, hash TEXT, module TEXT, imports TEXT, method TEXT, note TEXT, PRIMARY KEY(repo, path));
+CREATE TABLE IF NOT EXISTS repoctx_capsules(rid BIGSERIAL PRIMARY KEY, id TEXT UNIQUE NOT NULL, repo TEXT NOT NULL,
+  path TEXT, language TEXT, kind TEXT, name TEXT, qualname TEXT, signature TEXT, params TEXT, returns TEXT,
+  docstring TEXT, decorators TEXT, start_line INT, end_line INT, text TEXT, content_hash TEXT, parent TEXT,
+  module TEXT, dl REAL NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS repoctx_capsules_path ON repoctx_capsules(repo, path);
+CREATE INDEX IF NOT EXISTS repoctx_capsules_name ON repoctx_capsules(name);
+CREATE INDEX IF NOT EXISTS repoctx_capsules_qualname ON repoctx_capsules(qualname);
+CREATE INDEX IF NOT EXISTS repoctx_capsules_module ON repoctx_capsules(repo, module) WHERE kind = 'module';
+CREATE TABLE IF NOT EXISTS repoctx_postings(term TEXT NOT NULL, rid BIGINT NOT NULL, repo TEXT NOT NULL,
+  wtf REAL NOT NULL, dl REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS repoctx_postings_term ON repoctx_postings(term) INCLUDE (rid, repo, wtf, dl);
+CREATE INDEX IF NOT EXISTS repoctx_postings_rid ON repoctx_postings(rid);
+CREATE TABLE IF NOT EXISTS repoctx_term_df(repo TEXT NOT NULL, term TEXT NOT NULL, df BIGINT NOT NULL,
+  PRIMARY KEY(repo, term));
+CREATE TABLE IF NOT EXISTS repoctx_edges(eid BIGSERIAL PRIMARY KEY, repo TEXT NOT NULL, src TEXT NOT NULL,
+  kind TEXT NOT NULL, dst_name TEXT NOT NULL, dst_key TEXT, dst TEXT, src_path TEXT);
+CREATE INDEX IF NOT EXISTS repoctx_edges_src ON repoctx_edges(src);
+CREATE INDEX IF NOT EXISTS repoctx_edges_dst ON repoctx_edges(dst);
+CREATE INDEX IF NOT EXISTS repoctx_edges_key ON repoctx_edges(repo, dst_key);
+CREATE INDEX IF NOT EXISTS repoctx_edges_path ON repoctx_edges(repo, src_path);
+CREATE TABLE IF NOT EXISTS repoctx_vectors(rid BIGINT PRIMARY KEY REFERENCES repoctx_capsules(rid) ON DELETE CASCADE,
+  repo TEXT NOT NULL, model TEXT NOT NULL, embedding vector NOT NULL);
+CREATE INDEX IF NOT EXISTS repoctx_vectors_repo ON repoctx_vectors(repo, model);
+CREATE INDEX IF NOT EXISTS repoctx_vectors_hnsw ON repoctx_vectors
+  USING hnsw ((embedding::vector({DEFAULT_DIM})) vector_cosine_ops) WHERE vector_dims(embedding) = {DEFAULT_DIM};
+""",
+}
+
+_COLS = ("c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
+         "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent")
+
+
+def _row_to_capsule(r) -> Capsule:
+    return Capsule(id=r[0], repo=r[1] or "", path=r[2], language=r[3], kind=r[4], name=r[5], qualname=r[6],
+                   signature=r[7], params=json.loads(r[8] or "[]"), returns=r[9] or "", docstring=r[10] or "",
+                   decorators=json.loads(r[11] or "[]"), start_line=r[12], end_line=r[13], text=r[14],
+                   content_hash=r[15], parent=r[16])
+
+
+def _schema_version(conn) -> int | None:
+    if conn.execute("SELECT to_regclass('repoctx_schema')").fetchone()[0] is None:
+        return None
+    row = conn.execute("SELECT max(version) FROM repoctx_schema").fetchone()
+    return row[0] if row and row[0] is not None else None
+
+
+def migrate(url: str) -> dict:
+    """Create or upgrade the schema (versioned, one transaction per step). Also migrates the copilot's
+    session tables when that module is present, so one command readies the whole database."""
+    import psycopg
+
+    try:
+        with psycopg.connect(url, autocommit=False) as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(b"repoctx:migrate"),))
+            conn.execute("CREATE TABLE IF NOT EXISTS repoctx_schema(version INT PRIMARY KEY, applied DOUBLE PRECISION)")
+            start = _schema_version(conn) or 0
+            for version in sorted(v for v in _MIGRATIONS if v > start):
+                conn.execute(_MIGRATIONS[version])
+                conn.execute("INSERT INTO repoctx_schema VALUES(%s, %s)", (version, time.time()))
+            conn.commit()
+    except psycopg.Error as e:
+        raise StoreError(f"could not migrate the database: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+    out = {"version": PG_SCHEMA_VERSION, "from": start or None}
+    try:
+        from repoctx.copilot import sessions
+    except ImportError:
+        return out
+    if hasattr(sessions, "migrate_postgres"):
+        sessions.migrate_postgres(url)
+        out["sessions"] = True
+    return out
+
+
+def _tokens(text: str) -> list[str]:
+    from repoctx.tokens import code_tokens
+
+    return code_tokens(text)
+
+
+class PostgresStore:
+    backend = "postgres"
+
+    def __init__(self, url: str, min_size: int = 1, max_size: int = 8):
+        import psycopg
+        from pgvector.psycopg import register_vector
+        from psycopg_pool import ConnectionPool
+
+        self.url = url
+        try:
+            with psycopg.connect(url) as conn:
+                version = _schema_version(conn)
+        except psycopg.Error as e:
+            raise StoreError(f"cannot reach the database in REPOCTX_DATABASE_URL: {type(e).__name__}") from None
+        if version is None:
+            raise StoreError("the database has no repoctx schema: run `repoctx db migrate`")
+        if version < PG_SCHEMA_VERSION:
+            raise StoreError(f"the database schema is at version {version}, this repoctx needs {PG_SCHEMA_VERSION}: "
+                             "run `repoctx db migrate`")
+        if version > PG_SCHEMA_VERSION:
+            raise StoreError(f"the database schema (version {version}) is newer than this repoctx reads "
+                             f"({PG_SCHEMA_VERSION}): upgrade repoctx")
+
+        def configure(conn) -> None:
+            register_vector(conn)
+            conn.execute("SET hnsw.iterative_scan = strict_order")
+            conn.execute("SET hnsw.ef_search = 100")
+            conn.commit()
+
+        self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, configure=configure, open=True,
+                                   kwargs={"autocommit": True})
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def _conn(self):
+        with self.pool.connection() as conn:
+            yield conn
+
+    def _q(self, sql: str, args=()) -> list[tuple]:
+        with self._conn() as conn:
+            return conn.execute(sql, args).fetchall()
+
+    @staticmethod
+    def _scope(scope: Scope, alias: str = "c", path_col: str = "path") -> tuple[str, list]:
+        return scope.compile(f"{alias}.repo", f"{alias}.{path_col}", "%s", "{col} ~ {ph}")
+
+    # ---- repositories
+    def register_repo(self, name: str, root: str) -> RepoRecord:
+        check_repo_name(name)
+        self._q("INSERT INTO repoctx_repos(name, root, created) VALUES(%s,%s,%s) "
+                "ON CONFLICT (name) DO UPDATE SET root = EXCLUDED.root RETURNING name", (name, root, time.time()))
+        return self.repo(name)
+
+    def drop_repo(self, name: str) -> None:
+        w = self.writer(name)
+        with w.transaction():
+            w.clear()
+            w.conn.execute("DELETE FROM repoctx_meta WHERE repo=%s", (name,))
+            w.conn.execute("DELETE FROM repoctx_repos WHERE name=%s", (name,))
+
+    def repo(self, name: str) -> RepoRecord | None:
+        rows = self._q("SELECT name, root, created FROM repoctx_repos WHERE name=%s", (name,))
+        if not rows:
+            return None
+        meta = dict(self._q("SELECT key, value FROM repoctx_meta WHERE repo=%s", (name,)))
+        return RepoRecord(rows[0][0], rows[0][1], rows[0][2], meta)
+
+    def repos(self, scope: Scope = EVERYTHING) -> list[RepoRecord]:
+        return [self.repo(n) for (n,) in self._q("SELECT name FROM repoctx_repos ORDER BY name") if scope.allows_repo(n)]
+
+    def repo_by_root(self, root: str) -> RepoRecord | None:
+        rows = self._q("SELECT name FROM repoctx_repos WHERE root=%s ORDER BY created LIMIT 1", (root,))
+        return self.repo(rows[0][0]) if rows else None
+
+    def writer(self, repo: str) -> "PostgresRepoWriter":
+        return PostgresRepoWriter(self, check_repo_name(repo))
+
+    # ---- reads
+    def meta(self, key: str, repo: str = "") -> str | None:
+        rows = self._q("SELECT value FROM repoctx_meta WHERE repo=%s AND key=%s", (repo, key))
+        return rows[0][0] if rows else None
+
+    def paths(self, scope: Scope = EVERYTHING) -> list[tuple[str, str]]:
+        where, args = self._scope(scope, "f")
+        return [tuple(r) for r in self._q(f"SELECT f.repo, f.path FROM repoctx_files f WHERE {where} "
+                                          "ORDER BY f.repo, f.path", args)]
+
+    def counts(self, scope: Scope = EVERYTHING) -> dict[str, int]:
+        where, args = self._scope(scope)
+        fwhere, fargs = self._scope(scope, "f")
+        ewhere, eargs = self._scope(scope, "e", "src_path")
+        with self._conn() as conn:
+            q = lambda sql, a: conn.execute(sql, a).fetchone()[0]  # noqa: E731
+            return {"files": q(f"SELECT count(*) FROM repoctx_files f WHERE {fwhere}", fargs),
+                    "capsules": q(f"SELECT count(*) FROM repoctx_capsules c WHERE {where}", args),
+                    "edges": q(f"SELECT count(*) FROM repoctx_edges e WHERE {ewhere}", eargs),
+                    "resolved_edges": q(f"SELECT count(*) FROM repoctx_edges e WHERE e.dst IS NOT NULL AND {ewhere}",
+                                        eargs)}
+
+    def capsules(self, ids: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
+        if not ids:
+            return []
+        where, args = self._scope(scope)
+        out = {r[0]: _row_to_capsule(r) for r in self._q(
+            f"SELECT {_COLS} FROM repoctx_capsules c WHERE c.id = ANY(%s) AND {where}", [list(set(ids))] + args)}
+        return [out[i] for i in ids if i in out]
+
+    def all_capsules(self, scope: Scope = EVERYTHING) -> list[Capsule]:
+        where, args = self._scope(scope)
+        return [_row_to_capsule(r) for r in self._q(
+            f"SELECT {_COLS} FROM repoctx_capsules c WHERE {where} ORDER BY c.id COLLATE \"C\"", args)]
+
+    def all_edges(self, scope: Scope = EVERYTHING) -> list[tuple]:
+        where, args = self._scope(scope, "e", "src_path")
+        return [tuple(r) for r in self._q(
+            f"SELECT e.src, e.kind, e.dst_name, e.dst FROM repoctx_edges e WHERE {where} "
+            "ORDER BY e.src COLLATE \"C\", e.kind COLLATE \"C\", e.dst_name COLLATE \"C\", e.dst COLLATE \"C\" NULLS FIRST",
+            args)]
+
+    def file_capsules(self, repo: str, path: str, scope: Scope = EVERYTHING) -> list[Capsule]:
+        where, args = self._scope(scope)
+        return [_row_to_capsule(r) for r in self._q(
+            f"SELECT {_COLS} FROM repoctx_capsules c WHERE c.repo=%s AND c.path=%s AND {where} "
+            "ORDER BY c.start_line, c.end_line DESC", [repo, path] + args)]
+
+    def doc_freqs(self, terms: list[str]) -> dict[str, int]:
+        if not terms:
+            return {}
+        return {t: int(n) for t, n in self._q(
+            "SELECT term, sum(df) FROM repoctx_term_df WHERE term = ANY(%s) GROUP BY term HAVING sum(df) > 0",
+            (list(set(terms)),))}
+
+    def n_capsules(self) -> int:
+        return int(self._q("SELECT coalesce(sum(n_docs), 0) FROM repoctx_repos")[0][0] or 0)
+
+    def lexical(self, terms: list[str], k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
+        """BM25 as SQLite FTS5 computes it: per term idf = ln((N - n + 0.5) / (n + 0.5)) (at least 1e-6),
+        times f (k1 + 1) / (f + k1 (1 - b + b dl / avgdl)), where f is the column-weighted term count."""
+        terms = [t for t in dict.fromkeys(terms) if t]
+        if not terms:
+            return []
+        with self._conn() as conn:
+            n, total = conn.execute("SELECT coalesce(sum(n_docs), 0), coalesce(sum(total_len), 0) "
+                                    "FROM repoctx_repos").fetchone()
+            if not n:
+                return []
+            df = dict(conn.execute("SELECT term, sum(df) FROM repoctx_term_df WHERE term = ANY(%s) GROUP BY term",
+                                   (terms,)).fetchall())
+            present = [t for t in terms if df.get(t, 0) > 0]
+            if not present:
+                return []
+            n = float(n)
+            idf = [max(float(np.log((n - float(df[t]) + 0.5) / (float(df[t]) + 0.5))), 1e-6) for t in present]
+            avgdl = float(total) / float(n) if total else 1.0
+            where, args = self._scope(scope)
+            paths = bool(scope.include or scope.exclude or scope.grants is not None)
+            join = "JOIN repoctx_capsules c ON c.rid = p.rid" if paths else ""
+            pwhere = where if paths else self._scope(Scope(repos=scope.repos), "p")[0]
+            pargs = args if paths else self._scope(Scope(repos=scope.repos), "p")[1]
+            sql = (f"SELECT c2.id, s.score FROM (SELECT p.rid, sum(q.idf * p.wtf * {K1 + 1} / "
+                   f"(p.wtf + {K1} * ({1 - B} + {B} * p.dl / %s))) AS score "
+                   f"FROM unnest(%s::text[], %s::float8[]) AS q(term, idf) JOIN repoctx_postings p ON p.term = q.term "
+                   f"{join} WHERE {pwhere} GROUP BY p.rid ORDER BY score DESC LIMIT %s) s "
+                   f"JOIN repoctx_capsules c2 ON c2.rid = s.rid ORDER BY s.score DESC, c2.rid")
+            rows = conn.execute(sql, [avgdl, present, idf] + pargs + [k]).fetchall()
+        return [(r[0], float(r[1])) for r in rows]
+
+    def by_names(self, names: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
+        if not names:
+            return []
+        where, args = self._scope(scope)
+        return [_row_to_capsule(r) for r in self._q(
+            f"SELECT {_COLS} FROM repoctx_capsules c WHERE (c.name = ANY(%s) OR c.qualname = ANY(%s)) "
+            f"AND c.kind != 'window' AND {where} ORDER BY c.id COLLATE \"C\"", [names, names] + args)]
+
+    def name_counts(self, names: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
+        if not names:
+            return {}
+        where, args = self._scope(scope)
+        return {n: int(c) for n, c in self._q(
+            f"SELECT c.name, count(*) FROM repoctx_capsules c WHERE c.name = ANY(%s) "
+            f"AND c.kind IN ('function', 'method', 'class') AND {where} GROUP BY c.name", [list(set(names))] + args)}
+
+    def by_path_suffix(self, fragments: list[str], scope: Scope = EVERYTHING) -> list[str]:
+        where, args = self._scope(scope)
+        out: list[str] = []
+        with self._conn() as conn:
+            for frag in fragments:
+                like = "%/" + frag.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                rows = conn.execute(
+                    f"SELECT c.id FROM repoctx_capsules c WHERE c.kind = 'module' AND (c.path = %s OR c.path LIKE %s) "
+                    f"AND {where} ORDER BY length(c.path), c.id LIMIT 5", [frag, like] + args).fetchall()
+                out.extend(r[0] for r in rows)
+        return list(dict.fromkeys(out))
+
+    def edges_from(self, ids: list[str], kinds: tuple[str, ...] = (), scope: Scope = EVERYTHING) -> list[Edge]:
+        return self._edges("src", ids, kinds, scope)
+
+    def edges_to(self, ids: list[str], kinds: tuple[str, ...] = (), scope: Scope = EVERYTHING) -> list[Edge]:
+        return self._edges("dst", ids, kinds, scope)
+
+    def _edges(self, col: str, ids: list[str], kinds: tuple[str, ...], scope: Scope) -> list[Edge]:
+        if not ids:
+            return []
+        sql = f"SELECT e.src, e.kind, e.dst_name, e.dst FROM repoctx_edges e WHERE e.{col} = ANY(%s)"
+        args: list = [list(set(ids))]
+        if kinds:
+            sql += " AND e.kind = ANY(%s)"
+            args.append(list(kinds))
+        if not scope.unrestricted:  # both ends must be visible: the source, and the target when resolved
+            s_where, s_args = self._scope(scope, "s")
+            d_where, d_args = self._scope(scope, "d")
+            sql += (f" AND EXISTS (SELECT 1 FROM repoctx_capsules s WHERE s.id = e.src AND {s_where})"
+                    f" AND (e.dst IS NULL OR EXISTS (SELECT 1 FROM repoctx_capsules d WHERE d.id = e.dst AND {d_where}))")
+            args += s_args + d_args
+        return [Edge(*r) for r in self._q(sql + " ORDER BY e.eid", args)]
+
+    # ---- dense
+    def vector_state(self, repo: str, model: str) -> VectorState:
+        with self._conn() as conn:
+            models = dict(conn.execute("SELECT model, count(*) FROM repoctx_vectors WHERE repo=%s GROUP BY model",
+                                       (repo,)).fetchall())
+            total = conn.execute("SELECT count(*) FROM repoctx_capsules WHERE repo=%s AND kind = ANY(%s)",
+                                 (repo, list(EMBED_KINDS))).fetchone()[0]
+        count = int(models.get(model, 0))
+        shown = model if model in models else (max(models, key=models.get) if models else None)
+        return VectorState(shown, count, int(total), count == total and total > 0 and len(models) == 1)
+
+    def dense(self, vector: np.ndarray, model: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
+        from pgvector import Vector
+
+        vec = Vector(np.asarray(vector, dtype=np.float32))
+        dim = int(np.asarray(vector).shape[-1])
+        where, args = self._scope(scope)
+        if dim == DEFAULT_DIM:  # the expression and predicate the HNSW index was built on
+            dist = f"(v.embedding::vector({dim})) <=> (%s::vector({dim}))"
+            dim_sql = f"vector_dims(v.embedding) = {dim}"
+        else:
+            dist, dim_sql = "v.embedding <=> %s", f"vector_dims(v.embedding) = {dim}"
+        sql = (f"SELECT c.id, 1 - ({dist}) AS sim FROM repoctx_vectors v JOIN repoctx_capsules c ON c.rid = v.rid "
+               f"WHERE v.model = %s AND {dim_sql} AND {where} ORDER BY {dist} LIMIT %s")
+        rows = self._q(sql, [vec, model] + args + [vec, k])
+        return [(r[0], float(r[1])) for r in rows]
+
+
+class PostgresRepoWriter:
+    """One repository's writes. Rows are buffered and sent with COPY; every read the update makes
+    flushes first, so it sees the transaction's own writes."""
+
+    def __init__(self, store: PostgresStore, repo: str):
+        self.store = store
+        self.repo = repo
+        self.conn = None
+        self._caps: list[tuple] = []
+        self._post: list[tuple] = []
+        self._files: list[tuple] = []
+        self._edges: list[tuple] = []
+        self._df: Counter = Counter()
+        self._docs = 0
+        self._len = 0.0
+        self._rids: list[int] = []
+        self._cold = False  # the repository had no files when the transaction began: nothing to delete
+
+    # ---- transaction and lock
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self.store.pool.connection() as conn:
+            self.conn = conn
+            try:
+                with conn.transaction():
+                    self._cold = not conn.execute("SELECT EXISTS (SELECT 1 FROM repoctx_files WHERE repo=%s)",
+                                                  (self.repo,)).fetchone()[0]
+                    yield
+                    self._flush()
+            finally:
+                self.conn = None
+                self._reset()
+
+    @contextmanager
+    def lock(self, kind: str = "index", wait: bool = True) -> Iterator[None]:
+        """A session advisory lock on its own connection: one indexer per repository across machines,
+        released by the server if the holder dies."""
+        key = zlib.crc32(f"repoctx:{self.repo}:{kind}".encode())
+        with self.store.pool.connection() as conn:
+            if wait:
+                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            elif not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+                raise IndexBusy(f"another repoctx process is indexing {self.repo}")
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    def _reset(self) -> None:
+        self._caps, self._post, self._files, self._edges = [], [], [], []
+        self._df, self._docs, self._len, self._rids = Counter(), 0, 0.0, []
+
+    @contextmanager
+    def _c(self):
+        if self.conn is not None:
+            self._flush()
+            yield self.conn
+        else:
+            with self.store.pool.connection() as conn:
+                yield conn
+
+    def _flush(self) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        if self._files:
+            with conn.cursor().copy("COPY repoctx_files(repo, path, language, size, mtime_ns, hash, module, imports, "
+                                    "method, note) FROM STDIN") as cp:
+                for r in self._files:
+                    cp.write_row(r)
+        if self._caps:
+            with conn.cursor().copy("COPY repoctx_capsules(rid, id, repo, path, language, kind, name, qualname, "
+                                    "signature, params, returns, docstring, decorators, start_line, end_line, text, "
+                                    "content_hash, parent, module, dl) FROM STDIN") as cp:
+                for r in self._caps:
+                    cp.write_row(r)
+        if self._post:
+            with conn.cursor().copy("COPY repoctx_postings(term, rid, repo, wtf, dl) FROM STDIN") as cp:
+                for r in self._post:
+                    cp.write_row(r)
+        if self._edges:
+            with conn.cursor().copy("COPY repoctx_edges(repo, src, kind, dst_name, dst_key, dst, src_path) "
+                                    "FROM STDIN") as cp:
+                for r in self._edges:
+                    cp.write_row(r)
+        self._apply_counts(conn, self._df, self._docs, self._len)
+        self._caps, self._post, self._files, self._edges = [], [], [], []
+        self._df, self._docs, self._len = Counter(), 0, 0.0
+
+    def _apply_counts(self, conn, df: Counter, docs: int, length: float) -> None:
+        if df:
+            terms = sorted(t for t, d in df.items() if d)  # sorted: concurrent writers lock rows in one order
+            conn.execute("INSERT INTO repoctx_term_df(repo, term, df) SELECT %s, t, d FROM unnest(%s::text[], "
+                         "%s::bigint[]) AS x(t, d) ON CONFLICT (repo, term) DO UPDATE SET df = repoctx_term_df.df + "
+                         "EXCLUDED.df", (self.repo, terms, [df[t] for t in terms]))
+        if docs or length:
+            conn.execute("UPDATE repoctx_repos SET n_docs = n_docs + %s, total_len = total_len + %s WHERE name=%s",
+                         (docs, length, self.repo))
+
+    def _next_rid(self) -> int:
+        if not self._rids:
+            rows = self.conn.execute("SELECT nextval('repoctx_capsules_rid_seq') FROM generate_series(1, 1000)").fetchall()
+            self._rids = [r[0] for r in rows][::-1]
+        return self._rids.pop()
+
+    # ---- reads of the repository's own state
+    def files(self) -> dict[str, FileRecord]:
+        with self._c() as conn:
+            rows = conn.execute("SELECT path, language, size, mtime_ns, hash, module, imports, method, note "
+                                "FROM repoctx_files WHERE repo=%s", (self.repo,)).fetchall()
+        return {r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), r[7], r[8] or "")
+                for r in rows}
+
+    def meta(self, key: str) -> str | None:
+        with self._c() as conn:
+            row = conn.execute("SELECT value FROM repoctx_meta WHERE repo=%s AND key=%s", (self.repo, key)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._c() as conn:
+            conn.execute("INSERT INTO repoctx_meta VALUES(%s,%s,%s) ON CONFLICT (repo, key) DO UPDATE SET "
+                         "value = EXCLUDED.value", (self.repo, key, value))
+
+    # ---- writes
+    def clear(self) -> None:
+        with self._c() as conn:
+            for table in ("repoctx_postings", "repoctx_capsules", "repoctx_edges", "repoctx_files", "repoctx_term_df"):
+                conn.execute(f"DELETE FROM {table} WHERE repo=%s", (self.repo,))
+            conn.execute("UPDATE repoctx_repos SET n_docs = 0, total_len = 0 WHERE name=%s", (self.repo,))
+
+    def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str]) -> None:
+        if not self._cold:
+            self.delete_file(rec.path)
+        self._files.append((self.repo, rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
+                            json.dumps(rec.imports), rec.method, rec.note))
+        for c in capsules:
+            rid = self._next_rid()
+            cols = (c.name, c.qualname, c.path, c.signature, c.docstring, lexical_bodies.get(c.id, c.text)[:200_000])
+            tf: dict[str, float] = {}
+            dl = 0
+            for weight, text in zip(BM25_WEIGHTS, cols):
+                toks = _tokens(text)
+                dl += len(toks)
+                for t in toks:
+                    tf[t] = tf.get(t, 0.0) + weight
+            self._caps.append((rid, c.id, self.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature,
+                               json.dumps(c.params), c.returns, c.docstring, json.dumps(c.decorators), c.start_line,
+                               c.end_line, c.text, c.content_hash, c.parent, rec.module, float(dl)))
+            self._post.extend((t, rid, self.repo, w, float(dl)) for t, w in tf.items())
+            self._df.update(tf.keys())
+            self._docs += 1
+            self._len += dl
+
+    def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
+        with self._c() as conn:
+            conn.execute("UPDATE repoctx_files SET size=%s, mtime_ns=%s WHERE repo=%s AND path=%s",
+                         (size, mtime_ns, self.repo, path))
+
+    def delete_file(self, path: str) -> None:
+        if self.conn is None:
+            raise StoreError("writes happen inside writer.transaction()")
+        if any(f[1] == path for f in self._files):
+            self._flush()
+        conn = self.conn
+        gone = conn.execute("SELECT count(*), coalesce(sum(dl), 0) FROM repoctx_capsules WHERE repo=%s AND path=%s",
+                            (self.repo, path)).fetchone()
+        if not gone[0]:
+            conn.execute("DELETE FROM repoctx_edges WHERE repo=%s AND src_path=%s", (self.repo, path))
+            conn.execute("DELETE FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path))
+            return
+        dfs = conn.execute("SELECT p.term, count(*) FROM repoctx_postings p JOIN repoctx_capsules c ON c.rid = p.rid "
+                           "WHERE c.repo=%s AND c.path=%s GROUP BY p.term", (self.repo, path)).fetchall()
+        conn.execute("DELETE FROM repoctx_postings WHERE rid IN (SELECT rid FROM repoctx_capsules WHERE repo=%s "
+                     "AND path=%s)", (self.repo, path))
+        conn.execute("DELETE FROM repoctx_capsules WHERE repo=%s AND path=%s", (self.repo, path))
+        conn.execute("DELETE FROM repoctx_edges WHERE repo=%s AND src_path=%s", (self.repo, path))
+        conn.execute("DELETE FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path))
+        self._apply_counts(conn, Counter({t: -int(n) for t, n in dfs}), -int(gone[0]), -float(gone[1]))
+
+    def put_edges(self, edges: Iterable[tuple[Edge, str | None]], src_path: str) -> None:
+        self._edges.extend((self.repo, e.src, e.kind, e.dst_name, key, e.dst, src_path) for e, key in edges)
+
+    def set_edge_dst(self, edge_key, dst: str | None) -> None:
+        with self._c() as conn:
+            conn.execute("UPDATE repoctx_edges SET dst=%s WHERE eid=%s", (dst, edge_key))
+
+    # ---- lookups for incremental resolution
+    def cands_by_name(self, name: str) -> list[tuple]:
+        with self._c() as conn:
+            return [tuple(r) for r in conn.execute(
+                "SELECT id, path, qualname, kind, module FROM repoctx_capsules WHERE name=%s AND repo=%s "
+                "AND kind NOT IN ('module','window') ORDER BY id COLLATE \"C\"", (name, self.repo)).fetchall()]
+
+    def module_cand(self, key: str) -> tuple | None:
+        with self._c() as conn:
+            r = conn.execute("SELECT id, path, qualname, kind, module FROM repoctx_capsules WHERE repo=%s AND "
+                             "kind='module' AND (qualname=%s OR path=%s) ORDER BY id COLLATE \"C\" LIMIT 1",
+                             (self.repo, key, key)).fetchone()
+        return tuple(r) if r else None
+
+    def edges_needing(self, keys: set[str], dsts: set[str], exclude_paths: set[str]) -> list[tuple]:
+        with self._c() as conn:
+            rows = conn.execute(
+                "SELECT eid, src, kind, dst_name, dst, src_path FROM repoctx_edges WHERE repo=%s AND kind != 'contains' "
+                "AND (dst_key = ANY(%s) OR dst = ANY(%s))", (self.repo, sorted(keys), sorted(dsts))).fetchall()
+        return [tuple(r) for r in rows if r[5] not in exclude_paths]
+
+    def capsule_rows(self, path: str) -> list[tuple]:
+        with self._c() as conn:
+            return [tuple(r) for r in conn.execute(
+                "SELECT id, path, qualname, kind, module, language, name FROM repoctx_capsules WHERE repo=%s AND path=%s",
+                (self.repo, path)).fetchall()]
+
+    # ---- vectors: only what lacks a vector of the model is embedded; each batch commits on its own
+    def embed_rows(self, model: str) -> tuple[list[EmbedRow], bool]:
+        with self._c() as conn:
+            rows = conn.execute(
+                "SELECT c.id, c.path, c.qualname, c.signature, c.docstring, c.text FROM repoctx_capsules c "
+                "LEFT JOIN repoctx_vectors v ON v.rid = c.rid AND v.model = %s WHERE c.repo = %s AND c.kind = ANY(%s) "
+                "AND v.rid IS NULL ORDER BY c.id COLLATE \"C\"", (model, self.repo, list(EMBED_KINDS))).fetchall()
+        return [EmbedRow(*r) for r in rows], False
+
+    def vector_sink(self, model: str, dim: int, whole: bool) -> "PgVectorSink":
+        return PgVectorSink(self.store, self.repo, model, dim)
+
+
+class PgVectorSink:
+    def __init__(self, store: PostgresStore, repo: str, model: str, dim: int):
+        self.store, self.repo, self.model, self.dim = store, repo, model, dim
+        with store.pool.connection() as conn:  # another model's vectors of this repository are stale now
+            conn.execute("DELETE FROM repoctx_vectors WHERE repo=%s AND model <> %s", (repo, model))
+
+    def add(self, ids: list[str], matrix: np.ndarray) -> None:
+        from pgvector import Vector
+
+        if not ids:
+            return
+        if matrix.shape[1] != self.dim:
+            raise StoreError(f"vectors of dimension {matrix.shape[1]} given for a {self.dim}-dimensional model")
+        with self.store.pool.connection() as conn, conn.transaction():
+            rid = dict(conn.execute("SELECT id, rid FROM repoctx_capsules WHERE id = ANY(%s)", (ids,)).fetchall())
+            rows = [(rid[i], self.repo, self.model, Vector(np.asarray(v, dtype=np.float32)))
+                    for i, v in zip(ids, matrix) if i in rid]
+            with conn.cursor() as cur:
+                cur.executemany("INSERT INTO repoctx_vectors(rid, repo, model, embedding) VALUES(%s,%s,%s,%s) "
+                                "ON CONFLICT (rid) DO UPDATE SET model = EXCLUDED.model, embedding = EXCLUDED.embedding",
+                                rows)
+
+    def finish(self) -> None:
+        pass

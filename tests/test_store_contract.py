@@ -1,0 +1,247 @@
+"""One store contract suite, run unchanged on SQLite and on a real PostgreSQL with pgvector (started
+from pip unless REPOCTX_DATABASE_URL is set). Scope, namespacing, ranking parity and schema checks."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+
+import numpy as np
+import pytest
+
+from repoctx import Index, Settings
+from repoctx.retrieve.langchain import RepoctxRetriever
+from repoctx.store.base import Grant, Scope, StoreError, glob_regex
+from tests.conftest import write_tree
+
+
+class HashEmbedder:
+    """A deterministic bag-of-words embedder (384-d, unit vectors): dense search really runs and
+    finds shared words, with no model to load."""
+
+    model_id = "test:hash-384"
+    dim = 384
+    max_length = 128
+
+    def encode(self, texts):
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in re.findall(r"[a-z]+", t.lower()):
+                out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % self.dim] += 1.0
+            n = np.linalg.norm(out[i])
+            out[i] = out[i] / n if n else out[i]
+            if not n:
+                out[i, 0] = 1.0
+        return out
+
+
+SHOP = {
+    "shop/__init__.py": "",
+    "shop/models.py": ("class Base:\n    def save(self):\n        \"\"\"Persist the order.\"\"\"\n        return self.validate()\n\n"
+                       "    def validate(self):\n        return True\n\n"
+                       "class Order(Base):\n    def total(self):\n        return sum_lines(self)\n\n"
+                       "def sum_lines(order):\n    \"\"\"Add up the order lines.\"\"\"\n    return 0\n"),
+    "shop/checkout.py": ("from shop.models import Order\nfrom secret.vault import open_vault\n\n"
+                         "def checkout(cart):\n    \"\"\"Check out a cart: save the order and charge the card.\"\"\"\n"
+                         "    order = Order()\n    order.save()\n    open_vault(order)\n    return order\n"),
+    "secret/vault.py": ("def open_vault(order):\n    \"\"\"Open the vault and charge the card for the order.\"\"\"\n"
+                        "    return vault_key(order)\n\n"
+                        "def vault_key(order):\n    \"\"\"The vault key that signs an order checkout.\"\"\"\n    return 42\n\n"
+                        "class VaultCheckout:\n    def checkout(self, cart):\n        return open_vault(cart)\n"),
+    "docs/notes.md": "# Checkout\nThe checkout saves the order and opens the vault.\n",
+}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request, tmp_path):
+    """Settings for one backend: the embedded store in a shared folder, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return Settings(index_dir=tmp_path / "store", embedder="none", vector_cache=tmp_path / "vec.sqlite")
+    from repoctx.store.postgres import migrate
+    from tests.pg import fresh_database
+
+    url = fresh_database()
+    migrate(url)
+    return Settings(database_url=url, embedder="none", vector_cache=tmp_path / "vec.sqlite")
+
+
+def index_repo(settings, root, name=None, dense=True) -> Index:
+    ix = Index(root, settings, embedder=HashEmbedder() if dense else None, name=name)
+    ix.update()
+    return ix
+
+
+def test_index_and_reads(backend, tmp_path):
+    ix = index_repo(backend, write_tree(tmp_path / "shop", SHOP))
+    assert ix.repo == "shop" and ix.indexed()
+    counts = ix.store.counts(ix.scope())
+    assert counts["files"] == 5 and counts["capsules"] > 10 and counts["resolved_edges"] > 0
+    checkout = [c for c in ix.find("checkout") if c.kind != "module"]
+    assert {c.id for c in checkout} == {"shop:shop/checkout.py#checkout", "shop:secret/vault.py#VaultCheckout.checkout"}
+    callees = {e.dst_name: e.dst for e in ix.callees("shop:shop/checkout.py#checkout")}
+    assert callees["Order"] == "shop:shop/models.py#Order" and callees["open_vault"] == "shop:secret/vault.py#open_vault"
+    assert [e.src for e in ix.callers("shop:secret/vault.py#vault_key")] == ["shop:secret/vault.py#open_vault"]
+    assert ix.search("sum_lines")[0].capsule.qualname == "sum_lines"
+    assert ix.store.vector_state("shop", HashEmbedder.model_id).current
+    assert ix.dense_index().search("vault key signs", 3)[0][0] == "shop:secret/vault.py#vault_key"
+    assert ("shop", "secret/vault.py") in ix.files()
+
+
+def test_incremental_equals_cold(backend, tmp_path):
+    root = write_tree(tmp_path / "shop", SHOP)
+    ix = index_repo(backend, root)
+    (root / "shop/models.py").write_text(SHOP["shop/models.py"].replace("def sum_lines", "def add_lines")
+                                         .replace("sum_lines(self)", "add_lines(self)"))
+    (root / "docs/notes.md").unlink()
+    ix.update()
+    snap = (ix.store.all_capsules(ix.scope()), ix.store.all_edges(ix.scope()), ix.store.counts(ix.scope()))
+    fresh = tmp_path / "fresh"
+    write_tree(fresh, {})
+    import shutil
+
+    shutil.copytree(root, fresh / "shop")
+    cold = index_repo(backend, fresh / "shop", name="cold")
+    cold_caps = [c.to_dict() for c in cold.store.all_capsules(cold.scope())]
+    for c in cold_caps:
+        c["id"] = c["id"].replace("cold:", "shop:")
+        c["parent"] = c["parent"] and c["parent"].replace("cold:", "shop:")
+        c["repo"] = "shop"
+    assert [c.to_dict() for c in snap[0]] == cold_caps
+    assert snap[1] == [tuple(x.replace("cold:", "shop:") if isinstance(x, str) else x for x in e)
+                       for e in cold.store.all_edges(cold.scope())]
+    assert snap[2] == cold.store.counts(cold.scope())
+    # BM25 statistics follow deletions: the same query scores alike on the updated and the cold index
+    a = ix.store.lexical(["order", "lines"], 5, ix.scope())
+    b = cold.store.lexical(["order", "lines"], 5, cold.scope())
+    assert [i.split(":", 1)[1] for i, _ in a] == [i.split(":", 1)[1] for i, _ in b]
+
+
+def test_bm25_matches_sqlite_fts5(tmp_path):
+    """PostgreSQL's postings scored in SQL give FTS5's bm25() scores (same order, same numbers)."""
+    from repoctx.store.postgres import migrate
+    from tests.pg import fresh_database
+
+    url = fresh_database()
+    migrate(url)
+    root = write_tree(tmp_path / "shop", SHOP)
+    lite = index_repo(Settings(index_dir=tmp_path / "s", embedder="none"), root, dense=False)
+    pg = index_repo(Settings(database_url=url, embedder="none"), root, dense=False)
+    for terms in (["order"], ["vault", "key"], ["checkout", "cart", "card"], ["save", "persist", "order", "lines"]):
+        a, b = lite.store.lexical(terms, 10), pg.store.lexical(terms, 10)
+        assert [i for i, _ in a] == [i for i, _ in b]
+        np.testing.assert_allclose([s for _, s in a], [s for _, s in b], rtol=1e-5)
+    assert lite.store.doc_freqs(["order", "vault"]) == pg.store.doc_freqs(["order", "vault"])
+
+
+def _everything_visible(ix: Index, scope: Scope, q: str) -> str:
+    """Every output a scoped caller can get for one query, as one JSON text."""
+    out = [ix.retrieve(q, k=10, mode="standard", scope=scope).to_dict(),
+           ix.retrieve(q, k=10, mode="agentic", scope=scope).to_dict(),
+           ix.retrieve(q, k=5, level="file", mode="auto", scope=scope).to_dict(),
+           [h.to_dict() for h in ix.search(q, k=10, scope=scope)],
+           ix.context(q, budget=1500, scope=scope).to_dict(),
+           ix.context(q, task="refactor", budget=1500, scope=scope).to_dict(),
+           [d.metadata for d in RepoctxRetriever(index=ix, k=8, scope=scope).invoke(q)],
+           [list(x) for x in ix.files(scope)]]
+    dense = ix.dense_index(scope)
+    out.append(dense.search(q, 20, ix.scope(scope)) if dense else [])
+    out.append(ix.store.lexical(q.lower().split(), 50, ix.scope(scope)))
+    for c in ix.find("checkout", scope) + ix.find("open_vault", scope):
+        out.append([e.to_dict() for e in ix.callees(c.id, scope) + ix.callers(c.id, scope)])
+    return json.dumps(out, default=str)
+
+
+QUERIES = ["checkout", "vault", "open the vault", "vault key", "charge the card", "save the order",
+           "how is an order checked out and where is the vault opened?", "compare checkout and the vault checkout",
+           "sum_lines", "open_vault", "VaultCheckout", "secret/vault.py", "who calls open_vault", "order total",
+           "validate", "persist", "cart", "key", "signs", "lines", "Base.save", "what does checkout call",
+           "where is the card charged", "vault_key", "Order"]
+
+
+def test_scope_is_applied_in_every_read(backend, tmp_path):
+    ix = index_repo(backend, write_tree(tmp_path / "shop", SHOP))
+    scopes = [Scope(exclude=("secret/*",)), Scope(include=("shop/*", "docs/*")),
+              Scope(grants=(Grant("shop", include=("shop/*",)),)),
+              Scope(grants=(Grant("*", exclude=("secret/*", "docs/*")),))]
+    checked = 0
+    for scope in scopes:
+        for q in QUERIES:
+            text = _everything_visible(ix, scope, q)
+            assert not LEAK.search(text), (scope, q, LEAK.search(text).group(0))
+            checked += 1
+    assert checked >= 50
+    # and unscoped, the same reads do see the folder (so the check above is not vacuous)
+    assert LEAK.search(_everything_visible(ix, Scope(), "open the vault"))
+
+
+# what an excluded capsule would look like in any output (ids, citations, paths, bodies), beyond the
+# query's own words echoed back
+LEAK = re.compile(r"shop:secret/|secret/vault\.py:\d|\"path\": \"secret/|\"shop\", \"secret/|return 42|"
+                  r"signs an order checkout|return open_vault\(cart\)")
+
+
+def test_two_repositories_with_the_same_names(backend, tmp_path):
+    a = index_repo(backend, write_tree(tmp_path / "a", {"lib/util.py": "def parse_date(s):\n    \"\"\"Parse an ISO date.\"\"\"\n    return s\n"}))
+    b = index_repo(backend, write_tree(tmp_path / "b", {"lib/util.py": "def parse_date(s):\n    \"\"\"Parse a date, the American way.\"\"\"\n    return s[::-1]\n"}))
+    assert a.repo == "a" and b.repo == "b"
+    both = Index(settings=backend, repos=("a", "b"), store=a.store)
+    hits = both.retrieve("parse_date", k=10, mode="standard").hits
+    names = {(h.capsule.repo, h.capsule.citation) for h in hits if h.capsule.kind == "function"}
+    assert names == {("a", "lib/util.py:1-3 :: parse_date"), ("b", "lib/util.py:1-3 :: parse_date")}
+    assert all(h.to_dict()["capsule"]["repo"] in ("a", "b") for h in hits)
+    assert {c.text for c in both.find("parse_date")} == {
+        "def parse_date(s):\n    \"\"\"Parse an ISO date.\"\"\"\n    return s",
+        "def parse_date(s):\n    \"\"\"Parse a date, the American way.\"\"\"\n    return s[::-1]"}
+    # each view sees its own; a scope naming one repository sees only that one
+    assert {h.capsule.repo for h in a.search("parse date")} == {"a"}
+    assert {h.capsule.repo for h in both.search("parse date", scope=Scope(repos=("b",)))} == {"b"}
+    assert {h.capsule.repo for h in both.search("American way")} == {"b"}
+    # re-indexing one repository leaves the other whole
+    (tmp_path / "a" / "lib/util.py").write_text("def parse_time(s):\n    return s\n")
+    a.update()
+    assert [c.repo for c in both.find("parse_date")] == ["b"] and [c.repo for c in both.find("parse_time")] == ["a"]
+    assert {r.name for r in a.store.repos()} >= {"a", "b"}
+    # a scope's grants name repositories too: a grant for "a" only never shows "b"
+    assert {h.capsule.repo for h in both.search("parse", scope=Scope(grants=(Grant("a"),)))} == {"a"}
+
+
+def test_file_level_returns_k_files_in_every_mode(backend, tmp_path):
+    files = {f"pkg/m{i}.py": "".join(f"def handler_{i}_{j}(request):\n    \"\"\"Handle the request {j}.\"\"\"\n"
+                                     f"    return request\n\n" for j in range(6)) for i in range(8)}
+    ix = index_repo(backend, write_tree(tmp_path / "r", files))
+    for mode in ("standard", "agentic", "auto"):
+        res = ix.retrieve("how is the request handled, and where are handlers defined?", k=6, level="file", mode=mode)
+        assert len(res.files) == 6 and len({f.path for f in res.files}) == 6, mode
+
+
+def test_glob_semantics_agree():
+    for pat, path, ok in [("secret/*", "secret/a/b.py", True), ("*.py", "a/b.py", True), ("a/?.py", "a/b.py", True),
+                          ("a/[bc].py", "a/c.py", True), ("a/[!bc].py", "a/c.py", False), ("docs/*", "src/docs.py", False)]:
+        assert (re.match(glob_regex(pat), path) is not None) == ok
+        assert Scope(include=(pat,)).allows("r", path) == ok
+
+
+def test_postgres_needs_migrate(tmp_path):
+    from repoctx.store.postgres import PostgresStore
+    from tests.pg import fresh_database
+
+    with pytest.raises(StoreError, match="repoctx db migrate"):
+        PostgresStore(fresh_database())
+
+
+def test_old_sqlite_schema_is_named_then_rebuilt(tmp_path):
+    root = write_tree(tmp_path / "r", {"a.py": "def f():\n    return 1\n"})
+    (tmp_path / "ix").mkdir()
+    db = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
+    db.executescript("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES('schema_version','1');"
+                     "CREATE TABLE capsules(id TEXT);")
+    db.close()
+    settings = Settings(index_dir=tmp_path / "ix", embedder="none")
+    from repoctx.store.base import SchemaMismatch
+
+    with pytest.raises(SchemaMismatch, match="repoctx index"):
+        Index(root, settings, create=False)
+    ix = Index(root, settings)
+    ix.update()
+    assert ix.find("f")[0].id == "r:a.py#f"
