@@ -118,9 +118,11 @@ def migrate_sqlite(path: str | Path) -> int:
 
 
 class _Base(SessionRepository):
+    """Shared by both backends. (Strands' multi-agent methods keep the SDK's NotImplementedError: the
+    copilot is one agent.)"""
+
     principal: str
 
-    # Strands' multi-agent hooks are not used by the copilot.
     def _session_row(self, session_id: str) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
 
