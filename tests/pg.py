@@ -27,16 +27,16 @@ def server_url() -> str:
 
 def fresh_database() -> str:
     """A new empty database (pgvector available) on the test server; returns its URL."""
+    from urllib.parse import urlsplit, urlunsplit
+
     import psycopg
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     url = server_url()
     name = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo_to_dict(url)
-    params["dbname"] = name
-    url = make_conninfo(**params)
+    parts = urlsplit(url)  # a postgresql:// URL, as users give REPOCTX_DATABASE_URL
+    url = urlunsplit(parts._replace(path=f"/{name}"))
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     return url

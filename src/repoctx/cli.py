@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,14 @@ from repoctx.config import ConfigError, Settings
 from repoctx.index import Index, open_store
 from repoctx.store.base import IndexBusy, SchemaMismatch, StoreError
 
+def _flag_type(self, ctx):
+    """Flags take no value, so the help shows no type for them (typer 0.29 prints ``<bool>``)."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+_option_type = typer.core.TyperOption.display_type_rich
+typer.core.TyperOption.display_type_rich = _flag_type
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="The whole repository as context.")
 console = Console(soft_wrap=True)  # citations and errors stay on one line
 err = Console(stderr=True, soft_wrap=True)
@@ -23,6 +32,21 @@ err = Console(stderr=True, soft_wrap=True)
 def _fail(message: str, code: int = 2):
     err.print(f"[red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
+
+
+def _why(e: BaseException) -> str:
+    """One sentence naming a storage failure, without paths' internals or a traceback."""
+    text = str(e).lower()
+    if isinstance(e, OSError) and e.errno == 28 or "disk is full" in text or "no space" in text:
+        return "the disk is full"
+    if "disk i/o error" in text:
+        return "a write to the disk failed (is it full?)"
+    if isinstance(e, OSError) and e.errno in (13, 30) or "readonly" in text or "read-only" in text \
+            or "unable to open database" in text:
+        return "it is not writable (set REPOCTX_INDEX_DIR to a writable folder)"
+    if isinstance(e, StoreError):
+        return str(e)
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'failed'}"
 
 
 def _settings() -> Settings:
@@ -110,15 +134,26 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
           verbose: bool = typer.Option(False, "-v", "--verbose", help="List skipped files.")):
     """Index (or incrementally re-index) a repository."""
+    settings = _settings()
     try:
-        ix = Index(repo, _settings(), name=name)
-    except (FileNotFoundError, ValueError, StoreError) as e:
+        ix = Index(repo, settings, name=name)
+    except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
+    except (OSError, sqlite3.Error, StoreError) as e:
+        where = settings.index_dir or settings.database_url and "the database" or f"{repo}/.repoctx"
+        _fail(f"could not open the index at {where}: {_why(e)}", 1)
     try:
         report = _run_update(ix, as_json)
     except IndexBusy as e:
-        err.print(f"[red]error:[/] {e}")
-        raise typer.Exit(3)
+        _fail(str(e), 3)
+    except (OSError, sqlite3.Error, StoreError) as e:
+        _fail(f"could not write the index at {ix.index_dir or 'the database'}: {_why(e)}; the previous index is "
+              "left as it was", 1)
+    if ix.index_dir and not ix.settings.index_dir and not ix.index_dir.is_relative_to(ix.root):
+        err.print(f"note: {ix.root} is read-only, so its index is kept in {ix.index_dir} (REPOCTX_INDEX_DIR picks "
+                  "another place)", highlight=False)
+    for note in report.notes:
+        err.print(f"note: {note}", highlight=False)
     emb = ix.last_embed
     if as_json:
         out = report.to_dict()
@@ -205,7 +240,10 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
         sub = f" [dim]{ev.sub_query}[/]" if ev.sub_query else ""
         err.print(f"[{colour}]{ev.step:<22} {ev.status:<11}[/] {ev.message}{sub}", highlight=False)
 
-    res = ix.retrieve(query, k=k, level=level, mode=mode, on_event=show if trace and not as_json else None)
+    try:
+        res = ix.retrieve(query, k=k, level=level, mode=mode, on_event=show if trace and not as_json else None)
+    except (StoreError, sqlite3.Error) as e:
+        _fail(_why(e), 1)
     if as_json:
         print(json.dumps(res.to_dict(trace=trace)))
         return
@@ -245,7 +283,10 @@ def context(query: str = typer.Argument(...),
     if not query.strip():
         _fail("the query is empty: ask a question or name a symbol")
     ix = _open_indexed(repo, all_repos)
-    ctx = ix.context(query, task=task, budget=budget, mode=mode)
+    try:
+        ctx = ix.context(query, task=task, budget=budget, mode=mode)
+    except (StoreError, sqlite3.Error) as e:
+        _fail(_why(e), 1)
     if as_json:
         print(json.dumps(ctx.to_dict()))
         return

@@ -10,6 +10,29 @@ class ConfigError(ValueError):
     pass
 
 
+def default_cache_dir() -> Path:
+    """$REPOCTX_CACHE, else ~/.cache/repoctx: the vector cache, evaluation corpora, per-user indexes."""
+    return Path(os.environ.get("REPOCTX_CACHE") or Path.home() / ".cache" / "repoctx")
+
+
+def user_index_dir(root: Path) -> Path:
+    """Where a repository's index lives when the repository itself cannot hold it (read-only),
+    keyed by the repository's path."""
+    import hashlib
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", root.name).strip("-.") or "repo"
+    return default_cache_dir() / "indexes" / f"{name}-{hashlib.blake2b(str(root).encode(), digest_size=5).hexdigest()}"
+
+
+def _writable(path: Path) -> bool:
+    """Whether a folder can take the index, asked without writing (os.access says EROFS even to root)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return os.access(probe, os.W_OK | os.X_OK)
+
+
 def _int_env(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -48,4 +71,14 @@ class Settings:
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
     def index_dir_for(self, root: Path) -> Path:
-        return Path(self.index_dir) if self.index_dir else root / ".repoctx"
+        """REPOCTX_INDEX_DIR when set; else ``<root>/.repoctx``, or a per-user folder keyed by the
+        repository's path when the repository is read-only (an index already made in either is used)."""
+        if self.index_dir:
+            return Path(self.index_dir)
+        local = root / ".repoctx"
+        if (local / "index.sqlite").exists():
+            return local
+        user = user_index_dir(root)
+        if (user / "index.sqlite").exists() or not _writable(local):
+            return user
+        return local

@@ -132,10 +132,19 @@ class Index:
         changed. With ``background=True`` vectors fill in a thread while lexical search already answers."""
         if self.root is None:
             raise StoreError("this Index reads a store; open Index(path) to index a repository")
+        notes = []
+        try:
+            self.check_store()
+        except StoreError:  # the index folder was deleted under us: start a new one rather than write nowhere
+            self.store.close()
+            self.store = open_store(self.settings, self.root, create=True)
+            self._dense = None
+            notes.append(f"the index at {self.index_dir} had been removed while open; rebuilt it from scratch")
         self.store.register_repo(self.repo, str(self.root))
         writer = self.store.writer(self.repo)
         with writer.lock("index", wait=wait):
             report = update_index(self.root, writer, self.settings, progress)
+        report.notes += notes
         if embed and self.embedder is not None:
             if background:
                 self._bg = threading.Thread(target=self._fill, args=(progress,), daemon=True)
@@ -177,6 +186,12 @@ class Index:
             self._bg.join(timeout)
 
     # ---- state
+    def check_store(self) -> None:
+        """Raise StoreError when the store this view reads has vanished (an index folder deleted)."""
+        check = getattr(self.store, "check_present", None)
+        if check is not None:
+            check()
+
     def meta(self, key: str) -> str | None:
         return self.store.meta(key, self.repo)
 
@@ -226,6 +241,7 @@ class Index:
                options: SearchOptions | None = None) -> list[Hit] | list[FileHit]:
         """Standard (hybrid) search: the k best units, or files."""
         query = _check_query(query)
+        self.check_store()
         scope = self.scope(scope)
         opts = options or SearchOptions(k=k, level=level)
         hits = search(self.store, query, opts, self.dense_index(scope), scope)
@@ -263,6 +279,7 @@ class Index:
         if k < 1:
             raise ValueError("k must be at least 1")
         t0 = time.perf_counter()
+        self.check_store()
         scope = self.scope(scope)
         events: list[TraceEvent] = []
         decision = route(query) if mode == "auto" else Route(mode, "chosen by the caller", "forced")

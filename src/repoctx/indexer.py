@@ -40,6 +40,7 @@ class UpdateReport:
     seconds: float = 0.0
     git_head: str | None = None
     git_dirty: bool | None = None
+    notes: list[str] = field(default_factory=list)  # what the user should hear about this update
 
     @property
     def changed(self) -> bool:

@@ -8,6 +8,14 @@ CapsuleKind = Literal["function", "method", "class", "module", "window"]
 EdgeKind = Literal["calls", "imports", "inherits", "contains"]
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in range(32)} | {0x7f: "\\x7f"}
+
+
+def printable(text: str) -> str:
+    """A name as one line: control characters (a newline in a file name) escaped, as git quotes them."""
+    return text.translate(_CONTROL) if not text.isprintable() else text
+
+
 @dataclass(slots=True)
 class Capsule:
     """A whole semantic unit of code: function, method, class, module top level or a text window."""
@@ -32,7 +40,7 @@ class Capsule:
 
     @property
     def citation(self) -> str:
-        return f"{self.path}:{self.start_line}-{self.end_line} :: {self.qualname}"
+        return f"{printable(self.path)}:{self.start_line}-{self.end_line} :: {printable(self.qualname)}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

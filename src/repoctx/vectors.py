@@ -4,7 +4,6 @@ store, and the retriever that embeds a question and asks the store (vector searc
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
 import threading
 import time
@@ -14,12 +13,11 @@ from typing import Callable
 
 import numpy as np
 
+from repoctx.config import default_cache_dir  # noqa: F401 (re-exported)
 from repoctx.store.base import EVERYTHING, Scope
 
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("REPOCTX_CACHE") or Path.home() / ".cache" / "repoctx")
 
 
 class VectorCache:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from repoctx.capsules.parse import ParsedFile, content_hash
+from repoctx.capsules.parse import ParsedFile, content_hash, line_count
 from repoctx.types import Capsule
 
 _SYMBOL = re.compile(
@@ -55,7 +55,7 @@ def regex_symbols(path: str, text: str, language: str) -> ParsedFile | None:
             found.append((i, len(m.group("indent").expandtabs(4)), kw, m.group("name")))
     if not found:
         return None
-    mod = _module_capsule(path, language, text, len(lines))
+    mod = _module_capsule(path, language, text, line_count(text))
     capsules = [mod]
     classes: list[tuple[int, int, str, str]] = []  # (indent, end, qual, id)
     seen: dict[str, int] = {}
@@ -94,7 +94,7 @@ def regex_symbols(path: str, text: str, language: str) -> ParsedFile | None:
 
 def windows(path: str, text: str, language: str, chunk_size: int = 1200, overlap: int = 150) -> ParsedFile:
     """Overlapping text windows with true line spans, so any file stays searchable."""
-    n_lines = text.count("\n") + 1
+    n_lines = line_count(text)
     capsules = [_module_capsule(path, language, "" if len(text) > chunk_size else text, n_lines)]
     if len(text) > chunk_size:
         docs = _splitter(language, chunk_size, overlap).create_documents([text])

@@ -33,6 +33,11 @@ class ParsedFile:
     method: str = "tree-sitter"  # tree-sitter | regex | window
 
 
+def line_count(text: str) -> int:
+    """Lines as an editor numbers them: a final newline ends the last line, it does not start one."""
+    return max(text.count("\n") + (0 if text.endswith("\n") else 1), 1)
+
+
 def content_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=12).hexdigest()
 
@@ -508,7 +513,7 @@ def parse_source(path: str, text: str, language: str) -> ParsedFile:
     mod_name = module.split(".")[-1] if language == "python" else path.rsplit("/", 1)[-1]
     capsules.insert(0, Capsule(
         id=mod_id, path=path, language=language, kind="module", name=mod_name, qualname=module,
-        signature=f"module {module}", start_line=1, end_line=max(n_lines, 1), text=mod_text,
+        signature=f"module {module}", start_line=1, end_line=line_count(text), text=mod_text,
         content_hash=content_hash(mod_text), docstring=mod_doc, parent=None,
     ))
 

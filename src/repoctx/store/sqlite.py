@@ -87,6 +87,7 @@ class SQLiteStore:
         self._faiss: dict[str, FaissIndex] = {}
         self._allowed: dict[tuple, set[str]] = {}
         db = self.db
+        self._identity = self._file_identity()
         version = self._schema_version(db)
         if version is None:
             if not create:
@@ -114,6 +115,20 @@ class SQLiteStore:
             with self._conns_lock:
                 self._conns.append(conn)
         return conn
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def check_present(self) -> None:
+        """Raise when the index file was deleted or replaced under this open store: SQLite would go on
+        reading and writing the unlinked file, and nothing would be saved."""
+        if self._identity is None or self._file_identity() != self._identity:
+            raise StoreError(f"the index at {self.dir} was removed while it was open: run `repoctx index` to "
+                             "rebuild it")
 
     @staticmethod
     def _schema_version(db) -> int | None:

@@ -1,0 +1,184 @@
+"""What a new user hit in the first hour: read-only repositories, a full disk, an index deleted under
+an open Index, and the small things (empty query, end lines, odd file names, help noise)."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from repoctx import Index, Settings
+from repoctx.cli import app
+from repoctx.store.base import StoreError
+from tests.conftest import write_tree
+
+runner = CliRunner()
+FILES = {"pkg/dates.py": "def parse_http_date(value):\n    \"\"\"Parse an HTTP date header.\"\"\"\n    return value\n",
+         "pkg/cache.py": "class Cache:\n    def expire(self):\n        \"\"\"Drop stale entries.\"\"\"\n        return 1\n"}
+REPOCTX = str(Path(sys.executable).with_name("repoctx"))
+
+
+def _env(**kw) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPOCTX_")}
+    env.update({"REPOCTX_EMBEDDER": "none", **kw})
+    return env
+
+
+def test_read_only_repository_is_indexed_in_a_per_user_folder():
+    """As an unprivileged user (root ignores permissions), on a repository it cannot write."""
+    base = Path(tempfile.mkdtemp(prefix="repoctx-ro-"))
+    try:
+        root = write_tree(base / "ro", FILES)
+        home = base / "home"
+        home.mkdir()
+        for p in [base, *base.rglob("*")]:
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
+        os.chmod(home, 0o777)
+        for p in [root, *root.rglob("*")]:
+            os.chmod(p, 0o555 if p.is_dir() else 0o444)
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        if prefix and not shutil.which("setpriv"):
+            pytest.fail("setpriv is needed to run as an unprivileged user")
+        env = _env(HOME=str(home), REPOCTX_CACHE=str(home / "cache"))
+        res = subprocess.run(prefix + [REPOCTX, "index", str(root)], capture_output=True, text=True, env=env,
+                             timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert "read-only" in res.stderr and str(home / "cache" / "indexes") in res.stderr
+        assert "Traceback" not in res.stderr and not (root / ".repoctx").exists()
+        res = subprocess.run(prefix + [REPOCTX, "search", "parse_http_date", "--repo", str(root)],
+                             capture_output=True, text=True, env=env, timeout=120)
+        assert res.returncode == 0 and "pkg/dates.py:1-3 :: parse_http_date" in res.stdout, res.stderr
+        res = subprocess.run(prefix + [REPOCTX, "status", str(root)], capture_output=True, text=True, env=env,
+                             timeout=120)
+        assert res.returncode == 0 and res.stdout.startswith("fresh"), res.stdout + res.stderr
+        # a folder it cannot write, named explicitly: one sentence naming REPOCTX_INDEX_DIR, no traceback
+        res = subprocess.run(prefix + [REPOCTX, "index", str(root)], capture_output=True, text=True,
+                             env={**env, "REPOCTX_INDEX_DIR": str(root / "idx")}, timeout=120)
+        assert res.returncode != 0 and "REPOCTX_INDEX_DIR" in res.stderr and "Traceback" not in res.stderr
+        assert len(res.stderr.strip().splitlines()) <= 2
+    finally:
+        for p in [base, *base.rglob("*")]:
+            try:
+                os.chmod(p, 0o755 if p.is_dir() else 0o644)
+            except OSError:
+                pass
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _limit_file_size(limit: int):
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_full_disk_is_one_sentence_and_the_old_index_stays(tmp_path):
+    root = write_tree(tmp_path / "r", FILES)
+    env = _env(REPOCTX_INDEX_DIR=str(tmp_path / "ix"))
+    assert subprocess.run([REPOCTX, "index", str(root)], env=env, capture_output=True, timeout=120).returncode == 0
+    size = max(p.stat().st_size for p in (tmp_path / "ix").iterdir() if p.is_file())
+    big = "".join(f"def generated_function_{i}(value):\n    return value + {i}\n\n" for i in range(4000))
+    (root / "pkg/big.py").write_text(big)
+    res = subprocess.run([REPOCTX, "index", str(root)], env=env, capture_output=True, text=True, timeout=120,
+                         preexec_fn=_limit_file_size(size + 4096))
+    assert res.returncode == 1, res.stdout + res.stderr
+    # a file-size limit fails the write as a full disk would (SQLite: "disk I/O error" here, "full" on ENOSPC)
+    assert "disk" in res.stderr and "previous index" in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    res = subprocess.run([REPOCTX, "search", "parse_http_date", "--repo", str(root)], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0 and "pkg/dates.py:1-3 :: parse_http_date" in res.stdout
+
+
+def test_index_deleted_under_an_open_index(tmp_path):
+    root = write_tree(tmp_path / "r", FILES)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    ix.update()
+    shutil.rmtree(tmp_path / "ix")
+    with pytest.raises(StoreError, match="removed while it was open"):
+        ix.search("parse_http_date")
+    report = ix.update()  # rebuilt, and said so, rather than written to a deleted file
+    assert any("removed" in n for n in report.notes) and (tmp_path / "ix" / "index.sqlite").exists()
+    assert ix.search("parse_http_date")[0].capsule.qualname == "parse_http_date"
+    reopened = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"), create=False)
+    assert reopened.search("parse_http_date")[0].capsule.qualname == "parse_http_date"
+
+
+def test_a_search_never_creates_an_index(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPOCTX_EMBEDDER", "none")
+    root = write_tree(tmp_path / "r", FILES)
+    assert runner.invoke(app, ["index", str(root)]).exit_code == 0
+    shutil.rmtree(root / ".repoctx")
+    res = runner.invoke(app, ["search", "parse_http_date", "--repo", str(root)])
+    assert res.exit_code == 1 and "not indexed" in res.output
+    res = runner.invoke(app, ["context", "parse dates", "--repo", str(root)])
+    assert res.exit_code == 1 and "not indexed" in res.output
+    res = runner.invoke(app, ["status", str(root)])
+    assert res.exit_code == 1 and "not indexed" in res.output
+    assert not (root / ".repoctx").exists()
+
+
+def test_small_things(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPOCTX_EMBEDDER", "none")
+    root = write_tree(tmp_path / "r", {**FILES, "notes.txt": "first line\nsecond line\n", "a\nb.py": "def odd():\n    pass\n"})
+    assert runner.invoke(app, ["index", str(root)]).exit_code == 0
+    # an empty query is an error, not arbitrary hits
+    for q in ("", "   "):
+        res = runner.invoke(app, ["search", q, "--repo", str(root)])
+        assert res.exit_code == 2 and "empty" in res.output
+    ix = Index(root, Settings(embedder="none"), create=False)
+    with pytest.raises(ValueError, match="empty"):
+        ix.search("")
+    # a whole-file unit ends on the file's last line
+    notes = [c for c in ix.store.all_capsules(ix.scope()) if c.path == "notes.txt" and c.kind == "module"][0]
+    assert notes.end_line == 2
+    dates = [c for c in ix.find("pkg.dates")][0]
+    assert dates.end_line == 3
+    # a file name with a newline keeps its citation on one line
+    odd = ix.find("odd")[0]
+    assert "\n" not in odd.citation and odd.citation.startswith("a\\x0ab.py:1-2")
+    res = runner.invoke(app, ["search", "odd", "--repo", str(root)])
+    assert "a\\x0ab.py:1-2 :: odd" in res.output
+    # flags show no <bool> in help
+    assert "<bool>" not in runner.invoke(app, ["search", "--help"]).output
+    # a search with nothing to find says so
+    empty = write_tree(tmp_path / "empty", {"README": ""})
+    assert runner.invoke(app, ["index", str(empty)]).exit_code == 0
+    res = runner.invoke(app, ["search", "anything at all", "--repo", str(empty)])
+    assert res.exit_code == 0 and "no matches" in res.output
+
+
+def test_interrupted_vector_fill_is_not_called_a_model_change(tmp_path):
+    from tests.test_store_contract import HashEmbedder
+
+    class Failing(HashEmbedder):
+        calls = 0
+
+        def encode(self, texts):
+            Failing.calls += 1
+            if Failing.calls == 2:
+                raise KeyboardInterrupt  # the kill, half way
+            return super().encode(texts)
+
+    files = {f"m{i}.py": f"def f{i}():\n    return {i}\n" for i in range(40)}
+    root = write_tree(tmp_path / "r", files)
+    settings = Settings(index_dir=tmp_path / "ix", embedder="none", vector_cache=tmp_path / "v.sqlite")
+    ix = Index(root, settings, embedder=Failing())
+    ix.update(embed=False)
+    from repoctx.vectors import VectorCache, fill_vectors
+
+    with pytest.raises(KeyboardInterrupt):
+        fill_vectors(ix.store.writer(ix.repo), Failing(), VectorCache(tmp_path / "v.sqlite"), batch=8)
+    again = Index(root, settings, embedder=HashEmbedder())
+    again.update()
+    assert again.last_embed is not None and again.last_embed.model_changed_from is None
+    assert again.last_embed.cached >= 8  # the batch embedded before the kill was kept
+    assert again.vectors_status()["current"] and again.vectors_status()["coverage"] == 1.0
