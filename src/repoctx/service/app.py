@@ -1,0 +1,736 @@
+"""The HTTP service a team shares: ``create_app(settings) -> FastAPI``.
+
+Every endpoint but ``/health`` (and the OpenAPI pages) needs ``Authorization: Bearer KEY``; the key's
+principal and role decide what it may read: its ``Scope`` goes into every store query (search, context,
+retrieve, the copilot's tools) and its name namespaces the copilot's sessions. A repository the key may
+not see answers 404, exactly as one that does not exist.
+
+Endpoints: ``POST /chat`` (SSE: token, tool, trace, citation, error, done), ``POST /search``,
+``POST /context``, ``POST /retrieve`` (SSE: trace events, then results), ``GET /repos``,
+``POST /repos`` (admin: register and queue indexing), ``GET /repos/{name}`` (progress, freshness, vector
+coverage), ``GET /health``, ``GET /metrics`` (Prometheus).
+
+Failure behaviour: blocking library calls run in worker threads (a copilot turn runs on its own event
+loop in its own thread), every stream has a deadline (``REPOCTX_STREAM_TIMEOUT``, default 60 s), and
+once a stream has begun any failure is an ``error`` event followed by a clean close. A client that
+disconnects cancels the copilot's run. Error texts name the failure's type; they carry no stack trace
+and pass through the secret redactor.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any, AsyncIterator, Callable, Literal
+
+from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request, Security
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from repoctx.config import Settings
+from repoctx.service.auth import KeyStore, Principal
+from repoctx.service.config import ServiceSettings
+from repoctx.service.db import ServiceDB, service_db_target
+from repoctx.service.jobs import InProcessWorkers, Jobs
+from repoctx.service.metrics import ServiceMetrics
+from repoctx.store.base import Scope, check_repo_name
+
+log = logging.getLogger("repoctx.service")
+
+__all__ = ["create_app", "Service"]
+
+PUBLIC_PATHS = ("/health", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")
+SESSION_ID = r"^[A-Za-z0-9_-]{1,128}$"
+REPO_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
+RepoName = Annotated[str, StringConstraints(pattern=REPO_NAME)]
+QueryText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
+
+
+# ------------------------------------------------------------------------------------ request models
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchRequest(_Model):
+    """A standard or agentic retrieval; ``repos`` left out means every repository the key may see."""
+
+    query: QueryText = Field(description="A question or identifiers.")
+    repos: list[RepoName] | None = Field(None, max_length=50, description="Repository names (default: all visible).")
+    k: int = Field(10, ge=1, le=50, description="How many units (symbol level) or files (file level).")
+    level: Literal["symbol", "file"] = "symbol"
+    mode: Literal["auto", "standard", "agentic"] = Field("auto", description="auto: the router decides.")
+
+
+class RetrieveRequest(SearchRequest):
+    """``/search`` as a stream: trace events as they happen, then the results."""
+
+
+class ContextRequest(_Model):
+    query: QueryText
+    repos: list[RepoName] | None = Field(None, max_length=50)
+    task: Literal["code_query", "refactor", "code_gen", "search"] | None = Field(
+        None, description="What the context is for (default: classified from the query).")
+    budget: int | None = Field(None, ge=100, le=16000, description="Token budget.")
+    mode: Literal["auto", "standard", "agentic"] = "standard"
+
+
+class ChatRequest(_Model):
+    session_id: Annotated[str, StringConstraints(pattern=SESSION_ID)] = Field(
+        description="The conversation to continue or start (1-128 of A-Z a-z 0-9 _ -); private to the key's principal.")
+    message: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=8000)]
+    repos: list[RepoName] | None = Field(None, max_length=50)
+
+
+class RegisterRequest(_Model):
+    name: RepoName = Field(description="The repository's name in the store.")
+    path: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4096)] = Field(
+        description="Its root directory on the machine(s) that index it.")
+
+
+# ------------------------------------------------------------------------------------ helpers
+_URL_CREDS = re.compile(r"(://)[^/@\s]+@")
+
+
+def safe_detail(text: Any, limit: int = 200) -> str:
+    """One line of an error message fit to show a client: no traceback, no credentials, secrets redacted."""
+    line = next((ln.strip() for ln in str(text or "").splitlines() if ln.strip()), "")
+    line = _URL_CREDS.sub(r"\1***@", line)
+    line = re.sub(r"(?i)(password|passwd|pwd|secret|token|api[_-]?key)\s*=\s*\S+", r"\1=***", line)
+    try:
+        from repoctx.ingest.walk import redact
+
+        line = redact(line)[0]
+    except Exception:
+        pass
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def _error_body(error: str, detail: str) -> dict:
+    return {"error": error, "detail": detail}
+
+
+def _hit(h) -> dict:
+    c = h.capsule
+    return {"citation": c.citation, "repo": c.repo, "path": c.path, "start_line": c.start_line,
+            "end_line": c.end_line, "symbol": c.qualname, "kind": c.kind, "signature": c.signature,
+            "score": round(float(h.score), 4)}
+
+
+def _file(f) -> dict:
+    caps = [h.capsule for h in f.capsules]
+    return {"repo": caps[0].repo if caps else "", "path": f.path, "score": round(float(f.score), 4),
+            "citations": [c.citation for c in caps]}
+
+
+def retrieval_dict(r) -> dict:
+    results = [_file(f) for f in r.files] if r.level == "file" else [_hit(h) for h in r.hits]
+    out = {"query": r.query, "mode": r.mode, "route": r.route, "level": r.level, "k": r.k, "notes": r.notes,
+           "seconds": round(r.seconds, 4), "count": len(results), "results": results}
+    for key in ("sub_queries", "iterations", "sufficient"):
+        if key in r.details:
+            out[key] = r.details[key]
+    return out
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, default=str)
+
+
+def _sse(event: str, data: Any, n: int) -> ServerSentEvent:
+    return ServerSentEvent(data=_json(data), event=event, id=str(n))
+
+
+class ThreadedRun:
+    """An async generator run to completion on its own event loop in its own thread (a copilot turn:
+    model calls, tools, session writes), its items handed to the caller's loop through a queue.
+    ``cancel()`` cancels it on its loop (the model call in flight is abandoned, the turn ends)."""
+
+    def __init__(self, make: Callable[[], AsyncIterator[Any]], name: str = "repoctx-turn"):
+        self._make = make
+        self._loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self._tloop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self._cancelled = False
+        self.cancelled_run = threading.Event()  # the run saw its cancellation
+        self.finished = threading.Event()
+        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self.thread.start()
+
+    def _put(self, item) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the server's loop is gone
+            pass
+
+    def _main(self) -> None:
+        async def run() -> None:
+            self._tloop = asyncio.get_running_loop()
+            self._task = asyncio.current_task()
+            if self._cancelled:
+                self.cancelled_run.set()
+                return
+            agen = None
+            try:
+                agen = self._make()
+                async for item in agen:
+                    self._put(("item", item))
+                self._put(("end", None))
+            except asyncio.CancelledError:
+                self.cancelled_run.set()
+                self._put(("cancelled", None))
+            except BaseException as e:  # noqa: BLE001 - reported as an error event
+                log.warning("turn failed: %s", type(e).__name__, exc_info=True)
+                self._put(("error", e))
+            finally:
+                if agen is not None:
+                    try:
+                        await agen.aclose()
+                    except BaseException:
+                        pass
+
+        try:
+            asyncio.run(run())
+        except BaseException:
+            pass
+        finally:
+            self.finished.set()
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        loop, task = self._tloop, self._task
+        if loop is not None and task is not None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # already finished
+                pass
+
+
+# ------------------------------------------------------------------------------------ the service
+class Service:
+    """What the endpoints share: the store and a read view of it, keys, jobs, sessions, metrics."""
+
+    def __init__(self, settings: Settings, service: ServiceSettings, *, model_factory=None,
+                 key_store: KeyStore | None = None, store=None, tools_factory=None,
+                 inprocess_workers: int | None = None):
+        from repoctx.index import Index, open_store
+
+        self.settings = settings
+        self.conf = service
+        self.db = ServiceDB(service_db_target(settings))
+        self.keys = key_store or KeyStore(self.db, roles_file=service.roles_file,
+                                          cache_seconds=service.key_cache_seconds)
+        self._owns_keys = key_store is None
+        self.store = store if store is not None else open_store(settings)
+        self._owns_store = store is None
+        self.index = Index(settings=settings, repos=(), store=self.store)
+        self.jobs = Jobs(self.db, max_attempts=service.job_attempts)
+        self.metrics = ServiceMetrics(self.jobs.counts)
+        self._model_factory = model_factory
+        self._default_model = None
+        self._model_lock = threading.Lock()
+        self.tools_factory = tools_factory
+        self.busy: set[tuple[str, str]] = set()
+        self.runs: set[ThreadedRun] = set()
+        self._sessions_pool = None
+        self._sessions_target = os.environ.get("REPOCTX_SESSIONS_URL") or settings.database_url or \
+            str(Path(settings.index_dir) / "sessions.sqlite")
+        self._sessions_ok = False
+        self._check_sessions()
+        n = inprocess_workers
+        if n is None:
+            inproc = service.inprocess_jobs if service.inprocess_jobs is not None else self.db.backend == "sqlite"
+            n = 1 if inproc else 0
+        self.workers = InProcessWorkers(settings, self.jobs, self.store, n, lease=service.job_lease,
+                                        poll=service.job_poll, on_job=self.metrics.record_job).start() if n else None
+
+    @property
+    def runs_jobs(self) -> bool:
+        return self.workers is not None
+
+    # ---- sessions
+    def _postgres_sessions(self) -> bool:
+        from repoctx.service.db import is_postgres_url
+
+        return is_postgres_url(self._sessions_target)
+
+    def _check_sessions(self) -> None:
+        from repoctx.copilot import sessions
+
+        try:
+            if self._postgres_sessions():
+                if self._sessions_pool is None:
+                    from psycopg_pool import ConnectionPool
+
+                    self._sessions_pool = ConnectionPool(self._sessions_target, min_size=1, max_size=8, open=True,
+                                                         timeout=15.0, name="repoctx-service-sessions")
+                sessions.PostgresSessionRepository(self._sessions_pool, "probe")
+            else:
+                sessions.migrate_sqlite(self._sessions_target)  # embedded: created beside the index
+            self._sessions_ok = True
+        except Exception as e:  # /chat answers 503 until `repoctx db migrate` has run
+            log.warning("copilot sessions unavailable: %s", type(e).__name__)
+            self._sessions_ok = False
+
+    def session_repository(self, principal: str):
+        from repoctx.copilot import sessions
+
+        if not self._sessions_ok:
+            self._check_sessions()
+            if not self._sessions_ok:
+                raise HTTPException(503, _error_body("SessionStoreNotMigrated",
+                                                     "the session store is not ready: run `repoctx db migrate`"))
+        if self._postgres_sessions():
+            return sessions.PostgresSessionRepository(self._sessions_pool, principal)
+        return sessions.SQLiteSessionRepository(self._sessions_target, principal)
+
+    # ---- model
+    def model(self):
+        if self._model_factory is not None:
+            return self._model_factory()
+        with self._model_lock:
+            if self._default_model is None:
+                from repoctx.copilot.providers import model_from_env
+
+                self._default_model = model_from_env()
+            return self._default_model
+
+    # ---- scope
+    def visible(self, p: Principal, name: str) -> bool:
+        return p.scope.allows_repo(name) and self.store.repo(name) is not None
+
+    def scope_for(self, p: Principal, repos: list[str] | None) -> Scope:
+        if not repos:
+            return p.scope
+        names = tuple(dict.fromkeys(repos))
+        for name in names:
+            if not self.visible(p, name):
+                raise HTTPException(404, _error_body("not_found", "repository not found"))
+        return replace(p.scope, repos=names)
+
+    def close(self) -> None:
+        for run in list(self.runs):
+            run.cancel()
+        if self.workers is not None:
+            self.workers.close()
+        if self._default_model is not None:
+            from repoctx.copilot.providers import close_model
+
+            close_model(self._default_model)
+        if self._sessions_pool is not None:
+            self._sessions_pool.close()
+        if self._owns_keys:
+            self.keys.close()
+        self.db.close()
+        if self._owns_store:
+            self.store.close()
+
+
+# ------------------------------------------------------------------------------------ middleware
+class _Middleware:
+    """Authentication for every path but the public ones, and latency per endpoint (to the last byte)."""
+
+    def __init__(self, app, service: Service):
+        self.app = app
+        self.svc = service
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        svc = self.svc
+        t0 = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        svc.metrics.in_flight.inc()
+        try:
+            path = scope.get("path", "")
+            public = path in PUBLIC_PATHS or (path == "/metrics" and svc.conf.metrics_public)
+            if not public:
+                principal = await self._authenticate(scope)
+                if principal is None:
+                    svc.metrics.auth_failures.inc()
+                    response = JSONResponse(
+                        _error_body("unauthorized", "a valid API key is required: Authorization: Bearer KEY"),
+                        status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                    await response(scope, receive, send_wrapper)
+                    return
+                scope.setdefault("state", {})["principal"] = principal
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            svc.metrics.in_flight.dec()
+            route = scope.get("route")
+            endpoint = getattr(route, "path", None) or "unmatched"
+            svc.metrics.requests.labels(endpoint, scope.get("method", ""), str(status["code"])).observe(
+                time.perf_counter() - t0)
+
+    async def _authenticate(self, scope) -> Principal | None:
+        header = ""
+        for k, v in scope.get("headers") or []:
+            if k == b"authorization":
+                header = v.decode("latin-1")
+                break
+        scheme, _, key = header.partition(" ")
+        key = key.strip()
+        if scheme.lower() != "bearer" or not key or len(key) > 200:
+            return None
+        keys = self.svc.keys
+        cached = keys.peek(key) if hasattr(keys, "peek") else None
+        if cached is not None:
+            return cached
+        try:
+            return await run_in_threadpool(keys.authenticate, key)
+        except Exception as e:
+            log.warning("key check failed: %s", type(e).__name__)
+            return None
+
+
+_bearer = HTTPBearer(auto_error=False, description="An API key from `repoctx keys add NAME --role ROLE`.")
+
+
+def current_principal(request: Request,
+                      _creds: HTTPAuthorizationCredentials | None = Security(_bearer)) -> Principal:
+    p = getattr(request.state, "principal", None)
+    if p is None:  # the middleware lets no request through without one; never trust a missing one
+        raise HTTPException(401, _error_body("unauthorized", "a valid API key is required"))
+    return p
+
+
+PrincipalDep = Annotated[Principal, Depends(current_principal)]
+
+
+# ------------------------------------------------------------------------------------ the app
+def create_app(settings: Settings | None = None, *, model_factory: Callable[[], Any] | None = None,
+               key_store: KeyStore | None = None, service: ServiceSettings | None = None, store=None,
+               tools_factory: Callable[[Any, Scope], list] | None = None,
+               inprocess_workers: int | None = None) -> FastAPI:
+    """The service over the store the settings name (``REPOCTX_DATABASE_URL``, else ``REPOCTX_INDEX_DIR``).
+
+    ``model_factory()``: a Strands Model for each chat turn (default: one model from ``REPOCTX_LLM``).
+    ``key_store``: keys and roles (default: the service tables beside the store). ``tools_factory(index,
+    scope)``: the copilot's tools (default ``make_tools``). ``inprocess_workers``: index-job threads in this
+    process (default 1 with SQLite, 0 with PostgreSQL, where ``repoctx worker`` runs them).
+    ``app.state.service.close()`` releases everything (also done at shutdown)."""
+    settings = settings or Settings.from_env()
+    conf = service or ServiceSettings.from_env()
+    svc = Service(settings, conf, model_factory=model_factory, key_store=key_store, store=store,
+                  tools_factory=tools_factory, inprocess_workers=inprocess_workers)
+
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await run_in_threadpool(svc.close)
+
+    app = FastAPI(title="repoctx", version="0.1.0", lifespan=lifespan,
+                  description="Repository context for a team: search, context, traced retrieval and a copilot "
+                              "whose answers cite their sources, under per-key access rules.")
+    app.state.service = svc
+    app.add_middleware(_Middleware, service=svc)
+
+    # ---- errors: a reason, never a traceback or an echo of the input
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        problems = [{"field": ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body",
+                     "reason": e.get("msg", "invalid")} for e in exc.errors()]
+        return JSONResponse({"error": "invalid_request", "detail": problems}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        body = exc.detail if isinstance(exc.detail, dict) else _error_body(
+            {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "error"), str(exc.detail))
+        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception):
+        log.error("unhandled %s on %s", type(exc).__name__, request.url.path, exc_info=exc)
+        return JSONResponse(_error_body(type(exc).__name__, "internal error; the server log has the details"),
+                            status_code=500)
+
+    async def threaded(fn: Callable, *args, timeout: float | None = None):
+        """A blocking call in a worker thread, under the request deadline; ValueError is a 400."""
+        try:
+            return await asyncio.wait_for(run_in_threadpool(fn, *args), timeout or conf.request_timeout)
+        except asyncio.TimeoutError:
+            raise HTTPException(504, _error_body("Timeout", f"no answer within {conf.request_timeout:g} s")) from None
+        except ValueError as e:
+            raise HTTPException(400, _error_body("invalid_request", safe_detail(e))) from None
+
+    # ---- public
+    @app.get("/health", tags=["service"], summary="Liveness and the store's backend (no key needed)")
+    async def health():
+        try:
+            await asyncio.wait_for(run_in_threadpool(svc.db.q, "SELECT 1"), 5)
+            ok = True
+        except Exception:
+            ok = False
+        body = {"status": "ok" if ok else "degraded", "backend": svc.store.backend,
+                "jobs": "in-process" if svc.runs_jobs else "workers"}
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @app.get("/metrics", tags=["service"], summary="Prometheus metrics (key required unless REPOCTX_METRICS_PUBLIC)",
+             response_class=PlainTextResponse)
+    async def metrics():
+        data = await run_in_threadpool(svc.metrics.render)
+        return PlainTextResponse(data, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    # ---- reads
+    @app.post("/search", tags=["retrieval"], summary="Hybrid (or agentic) search over the repositories the key sees")
+    async def search(req: SearchRequest, p: PrincipalDep) -> dict:
+        def work():
+            scope = svc.scope_for(p, req.repos)
+            r = svc.index.retrieve(req.query, k=req.k, level=req.level, mode=req.mode, scope=scope)
+            return retrieval_dict(r)
+        return await threaded(work)
+
+    @app.post("/context", tags=["retrieval"], summary="Context compressed to a task inside a token budget")
+    async def context(req: ContextRequest, p: PrincipalDep) -> dict:
+        def work():
+            scope = svc.scope_for(p, req.repos)
+            ctx = svc.index.context(req.query, task=req.task, budget=req.budget, mode=req.mode, scope=scope)
+            return ctx.to_dict()
+        return await threaded(work)
+
+    @app.post("/retrieve", tags=["retrieval"], response_class=EventSourceResponse,
+              summary="Retrieval as a server-sent event stream: `trace` events, then `results` (or `error`)")
+    async def retrieve(req: RetrieveRequest, p: PrincipalDep):
+        scope = await threaded(svc.scope_for, p, req.repos)
+        gen = svc.index.stream(req.query, k=req.k, level=req.level, mode=req.mode, scope=scope)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + conf.stream_timeout
+        done = object()
+
+        async def events():
+            n = 0
+            try:
+                while True:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise asyncio.TimeoutError
+                    ev = await asyncio.wait_for(run_in_threadpool(next, gen, done), remaining)
+                    if ev is done:
+                        return
+                    n += 1
+                    if ev.step == "Result":
+                        yield _sse("results", retrieval_dict(ev.data["retrieval"]), n)
+                        return
+                    yield _sse("trace", ev.to_dict(), n)
+            except asyncio.TimeoutError:
+                svc.metrics.stream_errors.labels("/retrieve", "Timeout").inc()
+                yield _sse("error", _error_body("Timeout", f"retrieval took longer than {conf.stream_timeout:g} s"),
+                           n + 1)
+            except asyncio.CancelledError:
+                svc.metrics.disconnects.labels("/retrieve").inc()
+                raise
+            except Exception as e:  # noqa: BLE001 - the stream has begun: an error event, then close
+                log.warning("retrieve failed: %s", type(e).__name__, exc_info=True)
+                svc.metrics.stream_errors.labels("/retrieve", type(e).__name__).inc()
+                yield _sse("error", _error_body(type(e).__name__, safe_detail(e)), n + 1)
+
+        return EventSourceResponse(events(), ping=15, send_timeout=30)
+
+    # ---- the copilot
+    @app.post("/chat", tags=["copilot"], response_class=EventSourceResponse,
+              summary="One copilot turn as server-sent events: token, tool, trace, citation, error, done")
+    async def chat(req: ChatRequest, p: PrincipalDep):
+        from repoctx.copilot.providers import ProviderNotConfigured, ProviderUnavailable
+
+        scope = await threaded(svc.scope_for, p, req.repos)
+        key = (p.name, req.session_id)
+        if key in svc.busy:
+            raise HTTPException(409, _error_body("session_busy", "a turn of this session is still running"))
+        try:
+            model = await run_in_threadpool(svc.model)
+        except (ProviderNotConfigured, ProviderUnavailable) as e:
+            raise HTTPException(503, _error_body(type(e).__name__, safe_detail(e, 400))) from None
+        repo = await threaded(svc.session_repository, p.name)
+        svc.busy.add(key)
+
+        async def turn():
+            from repoctx.copilot.agent import Limits, build_agent, stream_turn
+
+            copilot = None
+            try:
+                tools = svc.tools_factory(svc.index, scope) if svc.tools_factory else None
+                copilot = build_agent(svc.index, req.session_id, p.name, model=model, scope=scope, tools=tools,
+                                      session_repository=repo, metrics_sinks=[svc.metrics],
+                                      limits=Limits(conf.turn_tool_calls, conf.turn_model_calls))
+                async for ev in stream_turn(copilot, req.message):
+                    yield ev
+            finally:
+                if copilot is not None:
+                    copilot.close()
+                close = getattr(repo, "close", None)
+                if callable(close) and not svc._postgres_sessions():
+                    close()
+
+        run = ThreadedRun(turn, name=f"repoctx-chat-{p.name}")
+        svc.runs.add(run)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + conf.stream_timeout
+
+        def release() -> None:
+            run.cancel()
+            svc.busy.discard(key)
+            svc.runs.discard(run)
+
+        async def events():
+            n = 0
+            try:
+                while True:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        raise asyncio.TimeoutError
+                    kind, item = await asyncio.wait_for(run.queue.get(), remaining)
+                    if kind == "end" or kind == "cancelled":
+                        return
+                    n += 1
+                    if kind == "error":
+                        svc.metrics.stream_errors.labels("/chat", type(item).__name__).inc()
+                        yield _sse("error", _error_body(type(item).__name__, safe_detail(item)), n)
+                        yield _sse("done", {"text": "", "stop_reason": "error"}, n + 1)
+                        return
+                    typ = item.get("type")
+                    data = {k: v for k, v in item.items() if k != "type"}
+                    if typ == "tool":
+                        svc.metrics.tool_calls.labels(str(item.get("name", "?"))).inc()
+                        yield _sse("tool", data, n)
+                    elif typ == "tool_result":
+                        yield _sse("trace", {"step": "tool_result", **data}, n)
+                    elif typ == "error":
+                        svc.metrics.stream_errors.labels("/chat", str(item.get("error"))).inc()
+                        yield _sse("error", _error_body(str(item.get("error")), safe_detail(item.get("detail"))), n)
+                    elif typ in ("token", "citation", "done"):
+                        if typ == "done" and data.get("error"):
+                            data["error"] = _error_body(str(data["error"].get("error")),
+                                                        safe_detail(data["error"].get("detail")))
+                        if typ == "done" and isinstance(data.get("metrics"), dict) and data["metrics"].get("error"):
+                            data["metrics"] = {**data["metrics"], "error": safe_detail(data["metrics"]["error"])}
+                        yield _sse(typ, data, n)
+                        if typ == "done":
+                            return
+                    else:
+                        yield _sse("trace", {"step": str(typ), **data}, n)
+            except asyncio.TimeoutError:
+                run.cancel()
+                svc.metrics.stream_errors.labels("/chat", "Timeout").inc()
+                yield _sse("error", _error_body("Timeout", f"the turn took longer than {conf.stream_timeout:g} s "
+                                                           "and was stopped"), n + 1)
+                yield _sse("done", {"text": "", "stop_reason": "timeout"}, n + 2)
+            except asyncio.CancelledError:  # the client left: stop the agent's run
+                run.cancel()
+                svc.metrics.disconnects.labels("/chat").inc()
+                raise
+            finally:
+                release()
+
+        from starlette.background import BackgroundTask
+
+        return EventSourceResponse(events(), ping=15, send_timeout=30, background=BackgroundTask(release))
+
+    # ---- repositories
+    @app.get("/repos", tags=["repositories"], summary="The repositories this key may see")
+    async def list_repos(p: PrincipalDep) -> dict:
+        def work():
+            out = []
+            for rec in svc.store.repos(p.scope):
+                meta = rec.meta or {}
+                out.append({"name": rec.name, "indexed": meta.get("complete") == "1",
+                            "indexed_at": float(meta["indexed_at"]) if meta.get("indexed_at") else None})
+            return {"repos": out}
+        return await threaded(work)
+
+    @app.post("/repos", tags=["repositories"], status_code=202,
+              summary="Register a repository and queue its indexing (admin keys)")
+    async def register_repo(req: RegisterRequest, p: PrincipalDep) -> dict:
+        if not p.admin:
+            raise HTTPException(403, _error_body("forbidden", "registering repositories needs an admin key"))
+
+        def work():
+            check_repo_name(req.name)
+            root = Path(req.path).expanduser()
+            if not root.is_absolute():
+                raise HTTPException(400, _error_body("invalid_request", "path must be absolute"))
+            root = root.resolve() if root.exists() else root
+            if svc.runs_jobs and not root.is_dir():
+                raise HTTPException(400, _error_body("invalid_request", "path is not a directory on this server"))
+            existing = svc.store.repo(req.name)
+            if existing is not None and existing.root and existing.root != str(root):
+                raise HTTPException(409, _error_body("conflict", f"repository {req.name!r} is registered from "
+                                                                 "another path"))
+            svc.store.register_repo(req.name, str(root))
+            job = svc.jobs.enqueue(req.name, str(root))
+            return {"name": req.name, "status": job.status, "job": job.to_dict(admin=True),
+                    "progress_url": f"/repos/{req.name}"}
+        return await threaded(work)
+
+    @app.get("/repos/{name}", tags=["repositories"],
+             summary="A repository's indexing progress, freshness and vector coverage")
+    async def repo_status(name: str, p: PrincipalDep,
+                          check: bool = Query(False, description="Also compare the files on disk with the index.")):
+        def work():
+            if not re.match(REPO_NAME, name) or not svc.visible(p, name):
+                raise HTTPException(404, _error_body("not_found", "repository not found"))
+            rec = svc.store.repo(name)
+            meta = rec.meta or {}
+            scope = replace(p.scope, repos=(name,))
+            job = svc.jobs.latest(name)
+            indexed_at = float(meta["indexed_at"]) if meta.get("indexed_at") else None
+            out: dict[str, Any] = {
+                "name": name, "indexed": meta.get("complete") == "1",
+                "job": job.to_dict(admin=p.admin) if job else None,
+                "freshness": {"indexed_at": indexed_at,
+                              "age_seconds": round(time.time() - indexed_at, 1) if indexed_at else None,
+                              "git_head": meta.get("git_head") or None,
+                              "generation": int(meta.get("generation") or 0)},
+                "counts": svc.store.counts(scope),
+                "vectors": _vectors(name, p.admin),
+            }
+            if p.admin:
+                out["root"] = rec.root
+            if check:
+                out["freshness"].update(_stale(rec, scope))
+            return out
+        return await threaded(work)
+
+    def _vectors(name: str, admin: bool) -> dict:
+        emb = svc.index.embedder
+        if emb is None:
+            return {"enabled": False, "coverage": None, "current": False}
+        st = svc.store.vector_state(name, emb.model_id)
+        out = {"enabled": True, "model": emb.model_id, "coverage": round(st.count / st.total, 4) if st.total else 1.0,
+               "current": st.current}
+        if admin:
+            out.update(count=st.count, total=st.total, indexed_model=st.model)
+        return out
+
+    def _stale(rec, scope: Scope) -> dict:
+        from repoctx.indexer import stale_files
+
+        root = Path(rec.root or "")
+        if not rec.root or not root.is_dir():
+            return {"checked": False, "reason": "the repository's files are not on this server"}
+        st = stale_files(root, svc.store.writer(rec.name), svc.settings)
+        seen = {k: [x for x in st.get(k, []) if scope.allows(rec.name, x)] for k in ("added", "modified", "deleted")}
+        return {"checked": True, "fresh": not any(seen.values()), **{k: len(v) for k, v in seen.items()},
+                "changed_paths": sorted(x for v in seen.values() for x in v)[:20]}
+
+    return app

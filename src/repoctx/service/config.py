@@ -1,0 +1,63 @@
+"""The service's own settings: ``REPOCTX_*`` environment variables over defaults, validated once.
+
+The store is named by the library's ``Settings`` (``REPOCTX_DATABASE_URL`` for PostgreSQL, else the
+SQLite files in ``REPOCTX_INDEX_DIR``); these are what only the HTTP service and its workers read."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from repoctx.config import ConfigError
+
+
+def _float_env(name: str, default: float, lo: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if value <= lo:
+        raise ConfigError(f"{name} must be greater than {lo:g}, got {value:g}")
+    return value
+
+
+def _bool_env(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    stream_timeout: float = 60.0  # REPOCTX_STREAM_TIMEOUT: seconds any streamed answer may take in all
+    request_timeout: float = 60.0  # REPOCTX_REQUEST_TIMEOUT: seconds a plain (JSON) read may take
+    metrics_public: bool = False  # REPOCTX_METRICS_PUBLIC=1: /metrics answers without a key
+    roles_file: str | None = None  # REPOCTX_ROLES: a TOML or JSON file of roles (over the roles in the database)
+    key_cache_seconds: float = 5.0  # REPOCTX_KEY_CACHE: how long a checked key is trusted (revocation delay)
+    job_lease: float = 30.0  # REPOCTX_JOB_LEASE: a worker's claim on a job lasts this long unless renewed
+    job_poll: float = 1.0  # REPOCTX_JOB_POLL: how often an idle worker looks for a job
+    job_attempts: int = 3  # REPOCTX_JOB_ATTEMPTS: claims of one job before it is marked failed
+    inprocess_jobs: bool | None = None  # REPOCTX_INPROCESS_JOBS: run index jobs in the API process
+    # (default: yes with SQLite, no with PostgreSQL, where `repoctx worker` processes run them)
+    max_message_chars: int = 8000
+    turn_tool_calls: int = 6  # per-turn budget handed to the copilot (Limits)
+    turn_model_calls: int = 8
+
+    @classmethod
+    def from_env(cls, **overrides) -> "ServiceSettings":
+        inproc = os.environ.get("REPOCTX_INPROCESS_JOBS")
+        base = cls(
+            stream_timeout=_float_env("REPOCTX_STREAM_TIMEOUT", 60.0),
+            request_timeout=_float_env("REPOCTX_REQUEST_TIMEOUT", 60.0),
+            metrics_public=_bool_env("REPOCTX_METRICS_PUBLIC", False),
+            roles_file=os.environ.get("REPOCTX_ROLES") or None,
+            key_cache_seconds=_float_env("REPOCTX_KEY_CACHE", 5.0, lo=-1e-9),
+            job_lease=_float_env("REPOCTX_JOB_LEASE", 30.0),
+            job_poll=_float_env("REPOCTX_JOB_POLL", 1.0),
+            job_attempts=int(_float_env("REPOCTX_JOB_ATTEMPTS", 3)),
+            inprocess_jobs=None if inproc in (None, "") else _bool_env("REPOCTX_INPROCESS_JOBS", False),
+        )
+        return replace(base, **{k: v for k, v in overrides.items() if v is not None})

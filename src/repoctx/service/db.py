@@ -1,0 +1,186 @@
+"""The service's own tables (API keys, roles, index jobs) beside the index: a SQLite file next to the
+embedded index, or tables in the PostgreSQL database the store uses. One small wrapper speaks both:
+SQL is written once with ``?`` placeholders and ``{now}`` for the database's clock in epoch seconds."""
+from __future__ import annotations
+
+import sqlite3
+import threading
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+SERVICE_SCHEMA_VERSION = 1
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS repoctx_service_schema(version INTEGER PRIMARY KEY, applied DOUBLE PRECISION);
+CREATE TABLE IF NOT EXISTS repoctx_api_keys(key_id TEXT PRIMARY KEY, name TEXT NOT NULL, role TEXT NOT NULL,
+  hash TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, revoked DOUBLE PRECISION);
+CREATE INDEX IF NOT EXISTS repoctx_api_keys_name ON repoctx_api_keys(name);
+CREATE TABLE IF NOT EXISTS repoctx_roles(name TEXT PRIMARY KEY, admin INTEGER NOT NULL DEFAULT 0,
+  grants TEXT NOT NULL DEFAULT '[]', created DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS repoctx_jobs(id {serial} PRIMARY KEY, repo TEXT NOT NULL, root TEXT NOT NULL,
+  status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL DEFAULT 3,
+  worker TEXT, created DOUBLE PRECISION NOT NULL, run_after DOUBLE PRECISION NOT NULL,
+  started DOUBLE PRECISION, heartbeat DOUBLE PRECISION, lease_until DOUBLE PRECISION,
+  finished DOUBLE PRECISION, progress TEXT, result TEXT, error TEXT, detail TEXT);
+CREATE UNIQUE INDEX IF NOT EXISTS repoctx_jobs_one_queued ON repoctx_jobs(repo) WHERE status = 'queued';
+CREATE INDEX IF NOT EXISTS repoctx_jobs_status ON repoctx_jobs(status, run_after);
+CREATE INDEX IF NOT EXISTS repoctx_jobs_repo ON repoctx_jobs(repo, id);
+"""
+
+_PG_NOW = "extract(epoch from clock_timestamp())::double precision"
+_SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+class NotMigrated(RuntimeError):
+    """The PostgreSQL database lacks the service tables: ``repoctx db migrate`` creates them."""
+
+
+def is_postgres_url(url: str | None) -> bool:
+    """A PostgreSQL connection string: a URL or a libpq key=value string (as the test fixture hands out)."""
+    if not url:
+        return False
+    url = str(url)
+    return url.startswith(("postgres://", "postgresql://")) or ("dbname=" in url or "host=" in url)
+
+
+def migrate_postgres(url: str) -> int:
+    """Create or upgrade the service tables (API keys, roles, index jobs) in PostgreSQL. Idempotent;
+    concurrent callers wait on an advisory lock."""
+    import time
+
+    import psycopg
+
+    with psycopg.connect(url, autocommit=False) as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(b"repoctx:service:migrate"),))
+        for stmt in _statements("BIGSERIAL"):
+            conn.execute(stmt)
+        row = conn.execute("SELECT max(version) FROM repoctx_service_schema").fetchone()
+        if row[0] is None or row[0] < SERVICE_SCHEMA_VERSION:
+            conn.execute("INSERT INTO repoctx_service_schema VALUES(%s, %s)", (SERVICE_SCHEMA_VERSION, time.time()))
+        conn.commit()
+    return SERVICE_SCHEMA_VERSION
+
+
+def migrate_sqlite(path: str | Path) -> int:
+    import time
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("BEGIN IMMEDIATE")
+        for stmt in _statements("INTEGER"):
+            db.execute(stmt)
+        row = db.execute("SELECT max(version) FROM repoctx_service_schema").fetchone()
+        if row[0] is None or row[0] < SERVICE_SCHEMA_VERSION:
+            db.execute("INSERT INTO repoctx_service_schema VALUES(?, ?)", (SERVICE_SCHEMA_VERSION, time.time()))
+        db.execute("COMMIT")
+    finally:
+        db.close()
+    return SERVICE_SCHEMA_VERSION
+
+
+def _statements(serial: str) -> list[str]:
+    return [s.strip() for s in _TABLES.format(serial=serial).split(";") if s.strip()]
+
+
+class ServiceDB:
+    """One connection per thread (SQLite) or a connection pool (PostgreSQL)."""
+
+    def __init__(self, target: str | Path, *, max_size: int = 8):
+        self.target = str(target)
+        self.backend = "postgres" if is_postgres_url(self.target) else "sqlite"
+        self.now = _PG_NOW if self.backend == "postgres" else _SQLITE_NOW
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self.pool = None
+        if self.backend == "postgres":
+            import psycopg
+            from psycopg_pool import ConnectionPool
+
+            try:
+                with psycopg.connect(self.target) as conn:
+                    reg = conn.execute("SELECT to_regclass('repoctx_service_schema')").fetchone()[0]
+                    version = conn.execute("SELECT max(version) FROM repoctx_service_schema").fetchone()[0] \
+                        if reg else None
+            except psycopg.Error as e:
+                raise NotMigrated(f"cannot reach the service database: {type(e).__name__}") from None
+            if version is None or version < SERVICE_SCHEMA_VERSION:
+                raise NotMigrated("the database has no (or an older) repoctx service schema: run `repoctx db migrate`")
+            self.pool = ConnectionPool(self.target, min_size=1, max_size=max_size, open=True, timeout=30.0,
+                                       kwargs={"autocommit": True}, name="repoctx-service")
+        else:
+            migrate_sqlite(self.target)  # embedded: the file beside the index is created with its tables
+
+    def _sqlite(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.target, timeout=30, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
+
+    def _sql(self, sql: str) -> str:
+        sql = sql.replace("{now}", self.now)
+        return sql.replace("?", "%s") if self.backend == "postgres" else sql
+
+    def q(self, sql: str, args: tuple | list = ()) -> list[tuple]:
+        """One statement in its own transaction; the rows it returns (if any)."""
+        if self.pool is not None:
+            with self.pool.connection() as conn:
+                cur = conn.execute(self._sql(sql), tuple(args))
+                return cur.fetchall() if cur.description else []
+        cur = self._sqlite().execute(self._sql(sql), tuple(args))
+        return cur.fetchall() if cur.description else []
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """Several statements in one transaction: yields ``run(sql, args) -> rows``."""
+        if self.pool is not None:
+            with self.pool.connection() as conn:
+                with conn.transaction():
+                    def run(sql: str, args: tuple | list = ()) -> list[tuple]:
+                        cur = conn.execute(self._sql(sql), tuple(args))
+                        return cur.fetchall() if cur.description else []
+                    yield run
+            return
+        conn = self._sqlite()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            def run(sql: str, args: tuple | list = ()) -> list[tuple]:
+                cur = conn.execute(self._sql(sql), tuple(args))
+                return cur.fetchall() if cur.description else []
+            yield run
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        with self._conns_lock:
+            for conn in self._conns:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+            self._conns.clear()
+        self._local = threading.local()
+
+
+def service_db_target(settings) -> str:
+    """Where the service's tables live for these library settings."""
+    if settings.database_url:
+        return settings.database_url
+    if settings.index_dir is None:
+        raise ValueError("the service needs a shared store: set REPOCTX_DATABASE_URL (PostgreSQL) or "
+                         "REPOCTX_INDEX_DIR (a folder for the embedded SQLite store)")
+    return str(Path(settings.index_dir) / "service.sqlite")

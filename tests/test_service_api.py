@@ -1,0 +1,181 @@
+"""The HTTP service's endpoints on a real PostgreSQL: keys, validation, search/context/retrieve,
+repositories and their indexing jobs, OpenAPI and Prometheus metrics."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from test_service_support import PUBLIC_REPO, VAULT_REPO, Env, parse_sse, write_tree
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+def env(pg_url, tmp_path):
+    e = Env(pg_url, tmp_path, inprocess_workers=1)
+    yield e
+    e.close()
+
+
+ENDPOINTS = [("POST", "/search", {"query": "token"}), ("POST", "/context", {"query": "token"}),
+             ("POST", "/retrieve", {"query": "token"}), ("POST", "/chat", {"session_id": "s1", "message": "hi"}),
+             ("GET", "/repos", None), ("GET", f"/repos/{PUBLIC_REPO}", None),
+             ("POST", "/repos", {"name": "x", "path": "/tmp"}), ("GET", "/metrics", None)]
+
+
+async def test_every_endpoint_but_health_needs_a_valid_key(env):
+    async with env.client() as c:
+        assert (await c.get("/health")).json()["status"] == "ok"
+        for method, path, body in ENDPOINTS:
+            for headers in ({}, env.auth("rcx_000000000000_" + "A" * 43), env.auth("not-a-key"),
+                            {"Authorization": env.dev_key}, {"Authorization": f"Basic {env.dev_key}"}):
+                r = await c.request(method, path, json=body, headers=headers)
+                assert r.status_code == 401, (method, path, headers, r.text)
+                assert r.headers["www-authenticate"] == "Bearer"
+                assert r.json()["error"] == "unauthorized"
+        # malformed bodies without a key are 401 too (the key is checked first)
+        r = await c.post("/search", content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 401
+        # a revoked key stops working
+        ks = env.svc.keys
+        key_id, key = ks.add_key("temp", "dev")
+        assert (await c.get("/repos", headers=env.auth(key))).status_code == 200
+        assert ks.revoke(key_id) == 1
+        assert (await c.get("/repos", headers=env.auth(key))).status_code == 401
+
+
+async def test_bad_requests_are_4xx_with_a_reason(env):
+    h = env.auth(env.dev_key)
+    cases = [
+        ("/search", {"query": ""}, "query"), ("/search", {"query": "   "}, "query"),
+        ("/search", {"query": "x", "k": 0}, "k"), ("/search", {"query": "x", "k": 51}, "k"),
+        ("/search", {"query": "x", "level": "line"}, "level"), ("/search", {"query": "x", "mode": "magic"}, "mode"),
+        ("/search", {"query": "x", "repos": ["../etc"]}, "repos.0"), ("/search", {"query": "x", "extra": 1}, "extra"),
+        ("/search", {}, "query"), ("/context", {"query": "x", "budget": 5}, "budget"),
+        ("/context", {"query": "x", "task": "poetry"}, "task"), ("/retrieve", {"query": "x", "k": -1}, "k"),
+        ("/chat", {"session_id": "bad id!", "message": "hi"}, "session_id"),
+        ("/chat", {"session_id": "x" * 129, "message": "hi"}, "session_id"),
+        ("/chat", {"session_id": "ok", "message": ""}, "message"),
+    ]
+    async with env.client() as c:
+        for path, body, field in cases:
+            r = await c.post(path, json=body, headers=h)
+            assert r.status_code == 422, (path, body, r.text)
+            detail = r.json()["detail"]
+            assert any(d["field"] == field for d in detail), (path, body, detail)
+            assert all(d["reason"] for d in detail)
+            assert "\"input\"" not in r.text  # inputs are never echoed back
+        r = await c.post("/search", content=b"{nope", headers={**h, "content-type": "application/json"})
+        assert r.status_code == 422
+        # registering needs an admin key; a bad name or a relative path is refused with a reason
+        assert (await c.post("/repos", json={"name": "a", "path": "/tmp"}, headers=h)).status_code == 403
+        ha = env.auth(env.admin_key)
+        r = await c.post("/repos", json={"name": "a b", "path": "/tmp"}, headers=ha)
+        assert r.status_code == 422
+        r = await c.post("/repos", json={"name": "ab", "path": "relative/dir"}, headers=ha)
+        assert r.status_code == 400 and "absolute" in r.json()["detail"]
+        r = await c.post("/repos", json={"name": PUBLIC_REPO, "path": str(env.base / "elsewhere")}, headers=ha)
+        assert r.status_code in (400, 409)
+
+
+async def test_search_context_and_retrieve_see_only_the_keys_scope(env):
+    async with env.client() as c:
+        ha, hd = env.auth(env.admin_key), env.auth(env.dev_key)
+        q = {"query": "verify token signature", "k": 10}
+        admin = (await c.post("/search", json=q, headers=ha)).json()
+        dev = (await c.post("/search", json=q, headers=hd)).json()
+        admin_repos = {h["repo"] for h in admin["results"]}
+        assert VAULT_REPO in admin_repos and PUBLIC_REPO in admin_repos
+        assert {h["repo"] for h in dev["results"]} == {PUBLIC_REPO}
+        assert all(h["path"].startswith(("src/", "docs/")) and not h["path"].startswith("src/zq_private_")
+                   for h in dev["results"])
+        assert dev["results"][0]["citation"].startswith("src/auth/tokens.py:")
+        # naming repositories: one it may see narrows, one it may not is 404 like one that does not exist
+        r = await c.post("/search", json={**q, "repos": [PUBLIC_REPO]}, headers=hd)
+        assert r.status_code == 200
+        for name in (VAULT_REPO, "no-such-repo"):
+            r = await c.post("/search", json={**q, "repos": [name]}, headers=hd)
+            assert r.status_code == 404 and r.json() == {"error": "not_found", "detail": "repository not found"}
+        r = await c.post("/search", json={**q, "repos": [VAULT_REPO]}, headers=ha)
+        assert r.status_code == 200 and {h["repo"] for h in r.json()["results"]} == {VAULT_REPO}
+        # file level
+        r = (await c.post("/search", json={**q, "level": "file", "k": 3}, headers=hd)).json()
+        assert r["level"] == "file" and 1 <= r["count"] <= 3 and r["results"][0]["path"] == "src/auth/tokens.py"
+        # context
+        ctx = (await c.post("/context", json={"query": "how is a session token verified", "budget": 500},
+                            headers=hd)).json()
+        assert ctx["tokens"] <= 500 and any(ci.startswith("src/auth/tokens.py") for ci in ctx["citations"])
+        # retrieve: trace events, then results
+        r = await c.post("/retrieve", json={"query": "basket total price", "mode": "standard"}, headers=hd)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = parse_sse(r.text)
+        kinds = [e for e, _ in events]
+        assert kinds[0] == "trace" and events[0][1]["step"] == "Routing" and kinds[-1] == "results"
+        assert set(kinds[:-1]) == {"trace"}
+        assert events[-1][1]["results"][0]["symbol"] == "Basket.total_price"
+        # agentic retrieval streams its plan
+        r = await c.post("/retrieve", json={"query": "How are tokens verified and how does the basket add items?",
+                                            "mode": "agentic"}, headers=hd)
+        events = parse_sse(r.text)
+        assert any(d.get("step") == "Planning" for e, d in events if e == "trace") and events[-1][0] == "results"
+
+
+async def test_register_a_repository_and_follow_its_indexing(env, tmp_path):
+    root = write_tree(tmp_path / "newrepo", {f"pkg/m{i}.py": f"def handler_{i}(x):\n    return x + {i}\n"
+                                              for i in range(12)})
+    async with env.client() as c:
+        ha, hd = env.auth(env.admin_key), env.auth(env.dev_key)
+        r = await c.post("/repos", json={"name": "newrepo", "path": str(root)}, headers=ha)
+        assert r.status_code == 202 and r.json()["status"] == "queued"
+        deadline = time.time() + 30
+        while True:
+            st = (await c.get("/repos/newrepo", headers=ha)).json()
+            if st["job"]["status"] in ("done", "failed") or time.time() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        assert st["job"]["status"] == "done" and st["indexed"] is True, st
+        assert st["job"]["result"]["files_seen"] == 12 and st["counts"]["files"] == 12
+        assert st["freshness"]["indexed_at"] and st["freshness"]["age_seconds"] >= 0
+        assert st["vectors"] == {"enabled": False, "coverage": None, "current": False}
+        # stale check after an edit; then a re-registration re-indexes incrementally
+        (root / "pkg/m0.py").write_text("def handler_0(x):\n    return x - 1\n")
+        st = (await c.get("/repos/newrepo?check=true", headers=ha)).json()
+        assert st["freshness"]["fresh"] is False and st["freshness"]["modified"] == 1
+        r = await c.post("/repos", json={"name": "newrepo", "path": str(root)}, headers=ha)
+        assert r.status_code == 202
+        deadline = time.time() + 30
+        while (st := (await c.get("/repos/newrepo", headers=ha)).json())["job"]["status"] != "done":
+            assert time.time() < deadline
+            await asyncio.sleep(0.1)
+        assert st["job"]["result"]["modified"] == 1 and st["job"]["result"]["unchanged"] == 11
+        # the restricted key does not see the new repository at all
+        assert (await c.get("/repos/newrepo", headers=hd)).status_code == 404
+        assert "newrepo" not in (await c.get("/repos", headers=hd)).text
+        repos = (await c.get("/repos", headers=ha)).json()["repos"]
+        assert {r["name"] for r in repos} == {PUBLIC_REPO, VAULT_REPO, "newrepo"}
+        # a restricted principal sees counts of its own paths only, and no server paths
+        st = (await c.get(f"/repos/{PUBLIC_REPO}", headers=hd)).json()
+        assert "root" not in st and st["counts"]["files"] == 4  # 3 source files + the guide
+        full = (await c.get(f"/repos/{PUBLIC_REPO}", headers=ha)).json()
+        assert full["counts"]["files"] == 6 and full["root"] == str(env.shop)
+
+
+async def test_openapi_documents_every_endpoint_and_metrics_count_requests(env):
+    async with env.client() as c:
+        spec = (await c.get("/openapi.json")).json()
+        paths = spec["paths"]
+        for method, path in [("post", "/chat"), ("post", "/search"), ("post", "/context"), ("post", "/retrieve"),
+                             ("post", "/repos"), ("get", "/repos/{name}"), ("get", "/health"), ("get", "/metrics")]:
+            assert method in paths[path], path
+        body = spec["components"]["schemas"]["SearchRequest"]["properties"]
+        assert body["k"]["maximum"] == 50 and set(body["level"]["enum"]) == {"symbol", "file"}
+        assert "HTTPBearer" in spec["components"]["securitySchemes"]
+        hd = env.auth(env.dev_key)
+        for _ in range(3):
+            await c.post("/search", json={"query": "cache"}, headers=hd)
+        text = (await c.get("/metrics", headers=hd)).text
+        assert 'repoctx_http_request_seconds_count{endpoint="/search",method="POST",status="200"} 3.0' in text
+        assert "repoctx_index_queue_depth" in text and "repoctx_auth_failures_total" in text
+        assert (await c.get("/metrics")).status_code == 401
