@@ -24,7 +24,30 @@ def _flag_type(self, ctx):
 _option_type = typer.core.TyperOption.display_type_rich
 typer.core.TyperOption.display_type_rich = _flag_type
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="The whole repository as context.")
+class _Surfaces(typer.core.TyperGroup):
+    """The copilot (ask, chat, sessions), the service (serve, worker, keys, roles) and the MCP server are
+    thin shells over the same library, each in its own module. They are imported only when one of their
+    commands runs (or the help lists them), so `repoctx search` never pays for Strands, FastAPI or MCP."""
+
+    LAZY = {"ask": "repoctx.copilot.cli", "chat": "repoctx.copilot.cli", "sessions": "repoctx.copilot.cli",
+            "serve": "repoctx.service.cli", "worker": "repoctx.service.cli", "keys": "repoctx.service.cli",
+            "roles": "repoctx.service.cli", "mcp": "repoctx.mcp_server"}
+
+    def list_commands(self, ctx) -> list[str]:
+        return super().list_commands(ctx) + [n for n in self.LAZY if n not in self.commands]
+
+    def get_command(self, ctx, cmd_name: str):
+        if cmd_name in self.LAZY and cmd_name not in self.commands:
+            import importlib
+
+            surface = typer.Typer()
+            importlib.import_module(self.LAZY[cmd_name]).register(surface)
+            for name, cmd in typer.main.get_group(surface).commands.items():
+                self.commands.setdefault(name, cmd)
+        return super().get_command(ctx, cmd_name)
+
+
+app = typer.Typer(cls=_Surfaces, add_completion=False, no_args_is_help=True, help="The whole repository as context.")
 console = Console(soft_wrap=True)  # citations and errors stay on one line
 err = Console(stderr=True, soft_wrap=True)
 
@@ -313,24 +336,34 @@ def repos_cmd(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help="A 
                       highlight=False)
 
 
-db_app = typer.Typer(no_args_is_help=True, help="The PostgreSQL store's schema.")
+db_app = typer.Typer(no_args_is_help=True, help="Schemas: the store, copilot sessions, service keys and jobs.")
 app.add_typer(db_app, name="db")
 
 
 @db_app.command("migrate")
-def db_migrate():
-    """Create or upgrade the PostgreSQL schema named by REPOCTX_DATABASE_URL (never done on a request path)."""
-    settings = _settings()
-    if not settings.database_url:
-        _fail("REPOCTX_DATABASE_URL is not set: the embedded SQLite store needs no migration")
-    from repoctx.store.postgres import migrate
+def db_migrate(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help="With SQLite: the repository whose "
+                                                                               "index folder holds the sessions.")):
+    """Create or upgrade every schema repoctx keeps (store, copilot sessions, service keys and jobs): the
+    PostgreSQL database of REPOCTX_DATABASE_URL, or the embedded sessions file. Never done on a request path."""
+    from repoctx.copilot.sessions import migrate as migrate_sessions, sessions_target
 
+    settings = _settings()
+    done = []
     try:
-        done = migrate(settings.database_url)
-    except StoreError as e:
-        _fail(str(e), 1)
-    console.print(f"schema at version {done['version']}" + (f" (from {done['from']})" if done.get("from") else ""),
-                  highlight=False)
+        if settings.database_url:
+            from repoctx.service.auth import migrate_postgres as migrate_service
+            from repoctx.store.postgres import migrate
+
+            out = migrate(settings.database_url)
+            done.append(f"store schema {out['version']}" + (f" (from {out['from']})" if out.get("from") else ""))
+            done.append(f"service schema {migrate_service(settings.database_url)}")
+        index_dir = settings.index_dir or (settings.index_dir_for(repo.resolve()) if repo else None)
+        done.append(f"sessions schema {migrate_sessions(sessions_target(index_dir))}")
+    except (StoreError, OSError, sqlite3.Error) as e:
+        _fail(f"could not migrate: {_why(e)}", 1)
+    except Exception as e:  # psycopg errors and the like: named, never a traceback
+        _fail(f"could not migrate: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 1)
+    console.print("migrated: " + ", ".join(done), highlight=False)
 
 
 def main() -> None:  # pragma: no cover

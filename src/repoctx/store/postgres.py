@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 import zlib
 from collections import Counter
@@ -87,8 +86,7 @@ def _schema_version(conn) -> int | None:
 
 
 def migrate(url: str) -> dict:
-    """Create or upgrade the schema (versioned, one transaction per step). Also migrates the copilot's
-    session tables when that module is present, so one command readies the whole database."""
+    """Create or upgrade the store's schema (versioned, in one transaction under an advisory lock)."""
     import psycopg
 
     try:
@@ -102,15 +100,7 @@ def migrate(url: str) -> dict:
             conn.commit()
     except psycopg.Error as e:
         raise StoreError(f"could not migrate the database: {type(e).__name__}: {str(e).splitlines()[0]}") from None
-    out = {"version": PG_SCHEMA_VERSION, "from": start or None}
-    try:
-        from repoctx.copilot import sessions
-    except ImportError:
-        return out
-    if hasattr(sessions, "migrate_postgres"):
-        sessions.migrate_postgres(url)
-        out["sessions"] = True
-    return out
+    return {"version": PG_SCHEMA_VERSION, "from": start or None}
 
 
 def _tokens(text: str) -> list[str]:
