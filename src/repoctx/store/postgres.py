@@ -365,7 +365,7 @@ class PostgresRepoWriter:
         self.repo = repo
         self.conn = None
         self._caps: list[tuple] = []
-        self._post: list[tuple] = []
+        self._post: list[str] = []  # COPY text lines
         self._files: list[tuple] = []
         self._edges: list[tuple] = []
         self._df: Counter = Counter()
@@ -432,10 +432,9 @@ class PostgresRepoWriter:
                                     "content_hash, parent, module, dl) FROM STDIN") as cp:
                 for r in self._caps:
                     cp.write_row(r)
-        if self._post:
+        if self._post:  # COPY text written whole: terms are [a-z0-9_] and repository names have no tabs
             with conn.cursor().copy("COPY repoctx_postings(term, rid, repo, wtf, dl) FROM STDIN") as cp:
-                for r in self._post:
-                    cp.write_row(r)
+                cp.write("\n".join(self._post) + "\n")
         if self._edges:
             with conn.cursor().copy("COPY repoctx_edges(repo, src, kind, dst_name, dst_key, dst, src_path) "
                                     "FROM STDIN") as cp:
@@ -504,7 +503,8 @@ class PostgresRepoWriter:
             self._caps.append((rid, c.id, self.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature,
                                json.dumps(c.params), c.returns, c.docstring, json.dumps(c.decorators), c.start_line,
                                c.end_line, c.text, c.content_hash, c.parent, rec.module, float(dl)))
-            self._post.extend((t, rid, self.repo, w, float(dl)) for t, w in tf.items())
+            tail = f"\t{rid}\t{self.repo}\t"
+            self._post.extend(f"{t}{tail}{w:g}\t{dl}" for t, w in tf.items())
             self._df.update(tf.keys())
             self._docs += 1
             self._len += dl
