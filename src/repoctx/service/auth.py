@@ -122,9 +122,9 @@ class KeyStore:
     """Keys and roles in the service database (see the module docstring)."""
 
     def __init__(self, db: ServiceDB | str | Path, *, roles_file: str | Path | None = None,
-                 cache_seconds: float = 5.0):
+                 cache_seconds: float = 5.0, owns_db: bool | None = None):
         self.db = db if isinstance(db, ServiceDB) else ServiceDB(db)
-        self._owns_db = not isinstance(db, ServiceDB)
+        self._owns_db = (not isinstance(db, ServiceDB)) if owns_db is None else owns_db
         self.roles_file = roles_file
         self._file_roles = load_roles_file(roles_file) if roles_file else {}
         self.cache_seconds = cache_seconds

@@ -47,7 +47,8 @@ def _key_store():
 
     settings, conf = _settings()
     try:
-        return KeyStore(ServiceDB(service_db_target(settings)), roles_file=conf.roles_file, cache_seconds=0)
+        return KeyStore(ServiceDB(service_db_target(settings)), roles_file=conf.roles_file, cache_seconds=0,
+                        owns_db=True)
     except (NotMigrated, ValueError, OSError) as e:
         raise _fail(str(e), 1)
 
