@@ -49,7 +49,7 @@ from repoctx.store.base import Scope, check_repo_name
 
 log = logging.getLogger("repoctx.service")
 
-__all__ = ["create_app", "Service"]
+__all__ = ["create_app", "app_from_env", "Service"]
 
 PUBLIC_PATHS = ("/health", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")
 SESSION_ID = r"^[A-Za-z0-9_-]{1,128}$"
@@ -734,3 +734,10 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                 "changed_paths": sorted(x for v in seen.values() for x in v)[:20]}
 
     return app
+
+
+def app_from_env() -> FastAPI:
+    """``create_app()`` from the environment alone: the factory ``repoctx serve --workers N`` hands uvicorn
+    (each uvicorn process builds its own app). ``REPOCTX_SERVE_JOBS`` sets its index-job threads."""
+    jobs = os.environ.get("REPOCTX_SERVE_JOBS")
+    return create_app(inprocess_workers=int(jobs) if jobs not in (None, "") else None)

@@ -59,8 +59,12 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to liste
           jobs: Optional[int] = typer.Option(None, "--jobs", min=0,
                                              help="Index-job threads in this process (default: 1 with SQLite, "
                                                   "0 with PostgreSQL, where `repoctx worker` runs them)."),
-          log_level: str = typer.Option("info", "--log-level")):
+          workers: int = typer.Option(1, "--workers", min=1, max=64,
+                                      help="uvicorn processes (each with its own app and connection pools)."),
+          log_level: str = typer.Option("info", "--log-level", help="debug | info (with access log) | warning | error")):
     """Serve the HTTP API (uvicorn) over the store named by REPOCTX_DATABASE_URL or REPOCTX_INDEX_DIR."""
+    import os
+
     import uvicorn
 
     from repoctx.service.app import create_app
@@ -68,11 +72,18 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to liste
     from repoctx.store.base import StoreError
 
     settings, conf = _settings()
+    opts = dict(host=host, port=port, log_level=log_level, access_log=log_level in ("debug", "info"),
+                timeout_graceful_shutdown=10)
+    if workers > 1:  # each process builds its app from the environment; job claims keep their threads apart
+        if jobs is not None:
+            os.environ["REPOCTX_SERVE_JOBS"] = str(jobs)
+        uvicorn.run("repoctx.service.app:app_from_env", factory=True, workers=workers, **opts)
+        return
     try:
         app = create_app(settings, service=conf, inprocess_workers=jobs)
     except (NotMigrated, StoreError, ValueError) as e:
         raise _fail(str(e), 1)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+    uvicorn.run(app, **opts)
 
 
 def worker(worker_id: Optional[str] = typer.Option(None, "--id", help="This worker's name (default host:pid:random)."),
