@@ -182,3 +182,23 @@ def test_interrupted_vector_fill_is_not_called_a_model_change(tmp_path):
     assert again.last_embed is not None and again.last_embed.model_changed_from is None
     assert again.last_embed.cached >= 8  # the batch embedded before the kill was kept
     assert again.vectors_status()["current"] and again.vectors_status()["coverage"] == 1.0
+
+
+def test_docs_and_tests_do_not_crowd_code_answers(tmp_path):
+    root = write_tree(tmp_path / "r", {
+        "router/tree.go": "package router\n\n// getValue walks the radix tree to match a request path to its route.\n"
+                          "func (n *node) getValue(path string) *route {\n\treturn n.match(path)\n}\n",
+        "router/tree_test.go": "package router\n\nfunc TestRadixTreeMatchRoute(t *testing.T) {\n\t// match route in the radix tree\n"
+                               "\tn.getValue(\"/a\") // radix tree route match path\n}\n",
+        "README.md": "# Router\nRoutes are matched in a radix tree: the tree matches each request path to a route.\n",
+        "index.d.ts": "// match a route in the radix tree\nexport declare function matchRoute(path: string): Route;\n",
+    })
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    ix.update()
+    hits = ix.search("how are routes matched in the radix tree", k=10)
+    assert hits[0].capsule.qualname == "node.getValue"
+    why = {h.capsule.path: h.why for h in hits}
+    assert why["router/tree_test.go"].get("test_demoted") and why["README.md"].get("doc_demoted")
+    assert why["index.d.ts"].get("doc_demoted")
+    # a question about the documentation keeps it at full weight
+    assert ix.search("what does the README say about the radix tree", k=1)[0].capsule.path == "README.md"

@@ -28,10 +28,10 @@ class Config:
 
 CONFIGS: dict[str, Config] = {
     "baseline": Config("baseline: windows + dense", windows=True,
-                       options=SearchOptions(lexical=False, exact=False, graph=False, demote_tests=False)),
+                       options=SearchOptions(lexical=False, exact=False, graph=False, demote_tests=False, demote_docs=False)),
     "capsules+dense": Config("capsules + dense", options=SearchOptions(lexical=False, exact=False, graph=False,
-                                                                       demote_tests=False)),
-    "bm25": Config("BM25 only", options=SearchOptions(exact=False, graph=False, demote_tests=False), dense=False),
+                                                                       demote_tests=False, demote_docs=False)),
+    "bm25": Config("BM25 only", options=SearchOptions(exact=False, graph=False, demote_tests=False, demote_docs=False), dense=False),
     "hybrid": Config("hybrid (exact + BM25 + dense)", options=SearchOptions(graph=False)),
     "hybrid+graph": Config("hybrid + graph", options=SearchOptions()),
 }

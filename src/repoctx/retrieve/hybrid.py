@@ -14,7 +14,17 @@ from repoctx.tokens import base_forms, code_tokens
 from repoctx.types import Capsule, FileHit, Hit
 
 RRF_K = 60
-_TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*$|_tests?\.py$|(^|/)conftest\.py$")
+_TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*$|_tests?\.py$|(^|/)conftest\.py$"
+                        # other languages' conventions: Go/Rust/C _test files, JS/TS *.test.* / *.spec.* and
+                        # __tests__, Ruby specs, Java/Kotlin/C#/Swift *Test(s) classes
+                        r"|(^|/)(__tests__|__mocks__)/|_test\.(go|rs|c|cc|cpp|exs?)$|\.(test|spec)\.[cm]?[jt]sx?$"
+                        r"|(^|/)spec/.*_spec\.rb$|Tests?\.(java|kt|cs|swift)$")
+_RUST_TEST_MODULE = re.compile(r"(^|\.)tests?\.")  # #[cfg(test)] mod tests { ... } inside a source file
+DOC_LANGUAGES = frozenset({"markdown", "rst", "text", "latex"})
+_DECLARATIONS = re.compile(r"\.d\.[cm]?ts$")  # TypeScript declaration files repeat the code's names
+# a question about the documentation or the typings themselves keeps them at full weight
+_ASKS_FOR_DOCS = re.compile(r"\b(docs?|documentation|documented|readme|changelog|changes file|release notes|guide|"
+                            r"tutorial|manual|typings?|type declarations?|d\.ts)\b", re.I)
 
 
 class DenseIndex(Protocol):
@@ -38,6 +48,9 @@ class SearchOptions:
     graph_seeds: int = 5
     graph_decay: float = 0.1  # 0.5 measured harmful (neighbours crowd out direct hits); 0.1 is neutral
     demote_tests: bool = True
+    # docs windows and typings halved like tests for code questions (multi-language set: they took 1-3 of the
+    # top 5); a question that asks for documentation keeps them
+    demote_docs: bool = True
     file_agg: str = "max"  # max | sum | rrf
     kinds: tuple[str, ...] = ()
     weights: dict[str, float] = field(default_factory=lambda: {"lexical": 1.0, "dense": 1.0})
@@ -104,6 +117,15 @@ def is_test_path(path: str) -> bool:
     return bool(_TEST_PATH.search(path))
 
 
+def is_test_unit(c: Capsule) -> bool:
+    return is_test_path(c.path) or (c.language == "rust" and bool(_RUST_TEST_MODULE.search(c.qualname)))
+
+
+def is_doc_unit(c: Capsule) -> bool:
+    """Prose and declarations: README/CHANGES windows, .rst/.txt pages, TypeScript .d.ts typings."""
+    return c.language in DOC_LANGUAGES or bool(_DECLARATIONS.search(c.path))
+
+
 def search(store, query: str, opts: SearchOptions | None = None, dense_index: DenseIndex | None = None,
            scope: Scope = EVERYTHING) -> list[Hit]:
     opts = opts or SearchOptions()
@@ -132,6 +154,7 @@ def search(store, query: str, opts: SearchOptions | None = None, dense_index: De
                 fused[cid] = fused.get(cid, 0.0) + opts.weights.get("exact", 1.0) / (RRF_K + rank)
 
     ids = list(dict.fromkeys(list(exact) + sorted(fused, key=lambda c: -fused[c])[: opts.pool]))
+    demote_docs = opts.demote_docs and not _ASKS_FOR_DOCS.search(query)
     caps = {c.id: c for c in store.capsules(ids, scope)}
     scored: dict[str, float] = {}
     for cid in ids:
@@ -139,9 +162,12 @@ def search(store, query: str, opts: SearchOptions | None = None, dense_index: De
         if c is None or (opts.kinds and c.kind not in opts.kinds):
             continue
         s = fused.get(cid, 0.0) + (1.0 + exact[cid] if cid in exact else 0.0)
-        if opts.demote_tests and is_test_path(c.path):
+        if opts.demote_tests and is_test_unit(c):
             s *= 0.5
             why[cid]["test_demoted"] = True
+        elif demote_docs and is_doc_unit(c):
+            s *= 0.5
+            why[cid]["doc_demoted"] = True
         scored[cid] = s
 
     if opts.graph and scored:
@@ -178,7 +204,7 @@ def expand_graph(store, scored: dict[str, float], caps: dict[str, Capsule], why:
         if cid in scored:
             scored[cid] += bonus
         else:
-            scored[cid] = bonus * (0.5 if opts.demote_tests and is_test_path(caps[cid].path) else 1.0)
+            scored[cid] = bonus * (0.5 if opts.demote_tests and is_test_unit(caps[cid]) else 1.0)
         why.setdefault(cid, {})["graph"] = {"from": seed, "relation": rel, "score": round(bonus, 5)}
 
 
