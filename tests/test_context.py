@@ -355,3 +355,51 @@ def test_context_serialises(index):
 
     ctx = build_context(index, "how does checkout work")
     assert json.loads(json.dumps(ctx.to_dict()))["citations"] == ctx.citations
+
+
+def test_refactor_rename_targets_the_real_definition_and_its_callers(tmp_path):
+    """An example's override must not stand in for the project's method (issue: click's resolve_command)."""
+    from repoctx import Index, Settings
+    from tests.conftest import write_tree
+
+    core = ("class Group:\n"
+            "    def resolve_command(self, ctx, args):\n"
+            "        \"\"\"Find the subcommand named by the first argument.\"\"\"\n"
+            "        cmd_name = args[0]\n        cmd = self.get_command(ctx, cmd_name)\n"
+            "        if cmd is None:\n            ctx.fail(f'No such command {cmd_name!r}.')\n"
+            "        return cmd_name, cmd, args[1:]\n\n"
+            "    def get_command(self, ctx, name):\n        return self.commands.get(name)\n\n"
+            "    def invoke(self, ctx):\n        cmd_name, cmd, args = self.resolve_command(ctx, ctx.args)\n"
+            "        return cmd.invoke(ctx)\n\n"
+            "    def shell_complete(self, ctx, incomplete):\n        name, cmd, rest = self.resolve_command(ctx, [incomplete])\n"
+            "        return [name]\n")
+    example = ("import click\n\nclass AliasedGroup(click.Group):\n"
+               "    def resolve_command(self, ctx, args):\n        _, cmd, args = super().resolve_command(ctx, args)\n"
+               "        return cmd.name, cmd, args\n")
+    root = write_tree(tmp_path / "click", {"src/click/core.py": core, "examples/aliases/aliases.py": example})
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    ix.update()
+    ctx = ix.context("rename resolve_command", task="refactor", budget=1500)
+    assert ctx.citations[0] == "src/click/core.py:2-8 :: Group.resolve_command"
+    assert "cmd = self.get_command(ctx, cmd_name)" in ctx.text  # whole
+    assert "src/click/core.py:13-15 :: Group.invoke" in ctx.citations  # callers
+    assert "src/click/core.py:17-19 :: Group.shell_complete" in ctx.citations
+    assert "examples/aliases/aliases.py:4-6 :: AliasedGroup.resolve_command" in ctx.citations  # the override, too
+    assert ctx.tokens <= 1500
+
+
+def test_a_large_budget_is_filled_with_relevant_code(tmp_path):
+    from repoctx import Index, Settings
+    from tests.conftest import write_tree
+
+    files = {f"dates/fmt{i}.py": "".join(
+        f"def parse_date_format_{i}_{j}(text):\n    \"\"\"Parse a date written in format {i}.{j}.\"\"\"\n"
+        + "".join(f"    part_{k} = text.split('-')[{k % 3}]  # date field {k}\n" for k in range(12))
+        + "    return part_0\n\n" for j in range(5)) for i in range(8)}
+    root = write_tree(tmp_path / "r", files)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    ix.update()
+    for task in ("code_query", "refactor"):
+        ctx = ix.context("how are dates parsed from text?", task=task, budget=6000)
+        assert ctx.tokens <= 6000 and ctx.tokens >= 0.6 * 6000, (task, ctx.tokens)
+        assert len(ctx.citations) >= 8

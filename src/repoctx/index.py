@@ -358,13 +358,15 @@ class Index:
                 scope: Scope | None = None) -> Context:
         """Context compressed to the task (code_query, refactor, code_gen, search) inside a token budget.
         With mode auto/agentic the hits come from the router / agentic loop."""
-        from repoctx.retrieve.context import build_context
+        from repoctx.retrieve.context import DEFAULT_BUDGETS, build_context, classify_task, hits_for
 
         query = _check_query(query)
         scope = self.scope(scope)
         hits = None
         if mode != "standard":
-            hits = self.retrieve(query, k=30, mode=mode, scope=scope).hits
+            task = task or classify_task(query)
+            k = max(30, hits_for(task, DEFAULT_BUDGETS.get(task, 2000) if budget is None else budget))
+            hits = self.retrieve(query, k=k, mode=mode, scope=scope).hits
         return build_context(self, query, task=task, budget=budget, scope=scope, hits=hits)
 
     def capsule(self, capsule_id: str, scope: Scope | None = None) -> Capsule | None:

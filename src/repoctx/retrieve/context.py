@@ -111,6 +111,7 @@ class GraphReader(Protocol):
     def callers(self, ids: list[str]) -> list[Capsule]: ...
     def file_capsules(self, repo: str, path: str) -> list[Capsule]: ...
     def visible_paths(self, repo: str, dirs: list[str]) -> list[str]: ...
+    def namesakes(self, c: Capsule) -> list[Capsule]: ...
 
 
 class StoreReader:
@@ -130,6 +131,11 @@ class StoreReader:
 
     def file_capsules(self, repo: str, path: str) -> list[Capsule]:
         return self.store.file_capsules(repo, path, self.scope)
+
+    def namesakes(self, c: Capsule) -> list[Capsule]:
+        """Other functions, methods and classes with the same name, in the same repository."""
+        return [d for d in self.store.by_names([c.name], self.scope.with_repos((c.repo,)) if c.repo else self.scope)
+                if d.id != c.id and d.name == c.name and d.kind in CODE_KINDS]
 
     def visible_paths(self, repo: str, dirs: list[str]) -> list[str]:
         """The files directly in ``dirs``, plus one file under each of their subdirectories, that the
@@ -186,6 +192,19 @@ class _Packer:
         self.parts.append((text, list(citations)))
         self.used += n
         return True
+
+    def upgrade(self, old: str, new: str) -> bool:
+        """Swap a piece already added (a signature) for a fuller one (the whole body) if the difference fits."""
+        for i, (text, cites) in enumerate(self.parts):
+            if old in text:
+                grown = text.replace(old, new, 1)
+                delta = count_tokens(grown) - count_tokens(text)
+                if delta > self.room():
+                    return False
+                self.parts[i] = (grown, cites)
+                self.used += delta
+                return True
+        return False
 
     def finish(self, task: str, budget: int) -> Context:
         text = "".join(t for t, _ in self.parts).rstrip() + "\n" if self.parts else ""
@@ -320,22 +339,47 @@ def _add_unseen(packer: _Packer, caps: list[Capsule], shown: set[str], piece, se
             packer.add(piece(c), [c.citation], section=section)
 
 
+def _fill(packer: _Packer, signed: list[Capsule], more: list[Capsule], shown: set[str]) -> None:
+    """With budget left, related hits shown as signatures are shown whole (in rank order), then further
+    hits whole: a large budget is filled with relevant code, not left empty. Callee and caller
+    signatures stay signatures: that is the task's shape."""
+    for c in signed:
+        if packer.room() <= 0:
+            return
+        packer.upgrade(_signature_piece(c), _whole_piece(c))
+    for c in more:
+        if packer.room() <= 0:
+            return
+        if c.id not in shown:
+            shown.add(c.id)
+            packer.add(_whole_piece(c), [c.citation], section="More relevant code", record=False)
+
+
 def _assemble_code_query(packer: _Packer, hits: list[Hit], reader: GraphReader) -> None:
     target, members = _target(packer, hits, reader)
     own = {target.id} | {m.id for m in members}
     shown = set(own)
-    _add_unseen(packer, reader.callees(list(own)), shown, _signature_piece, "Callees (signatures)")
-    related = [c for c in _code_hits(hits) if c.id not in shown and c.parent not in own][:MAX_RELATED]
+    callees = [c for c in reader.callees(list(own)) if c.id not in shown]
+    _add_unseen(packer, callees, shown, _signature_piece, "Callees (signatures)")
+    code = [c for c in _code_hits(hits) if c.parent not in own]
+    related = [c for c in code if c.id not in shown][:MAX_RELATED]
     for c in related:
+        shown.add(c.id)
         packer.add(_signature_piece(c), [c.citation], section="Related (signatures)")
+    _fill(packer, related, code, shown)
 
 
 def _assemble_refactor(packer: _Packer, hits: list[Hit], reader: GraphReader) -> None:
     target, members = _target(packer, hits, reader)
     own = {target.id} | {m.id for m in members}
     shown = set(own)
-    _add_unseen(packer, reader.callers(list(own)), shown, _signature_piece, "Callers (signatures)")
+    callers = [c for c in reader.callers(list(own)) if c.id not in shown]
+    _add_unseen(packer, callers, shown, _signature_piece, "Callers (signatures)")
+    # a rename or signature change touches every definition of the name (overrides, other implementations)
+    namesakes = [c for c in reader.namesakes(target) if c.id not in shown]
+    _add_unseen(packer, namesakes, shown, _signature_piece, "Other definitions of the name (signatures)")
     _add_unseen(packer, reader.callees(list(own)), shown, _whole_piece, "Callees (bodies)")
+    _fill(packer, [], _code_hits(hits), shown)
 
 
 def _layout_lines(paths: list[str], dirs: list[str], hit_files: set[str]) -> list[str]:
@@ -464,6 +508,11 @@ def assemble(task: str, query: str, hits: list[Hit], reader: GraphReader, budget
     return packer.finish(task, budget)
 
 
+def hits_for(task: str, budget: int) -> int:
+    """How many hits a budget can use: the task's few, more when the budget has room (~250 tokens a unit)."""
+    return max(SEARCH_K[task], min(100, budget // 250))
+
+
 def build_context(index, query: str, task: str | None = None, budget: int | None = None,
                   scope: Scope = EVERYTHING, hits: list[Hit] | None = None) -> Context:
     """Retrieve for ``query`` (unless ``hits`` are given) and compress the result for the task.
@@ -478,7 +527,7 @@ def build_context(index, query: str, task: str | None = None, budget: int | None
     if budget < 0:
         raise ValueError("budget must be >= 0")
     if hits is None:
-        hits = index.search(query, k=SEARCH_K[task], scope=scope)
+        hits = index.search(query, k=hits_for(task, budget), scope=scope)
     flat: list[Hit] = []
     for h in hits:
         flat.extend(h.capsules if isinstance(h, FileHit) else [h])

@@ -22,9 +22,10 @@ _TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*$|_tests?\.py$|(
 _RUST_TEST_MODULE = re.compile(r"(^|\.)tests?\.")  # #[cfg(test)] mod tests { ... } inside a source file
 DOC_LANGUAGES = frozenset({"markdown", "rst", "text", "latex"})
 _DECLARATIONS = re.compile(r"\.d\.[cm]?ts$")  # TypeScript declaration files repeat the code's names
+_EXAMPLES = re.compile(r"(^|/)(examples?|samples?|demos?)/")  # code that uses the project, not the project
 # a question about the documentation or the typings themselves keeps them at full weight
 _ASKS_FOR_DOCS = re.compile(r"\b(docs?|documentation|documented|readme|changelog|changes file|release notes|guide|"
-                            r"tutorial|manual|typings?|type declarations?|d\.ts)\b", re.I)
+                            r"tutorial|manual|typings?|type declarations?|d\.ts|examples?|samples?|demos?)\b", re.I)
 
 
 class DenseIndex(Protocol):
@@ -122,8 +123,9 @@ def is_test_unit(c: Capsule) -> bool:
 
 
 def is_doc_unit(c: Capsule) -> bool:
-    """Prose and declarations: README/CHANGES windows, .rst/.txt pages, TypeScript .d.ts typings."""
-    return c.language in DOC_LANGUAGES or bool(_DECLARATIONS.search(c.path))
+    """Prose, declarations and examples: README/CHANGES windows, .rst/.txt pages, TypeScript .d.ts typings,
+    code under examples/ (an example's ``AliasedGroup.resolve_command`` is not the project's)."""
+    return c.language in DOC_LANGUAGES or bool(_DECLARATIONS.search(c.path) or _EXAMPLES.search(c.path))
 
 
 def search(store, query: str, opts: SearchOptions | None = None, dense_index: DenseIndex | None = None,
