@@ -1,6 +1,7 @@
 """Load on the HTTP service: ``POST /search`` over Django 4.2, SQLite and PostgreSQL, in one run.
 
-    python bench/api_load.py                       # 8 clients, both backends, writes bench/results/api_load.md
+    python bench/api_load.py                       # 8 clients, both backends, 1 and 2 server processes,
+                                                   # writes bench/results/api_load.md
     python bench/api_load.py --clients 4 8 16 --seconds 15 --server-workers 2
     python bench/api_load.py --backend sqlite --json
 
@@ -184,8 +185,31 @@ def run_backend(backend: str, tree: Path, tmp: Path, args) -> list[dict]:
     index_s = time.perf_counter() - t0
     counts = ix.store.counts()
     queries = make_queries(ix)
-    ix.close()
     log(f"{backend}: indexed {counts['files']} files, {counts['capsules']} capsules in {index_s:.1f} s")
+    rows = []
+    if args.baseline:  # the same searches in-process, one thread, no HTTP: what the library itself costs now
+        from repoctx.store.base import Grant, Scope
+
+        scopes = {"admin": None, "scoped": Scope(grants=(Grant("django", (), ("tests/*",)),))}
+        for who in args.keys:
+            for q in queries[:5]:
+                ix.retrieve(q, k=10, mode="standard", scope=scopes[who])
+            lat = []
+            t_all = time.perf_counter()
+            for q in queries:
+                t0 = time.perf_counter()
+                ix.retrieve(q, k=10, mode="standard", scope=scopes[who])
+                lat.append(time.perf_counter() - t0)
+            wall = time.perf_counter() - t_all
+            lat.sort()
+            rows.append({"backend": backend, "key": who, "clients": "in-process", "server_workers": 0,
+                         "requests": len(lat), "errors": 0, "seconds": round(wall, 2),
+                         "rps": round(len(lat) / wall, 1), "p50_ms": round(lat[len(lat) // 2] * 1000, 1),
+                         "p95_ms": round(lat[int(0.95 * len(lat))] * 1000, 1),
+                         "p99_ms": round(lat[int(0.99 * len(lat))] * 1000, 1),
+                         "files": counts["files"], "capsules": counts["capsules"]})
+            log(f"{backend} {who} in-process: p50 {rows[-1]['p50_ms']} ms, p95 {rows[-1]['p95_ms']} ms")
+    ix.close()
     ks = KeyStore(ServiceDB(service_db_target(settings)), cache_seconds=0, owns_db=True)
     ks.add_role("reader", repo="django", exclude=["tests/*"])
     keys = {"admin": ks.add_key("bench-admin", "admin")[1], "scoped": ks.add_key("bench-reader", "reader")[1]}
@@ -195,41 +219,44 @@ def run_backend(backend: str, tree: Path, tmp: Path, args) -> list[dict]:
     env.pop("REPOCTX_DATABASE_URL", None)
     if url:
         env["REPOCTX_DATABASE_URL"] = url
-    rows = []
-    server = Server(env, args.server_workers)
-    try:
-        for who in args.keys:
-            drive(server.port, keys[who], queries, 4, 2.0, 200)  # warm-up: caches, pools, first-query costs
-            for n in args.clients:
-                r = drive(server.port, keys[who], queries, n, args.seconds, args.max_requests)
-                r.update(backend=backend, key=who, server_workers=args.server_workers,
-                         files=counts["files"], capsules=counts["capsules"])
-                log(f"{backend} {who} {n} clients: {r['rps']} req/s, p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms, "
-                    f"{r['errors']} errors")
-                rows.append(r)
-    finally:
-        server.stop()
+    for workers in args.server_workers:
+        server = Server(env, workers)
+        try:
+            for who in args.keys:
+                drive(server.port, keys[who], queries, 4, 2.0, 200)  # warm-up: caches, pools, first-query costs
+                for n in args.clients:
+                    r = drive(server.port, keys[who], queries, n, args.seconds, args.max_requests)
+                    r.update(backend=backend, key=who, server_workers=workers,
+                             files=counts["files"], capsules=counts["capsules"])
+                    log(f"{backend} {who} {workers} proc {n} clients: {r['rps']} req/s, p50 {r['p50_ms']} ms, "
+                        f"p95 {r['p95_ms']} ms, {r['errors']} errors")
+                    rows.append(r)
+        finally:
+            server.stop()
     return rows
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = [f"`POST /search` over Django 4.2 ({rows[0]['files']} files, {rows[0]['capsules']} capsules), "
-             f"lexical only (`REPOCTX_EMBEDDER=none`), k=10, mode standard; `repoctx serve` (uvicorn, "
-             f"{meta['server_workers']} process{'es' if meta['server_workers'] > 1 else ''}) and the client "
-             f"threads on one machine: {meta['cpus']} CPUs, load avg before {meta['load_before']}, Python "
-             f"{meta['python']}. Each run: {meta['seconds']:g} s or {meta['max_requests']} requests, "
-             "keep-alive connections, latency measured at the client.", "",
-             "| backend | key | clients | requests | errors | req/s | p50 ms | p95 ms | p99 ms |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"lexical only (`REPOCTX_EMBEDDER=none`), k=10, mode standard; `repoctx serve` (uvicorn) and the "
+             f"client threads on one machine: {meta['cpus']} CPUs, load avg 1m/5m before {meta['load_before']}, "
+             f"after {meta['load_after']} (other work on the machine counts), Python {meta['python']}. Each run: "
+             f"{meta['seconds']:g} s or {meta['max_requests']} requests, keep-alive connections, latency measured at "
+             "the client. Key `admin`: no access rule; `scoped`: a role granting `django` minus `tests/*` (its rule "
+             "is part of every query). Rows `in-process`: the same 200 searches through `Index.retrieve` in one "
+             "thread, no HTTP, just before -- what the library itself costs on the machine at that moment.", "",
+             "| backend | key | server processes | clients | requests | errors | req/s | p50 ms | p95 ms | p99 ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['backend']} | {r['key']} | {r['clients']} | {r['requests']} | {r['errors']} | "
-                     f"{r['rps']:.0f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['p99_ms']:.1f} |")
+        lines.append(f"| {r['backend']} | {r['key']} | {r['server_workers'] or '-'} | {r['clients']} | {r['requests']} | "
+                     f"{r['errors']} | {r['rps']:.0f} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['p99_ms']:.1f} |")
     lines += ["", f"Goal: at least {GOAL_RPS:.0f} req/s with p95 at most {GOAL_P95_MS:.0f} ms at "
                   f"{GOAL_CLIENTS} clients."]
     for r in rows:
         if r["clients"] == GOAL_CLIENTS:
             ok = r["rps"] >= GOAL_RPS and r["p95_ms"] <= GOAL_P95_MS and not r["errors"]
-            lines.append(f"- {r['backend']}, {r['key']} key: {r['rps']:.0f} req/s, p95 {r['p95_ms']:.1f} ms: "
+            lines.append(f"- {r['backend']}, {r['key']} key, {r['server_workers']} server process"
+                         f"{'es' if r['server_workers'] > 1 else ''}: {r['rps']:.0f} req/s, p95 {r['p95_ms']:.1f} ms: "
                          + ("met" if ok else "**not met**"))
     lines += ["", "Reproduce: `python bench/api_load.py` " + meta["argv"]]
     return "\n".join(lines) + "\n"
@@ -242,7 +269,9 @@ def main() -> None:
     ap.add_argument("--keys", nargs="+", choices=("admin", "scoped"), default=["admin", "scoped"])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--max-requests", type=int, default=20000)
-    ap.add_argument("--server-workers", type=int, default=1, help="uvicorn processes")
+    ap.add_argument("--server-workers", type=int, nargs="+", default=[1, 2], help="uvicorn processes (each value: a run)")
+    ap.add_argument("--no-baseline", dest="baseline", action="store_false",
+                    help="skip the in-process (no HTTP) searches")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-write", action="store_true", help="do not write bench/results/api_load.md")
     args = ap.parse_args()
@@ -252,7 +281,7 @@ def main() -> None:
     fetch_wheel("Django", "4.2")  # cached by materialize; named here so the source is explicit
     meta = {"cpus": os.cpu_count(), "load_before": "/".join(f"{x:.2f}" for x in os.getloadavg()[:2]),
             "python": platform.python_version(), "seconds": args.seconds, "max_requests": args.max_requests,
-            "server_workers": args.server_workers, "argv": " ".join(sys.argv[1:])}
+            "argv": " ".join(sys.argv[1:])}
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     tmp = Path(tempfile.mkdtemp(prefix="repoctx-api-load-"))
     rows: list[dict] = []
@@ -261,6 +290,7 @@ def main() -> None:
             rows += run_backend(b, tree, tmp, args)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    meta["load_after"] = "/".join(f"{x:.2f}" for x in os.getloadavg()[:2])
     text = markdown(rows, meta)
     if args.json:
         print(json.dumps({"meta": meta, "rows": rows}, indent=2))

@@ -103,17 +103,17 @@ def store_scope(name):
 
 
 def test_a_worker_killed_mid_job_loses_its_lease_and_another_finishes_the_job(pg, tmp_path):
-    root = make_repo(tmp_path, "big", 500, funcs=3)
+    root = make_repo(tmp_path, "big", 800, funcs=3)
     jobs = Jobs(ServiceDB(pg))
     job = jobs.enqueue("big", str(root))
     env = {**os.environ, "REPOCTX_DATABASE_URL": pg, "REPOCTX_EMBEDDER": "none", "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.Popen([sys.executable, "-m", "repoctx.service.cli", "worker", "--id", "doomed",
-                             "--lease", "1.5", "--poll", "0.05"], env=env, cwd=str(tmp_path),
+                             "--lease", "0.9", "--poll", "0.05"], env=env, cwd=str(tmp_path),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        # killed while parsing: the job is claimed and its heartbeat has reported parse progress
-        mid = wait_for(lambda: (j := jobs.get(job.id)).worker == "doomed" and (j.progress or {}).get("event") == "parse"
-                       and j, 60, 0.02)
+        # killed mid-job: the job is claimed and its heartbeat has reported indexing progress
+        mid = wait_for(lambda: (j := jobs.get(job.id)).worker == "doomed" and j.status == "running"
+                       and (j.progress or {}).get("event") not in (None, "claimed", "done") and j, 60, 0.02)
         assert mid and mid.status == "running", (jobs.get(job.id), proc.poll())
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
@@ -138,8 +138,8 @@ def test_a_worker_killed_mid_job_loses_its_lease_and_another_finishes_the_job(pg
         t.join(30)
     assert finished, jobs.get(job.id)
     assert finished.worker == "survivor" and finished.attempts == 2
-    assert finished.result["files_seen"] == 500 and finished.result["added"] == 500
-    assert survivor.store.counts(store_scope("big"))["files"] == 500  # nothing half-written by the dead worker
+    assert finished.result["files_seen"] == 800 and finished.result["added"] == 800
+    assert survivor.store.counts(store_scope("big"))["files"] == 800  # nothing half-written by the dead worker
     survivor.store.close()
 
 

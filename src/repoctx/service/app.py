@@ -231,11 +231,15 @@ class Service:
         self.settings = settings
         self.conf = service
         self.db = ServiceDB(service_db_target(settings))
-        self.keys = key_store or KeyStore(self.db, roles_file=service.roles_file,
-                                          cache_seconds=service.key_cache_seconds)
-        self._owns_keys = key_store is None
-        self.store = store if store is not None else open_store(settings)
-        self._owns_store = store is None
+        try:
+            self.keys = key_store or KeyStore(self.db, roles_file=service.roles_file,
+                                              cache_seconds=service.key_cache_seconds)
+            self._owns_keys = key_store is None
+            self.store = store if store is not None else open_store(settings)
+            self._owns_store = store is None
+        except BaseException:
+            self.db.close()
+            raise
         self.index = Index(settings=settings, repos=(), store=self.store)
         self.jobs = Jobs(self.db, max_attempts=service.job_attempts)
         self.metrics = ServiceMetrics(self.jobs.counts)
@@ -255,7 +259,8 @@ class Service:
             inproc = service.inprocess_jobs if service.inprocess_jobs is not None else self.db.backend == "sqlite"
             n = 1 if inproc else 0
         self.workers = InProcessWorkers(settings, self.jobs, self.store, n, lease=service.job_lease,
-                                        poll=service.job_poll, on_job=self.metrics.record_job).start() if n else None
+                                        poll=service.job_poll, on_job=self.metrics.record_job,
+                                        embedder=lambda: self.index.embedder).start() if n else None
 
     @property
     def runs_jobs(self) -> bool:

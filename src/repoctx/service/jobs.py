@@ -184,7 +184,7 @@ class Worker:
     """Claims jobs and indexes their repositories into ``store`` (see the module docstring)."""
 
     def __init__(self, settings, jobs: Jobs, store=None, *, worker: str | None = None, lease: float = 30.0,
-                 poll: float = 1.0, on_job: Callable[[Job, str, float], None] | None = None):
+                 poll: float = 1.0, on_job: Callable[[Job, str, float], None] | None = None, embedder=None):
         self.settings = settings
         self.jobs = jobs
         self._store = store
@@ -193,7 +193,7 @@ class Worker:
         self.lease = lease
         self.poll = poll
         self.on_job = on_job  # (job, outcome, seconds): metrics
-        self._embedder = None
+        self._embedder = embedder  # an embedder, or a callable returning one (shared with the API's reads)
         self.current: Job | None = None
 
     @property
@@ -242,6 +242,8 @@ class Worker:
         return True
 
     def _embedder_for(self):
+        if callable(self._embedder) and not hasattr(self._embedder, "encode"):
+            self._embedder = self._embedder()
         if self._embedder is None and self.settings.embedder not in ("none", "", None):
             from repoctx.embed import get_embedder
 
@@ -295,9 +297,10 @@ class InProcessWorkers:
     """``n`` worker threads inside the API process (the SQLite default; optional with PostgreSQL)."""
 
     def __init__(self, settings, jobs: Jobs, store, n: int = 1, *, lease: float = 30.0, poll: float = 1.0,
-                 on_job=None):
+                 on_job=None, embedder=None):
         self.stop = threading.Event()
-        self.workers = [Worker(settings, jobs, store, lease=lease, poll=poll, on_job=on_job) for _ in range(n)]
+        self.workers = [Worker(settings, jobs, store, lease=lease, poll=poll, on_job=on_job, embedder=embedder)
+                        for _ in range(n)]
         self.threads: list[threading.Thread] = []
 
     def start(self) -> "InProcessWorkers":
