@@ -177,6 +177,11 @@ def test_interrupted_vector_fill_is_not_called_a_model_change(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         fill_vectors(ix.store.writer(ix.repo), Failing(), VectorCache(tmp_path / "v.sqlite"), batch=8)
+    partial = Index(root, settings, embedder=HashEmbedder())
+    status = partial.vectors_status()
+    assert 8 <= status["count"] < status["total"] and not status["current"]  # what was embedded is searchable
+    res = partial.retrieve("f3", mode="standard")
+    assert res.notes and "still being filled" in res.notes[0]
     again = Index(root, settings, embedder=HashEmbedder())
     again.update()
     assert again.last_embed is not None and again.last_embed.model_changed_from is None

@@ -10,7 +10,6 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from repoctx.config import ConfigError, Settings
 from repoctx.index import Index, open_store
@@ -129,11 +128,17 @@ def _open_indexed(repos: list[str], all_repos: bool = False) -> Index:
 
 
 def _run_update(ix: Index, as_json: bool):
+    """Index with progress on a terminal. The lexical index and graph commit first (searchable from
+    then on, by any process); vectors fill after, with a rate and an estimate of the end."""
     interactive = sys.stderr.isatty() and not as_json
     if not interactive:
         return ix.update()
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err, transient=True) as bar:
+                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                  console=err, transient=True) as bar:
         task = bar.add_task("scanning", total=None, rate="")
         t0 = time.perf_counter()
 
@@ -145,9 +150,14 @@ def _run_update(ix: Index, as_json: bool):
                 bar.update(task, completed=e["done"], rate=f"{rate:,.0f} files/s")
             elif e["event"] == "link":
                 bar.update(task, description="linking")
+            elif e["event"] == "done":
+                bar.console.print(f"lexical index and graph written in {e['seconds']:.1f}s: search works now "
+                                  "(vectors follow)", highlight=False)
             elif e["event"] == "embed":
+                if e["done"] == 0:
+                    bar.reset(task, description="embedding", total=max(e["total"], 1), rate="")
                 bar.update(task, description="embedding", total=max(e["total"], 1), completed=e["done"],
-                           rate=f"{e.get('rate', 0):,.0f} capsules/s")
+                           rate=f"{e.get('rate', 0):,.0f} units/s")
         return ix.update(progress=on)
 
 
@@ -236,9 +246,16 @@ def status(repo: Path = typer.Argument(Path(".")), as_json: bool = typer.Option(
             console.print(f"  {key}: {p}")
     v = st["vectors"]
     if v["enabled"]:
-        state = "current" if v["current"] else (f"built with {v['indexed_model']}, run `repoctx index`"
-                                                 if v["indexed_model"] else "not built yet")
-        console.print(f"vectors: {v['count']} ({v['model']}): {state}", highlight=False)
+        if v["current"]:
+            state = "current"
+        elif v["indexed_model"] and v["indexed_model"] != v["model"]:
+            state = f"built with {v['indexed_model']}, run `repoctx index`"
+        elif v["count"]:
+            state = "filling (searches use what exists)"
+        else:
+            state = "not built yet"
+        console.print(f"vectors: {v['count']} of {v['total']} units ({100 * v['coverage']:.0f}%, {v['model']}): "
+                      f"{state}", highlight=False)
 
 
 @app.command()

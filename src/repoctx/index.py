@@ -3,7 +3,6 @@ all call. One store (SQLite embedded, or PostgreSQL) may hold many repositories;
 view of some of them. ``retrieve`` returns one ``Retrieval`` (sync, streamed, or async)."""
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 import threading
@@ -12,12 +11,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import AsyncIterator, Callable, Iterator
 
+from typing import TYPE_CHECKING
+
 from repoctx.config import Settings
-from repoctx.indexer import ProgressFn, UpdateReport, stale_files, update_index
 from repoctx.retrieve.hybrid import SearchOptions, search, to_files
 from repoctx.store.base import EVERYTHING, Scope, StoreError
 from repoctx.types import Capsule, Context, Edge, FileHit, Hit, TraceEvent
 from repoctx.vectors import DenseRetriever, EmbedReport, VectorCache, fill_vectors
+
+if TYPE_CHECKING:  # the indexer (tree-sitter, the walk) is imported only by what writes: a search never pays for it
+    from repoctx.indexer import ProgressFn, UpdateReport
 
 LEVELS = ("symbol", "file")
 MODES = ("auto", "standard", "agentic")
@@ -126,10 +129,12 @@ class Index:
         return scope if scope.repos or not self.repos else replace(scope, repos=self.repos)
 
     # ---- writing
-    def update(self, progress: ProgressFn | None = None, wait: bool = True, embed: bool = True,
-               background: bool = False) -> UpdateReport:
+    def update(self, progress: "ProgressFn | None" = None, wait: bool = True, embed: bool = True,
+               background: bool = False) -> "UpdateReport":
         """Refresh the lexical index and graph (one transaction), then fill dense vectors for what
         changed. With ``background=True`` vectors fill in a thread while lexical search already answers."""
+        from repoctx.indexer import update_index
+
         if self.root is None:
             raise StoreError("this Index reads a store; open Index(path) to index a repository")
         notes = []
@@ -164,7 +169,7 @@ class Index:
         self._embedder = get_embedder(self.settings.embedder)
         return self._embedder
 
-    def _fill(self, progress: ProgressFn | None = None) -> EmbedReport | None:
+    def _fill(self, progress: "ProgressFn | None" = None) -> EmbedReport | None:
         """Embed what the content-hash cache lacks and hand the vectors to the store."""
         writer = self.store.writer(self.repo)
         model = self.embedder.model_id
@@ -200,6 +205,8 @@ class Index:
             bool(self.store.repos())
 
     def status(self) -> dict:
+        from repoctx.indexer import stale_files
+
         out = stale_files(self.root, self.store.writer(self.repo), self.settings) if self.root else {}
         out["repo"] = self.repo
         out["counts"] = self.store.counts(self.scope())
@@ -330,10 +337,14 @@ class Index:
 
     async def aretrieve(self, query: str, **kw) -> Retrieval:
         """``retrieve`` for asyncio callers: the work runs in a worker thread, the loop never blocks."""
+        import asyncio
+
         return await asyncio.to_thread(self.retrieve, query, **kw)
 
     async def astream(self, query: str, **kw) -> AsyncIterator[TraceEvent]:
         """``stream`` for asyncio callers: each step runs in a worker thread."""
+        import asyncio
+
         gen = self.stream(query, **kw)
         sentinel = object()
         while True:

@@ -154,23 +154,27 @@ def fill_vectors(writer, embedder, cache: VectorCache, progress: Callable[[dict]
         sink.add([rows[i].id for i in idx], matrix)
 
     hand_over(set(have))
+    publish = getattr(sink, "publish", None)  # a sink that can show a partial set while the rest is embedded
     last_publish = time.perf_counter()
-    for start in range(0, len(todo), batch):
-        chunk = todo[start:start + batch]
-        vecs = np.asarray(embedder.encode([texts[h] for h in chunk]), dtype=np.float32)
-        cache.put_many(model, list(zip(chunk, vecs)))  # committed per batch: a kill loses one batch
-        for h, v in zip(chunk, vecs):
-            have[h] = v
-        hand_over(set(chunk))
-        report.embedded += len(chunk)
-        elapsed = time.perf_counter() - t0
-        rate = report.embedded / max(elapsed, 1e-6)
-        emit({"event": "embed", "done": report.embedded, "total": len(todo), "rate": rate,
-              "eta": (len(todo) - report.embedded) / rate if rate else None})
-        if hasattr(sink, "publish") and time.perf_counter() - last_publish > publish_every \
-                and report.embedded < len(todo):
-            sink.publish(len(rows))
-            last_publish = time.perf_counter()
+    try:
+        for start in range(0, len(todo), batch):
+            chunk = todo[start:start + batch]
+            vecs = np.asarray(embedder.encode([texts[h] for h in chunk]), dtype=np.float32)
+            cache.put_many(model, list(zip(chunk, vecs)))  # committed per batch: a kill loses one batch
+            for h, v in zip(chunk, vecs):
+                have[h] = v
+            hand_over(set(chunk))
+            report.embedded += len(chunk)
+            rate = report.embedded / max(time.perf_counter() - t0, 1e-6)
+            emit({"event": "embed", "done": report.embedded, "total": len(todo), "rate": rate,
+                  "eta": (len(todo) - report.embedded) / rate})
+            if publish and time.perf_counter() - last_publish > publish_every and report.embedded < len(todo):
+                publish(len(rows))
+                last_publish = time.perf_counter()
+    except BaseException:  # interrupted: what was embedded stays searchable (and cached for the next fill)
+        if publish and report.embedded:
+            publish(len(rows))
+        raise
     sink.finish()
     report.rebuilt = bool(rows) or whole
     report.seconds = time.perf_counter() - t0
