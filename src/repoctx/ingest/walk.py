@@ -14,6 +14,7 @@ import pathspec
 
 from repoctx.config import Settings
 from repoctx.ingest.languages import language_of
+from repoctx.ingest.secrets import redact as _redact_secrets
 
 SKIP_DIRS = {
     ".git", ".hg", ".svn", "node_modules", "bower_components", "vendor", "third_party", "dist", "build",
@@ -28,42 +29,11 @@ SECRET_PATTERNS = [
 ]
 GENERATED = re.compile(r"\.min\.(js|css)$|\.bundle\.js$|-lock\.json$|\.lock$|\.map$")
 
-_SECRET_PATTERNS = [  # one scan for all token shapes: cloud keys, GitHub/Slack/OpenAI/Google tokens, JWTs
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
-    re.compile(r"\b(?:(?:AKIA|ASIA)[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,}"
-               r"|xox[abprs]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35}"
-               r"|eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})\b"),
-]
-_SECRET_WORDS = ("password", "passwd", "secret", "key", "token")
-_ASSIGNED_SECRET = re.compile(
-    r"""(?i)((?:password|passwd|secret|api[_-]?key|access[_-]?key|auth[_-]?token|token|private[_-]?key)"""
-    r"""[A-Za-z0-9_]*["']?\s*[:=]\s*["'])([^"'\s]{8,})(["'])"""
-)
 
-
-def redact(text: str) -> tuple[str, int]:
-    """Replace secret-looking strings; line count is preserved so citations stay true."""
-    count = 0
-
-    def keep_lines(m: re.Match) -> str:
-        nonlocal count
-        count += 1
-        return "[REDACTED]" + "\n" * m.group(0).count("\n")
-
-    for pat in _SECRET_PATTERNS:
-        text = pat.sub(keep_lines, text)
-
-    def assigned(m: re.Match) -> str:
-        nonlocal count
-        if m.group(2).startswith("[REDACTED"):
-            return m.group(0)
-        count += 1
-        return m.group(1) + "[REDACTED]" + m.group(3)
-
-    low = text.lower()
-    if any(word in low for word in _SECRET_WORDS):  # a cheap look before the case-insensitive scan
-        text = _ASSIGNED_SECRET.sub(assigned, text)
-    return text, count
+def redact(text: str, path: str | None = None) -> tuple[str, int]:
+    """Replace secret values with [REDACTED] (detect-secrets' detectors, see repoctx.ingest.secrets);
+    line count is preserved so citations stay true. path, when known, picks the file-type rules."""
+    return _redact_secrets(text, path)
 
 
 @dataclass(slots=True)
@@ -218,8 +188,9 @@ class LoadedText:
     minified: bool
 
 
-def load_text(data: bytes, redact_secrets: bool = True) -> LoadedText | None:
-    """Decode a file's bytes; None for binary content."""
+def load_text(data: bytes, redact_secrets: bool = True, path: str | None = None) -> LoadedText | None:
+    """Decode a file's bytes; None for binary content. Secrets are redacted here: every indexed text
+    passes through, so nothing unredacted reaches the store, the vector cache or any output."""
     head = data[:8192]
     if b"\x00" in head:
         return None
@@ -236,5 +207,5 @@ def load_text(data: bytes, redact_secrets: bool = True) -> LoadedText | None:
     minified = len(text) > 4096 and len(text) / lines > 400
     redactions = 0
     if redact_secrets:
-        text, redactions = redact(text)
+        text, redactions = redact(text, path)
     return LoadedText(text, invalid, redactions, minified)
