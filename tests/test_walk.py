@@ -91,6 +91,16 @@ def test_symlinks_stay_inside_root(make_repo, tmp_path):
     assert reasons["out_link"] == "symlink: outside root" and reasons["leak_link.py"] == "symlink: outside root"
 
 
+def test_a_folder_link_does_not_hide_the_real_folder(make_repo):
+    """A link that sorts before its target must not make the real folder look like a loop."""
+    root = make_repo({"real/mod.py": "def f():\n    return 1\n"})
+    os.symlink(root / "real", root / "alias")
+    found, report = paths(root)
+    assert "real/mod.py" in found and "alias/mod.py" not in found
+    reasons = dict(report.skipped)
+    assert "real" not in reasons and reasons["alias"].startswith("symlink to a folder inside")
+
+
 def test_load_text_detects_binary_and_bad_utf8():
     assert load_text(b"abc\x00def") is None
     lt = load_text(b"ok \xff\xfe here")

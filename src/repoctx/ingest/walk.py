@@ -140,6 +140,9 @@ def _walk_dir(root: str, d: str, rel: str, stack: _IgnoreStack, settings: Settin
                 if target != root and not target.startswith(root_prefix):
                     report.skip(child_rel, "symlink: outside root")
                     continue
+                if os.path.isdir(target):  # the folder is walked where it really is, once, under its own path
+                    report.skip(child_rel, "symlink to a folder inside the repository (indexed at its real path)")
+                    continue
             try:
                 is_dir = entry.is_dir()
             except OSError:
