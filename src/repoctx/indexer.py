@@ -106,7 +106,7 @@ class StoreLookup:
 def _parse_one(sf: SourceFile, data: bytes, settings: Settings, repo: str) -> tuple[ParsedFile | None, str, dict]:
     """Parse one file's bytes; returns (parsed or None, note, flags). Never raises on content.
     Capsule ids come back namespaced by the repository."""
-    loaded = load_text(data, redact_secrets=not settings.index_secrets)
+    loaded = load_text(data, redact_secrets=not settings.index_secrets, path=sf.path)
     if loaded is None:
         return None, "binary", {}
     if loaded.minified:

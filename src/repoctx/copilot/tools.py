@@ -155,7 +155,6 @@ class RepoTools:
     def __init__(self, index, scope: Scope | None = None):
         self.index = index
         self.scope: Scope = index.scope(scope)  # the same narrowing the index applies: pass it everywhere
-        self._load_text_takes_path: bool | None = None
 
     # ------------------------------------------------------------------ helpers
     def _error(self, tool: str, error: str, detail: str) -> dict:
@@ -188,16 +187,10 @@ class RepoTools:
         return list(seen.values())
 
     def _load(self, data: bytes, path: str):
+        """The file's text as the index holds it: secrets redacted by the same code, line numbers kept."""
         from repoctx.ingest.walk import load_text
 
-        if self._load_text_takes_path is None:
-            try:
-                self._load_text_takes_path = "path" in inspect.signature(load_text).parameters
-            except (TypeError, ValueError):
-                self._load_text_takes_path = False
-        if self._load_text_takes_path:
-            return load_text(data, redact_secrets=True, path=path)
-        return load_text(data, redact_secrets=True)
+        return load_text(data, redact_secrets=True, path=path)
 
     def _repo_root(self, repo: str) -> Path:
         ix = self.index
