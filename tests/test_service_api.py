@@ -179,3 +179,36 @@ async def test_openapi_documents_every_endpoint_and_metrics_count_requests(env):
         assert 'repoctx_http_request_seconds_count{endpoint="/search",method="POST",status="200"} 3.0' in text
         assert "repoctx_index_queue_depth" in text and "repoctx_auth_failures_total" in text
         assert (await c.get("/metrics")).status_code == 401
+
+
+async def test_slow_reads_end_at_their_deadline(pg_url, tmp_path):
+    """A search that hangs is a 504 at the request deadline; a retrieval stream that hangs ends with an error event
+    at the stream deadline (the library call is stubbed to hang; the database is real)."""
+    e = Env(pg_url, tmp_path, request_timeout=0.5, stream_timeout=0.8)
+    real_stream = e.svc.index.stream
+
+    def hanging_retrieve(*a, **kw):
+        time.sleep(3)
+
+    def hanging_stream(*a, **kw):
+        it = real_stream(*a, **kw)
+        yield next(it)  # Routing
+        time.sleep(3)
+        yield from it
+
+    e.svc.index.retrieve = hanging_retrieve
+    e.svc.index.stream = hanging_stream
+    try:
+        async with e.client() as c:
+            t0 = time.perf_counter()
+            r = await c.post("/search", json={"query": "token"}, headers=e.auth(e.dev_key))
+            assert r.status_code == 504 and r.json()["error"] == "Timeout"
+            assert time.perf_counter() - t0 < 1.5
+            t0 = time.perf_counter()
+            r = await c.post("/retrieve", json={"query": "token"}, headers=e.auth(e.dev_key))
+            events = parse_sse(r.text)
+            assert time.perf_counter() - t0 < 2.0
+            assert events[0][0] == "trace" and events[-1][0] == "error" and events[-1][1]["error"] == "Timeout"
+            assert (await c.get("/health")).status_code == 200  # the server is not stuck behind the hung calls
+    finally:
+        e.close()

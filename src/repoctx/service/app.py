@@ -19,12 +19,14 @@ and pass through the secret redactor.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, AsyncIterator, Callable, Literal
@@ -247,6 +249,9 @@ class Service:
         self._default_model = None
         self._model_lock = threading.Lock()
         self.tools_factory = tools_factory
+        # request work runs here: a future of this pool can be abandoned at its deadline (the answer is 504 or
+        # an error event at once; the thread finishes its step in the background)
+        self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="repoctx-request")
         self.busy: set[tuple[str, str]] = set()
         self.runs: set[ThreadedRun] = set()
         self._sessions_pool = None
@@ -326,9 +331,15 @@ class Service:
                 raise HTTPException(404, _error_body("not_found", "repository not found"))
         return replace(p.scope, repos=names)
 
+    async def call(self, fn: Callable, *args, timeout: float | None = None):
+        """``fn(*args)`` in the request pool; with ``timeout``, abandoned (TimeoutError) when it passes."""
+        fut = asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
+        return await (asyncio.wait_for(fut, timeout) if timeout is not None else fut)
+
     def close(self) -> None:
         for run in list(self.runs):
             run.cancel()
+        self.executor.shutdown(wait=False, cancel_futures=True)
         if self.workers is not None:
             self.workers.close()
         if self._default_model is not None:
@@ -401,7 +412,7 @@ class _Middleware:
         if cached is not None:
             return cached
         try:
-            return await run_in_threadpool(keys.authenticate, key)
+            return await self.svc.call(keys.authenticate, key, timeout=30)
         except Exception as e:
             log.warning("key check failed: %s", type(e).__name__)
             return None
@@ -473,7 +484,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
     async def threaded(fn: Callable, *args, timeout: float | None = None):
         """A blocking call in a worker thread, under the request deadline; ValueError is a 400."""
         try:
-            return await asyncio.wait_for(run_in_threadpool(fn, *args), timeout or conf.request_timeout)
+            return await svc.call(fn, *args, timeout=timeout or conf.request_timeout)
         except asyncio.TimeoutError:
             raise HTTPException(504, _error_body("Timeout", f"no answer within {conf.request_timeout:g} s")) from None
         except ValueError as e:
@@ -483,7 +494,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
     @app.get("/health", tags=["service"], summary="Liveness and the store's backend (no key needed)")
     async def health():
         try:
-            await asyncio.wait_for(run_in_threadpool(svc.db.q, "SELECT 1"), 5)
+            await svc.call(svc.db.q, "SELECT 1", timeout=5)
             ok = True
         except Exception:
             ok = False
@@ -494,7 +505,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
     @app.get("/metrics", tags=["service"], summary="Prometheus metrics (key required unless REPOCTX_METRICS_PUBLIC)",
              response_class=PlainTextResponse)
     async def metrics():
-        data = await run_in_threadpool(svc.metrics.render)
+        data = await svc.call(svc.metrics.render, timeout=30)
         return PlainTextResponse(data, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # ---- reads
@@ -530,7 +541,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         raise asyncio.TimeoutError
-                    ev = await asyncio.wait_for(run_in_threadpool(next, gen, done), remaining)
+                    ev = await svc.call(next, gen, done, timeout=remaining)
                     if ev is done:
                         return
                     n += 1
@@ -563,7 +574,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
         if key in svc.busy:
             raise HTTPException(409, _error_body("session_busy", "a turn of this session is still running"))
         try:
-            model = await run_in_threadpool(svc.model)
+            model = await svc.call(svc.model)
         except (ProviderNotConfigured, ProviderUnavailable) as e:
             raise HTTPException(503, _error_body(type(e).__name__, safe_detail(e, 400))) from None
         repo = await threaded(svc.session_repository, p.name)
