@@ -69,6 +69,6 @@ def test_eval_end_to_end_on_a_local_wheel(tmp_path, monkeypatch):
     ds.write_text(json.dumps(row) + "\n")
     res = runner.invoke(app, ["eval", str(ds), "--json", "--config", "bm25", "-q"])
     assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)["bm25"]  # always keyed by config name
     assert out["n"] == 1 and out["file"]["acc@1"] == 100.0 and out["function"]["acc@1"] == 100.0
     assert set(out["by_repo"]) == {"toy/toypkg"}

@@ -73,7 +73,7 @@ FIXED = "def greet(name):\n    name = name.strip()\n    return 'hello ' + name\n
 REVERT_PATCH = """diff --git a/src/tinypkg/core.py b/src/tinypkg/core.py
 --- a/src/tinypkg/core.py
 +++ b/src/tinypkg/core.py
-@@ -1,5 +1,6 @@
+@@ -1,4 +1,5 @@
  def greet(name):
 +    name = name.strip()
      return 'hello ' + name
@@ -231,3 +231,33 @@ def test_load_rows(tmp_path):
     p.write_text("\n".join(json.dumps({"instance_id": str(i)}) for i in range(5)) + "\n\n")
     assert len(load_rows(p)) == 5
     assert [r["instance_id"] for r in load_rows(p, limit=2)] == ["0", "1"]
+
+
+# a trailing context line that is not in the file: `patch -R` applies this "with fuzz 1"
+FUZZY_PATCH = REVERT_PATCH.replace("@@ -1,4 +1,5 @@", "@@ -1,5 +1,6 @@") + " def another():\n"
+
+
+def test_reverse_patch_needing_fuzz_fails_the_row(cache):
+    row = _row(instance_id="tiny__fuzz-3", revert_patch=FUZZY_PATCH)
+    with pytest.raises(CorpusError, match=r"does not apply for tiny__fuzz-3") as info:
+        materialize(row, cache)
+    assert "\n" not in str(info.value)  # one line: it becomes a stderr line and a JSON reason
+    assert not list((cache / "trees" / "reverted").glob("tiny__fuzz-3*"))
+    # the shared release tree is untouched
+    assert (materialize(_row(), cache) / "src/tinypkg/core.py").read_text() == FIXED
+
+
+def test_reverse_patch_without_git_is_strict_too(cache, monkeypatch):
+    real_which = corpus_mod.shutil.which
+    monkeypatch.setattr(corpus_mod.shutil, "which", lambda n: None if n == "git" else real_which(n))
+    with pytest.raises(CorpusError, match="does not apply"):
+        materialize(_row(instance_id="tiny__fuzz-4", revert_patch=FUZZY_PATCH), cache)
+
+
+def test_row_without_a_corpus_is_a_corpus_error(cache):
+    row = _row()
+    del row["corpus"]
+    with pytest.raises(CorpusError, match="no corpus"):
+        materialize(row, cache)
+    with pytest.raises(CorpusError, match="no 'version'"):
+        materialize(_row(corpus={"pypi": "tinypkg"}), cache)

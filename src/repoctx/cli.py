@@ -392,14 +392,18 @@ if __name__ == "__main__":  # pragma: no cover
 
 
 @app.command("eval")
-def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval format."),
-             limit: Optional[int] = typer.Option(None, "--limit", min=1),
-             as_json: bool = typer.Option(False, "--json"),
+def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval format (corpus: pypi or git)."),
+             limit: Optional[int] = typer.Option(None, "--limit", min=1, help="First N rows (after --repo)."),
+             as_json: bool = typer.Option(False, "--json", help="{config: {metrics, errors, per-row ranks}}."),
              ablation: bool = typer.Option(False, "--ablation", help="Compare baseline, capsules+dense, BM25, hybrid, hybrid+graph."),
              config: Optional[str] = typer.Option(None, "--config", help="Configs by name, comma-separated."),
              repo: list[str] = typer.Option([], "--repo", help="Only rows of this GitHub repo (repeatable)."),
-             quiet: bool = typer.Option(False, "-q", "--quiet")):
-    """Localization quality on real issues: Acc@k, Recall@k and MRR at file and function level."""
+             quiet: bool = typer.Option(False, "-q", "--quiet", help="No per-row progress (skipped rows are still reported).")):
+    """Localization quality on real issues: Acc@k, Recall@k and MRR at file and function level.
+
+    A row whose corpus cannot be built is reported on stderr, listed under "errors" and skipped."""
+    from rich.markup import escape
+
     from repoctx.evaluate.runner import ABLATION, CONFIGS, DEFAULT, evaluate, markdown_table
 
     if not dataset.is_file():
@@ -411,10 +415,25 @@ def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval 
         err.print(f"[red]error:[/] unknown config {unknown[0]!r}; one of {', '.join(CONFIGS)}")
         raise typer.Exit(2)
     configs = ABLATION if ablation else (chosen or (DEFAULT,))
-    results = evaluate(dataset, limit, configs, progress=None if quiet else (lambda s: err.print(s, highlight=False)),
-                       repos=tuple(repo))
+    reported: set[tuple[str, str]] = set()
+
+    def on_error(cname: str, iid: str, reason: str) -> None:
+        if (iid, reason) in reported:  # a corpus failure is skipped in every config: say it once
+            return
+        reported.add((iid, reason))
+        err.print(f"[yellow]skipped[/] {escape(iid)} ({escape(cname)}): {escape(reason)}", highlight=False)
+
+    try:
+        results = evaluate(dataset, limit, configs, progress=None if quiet else (lambda s: err.print(s, highlight=False, markup=False)),
+                           repos=tuple(repo), on_error=on_error)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:  # unreadable dataset, a line that is not JSON
+        err.print(f"[red]error:[/] cannot read {escape(str(dataset))}: {escape(str(e))}", highlight=False)
+        raise typer.Exit(2)
+    skipped = {e["instance_id"] for r in results.values() for e in r["errors"]}
+    if skipped:
+        total = max(r["rows_total"] for r in results.values())
+        err.print(f"{len(skipped)} of {total} rows skipped", highlight=False)
     if as_json:
-        out = {k: {kk: vv for kk, vv in v.items() if kk != "rows"} for k, v in results.items()}
-        print(json.dumps(out[configs[0]] if len(configs) == 1 else out))
+        print(json.dumps(results))  # always {config name: result}, one config or several
         return
     console.print(markdown_table(results), highlight=False)

@@ -1,14 +1,25 @@
-"""Evaluation corpora: PyPI releases unpacked so that they look like the repository.
+"""Evaluation corpora: PyPI releases unpacked, or git commits checked out, so that they look like
+the repository.
 
-A row of the evaluation set (see ``/work/shared/eval/README.md``) names its corpus as
-``{"pypi": NAME, "version": V, "path_prefix": P, "mode": M}``: the wheel ``NAME==V`` unpacked,
-with every file ``f`` of the wheel at the repository path ``P + f``. Rows that carry a
-``revert_patch`` get their own tree with that patch applied in reverse.
+A row of the evaluation set (see ``/work/shared/eval/README.md``) names its corpus as either
+
+* ``{"pypi": NAME, "version": V, "path_prefix": P, "mode": M}``: the wheel ``NAME==V`` unpacked,
+  with every file ``f`` of the wheel at the repository path ``P + f``; or
+* ``{"git": PATH_OR_URL, "commit": REV, "path_prefix": P}``: the files of commit ``REV`` of a git
+  repository, every file ``f`` of the commit at ``P + f`` (``P`` is usually ``""``). A local path
+  (relative to the current directory) is read in place, nothing is written to it; a URL
+  (``https://``, ``ssh://``, ``file://``, ``user@host:path``) is cloned once with ``git clone --bare``
+  into the cache and fetched again only when a commit is missing from the clone.
+
+Rows that carry a ``revert_patch`` get their own tree with that patch applied in reverse
+(``git apply -R``, exact context; a patch that does not apply is an error, never fuzzed in).
 
 Layout of the cache (``$REPOCTX_CACHE`` or ``~/.cache/repoctx``)::
 
     wheels/                         downloaded distributions (any ``*.whl`` / sdist dropped here is used)
+    git/NAME-HASH.git               bare clones of git URLs (HASH of the URL)
     trees/NAME-VERSION[--PREFIX]/   materialized release trees
+    trees/git/NAME-HASH-SHA12[--PREFIX]/  materialized commits (HASH of the repository, SHA12 of the commit)
     trees/reverted/INSTANCE-HASH/   per-instance trees with the gold patch reverted
 
 Trees only ever appear by an atomic rename of a fully written temporary directory, so the
@@ -34,6 +45,7 @@ from typing import Any
 __all__ = [
     "CorpusError",
     "cache_dir",
+    "corpus_kind",
     "fetch_wheel",
     "materialize",
     "load_rows",
@@ -324,31 +336,43 @@ def _patched_paths(patch: str) -> list[str]:
     return paths
 
 
+def _clean_git_env() -> dict[str, str]:
+    """The environment for git subprocesses: no inherited ``GIT_*`` (an outer repo's GIT_DIR, the
+    caller's GIT_INDEX_FILE...), never an interactive prompt for credentials."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    return env
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    out = " / ".join(ln.strip() for ln in (text or "").splitlines() if ln.strip())
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
 def _reverse_apply(tree: Path, patch: str) -> tuple[bool, str]:
-    """Apply ``patch`` in reverse inside ``tree``: ``git apply -R``, else ``patch -R -p1`` (fuzz)."""
+    """Apply ``patch`` in reverse inside ``tree`` with ``git apply -R`` (exact context, line offsets
+    allowed). Without git, ``patch -R -p1 --fuzz=0`` (equally strict). A patch that does not apply
+    cleanly is a failure: it is never forced in with fuzz, which could put the code in the wrong place."""
     data = patch if patch.endswith("\n") else patch + "\n"
-    errs = []
     if shutil.which("git"):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env = _clean_git_env()
         env["GIT_CEILING_DIRECTORIES"] = str(tree.parent)  # never treat an enclosing repo as ours
         proc = subprocess.run(["git", "apply", "-R", "--whitespace=nowarn", "-"], cwd=tree,
                               input=data, capture_output=True, text=True, env=env)
         if proc.returncode == 0:
             return True, ""
-        errs.append("git apply: " + proc.stderr.strip())
+        return False, "git apply -R: " + (_one_line(proc.stderr) or f"exit {proc.returncode}")
     if shutil.which("patch"):
-        base = ["patch", "-R", "-p1", "--batch", "--no-backup-if-mismatch", "-s"]
+        base = ["patch", "-R", "-p1", "--fuzz=0", "--batch", "--no-backup-if-mismatch", "-s"]
         dry = subprocess.run([*base, "--dry-run"], cwd=tree, input=data, capture_output=True, text=True)
-        if dry.returncode == 0:
-            proc = subprocess.run(base, cwd=tree, input=data, capture_output=True, text=True)
-            if proc.returncode == 0:
-                return True, ""
-            errs.append("patch: " + (proc.stdout + proc.stderr).strip())
-        else:
-            errs.append("patch --dry-run: " + (dry.stdout + dry.stderr).strip())
-    if not errs:
-        errs.append("neither git nor patch is installed")
-    return False, " | ".join(errs)
+        if dry.returncode != 0:
+            return False, "patch -R --dry-run: " + _one_line(dry.stdout + dry.stderr)
+        proc = subprocess.run(base, cwd=tree, input=data, capture_output=True, text=True)
+        if proc.returncode == 0:
+            return True, ""
+        return False, "patch -R: " + _one_line(proc.stdout + proc.stderr)
+    return False, "neither git nor patch is installed"
 
 
 def _link_tree(src: Path, dst: Path) -> None:
@@ -371,42 +395,195 @@ def _unshare(path: Path) -> None:
         os.replace(tmp, path)
 
 
+# --------------------------------------------------------------------------- git corpora
+
+_URL_RE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://|[\w.-]+@[\w.-]+:)")
+_FULL_SHA_RE = re.compile(r"^[0-9a-fA-F]{40}$")
+
+
+def _git(args: list[str], cwd: Path | None = None, timeout: float = 600, env_extra: dict | None = None,
+         ) -> subprocess.CompletedProcess:
+    env = _clean_git_env()
+    if env_extra:
+        env.update(env_extra)
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise CorpusError(f"git {args[0]} timed out after {timeout:.0f}s") from exc
+    except OSError as exc:  # git not installed
+        raise CorpusError(f"cannot run git: {exc}") from exc
+
+
+def _git_err(proc: subprocess.CompletedProcess) -> str:
+    lines = [ln for ln in (proc.stderr or proc.stdout or "").strip().splitlines() if ln.strip()]
+    return " / ".join(lines[-2:]) if lines else f"exit {proc.returncode}"
+
+
+def _repo_name(source: str) -> str:
+    tail = source.rstrip("/").replace(":", "/").rsplit("/", 1)[-1]
+    tail = tail[:-4] if tail.endswith(".git") else tail
+    return _slug(tail)[:40] or "repo"
+
+
+def _resolve_commit(git_dir: Path, commit: str) -> str | None:
+    proc = _git(["--git-dir", str(git_dir), "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"])
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def _local_git_dir(path: Path) -> Path:
+    proc = _git(["-C", str(path), "rev-parse", "--absolute-git-dir"])
+    if proc.returncode != 0:
+        raise CorpusError(f"not a git repository: {path} ({_git_err(proc)})")
+    return Path(proc.stdout.strip())
+
+
+def _clone(url: str, cache: Path) -> Path:
+    """The bare clone of ``url`` in the cache (cloned on first use, atomically)."""
+    final = cache / "git" / f"{_repo_name(url)}-{hashlib.sha256(url.encode()).hexdigest()[:10]}.git"
+    if final.is_dir():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{final.name}-"))
+    try:
+        proc = _git(["clone", "--bare", "--quiet", url, str(tmp / "repo.git")], timeout=3600)
+        if proc.returncode != 0:
+            raise CorpusError(f"git clone {url} failed: {_git_err(proc)}")
+        return _publish(tmp / "repo.git", final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _git_source(source: str, cache: Path) -> tuple[Path, str, bool]:
+    """(git dir, identity of the repository, is a clone) for a corpus' ``git`` value."""
+    if _URL_RE.match(source):
+        return _clone(source, cache), source, True
+    path = Path(source).expanduser().resolve()
+    if not path.is_dir():
+        raise CorpusError(f"no such git repository: {source}")
+    return _local_git_dir(path), str(path), False
+
+
+def _find_commit(git_dir: Path, commit: str, is_clone: bool, source: str) -> str:
+    sha = _resolve_commit(git_dir, commit)
+    if sha is None and is_clone:  # a commit newer than the clone, or only on a PR ref: fetch and retry
+        _git(["--git-dir", str(git_dir), "fetch", "--quiet", "origin", commit], timeout=3600)
+        _git(["--git-dir", str(git_dir), "fetch", "--quiet", "--tags", "origin",
+              "+refs/heads/*:refs/heads/*"], timeout=3600)
+        sha = _resolve_commit(git_dir, commit)
+    if sha is None:
+        raise CorpusError(f"commit {commit} not found in {source}")
+    return sha
+
+
+def _checkout(git_dir: Path, sha: str, dest: Path) -> None:
+    """Write the files of commit ``sha`` under ``dest`` (a private index; the repository is not touched)."""
+    with tempfile.TemporaryDirectory(prefix="repoctx-gitidx-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        base = ["--git-dir", str(git_dir), "--work-tree", str(dest)]
+        proc = _git([*base, "read-tree", sha], env_extra=env)
+        if proc.returncode != 0:
+            raise CorpusError(f"git read-tree {sha[:12]} failed: {_git_err(proc)}")
+        dest.mkdir(parents=True, exist_ok=True)
+        proc = _git([*base, "checkout-index", "--all", "--force", f"--prefix={dest}/"], env_extra=env,
+                    timeout=3600)
+        if proc.returncode != 0:
+            raise CorpusError(f"git checkout-index {sha[:12]} failed: {_git_err(proc)}")
+
+
+def _git_base(corpus: dict, prefix: str, cache: Path) -> tuple[str, Path, Any]:
+    """(key, final tree path, builder) of a git corpus; git runs only when the tree is not cached
+    (or the commit is not given as a full SHA)."""
+    source, commit = str(corpus["git"]), corpus.get("commit")
+    if not commit or not isinstance(commit, str):
+        raise CorpusError(f"git corpus {source} has no 'commit'")
+    state: dict[str, Any] = {}
+
+    def locate() -> tuple[Path, str, bool]:
+        if "src" not in state:
+            state["src"] = _git_source(source, cache)
+        return state["src"]
+
+    if _URL_RE.match(source):
+        ident = source
+    else:
+        ident = str(Path(source).expanduser().resolve())
+    if _FULL_SHA_RE.match(commit):
+        sha = commit.lower()
+    else:
+        git_dir, ident, is_clone = locate()
+        sha = _find_commit(git_dir, commit, is_clone, source)
+    key = f"{_repo_name(source)}-{hashlib.sha256(ident.encode()).hexdigest()[:8]}-{sha[:12]}" + (
+        f"--{_slug(prefix.replace('/', '_'))}" if prefix else "")
+
+    def build(tmp: Path) -> None:
+        git_dir, _, is_clone = locate()
+        full = _find_commit(git_dir, sha, is_clone, source)
+        _checkout(git_dir, full, tmp / prefix if prefix else tmp)
+
+    return key, cache / "trees" / "git" / key, build
+
+
 # --------------------------------------------------------------------------- public API
 
 
+def corpus_kind(row: dict) -> str:
+    """``"pypi"`` or ``"git"``; :class:`CorpusError` when the row names no corpus it can build."""
+    corpus = row.get("corpus")
+    if isinstance(corpus, dict):
+        if corpus.get("pypi"):
+            if not corpus.get("version"):
+                raise CorpusError(f"pypi corpus {corpus['pypi']} has no 'version'")
+            return "pypi"
+        if corpus.get("git"):
+            return "git"
+    raise CorpusError("no corpus: expected {\"pypi\": NAME, \"version\": V} or {\"git\": PATH_OR_URL, "
+                      f"\"commit\": SHA}}, got {json.dumps(corpus)[:200]}")
+
+
 def materialize(row: dict, cache: Path | None = None) -> Path:
-    """Directory laid out like the repository for ``row`` (wheel file ``f`` at ``path_prefix + f``).
+    """Directory laid out like the repository for ``row`` (corpus file ``f`` at ``path_prefix + f``).
 
     Rows with ``revert_patch`` get a private tree per ``instance_id`` with the patch reversed.
-    Idempotent: the same input returns the same path without redoing work.
+    Idempotent: the same input returns the same path without redoing work. Raises
+    :class:`CorpusError` for anything that keeps the tree from being built.
     """
     cache = Path(cache) if cache is not None else cache_dir()
+    kind = corpus_kind(row)
     corpus = row["corpus"]
-    name, version = corpus["pypi"], corpus["version"]
     prefix = corpus.get("path_prefix") or ""
     if prefix and not prefix.endswith("/"):
         prefix += "/"
+    if prefix and _safe_rel(prefix.rstrip("/")) is None:
+        raise CorpusError(f"bad path_prefix {prefix!r}")
     trees = cache / "trees"
-    key = f"{_canon_name(name)}-{_slug(version)}" + (f"--{_slug(prefix.replace('/', '_'))}" if prefix else "")
-    base_final = trees / key
+    iid = row.get("instance_id") or "row"
+
+    if kind == "git":
+        key, base_final, build_base = _git_base(corpus, prefix, cache)
+        what = f"{corpus['git']}@{str(corpus['commit'])[:12]}"
+    else:
+        name, version = str(corpus["pypi"]), str(corpus["version"])
+        key = f"{_canon_name(name)}-{_slug(version)}" + (f"--{_slug(prefix.replace('/', '_'))}" if prefix else "")
+        base_final = trees / key
+        what = f"{name}=={version}"
+
+        def build_base(tmp: Path) -> None:
+            dist = fetch_wheel(name, version, cache)
+            try:
+                if dist.name.endswith(".whl"):
+                    _unpack_wheel(dist, tmp, prefix)
+                else:
+                    _unpack_sdist(dist, tmp)
+            except (zipfile.BadZipFile, tarfile.TarError, OSError) as exc:
+                raise CorpusError(f"cannot unpack {dist.name} for {name}=={version}: {exc}") from exc
 
     revert = row.get("revert_patch")
     if revert:
-        iid = row.get("instance_id") or "row"
         digest = hashlib.sha256(f"{key}\0{revert}".encode()).hexdigest()[:10]
         final = trees / "reverted" / f"{_slug(iid)}-{digest}"
         if final.is_dir():
             return final
-
-    def build_base(tmp: Path) -> None:
-        dist = fetch_wheel(name, version, cache)
-        try:
-            if dist.name.endswith(".whl"):
-                _unpack_wheel(dist, tmp, prefix)
-            else:
-                _unpack_sdist(dist, tmp)
-        except (zipfile.BadZipFile, tarfile.TarError, OSError) as exc:
-            raise CorpusError(f"cannot unpack {dist.name} for {name}=={version}: {exc}") from exc
 
     base = _build_atomically(base_final, build_base)
     if not revert:
@@ -418,7 +595,7 @@ def materialize(row: dict, cache: Path | None = None) -> Path:
             _unshare(tmp / rel)
         ok, err = _reverse_apply(tmp, revert)
         if not ok:
-            raise CorpusError(f"reverse patch failed for {iid} ({name}=={version}): {err}")
+            raise CorpusError(f"revert patch does not apply for {iid} ({what}): {err}")
 
     return _build_atomically(final, build_reverted)
 

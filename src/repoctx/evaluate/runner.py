@@ -1,5 +1,9 @@
 """Localization evaluation on real issues (format of shared/eval/README.md): for each row, index its
-corpus (cached, reused between rows), ask the issue text, and score ranked files and functions."""
+corpus (cached, reused between rows), ask the issue text, and score ranked files and functions.
+
+A row that cannot be built (no usable corpus, a wheel that cannot be fetched, a commit that does not
+exist, a revert patch that does not apply, an index that fails) is reported and skipped: it lands in
+the result's ``errors`` and the run goes on."""
 from __future__ import annotations
 
 import sqlite3
@@ -9,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from repoctx.config import Settings
-from repoctx.evaluate.corpus import cache_dir, load_rows, materialize
+from repoctx.evaluate.corpus import CorpusError, cache_dir, load_rows, materialize
 from repoctx.index import Index
 from repoctx.evaluate.metrics import aggregate, function_key, rank_metrics
 from repoctx.retrieve.hybrid import SearchOptions, to_files
@@ -41,7 +45,7 @@ ABLATION = ("baseline", "capsules+dense", "bm25", "hybrid", "hybrid+graph")
 
 def _index_dir(tree: Path, windows: bool) -> Path:
     base = cache_dir() / "indexes"
-    key = f"reverted-{tree.name}" if tree.parent.name == "reverted" else tree.name
+    key = f"{tree.parent.name}-{tree.name}" if tree.parent.name in ("reverted", "git") else tree.name
     return base / (key + ("--windows" if windows else ""))
 
 
@@ -108,15 +112,42 @@ def ix_kind(ix: Index, cid: str) -> str | None:
     return c.kind if c else None
 
 
+def _row_problem(row: dict) -> str | None:
+    """Why a row cannot be scored whatever its corpus, or None."""
+    if not isinstance(row.get("query"), str) or not row["query"].strip():
+        return "row has no 'query'"
+    gold = row.get("gold_files")
+    if not isinstance(gold, list) or not gold:
+        return "row has no 'gold_files'"
+    return None
+
+
+def _reason(exc: BaseException, stage: str) -> str:
+    if isinstance(exc, CorpusError):
+        return str(exc)
+    msg = str(exc).strip().splitlines()
+    return f"{stage} failed: {type(exc).__name__}" + (f": {msg[0][:300]}" if msg else "")
+
+
 def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, ...] = (DEFAULT,),
              settings: Settings | None = None, progress: Callable[[str], None] | None = None,
-             repos: tuple[str, ...] = ()) -> dict:
-    """Run the configs over the dataset; returns {config: {"n", "file", "function", "by_repo", ...}}."""
+             repos: tuple[str, ...] = (), on_error: Callable[[str, str, str], None] | None = None) -> dict:
+    """Run the configs over the dataset (rows of ``repos`` if given, then the first ``limit`` of them).
+
+    Returns ``{config: {"name", "n", "rows_total", "skipped", "errors", "file", "function", "by_repo",
+    "query_ms_p50", "index_seconds", "rows"}}`` whatever the number of configs. ``n`` counts the
+    scored rows; ``errors`` lists ``{"instance_id", "reason"}`` of the rows skipped for that config
+    (a corpus that cannot be built is tried once and skipped in every config); ``on_error(config,
+    instance_id, reason)`` is called as each row is skipped.
+    """
     settings = settings or Settings.from_env()
     say = progress or (lambda s: None)
-    rows = load_rows(dataset, limit)
+    rows = load_rows(dataset)
     if repos:
-        rows = [r for r in rows if r["repo"] in repos]
+        rows = [r for r in rows if r.get("repo") in repos]
+    if limit is not None:
+        rows = rows[:limit]
+    corpus_failed: dict[int, str] = {}  # row position -> reason, shared by the configs
     results: dict[str, dict] = {}
     for cname in configs:
         cfg = CONFIGS[cname]
@@ -124,41 +155,78 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
         by_repo: dict[str, dict[str, list]] = {}
         times, index_s = [], 0.0
         cfg_settings = settings if cfg.dense else replace(settings, embedder="none")
-        rows_out = []
+        rows_out, errors = [], []
         for i, row in enumerate(rows, 1):
+            iid = str(row.get("instance_id") or f"row-{i}")
+
+            def skip(reason: str) -> None:
+                errors.append({"instance_id": iid, "reason": reason})
+                if on_error is not None:
+                    on_error(cname, iid, reason)
+                else:
+                    say(f"[{cname}] {i}/{len(rows)} {iid}: skipped: {reason}")
+
+            if i in corpus_failed:
+                skip(corpus_failed[i])
+                continue
+            problem = _row_problem(row)
+            if problem:
+                corpus_failed[i] = problem
+                skip(problem)
+                continue
             t0 = time.perf_counter()
-            ix = open_corpus_index(row, cfg.windows, cfg_settings)
-            ix.update()
-            cap_ix = None
-            if cfg.windows:
-                cap_ix = open_corpus_index(row, False, replace(cfg_settings, embedder="none"))
-                cap_ix.update(embed=False)
-            index_s += time.perf_counter() - t0
-            t1 = time.perf_counter()
-            opts = replace(cfg.options, pool=300)
-            hits = ix.retrieve(row["query"], k=opts.pool, mode="standard", options=opts).hits
-            times.append(time.perf_counter() - t1)
-            files = [f.path for f in to_files(hits, opts.file_agg)]
-            funcs = function_ranking(hits, ix, cap_ix)
-            fm = rank_metrics(files, row["gold_files"], KS)
+            ix = cap_ix = None
+            stage = "index"
+            try:
+                ix = open_corpus_index(row, cfg.windows, cfg_settings)
+                ix.update()
+                if cfg.windows:
+                    cap_ix = open_corpus_index(row, False, replace(cfg_settings, embedder="none"))
+                    cap_ix.update(embed=False)
+                index_s += time.perf_counter() - t0
+                stage = "search"
+                t1 = time.perf_counter()
+                opts = replace(cfg.options, pool=300)
+                hits = ix.retrieve(row["query"], k=opts.pool, mode="standard", options=opts).hits
+                times.append(time.perf_counter() - t1)
+                files = [f.path for f in to_files(hits, opts.file_agg)]
+                funcs = function_ranking(hits, ix, cap_ix)
+            except CorpusError as exc:
+                corpus_failed[i] = _reason(exc, stage)
+                skip(corpus_failed[i])
+                continue
+            except Exception as exc:  # noqa: BLE001 - one broken row must not end a long run
+                skip(_reason(exc, stage))
+                continue
+            finally:
+                for x in (ix, cap_ix):
+                    if x is not None:
+                        try:
+                            x.close()
+                        except Exception:  # noqa: BLE001
+                            pass
+            gold_files = list(row["gold_files"])
+            gold_funcs = list(row.get("gold_functions") or [])
+            fm = rank_metrics(files, gold_files, KS)
             per_file.append(fm)
-            rec = by_repo.setdefault(row["repo"], {"file": [], "function": []})
+            rec = by_repo.setdefault(str(row.get("repo") or "?"), {"file": [], "function": []})
             rec["file"].append(fm)
             fn = None
-            if row.get("gold_functions"):
-                fn = rank_metrics(funcs, row["gold_functions"], KS)
+            if gold_funcs:
+                fn = rank_metrics(funcs, gold_funcs, KS)
                 per_func.append(fn)
                 rec["function"].append(fn)
-            rows_out.append({"instance_id": row["instance_id"], "file_rank": _first_rank(files, row["gold_files"]),
-                             "function_rank": _first_rank(funcs, row.get("gold_functions") or [])})
-            say(f"[{cname}] {i}/{len(rows)} {row['instance_id']}: file acc@5={fm['acc@5']:.0f} "
+            rows_out.append({"instance_id": iid, "repo": row.get("repo"),
+                             "file_rank": _first_rank(files, gold_files),
+                             "function_rank": _first_rank(funcs, gold_funcs),
+                             "gold_file_ranks": _ranks(files, gold_files),
+                             "gold_function_ranks": _ranks(funcs, gold_funcs)})
+            say(f"[{cname}] {i}/{len(rows)} {iid}: file acc@5={fm['acc@5']:.0f} "
                 f"func acc@10={fn['acc@10'] if fn else float('nan'):.0f} ({time.perf_counter() - t0:.1f}s)")
-            ix.close()
-            if cap_ix is not None:
-                cap_ix.close()
         times.sort()
         results[cname] = {
-            "name": cfg.name, "n": len(rows), "file": _summary(per_file), "function": _summary(per_func),
+            "name": cfg.name, "n": len(rows_out), "rows_total": len(rows), "skipped": len(errors),
+            "errors": errors, "file": _summary(per_file), "function": _summary(per_func),
             "by_repo": {repo: {"n": len(v["file"]), "file": _summary(v["file"]), "function": _summary(v["function"])}
                         for repo, v in sorted(by_repo.items())},
             "query_ms_p50": round(1000 * times[len(times) // 2], 1) if times else None,
@@ -167,9 +235,17 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
     return results
 
 
+def _ranks(ranked: list[str], gold: list[str]) -> dict[str, int | None]:
+    """1-based rank of each gold item in the (de-duplicated) ranking, None when it is not ranked."""
+    pos: dict[str, int] = {}
+    for i, x in enumerate(dict.fromkeys(ranked), 1):
+        pos.setdefault(x, i)
+    return {g: pos.get(g) for g in gold}
+
+
 def _first_rank(ranked: list[str], gold: list[str]) -> int | None:
     g = set(gold)
-    return next((i for i, x in enumerate(ranked, 1) if x in g), None)
+    return next((i for i, x in enumerate(dict.fromkeys(ranked), 1) if x in g), None)
 
 
 def _summary(per_row: list[dict]) -> dict:
@@ -180,11 +256,20 @@ def _summary(per_row: list[dict]) -> dict:
 
 
 def markdown_table(results: dict) -> str:
-    lines = ["| config | n | file Acc@1 | @3 | @5 | @10 | file MRR | fn n | fn Acc@5 | fn Acc@10 | fn MRR |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    """One line per config; rows that were skipped are counted in their own column and under the table."""
+    lines = ["| config | n | skipped | file Acc@1 | @3 | @5 | @10 | file MRR | fn n | fn Acc@1 | fn Acc@5 | fn Acc@10 "
+             "| fn MRR |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    notes = []
     for r in results.values():
         f, fn = r["file"], r["function"]
-        lines.append(f"| {r['name']} | {r['n']} | {f.get('acc@1', '-')} | {f.get('acc@3', '-')} | {f.get('acc@5', '-')} | "
-                     f"{f.get('acc@10', '-')} | {f.get('mrr', '-')} | {fn.get('n', 0)} | {fn.get('acc@5', '-')} | "
-                     f"{fn.get('acc@10', '-')} | {fn.get('mrr', '-')} |")
-    return "\n".join(lines)
+        skipped = r.get("skipped", 0)
+        lines.append(f"| {r['name']} | {r['n']} | {skipped} | {f.get('acc@1', '-')} | {f.get('acc@3', '-')} | "
+                     f"{f.get('acc@5', '-')} | {f.get('acc@10', '-')} | {f.get('mrr', '-')} | {fn.get('n', 0)} | "
+                     f"{fn.get('acc@1', '-')} | {fn.get('acc@5', '-')} | {fn.get('acc@10', '-')} | {fn.get('mrr', '-')} |")
+        if skipped:
+            total = r.get("rows_total", r["n"] + skipped)
+            ids = ", ".join(e["instance_id"] for e in r.get("errors", [])[:5])
+            more = ", ..." if skipped > 5 else ""
+            notes.append(f"{r['name']}: {skipped} of {total} rows skipped ({ids}{more})")
+    return "\n".join(lines + ([""] + notes if notes else []))

@@ -1,0 +1,260 @@
+"""`repoctx eval` on git corpora, rows that cannot be built, --limit after --repo, the JSON shape
+(no network: local git repositories, local wheels, pip stubbed out)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from repoctx.cli import app
+from repoctx.evaluate import corpus as corpus_mod
+from repoctx.evaluate.corpus import CorpusError, materialize
+from repoctx.evaluate.runner import markdown_table
+
+runner = CliRunner()
+
+DATES_V1 = "def parse_http_date(value):\n    \"\"\"Parse an HTTP date header.\"\"\"\n    return value\n"
+DATES_V2 = ("def parse_http_date(value):\n    \"\"\"Parse an HTTP date header.\"\"\"\n"
+            "    value = value.strip()\n    return value\n")
+CACHE_PY = "class Cache:\n    def expire(self):\n        \"\"\"Drop stale entries.\"\"\"\n        return 1\n"
+GIT_ENV = {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "T",
+           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_ENV, HOME=str(repo.parent))
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path) -> tuple[Path, str, str]:
+    """A local repository with two commits: the bug (c1) and its fix plus a new module (c2)."""
+    r = tmp_path / "proj"
+    (r / "pkg").mkdir(parents=True)
+    _git(r, "init", "-q", "-b", "main")
+    (r / "pkg" / "__init__.py").write_text("")
+    (r / "pkg" / "dates.py").write_text(DATES_V1)
+    (r / "pkg" / "cache.py").write_text(CACHE_PY)
+    _git(r, "add", "-A")
+    _git(r, "commit", "-q", "-m", "first")
+    c1 = _git(r, "rev-parse", "HEAD")
+    (r / "pkg" / "dates.py").write_text(DATES_V2)
+    (r / "pkg" / "new.py").write_text("def added():\n    return 2\n")
+    _git(r, "add", "-A")
+    _git(r, "commit", "-q", "-m", "fix")
+    c2 = _git(r, "rev-parse", "HEAD")
+    return r, c1, c2
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch) -> Path:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("REPOCTX_CACHE", str(cache))
+    monkeypatch.setenv("REPOCTX_EMBEDDER", "none")
+    monkeypatch.delenv("REPOCTX_DATABASE_URL", raising=False)
+    monkeypatch.setattr(corpus_mod, "_pip_download", lambda *a, **k: (False, "ERROR: No matching distribution"))
+    monkeypatch.setattr(corpus_mod, "_download_sdist", lambda *a, **k: (False, "no sdist on PyPI"))
+    return cache
+
+
+def _files(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _git_row(iid: str, source: str, commit: str, **extra) -> dict:
+    row = {"instance_id": iid, "repo": "team/proj", "query": "HTTP date header parsing keeps whitespace",
+           "gold_files": ["pkg/dates.py"], "gold_functions": ["pkg/dates.py:parse_http_date"],
+           "corpus": {"git": source, "commit": commit, "path_prefix": ""}}
+    row.update(extra)
+    return row
+
+
+def _wheel(cache: Path) -> None:
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheels / "toypkg-1.0-py3-none-any.whl", "w") as zf:
+        zf.writestr("toypkg/__init__.py", "")
+        zf.writestr("toypkg/dates.py", DATES_V1)
+        zf.writestr("toypkg/cache.py", CACHE_PY)
+        zf.writestr("toypkg-1.0.dist-info/METADATA", "Name: toypkg\nVersion: 1.0\n")
+
+
+def _pypi_row(iid: str, name: str = "toypkg", repo: str = "toy/toypkg") -> dict:
+    return {"instance_id": iid, "repo": repo, "query": "HTTP date header parsing is wrong",
+            "gold_files": ["src/toypkg/dates.py"], "gold_functions": ["src/toypkg/dates.py:parse_http_date"],
+            "corpus": {"pypi": name, "version": "1.0", "path_prefix": "src/", "mode": "release"}}
+
+
+def _dataset(tmp_path: Path, rows: list[dict]) -> Path:
+    ds = tmp_path / "ds.jsonl"
+    ds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return ds
+
+
+# --------------------------------------------------------------------------- git corpora
+
+
+def test_git_local_commit_is_checked_out_into_the_cache(env, repo):
+    r, c1, c2 = repo
+    t1 = materialize(_git_row("a", str(r), c1), env)
+    t2 = materialize(_git_row("b", str(r), c2), env)
+    assert t1 != t2 and t1.is_relative_to(env / "trees" / "git")
+    assert _files(t1) == {"pkg/__init__.py": "", "pkg/dates.py": DATES_V1, "pkg/cache.py": CACHE_PY}
+    assert _files(t2)["pkg/dates.py"] == DATES_V2 and "pkg/new.py" in _files(t2)
+    assert not (t1 / ".git").exists()
+    # keyed by repo + commit: an abbreviated SHA, a branch name, a relative path give the same tree
+    assert materialize(_git_row("c", str(r), c2[:8]), env) == t2
+    assert materialize(_git_row("d", str(r), "main"), env) == t2
+    cwd = os.getcwd()
+    os.chdir(r.parent)
+    try:
+        assert materialize(_git_row("e", "proj", c1), env) == t1
+    finally:
+        os.chdir(cwd)
+    # the team's repository is left as it was
+    assert _git(r, "status", "--porcelain") == "" and _git(r, "rev-parse", "HEAD") == c2
+    assert [p.name for p in (env / "trees" / "git").iterdir() if p.name.startswith(".tmp")] == []
+
+
+def test_git_path_prefix_and_revert_patch(env, repo):
+    r, c1, c2 = repo
+    t = materialize(_git_row("a", str(r), c1, corpus={"git": str(r), "commit": c1, "path_prefix": "sub"}), env)
+    assert (t / "sub/pkg/dates.py").read_text() == DATES_V1
+    # the fix commit with the fix reverted is the buggy code (only the patched file is private)
+    patch = _git(r, "diff", c1, c2, "--", "pkg/dates.py") + "\n"
+    base = materialize(_git_row("x", str(r), c2), env)
+    rev = materialize(_git_row("x", str(r), c2, revert_patch=patch), env)
+    assert rev.parent.name == "reverted" and (rev / "pkg/dates.py").read_text() == DATES_V1
+    assert (rev / "pkg/new.py").is_file() and (base / "pkg/dates.py").read_text() == DATES_V2
+
+
+def test_git_url_is_cloned_once(env, repo):
+    r, c1, c2 = repo
+    url = r.as_uri()  # file://: a real `git clone`, no network
+    t1 = materialize(_git_row("a", url, c1), env)
+    assert _files(t1)["pkg/dates.py"] == DATES_V1
+    clones = list((env / "git").iterdir())
+    assert len(clones) == 1 and clones[0].name.endswith(".git")
+    # a commit made after the clone is fetched into it
+    (r / "pkg" / "later.py").write_text("X = 3\n")
+    _git(r, "add", "-A")
+    _git(r, "commit", "-q", "-m", "later")
+    c3 = _git(r, "rev-parse", "HEAD")
+    assert (materialize(_git_row("b", url, c3), env) / "pkg/later.py").is_file()
+    assert list((env / "git").iterdir()) == clones
+
+
+def test_git_errors_are_corpus_errors(env, repo, tmp_path):
+    r, c1, _ = repo
+    with pytest.raises(CorpusError, match="not found"):
+        materialize(_git_row("a", str(r), "0" * 40), env)
+    with pytest.raises(CorpusError, match="not found"):
+        materialize(_git_row("a", str(r), "no-such-branch"), env)
+    with pytest.raises(CorpusError, match="git clone .* failed"):
+        materialize(_git_row("a", (tmp_path / "nowhere").as_uri(), c1), env)
+    with pytest.raises(CorpusError, match="no such git repository"):
+        materialize(_git_row("a", str(tmp_path / "nowhere"), c1), env)
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(CorpusError, match="not a git repository"):
+        materialize(_git_row("a", str(tmp_path / "plain"), c1), env)
+    with pytest.raises(CorpusError, match="no 'commit'"):
+        materialize(_git_row("a", str(r), ""), env)
+    assert not (env / "trees" / "git").exists() or list((env / "trees" / "git").iterdir()) == []
+    assert not (env / "git").exists() or list((env / "git").iterdir()) == []
+
+
+# --------------------------------------------------------------------------- the eval command
+
+
+def test_eval_skips_rows_it_cannot_build(env, repo, tmp_path):
+    r, c1, c2 = repo
+    _wheel(env)
+    no_corpus = _pypi_row("no-corpus")
+    del no_corpus["corpus"]
+    fuzzy = (_git(r, "diff", c1, c2, "--", "pkg/dates.py") + "\n").replace("    return value", "    return val")
+    rows = [
+        _git_row("git-ok", str(r), c1),
+        no_corpus,
+        _pypi_row("no-wheel", name="missingpkg"),
+        _git_row("no-commit", str(r), "f" * 40),
+        _git_row("bad-revert", str(r), c2, revert_patch=fuzzy),
+        _git_row("bad-url", (tmp_path / "nowhere.git").as_uri(), c1),
+        _pypi_row("pypi-ok"),
+    ]
+    res = runner.invoke(app, ["eval", str(_dataset(tmp_path, rows)), "--json", "--config", "bm25", "-q"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert list(out) == ["bm25"]
+    b = out["bm25"]
+    assert b["n"] == 2 and b["rows_total"] == 7 and b["skipped"] == 5
+    reasons = {e["instance_id"]: e["reason"] for e in b["errors"]}
+    assert list(reasons) == ["no-corpus", "no-wheel", "no-commit", "bad-revert", "bad-url"]
+    assert "no corpus" in reasons["no-corpus"]
+    assert "missingpkg==1.0" in reasons["no-wheel"]
+    assert "not found" in reasons["no-commit"]
+    assert "does not apply" in reasons["bad-revert"]
+    assert "git clone" in reasons["bad-url"]
+    assert b["file"]["acc@1"] == 100.0 and b["file"]["n"] == 2
+    # one stderr line per skipped row, and the count
+    for iid in reasons:
+        assert f"skipped {iid}" in res.stderr
+    assert "5 of 7 rows skipped" in res.stderr
+    # per-row results: rank of each gold file and function, and the first ranks
+    by_id = {row["instance_id"]: row for row in b["rows"]}
+    assert set(by_id) == {"git-ok", "pypi-ok"}
+    assert by_id["git-ok"]["gold_file_ranks"] == {"pkg/dates.py": 1}
+    assert by_id["git-ok"]["gold_function_ranks"] == {"pkg/dates.py:parse_http_date": 1}
+    assert by_id["git-ok"]["file_rank"] == 1 and by_id["git-ok"]["function_rank"] == 1
+    assert by_id["pypi-ok"]["gold_file_ranks"] == {"src/toypkg/dates.py": 1}
+    # the table says it too
+    res = runner.invoke(app, ["eval", str(_dataset(tmp_path, rows)), "--config", "bm25", "-q"])
+    assert res.exit_code == 0, res.output
+    assert "| 2 | 5 |" in res.stdout and "5 of 7 rows skipped" in res.stdout
+
+
+def test_eval_json_is_keyed_by_config_with_several_configs(env, repo, tmp_path):
+    r, c1, _ = repo
+    ds = _dataset(tmp_path, [_git_row("git-ok", str(r), c1), _git_row("no-commit", str(r), "f" * 40)])
+    res = runner.invoke(app, ["eval", str(ds), "--json", "--config", "bm25,hybrid", "-q"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert list(out) == ["bm25", "hybrid"]
+    for name in out:
+        assert out[name]["n"] == 1 and out[name]["skipped"] == 1
+        assert out[name]["errors"][0]["instance_id"] == "no-commit"
+        assert out[name]["rows"][0]["gold_file_ranks"] == {"pkg/dates.py": 1}
+    assert set(out["bm25"]) == set(out["hybrid"])
+    assert res.stderr.count("skipped no-commit") == 1  # a corpus failure is reported once, skipped in both
+
+
+def test_limit_applies_after_repo(env, tmp_path):
+    _wheel(env)
+    rows = [_pypi_row(f"a-{i}", repo="other/repo") for i in range(3)] + [_pypi_row("toy-1"), _pypi_row("toy-2")]
+    ds = _dataset(tmp_path, rows)
+    res = runner.invoke(app, ["eval", str(ds), "--json", "--config", "bm25", "-q", "--repo", "toy/toypkg",
+                              "--limit", "1"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)["bm25"]
+    assert out["n"] == 1 and [r["instance_id"] for r in out["rows"]] == ["toy-1"]
+    assert set(out["by_repo"]) == {"toy/toypkg"}
+
+
+def test_markdown_table_has_function_acc1_and_skips():
+    res = {"bm25": {"name": "BM25 only", "n": 3, "rows_total": 4, "skipped": 1,
+                    "errors": [{"instance_id": "x-1", "reason": "no corpus"}],
+                    "file": {"n": 3, "acc@1": 33.3, "acc@3": 66.7, "acc@5": 100.0, "acc@10": 100.0, "mrr": 61.1},
+                    "function": {"n": 2, "acc@1": 50.0, "acc@5": 100.0, "acc@10": 100.0, "mrr": 75.0}}}
+    table = markdown_table(res)
+    header, _, line = table.splitlines()[:3]
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    vals = [c.strip() for c in line.strip("|").split("|")]
+    row = dict(zip(cols, vals))
+    assert row["fn Acc@1"] == "50.0" and row["fn MRR"] == "75.0" and row["skipped"] == "1"
+    assert "1 of 4 rows skipped (x-1)" in table
