@@ -252,31 +252,24 @@ class PostgresStore:
         terms = [t for t in dict.fromkeys(terms) if t]
         if not terms:
             return []
-        with self._conn() as conn:
-            n, total = conn.execute("SELECT coalesce(sum(n_docs), 0), coalesce(sum(total_len), 0) "
-                                    "FROM repoctx_repos").fetchone()
-            if not n:
-                return []
-            df = dict(conn.execute("SELECT term, sum(df) FROM repoctx_term_df WHERE term = ANY(%s) GROUP BY term",
-                                   (terms,)).fetchall())
-            present = [t for t in terms if df.get(t, 0) > 0]
-            if not present:
-                return []
-            n = float(n)
-            idf = [max(float(np.log((n - float(df[t]) + 0.5) / (float(df[t]) + 0.5))), 1e-6) for t in present]
-            avgdl = float(total) / float(n) if total else 1.0
-            where, args = self._scope(scope)
-            paths = bool(scope.include or scope.exclude or scope.grants is not None)
-            join = "JOIN repoctx_capsules c ON c.rid = p.rid" if paths else ""
-            pwhere = where if paths else self._scope(Scope(repos=scope.repos), "p")[0]
-            pargs = args if paths else self._scope(Scope(repos=scope.repos), "p")[1]
-            sql = (f"SELECT c2.id, s.score FROM (SELECT p.rid, sum(q.idf * p.wtf * {K1 + 1} / "
-                   f"(p.wtf + {K1} * ({1 - B} + {B} * p.dl / %s))) AS score "
-                   f"FROM unnest(%s::text[], %s::float8[]) AS q(term, idf) JOIN repoctx_postings p ON p.term = q.term "
-                   f"{join} WHERE {pwhere} GROUP BY p.rid ORDER BY score DESC LIMIT %s) s "
-                   f"JOIN repoctx_capsules c2 ON c2.rid = s.rid ORDER BY s.score DESC, c2.rid")
-            rows = conn.execute(sql, [avgdl, present, idf] + pargs + [k]).fetchall()
-        return [(r[0], float(r[1])) for r in rows]
+        where, args = self._scope(scope)
+        paths = bool(scope.include or scope.exclude or scope.grants is not None)
+        if not paths:  # repositories only: the postings carry the repository, no join needed to filter
+            where, args = self._scope(Scope(repos=scope.repos), "p")
+        join = "JOIN repoctx_capsules c ON c.rid = p.rid" if paths else ""
+        # one round trip: corpus statistics, idf per term, then the scored postings
+        sql = (f"WITH st AS (SELECT coalesce(sum(n_docs), 0)::float8 AS n, coalesce(sum(total_len), 0)::float8 AS tl "
+               f"FROM repoctx_repos), "
+               f"q AS (SELECT d.term, greatest(ln((st.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf "
+               f"FROM (SELECT term, sum(df)::float8 AS df FROM repoctx_term_df WHERE term = ANY(%s) GROUP BY term "
+               f"HAVING sum(df) > 0) d, st), "
+               f"avg AS (SELECT CASE WHEN n > 0 AND tl > 0 THEN tl / n ELSE 1 END AS dl FROM st) "
+               f"SELECT c2.id, s.score FROM (SELECT p.rid, sum(q.idf * p.wtf * {K1 + 1} / "
+               f"(p.wtf + {K1} * ({1 - B} + {B} * p.dl / avg.dl))) AS score "
+               f"FROM q JOIN repoctx_postings p ON p.term = q.term CROSS JOIN avg {join} WHERE {where} "
+               f"GROUP BY p.rid ORDER BY score DESC LIMIT %s) s "
+               f"JOIN repoctx_capsules c2 ON c2.rid = s.rid ORDER BY s.score DESC, c2.rid")
+        return [(r[0], float(r[1])) for r in self._q(sql, [terms] + args + [k])]
 
     def by_names(self, names: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not names:
@@ -320,7 +313,12 @@ class PostgresStore:
         if kinds:
             sql += " AND e.kind = ANY(%s)"
             args.append(list(kinds))
-        if not scope.unrestricted:  # both ends must be visible: the source, and the target when resolved
+        if scope.unrestricted:
+            pass
+        elif not (scope.include or scope.exclude or scope.grants is not None):
+            sql += " AND e.repo = ANY(%s)"  # edges resolve within a repository: both ends are in e.repo
+            args.append(list(scope.repos))
+        else:  # both ends must be visible: the source, and the target when resolved
             s_where, s_args = self._scope(scope, "s")
             d_where, d_args = self._scope(scope, "d")
             sql += (f" AND EXISTS (SELECT 1 FROM repoctx_capsules s WHERE s.id = e.src AND {s_where})"

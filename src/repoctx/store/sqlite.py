@@ -317,6 +317,9 @@ class SQLiteStore:
         kind_sql = f" AND e.kind IN ({_ph(len(kinds))})" if kinds else ""
         if scope.unrestricted:
             scope_sql, scope_args = "", []
+        elif not (scope.include or scope.exclude or scope.grants is not None):
+            # edges resolve within a repository: both ends are in e.repo
+            scope_sql, scope_args = f" AND e.repo IN ({_ph(len(scope.repos))})", list(scope.repos)
         else:  # both ends must be visible: the source, and the target when resolved
             s_where, s_args = self._scope(scope, "s")
             d_where, d_args = self._scope(scope, "d")
