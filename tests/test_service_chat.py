@@ -193,7 +193,7 @@ async def test_two_sessions_run_concurrently_and_one_session_runs_one_turn_at_a_
         time.sleep(1.0)  # a blocking model: only its own turn's thread waits
         return f"You said: {last_user_text(messages)}"
 
-    e = env(model_factory=lambda: ScriptedToolModel([echo]))
+    e = env(model_factory=lambda: ScriptedToolModel([echo]), max_turns=2)
     with LiveServer(e.app) as live:
         async with httpx.AsyncClient(base_url=live.url, timeout=30) as c:
             t0 = time.perf_counter()
@@ -210,7 +210,13 @@ async def test_two_sessions_run_concurrently_and_one_session_runs_one_turn_at_a_
             await asyncio.sleep(0.3)
             status, body = await chat(c, e.dev_key, "alpha", "fourth")
             assert status == 409 and body["error"] == "session_busy"
+            # past the number of turns a process runs at once: 429 with Retry-After
+            second = asyncio.create_task(chat(c, e.dev_key, "gamma", "fifth"))
+            await asyncio.sleep(0.3)
+            r = await c.post("/chat", json={"session_id": "delta", "message": "sixth"}, headers=e.auth(e.dev_key))
+            assert r.status_code == 429 and r.json()["error"] == "too_many_turns" and r.headers["retry-after"] == "2"
             assert (await first)[1][-1][1]["text"] == "You said: third"
+            assert (await second)[1][-1][1]["text"] == "You said: fifth"
 
 
 async def test_a_session_resumes_on_a_second_app_instance_sharing_postgresql(env):

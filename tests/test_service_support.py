@@ -140,14 +140,14 @@ class Env:
 
     def __init__(self, url: str, base: Path, *, model_factory=None, stream_timeout: float = 20.0,
                  tools_factory=None, inprocess_workers: int = 0, index: bool = True, migrate: bool = True,
-                 request_timeout: float = 60.0):
+                 request_timeout: float = 60.0, **conf):
         if migrate:
             migrate_all(url)
         self.url = url
         self.base = base
         self.settings = Settings(database_url=url, embedder="none")
         self.conf = ServiceSettings(stream_timeout=stream_timeout, request_timeout=request_timeout, job_lease=3,
-                                    job_poll=0.1)
+                                    job_poll=0.1, **conf)
         self.app = create_app(self.settings, service=self.conf, model_factory=model_factory,
                               tools_factory=tools_factory, inprocess_workers=inprocess_workers)
         self.svc = self.app.state.service

@@ -573,6 +573,10 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
         key = (p.name, req.session_id)
         if key in svc.busy:
             raise HTTPException(409, _error_body("session_busy", "a turn of this session is still running"))
+        if len(svc.busy) >= conf.max_turns:
+            raise HTTPException(429, _error_body("too_many_turns", f"{conf.max_turns} copilot turns are running: "
+                                                                   "try again shortly"),
+                                headers={"Retry-After": "2"})
         try:
             model = await svc.call(svc.model)
         except (ProviderNotConfigured, ProviderUnavailable) as e:

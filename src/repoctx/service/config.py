@@ -42,7 +42,7 @@ class ServiceSettings:
     job_attempts: int = 3  # REPOCTX_JOB_ATTEMPTS: claims of one job before it is marked failed
     inprocess_jobs: bool | None = None  # REPOCTX_INPROCESS_JOBS: run index jobs in the API process
     # (default: yes with SQLite, no with PostgreSQL, where `repoctx worker` processes run them)
-    max_message_chars: int = 8000
+    max_turns: int = 32  # REPOCTX_MAX_TURNS: copilot turns running at once in this process (then 429)
     turn_tool_calls: int = 6  # per-turn budget handed to the copilot (Limits)
     turn_model_calls: int = 8
 
@@ -58,6 +58,7 @@ class ServiceSettings:
             job_lease=_float_env("REPOCTX_JOB_LEASE", 30.0),
             job_poll=_float_env("REPOCTX_JOB_POLL", 1.0),
             job_attempts=int(_float_env("REPOCTX_JOB_ATTEMPTS", 3)),
+            max_turns=int(_float_env("REPOCTX_MAX_TURNS", 32)),
             inprocess_jobs=None if inproc in (None, "") else _bool_env("REPOCTX_INPROCESS_JOBS", False),
         )
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
