@@ -34,6 +34,7 @@ from repoctx.evaluate.corpus import fetch_wheel, materialize
 
 CORPUS_ROW = {"corpus": {"pypi": "Django", "version": "4.2", "path_prefix": ""}, "instance_id": "bench"}
 OUT = Path(__file__).parent / "results" / "mcp_latency.md"
+LOAD_AT_START = os.getloadavg()[0]
 
 QUESTIONS = [
     "how does the CSRF middleware verify the token",
@@ -154,7 +155,8 @@ def run(embedder: str, root: Path, tmp: Path, starts: int) -> dict:
 def table(results: list[dict], starts: int) -> str:
     lines = ["# MCP server latency (Django 4.2, stdio, official MCP SDK client)", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-             f"load average at start {os.getloadavg()[0]:.1f}. Run: `python bench/mcp_latency.py"
+             f"load average {LOAD_AT_START:.1f} at start, {os.getloadavg()[0]:.1f} at the end (other work on the "
+             f"machine inflates every time). Run: `python bench/mcp_latency.py"
              f"{' --dense' if len(results) > 1 else ''}`.", "",
              "| configuration | index (s) | units | start → ready (s) | start → first search_code (s) |",
              "|---|---|---|---|---|"]

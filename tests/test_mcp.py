@@ -462,3 +462,48 @@ def test_service_keys(indexed, tmp_path):
     scope = fn(key)
     assert scope is not None and not scope.allows("shop", "internal/launch.py") and scope.allows("shop", "app/db.py")
     assert fn("rcx_000000000000_" + "x" * 40) is None
+
+
+def test_unindexed_repository_is_built_in_the_background(tmp_path):
+    from repoctx.mcp_server import RepoctxMCP
+
+    repo = tmp_path / "fresh"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg/mod.py").write_text('def brand_new():\n    """Never indexed before."""\n    return 1\n')
+    state = RepoctxMCP([repo], Settings(index_dir=tmp_path / "idx", embedder="none"))
+    r = state.call("find_symbol", {"name": "brand_new"})
+    if "error" in r:  # the first build may already be done on a fast machine
+        assert r["error"] == "not_indexed" and "index_status" in r["detail"]
+    state.wait_refresh(30)
+    r = state.call("find_symbol", {"name": "brand_new"})
+    assert r["definitions"][0]["citation"] == "pkg/mod.py:1-3 :: brand_new"
+    assert "fresh" in state.call("index_status", {})["_text"]
+    state.close()
+
+
+def test_keys_file_and_register(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from repoctx.mcp_server import keys_file_scope_for_key, register
+
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"root-key": "admin", "ops-key": {"grants": [{"repo": "*", "exclude": ["internal/*"]}]},
+                                "web-key": {"include": ["app/*"]}}))
+    fn = keys_file_scope_for_key(keys)
+    assert fn("root-key").unrestricted
+    assert not fn("ops-key").allows("shop", "internal/launch.py") and fn("ops-key").allows("shop", "app/db.py")
+    assert fn("web-key").allows("shop", "app/db.py") and not fn("web-key").allows("shop", "README.md")
+    assert fn("nope") is None and fn("") is None
+
+    app = typer.Typer()
+
+    @app.command()
+    def other():  # a second command, so `mcp` is a subcommand as in the repoctx CLI
+        pass
+
+    register(app)
+    out = CliRunner().invoke(app, ["mcp", "--help"])
+    assert out.exit_code == 0 and "--transport" in out.output and "--repo" in out.output
+    out = CliRunner().invoke(app, ["mcp", "--transport", "pigeon"])
+    assert out.exit_code == 2

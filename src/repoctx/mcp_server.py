@@ -279,10 +279,12 @@ def _render_status(r: dict) -> str:
         lines.append("  " + ", ".join(f"{v} {k}" for k, v in c.items()))
     v = r.get("vectors")
     if isinstance(v, dict):
-        lines.append("  vectors: " + (f"{v.get('model')} {v.get('count')}/{v.get('total')} "
-                                       f"({100 * float(v.get('coverage') or 0):.0f}%)" if v.get("enabled")
-                                       else "off (lexical search only)") + (f"; error {v['error']}" if v.get("error")
-                                                                            else ""))
+        if not v.get("enabled"):
+            vec = "off (lexical search only)"
+        else:
+            vec = f"{v.get('model')} " + (f"{v['count']}/{v['total']} " if "count" in v else "")
+            vec += f"({100 * float(v.get('coverage') or 0):.0f}% of units)"
+        lines.append(f"  vectors: {vec}" + (f"; error {v['error']}" if v.get("error") else ""))
     if r.get("fresh") is False and not r.get("building"):
         lines.append(f"  changed since the index: {_changes(r)}")
     rf = r.get("refresh") or {}
@@ -522,6 +524,9 @@ class RepoctxMCP:
 
     def _check_ready(self, tool: str, names: list[str]) -> None:
         building = [n for n in names if self.repos[n].building]
+        if building and not self._refresh_enabled:
+            raise _Refusal(tool, "not_indexed", f"{', '.join(building)} is not indexed: call reindex (or run "
+                                                "`repoctx index` on it), then try again")
         if building:
             raise _Refusal(tool, "not_indexed", f"{', '.join(building)} is being indexed for the first time; "
                                                 "call index_status to follow it, then try again")
@@ -553,6 +558,9 @@ class RepoctxMCP:
             return {"error": "unknown_tool", "detail": f"no tool {tool!r}; tools: {', '.join(TOOLS)}", "tool": tool}
         except _Refusal as e:
             return e.result
+        except Exception as e:  # noqa: BLE001 - a failure is a tool error with its reason, never a crash
+            log.warning("%s failed: %s: %s", tool, type(e).__name__, e)
+            return RepoTools(self.views[0])._error(tool, type(e).__name__, str(e) or type(e).__name__)
 
     def _gather(self, tool: str, args: dict, repo: str, scope: Scope) -> dict:
         """One RepoTools call per view, merged into one result (the full, unpaged list)."""
@@ -801,6 +809,8 @@ class RepoctxMCP:
                     st[k] = paths[:LIST_PREVIEW]
                     st[f"{k}_count"] = len(paths)
                 st["counts"] = r.index.store.counts(replace(scope, repos=(n,)))
+                if not scope.unrestricted and isinstance(st.get("vectors"), dict):  # totals would count hidden units
+                    st["vectors"] = {k: st["vectors"].get(k) for k in ("enabled", "model", "coverage", "current")}
                 item.update(st)
                 item["root"] = str(r.index.root) if scope.unrestricted else None
                 if not st.get("fresh"):
@@ -943,7 +953,7 @@ def build_server(repos: list[Path], settings: Settings | None = None, scope_for_
         # bearer keys checked by the SDK's middleware (401 before MCP handling); no OAuth endpoints are served
         kw = dict(auth=AuthSettings(issuer_url="http://127.0.0.1", resource_server_url=None),
                   token_verifier=_KeyVerifier(scope_for_key, scopes))
-    names = ", ".join(state.repos)
+    names = "the indexed repositories" if scope_for_key is not None else ", ".join(state.repos)
     server = MCPServer(name, instructions=(
         f"repoctx: indexed code search over {names}. Start with search_code (or find_symbol for a known name), "
         "follow callers/callees, read_file to check details, get_context for compact context. Every result cites "
@@ -1126,7 +1136,14 @@ def service_scope_for_key(settings: Settings, root: Path | None = None) -> Scope
     database beside the index (``REPOCTX_DATABASE_URL`` or ``<index dir>/service.sqlite``)."""
     from repoctx.service.auth import KeyStore
 
-    target = settings.database_url or str(settings.index_dir_for(root or Path(".").resolve()) / "service.sqlite")
+    try:
+        from repoctx.service.db import service_db_target
+    except ImportError:  # an older service module: the same rule, spelled here
+        service_db_target = None
+    if service_db_target is not None:
+        target = service_db_target(settings)
+    else:
+        target = settings.database_url or str(settings.index_dir_for(root or Path(".").resolve()) / "service.sqlite")
     ks = KeyStore(target, roles_file=os.environ.get("REPOCTX_ROLES") or None)
 
     def scope_for_key(key: str) -> Scope | None:
@@ -1170,7 +1187,7 @@ def mcp_command(
                 first = next((Path(p).resolve() for p in paths if isinstance(p, Path)), None)
                 scope_for_key = service_scope_for_key(settings, first)
         except (OSError, ValueError, ImportError, RuntimeError) as e:
-            err(f"cannot load API keys: {e}")
+            err(f"cannot load API keys: {e} (or pass --keys FILE)")
             raise typer.Exit(2)
     try:
         server = build_server(paths, settings, scope_for_key, max_tokens=max_tokens, refresh=not no_refresh)
