@@ -156,3 +156,22 @@ def test_similarities_embed_each_short_text_once(tmp_path):
     assert emb.embedded - before == 4 and again == sims[::-1]  # all remembered
     q, a = emb.encode(["render the invoice", "render invoice (billing invoice)"])
     assert abs(sims[0] - float(q @ a)) < 1e-5
+
+
+def test_flat_vectors_are_searched_exactly_without_faiss(tmp_path):
+    from repoctx.store.faiss_index import FaissIndex
+
+    rng = np.random.default_rng(1)
+    m = rng.normal(size=(300, 16)).astype(np.float32)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    ids = [f"c{i}" for i in range(300)]
+    fx = FaissIndex(tmp_path)
+    fx.write("x:16", 16, ids, m)
+    assert "npy" in fx.meta() and "faiss" not in fx.meta()
+    q = m[42]
+    want = np.argsort(-(m @ q))[:5]
+    assert [c for c, _ in fx.search(q, 5)] == [ids[i] for i in want]
+    allowed = {f"c{i}" for i in range(0, 300, 7)}
+    got = fx.search(q, 3, allowed)
+    best = sorted((float(m[int(c[1:])] @ q), c) for c in allowed)[::-1][:3]
+    assert [c for c, _ in got] == [c for _, c in best]

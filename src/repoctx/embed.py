@@ -25,8 +25,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import sys
+from typing import TYPE_CHECKING
+
 import numpy as np
-from langchain_core.embeddings import Embeddings
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
 
 __all__ = [
     "LocalMiniLM",
@@ -123,8 +128,35 @@ def _split_on_newlines(text: str, size: int) -> list[str]:
 # --------------------------------------------------------------------------- local model
 
 
-class LocalMiniLM(Embeddings):
-    """all-MiniLM-L6-v2 (int8 ONNX) on CPU: offline, 384-d, unit-norm float32 vectors.
+def _as_langchain_embeddings(cls: type) -> None:
+    """Make ``cls`` a LangChain ``Embeddings`` (a virtual subclass: it has ``embed_documents`` and
+    ``embed_query``) once LangChain is loaded. Importing LangChain costs about half a second, which a
+    one-shot `repoctx search` with the local model should not pay."""
+    if "langchain_core.embeddings" in sys.modules:
+        from langchain_core.embeddings import Embeddings
+
+        if not issubclass(cls, Embeddings):
+            Embeddings.register(cls)
+
+
+class _AsyncForms:
+    """LangChain's async forms of an embedder (its base class would give them; registered virtual
+    subclasses do not inherit them)."""
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        import asyncio
+
+        return await asyncio.to_thread(self.embed_documents, texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        import asyncio
+
+        return await asyncio.to_thread(self.embed_query, text)
+
+
+class LocalMiniLM(_AsyncForms):
+    """all-MiniLM-L6-v2 (int8 ONNX) on CPU: offline, 384-d, unit-norm float32 vectors. A LangChain
+    ``Embeddings`` (registered as one as soon as LangChain is loaded; see ``_as_langchain_embeddings``).
 
     ``max_length``: tokens per text including [CLS]/[SEP] (longer texts are truncated; the model
     was trained at 256; 128 is ~2x faster and scored as well or better on the SWE-bench dev rows, so
@@ -146,6 +178,7 @@ class LocalMiniLM(Embeddings):
             raise ValueError(f"max_length must be in 8..{MINILM_MAX_POSITIONS}, got {max_length}")
         if int(batch_size) < 1 or int(threads) < 1:
             raise ValueError("batch_size and threads must be >= 1")
+        _as_langchain_embeddings(type(self))
         self.max_length = int(max_length)
         self.batch_size = int(batch_size)
         self.threads = int(threads)
@@ -260,7 +293,7 @@ class LocalMiniLM(Embeddings):
 # --------------------------------------------------------------------------- remote providers
 
 
-class RemoteEmbeddings(Embeddings):
+class RemoteEmbeddings(_AsyncForms):
     """A LangChain embeddings object with ``model_id``, ``dim`` and ``encode`` added.
 
     ``dim``: when not known up front (no ``dimensions`` option and no known default for the model),
@@ -268,7 +301,8 @@ class RemoteEmbeddings(Embeddings):
     Any ``embed_documents``/``embed_query`` call also fills it in for free.
     """
 
-    def __init__(self, inner: Embeddings, model_id: str, dim: int | None = None) -> None:
+    def __init__(self, inner: "Embeddings", model_id: str, dim: int | None = None) -> None:
+        _as_langchain_embeddings(type(self))  # the provider package has loaded LangChain already
         self.inner = inner
         self._model_id = model_id
         self._dim = dim
@@ -344,7 +378,7 @@ def _split_at(rest: str) -> tuple[str, str | None]:
     return model.strip(), (url.strip() or None) if sep else None
 
 
-def get_embedder(spec: str | None = None, **options: Any) -> Embeddings:
+def get_embedder(spec: str | None = None, **options: Any) -> "Embeddings":
     """Build an embedder from ``spec``; every result has ``model_id``, ``dim`` and ``encode``.
 
     Specs (``options`` go to the underlying constructor):

@@ -1,5 +1,7 @@
-"""A repository's vectors for the embedded store: FAISS over unit vectors (inner product = cosine),
-persisted beside the SQLite file and swapped in atomically so readers always see a whole set."""
+"""A repository's vectors for the embedded store, persisted beside the SQLite file and swapped in
+atomically so readers always see a whole set: up to ``HNSW_MIN_VECTORS`` a plain float32 matrix
+(exact inner product = cosine, one numpy product: ~1 ms at Django's 12k, and nothing heavier than
+numpy to import or load, which a one-shot CLI search feels), past it FAISS HNSW."""
 from __future__ import annotations
 
 import json
@@ -39,29 +41,32 @@ class FaissIndex:
 
     def write(self, model: str, dim: int, ids: list[str], matrix: np.ndarray, generation: str = "",
               total: int | None = None, hnsw_min: int = HNSW_MIN_VECTORS) -> None:
-        import faiss
-
         self.dir.mkdir(parents=True, exist_ok=True)
+        stamp = f"{time.time_ns()}"
+        ids_path = self.dir / f"vectors-{stamp}.ids.json"
+        matrix = np.ascontiguousarray(matrix, dtype=np.float32).reshape(len(ids), dim)
         if len(ids) >= hnsw_min:
+            import faiss
+
             index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
             index.hnsw.efSearch = 128
+            index.add(matrix)
+            data_path = self.dir / f"vectors-{stamp}.faiss"
+            faiss.write_index(index, str(data_path))
+            kind = "faiss"
         else:
-            index = faiss.IndexFlatIP(dim)
-        if len(ids):
-            index.add(np.ascontiguousarray(matrix, dtype=np.float32))
-        stamp = f"{time.time_ns()}"
-        faiss_path = self.dir / f"vectors-{stamp}.faiss"
-        ids_path = self.dir / f"vectors-{stamp}.ids.json"
-        faiss.write_index(index, str(faiss_path))
+            data_path = self.dir / f"vectors-{stamp}.npy"
+            np.save(data_path, matrix)
+            kind = "npy"
         ids_path.write_text(json.dumps(ids))
         tmp = self.meta_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"model": model, "dim": dim, "count": len(ids), "faiss": faiss_path.name,
+        tmp.write_text(json.dumps({"model": model, "dim": dim, "count": len(ids), kind: data_path.name,
                                    "ids": ids_path.name, "generation": generation,
                                    "total": len(ids) if total is None else total}))
         old = self.meta()
         os.replace(tmp, self.meta_path)  # the swap: readers see the old set or the new, never half
         if old:
-            for name in (old.get("faiss"), old.get("ids")):
+            for name in (old.get("faiss"), old.get("npy"), old.get("ids")):
                 if name:
                     try:
                         (self.dir / name).unlink()
@@ -78,10 +83,13 @@ class FaissIndex:
         meta = self.meta()
         if not meta:
             return False
-        import faiss
-
         try:
-            index = faiss.read_index(str(self.dir / meta["faiss"]))
+            if "npy" in meta:
+                index = np.load(self.dir / meta["npy"])
+            else:
+                import faiss
+
+                index = faiss.read_index(str(self.dir / meta["faiss"]))
             ids = json.loads((self.dir / meta["ids"]).read_text())
         except (OSError, RuntimeError, ValueError, KeyError):
             return self._index is not None  # mid-swap: keep what we had
@@ -92,22 +100,35 @@ class FaissIndex:
     def search(self, vec: np.ndarray, k: int, allowed: set[str] | None = None) -> list[tuple[str, float]]:
         """Nearest ids; ``allowed`` (ids in scope) becomes FAISS's id selector, so out-of-scope vectors
         are never candidates."""
-        import faiss
-
         with self._lock:
             if not self._load() or not self._ids:
                 return []
             index, ids, pos = self._index, self._ids, self._pos
+        q = np.asarray(vec, dtype=np.float32).reshape(-1)
+        if isinstance(index, np.ndarray):
+            if allowed is None:
+                sel = None
+                scores = index @ q
+            else:
+                sel = np.fromiter((pos[c] for c in allowed if c in pos), dtype=np.int64)
+                if not len(sel):
+                    return []
+                scores = index[sel] @ q
+            n = min(k, len(scores))
+            top = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
+            top = top[np.argsort(-scores[top], kind="stable")]
+            rows = sel[top] if sel is not None else top
+            return [(ids[int(r)], float(scores[t])) for r, t in zip(rows, top)]
+        import faiss
+
         faiss.omp_set_num_threads(1)
-        q = np.asarray(vec, dtype=np.float32).reshape(1, -1)
+        q = q.reshape(1, -1)
         if allowed is None:
             scores, idx = index.search(q, min(k, len(ids)))
         else:
             sel_pos = np.fromiter((pos[c] for c in allowed if c in pos), dtype=np.int64)
             if not len(sel_pos):
                 return []
-            sel = faiss.IDSelectorBatch(sel_pos)
-            params = (faiss.SearchParametersHNSW(sel=sel) if isinstance(index, faiss.IndexHNSWFlat)
-                      else faiss.SearchParameters(sel=sel))
+            params = faiss.SearchParametersHNSW(sel=faiss.IDSelectorBatch(sel_pos))
             scores, idx = index.search(q, min(k, len(sel_pos)), params=params)
         return [(ids[i], float(s)) for s, i in zip(scores[0], idx[0]) if i >= 0]
