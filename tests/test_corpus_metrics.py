@@ -261,3 +261,19 @@ def test_row_without_a_corpus_is_a_corpus_error(cache):
         materialize(row, cache)
     with pytest.raises(CorpusError, match="no 'version'"):
         materialize(_row(corpus={"pypi": "tinypkg"}), cache)
+
+
+def test_a_reverted_tree_updates_its_release_index_incrementally(cache, monkeypatch):
+    """The reverted tree's index starts as a copy of the release's and keeps its repository name, so
+    only the patched file is parsed again (not the whole tree as a second repository)."""
+    from repoctx import Settings
+    from repoctx.evaluate.runner import open_corpus_index
+
+    monkeypatch.setenv("REPOCTX_CACHE", str(cache))
+    row = _row(revert_patch=REVERT_PATCH, corpus={"pypi": "tinypkg", "version": "1.0", "path_prefix": "src/",
+                                                   "mode": "post-fix release with gold patch reverted"})
+    ix = open_corpus_index(row, False, Settings(embedder="none"))
+    report = ix.update()
+    assert report.modified == ["src/tinypkg/core.py"] and not report.added
+    assert [r.name for r in ix.store.repos()] == [ix.repo]
+    assert "def greet" in ix.find("greet")[0].text

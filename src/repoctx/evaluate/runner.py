@@ -64,24 +64,28 @@ def _seed_from(release_dir: Path, target: Path) -> None:
         con.close()
 
 
-def _tree_index(tree: Path, windows: bool, settings: Settings) -> Index:
+def _tree_index(tree: Path, windows: bool, settings: Settings, name_from: Path | None = None) -> Index:
     """One corpus tree as one repository, named after its cache key (in a shared PostgreSQL store
-    every tree is its own repository)."""
+    every tree is its own repository). ``name_from``: the tree whose index this one was seeded from,
+    whose repository name it keeps so that the update is incremental against the seed."""
     idx_dir = _index_dir(tree, windows)
+    name = _index_dir(name_from or tree, windows).name.replace("+", "-")[:100]
     return Index(tree, replace(settings, index_dir=idx_dir, parse_mode="windows" if windows else "capsules"),
-                 name=idx_dir.name.replace("+", "-")[:100])
+                 name=name)
 
 
 def open_corpus_index(row: dict, windows: bool, settings: Settings) -> Index:
     tree = materialize(row)
     idx_dir = _index_dir(tree, windows)
-    if tree.parent.name == "reverted" and not idx_dir.exists() and not settings.database_url:
+    if tree.parent.name == "reverted" and not settings.database_url:
         # index the release once, then each reverted tree starts from it and re-parses only the patched files
         release = materialize({k: v for k, v in row.items() if k != "revert_patch"})
-        rel = _tree_index(release, windows, settings)
-        rel.update(embed=False)
-        rel.close()
-        _seed_from(_index_dir(release, windows), idx_dir)
+        if not idx_dir.exists():
+            rel = _tree_index(release, windows, settings)
+            rel.update(embed=False)
+            rel.close()
+            _seed_from(_index_dir(release, windows), idx_dir)
+        return _tree_index(tree, windows, settings, name_from=release)
     return _tree_index(tree, windows, settings)
 
 
