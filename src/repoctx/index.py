@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from repoctx.config import Settings
 from repoctx.retrieve.hybrid import SearchOptions, search, to_files
 from repoctx.store.base import EVERYTHING, Scope, StoreError
-from repoctx.types import Capsule, Context, Edge, FileHit, Hit, TraceEvent
+from repoctx.types import Capsule, Context, Edge, FileHit, Hit, TraceEvent, iterate_in_thread
 from repoctx.vectors import DenseRetriever, EmbedReport, VectorCache, fill_vectors
 
 if TYPE_CHECKING:  # the indexer (tree-sitter, the walk) is imported only by what writes: a search never pays for it
@@ -343,14 +343,7 @@ class Index:
 
     async def astream(self, query: str, **kw) -> AsyncIterator[TraceEvent]:
         """``stream`` for asyncio callers: each step runs in a worker thread."""
-        import asyncio
-
-        gen = self.stream(query, **kw)
-        sentinel = object()
-        while True:
-            ev = await asyncio.to_thread(next, gen, sentinel)
-            if ev is sentinel:
-                return
+        async for ev in iterate_in_thread(self.stream(query, **kw)):
             yield ev
 
     def _notes(self, scope: Scope) -> list[str]:

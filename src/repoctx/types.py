@@ -117,3 +117,16 @@ class TraceEvent:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+async def iterate_in_thread(gen):
+    """An async iterator over a blocking generator: each step runs in a worker thread, so an event loop
+    never waits on the retrieval behind it."""
+    import asyncio
+
+    sentinel = object()
+    while True:
+        item = await asyncio.to_thread(next, gen, sentinel)
+        if item is sentinel:
+            return
+        yield item

@@ -7,7 +7,6 @@ never a crashed loop. Results are deduplicated across sub-queries and keep their
 """
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from repoctx.retrieve.planner import OfflinePlanner, Planner, SubQuery
 from repoctx.retrieve.rerank import DEPTH, LinearReranker, features_for_lanes, load_reranker, rerank
 from repoctx.store.base import EVERYTHING, Scope
 from repoctx.tokens import code_tokens, name_tokens, term_in
-from repoctx.types import Capsule, Hit, TraceEvent
+from repoctx.types import Capsule, Hit, TraceEvent, iterate_in_thread
 
 GENERIC = frozenset("how does do what where which when why handle handled work works done turn turned each one "
                     "way ways happen happens build built".split())
@@ -272,12 +271,7 @@ class AgenticRetriever:
 
     async def astream(self, query: str) -> AsyncIterator[TraceEvent]:
         """The same events, for asyncio callers; blocking work runs in a worker thread."""
-        gen = self.stream(query)
-        sentinel = object()
-        while True:
-            ev = await asyncio.to_thread(next, gen, sentinel)
-            if ev is sentinel:
-                return
+        async for ev in iterate_in_thread(self.stream(query)):
             yield ev
 
     # ---- helpers

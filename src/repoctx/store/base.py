@@ -179,6 +179,11 @@ class Scope:
                 "grants": None if self.grants is None else [g.__dict__ for g in self.grants]}
 
 
+def like_suffix(fragment: str) -> str:
+    """A LIKE pattern (escape character ``\\``) for paths ending in ``/fragment``."""
+    return "%/" + fragment.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def _match(pattern: str, path: str) -> bool:
     return re.match(glob_regex(pattern), path, re.S) is not None
 

@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from repoctx.store.base import (EMBED_KINDS, EVERYTHING, EmbedRow, FileRecord, IndexBusy, RepoRecord, Scope,
-                                StoreError, VectorState, check_repo_name)
+                                StoreError, VectorState, check_repo_name, like_suffix)
 from repoctx.store.sqlite import BM25_WEIGHTS
 from repoctx.types import Capsule, Edge
 
@@ -292,7 +292,7 @@ class PostgresStore:
         out: list[str] = []
         with self._conn() as conn:
             for frag in fragments:
-                like = "%/" + frag.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                like = like_suffix(frag)
                 rows = conn.execute(
                     f"SELECT c.id FROM repoctx_capsules c WHERE c.kind = 'module' AND (c.path = %s OR c.path LIKE %s) "
                     f"AND {where} ORDER BY length(c.path), c.id LIMIT 5", [frag, like] + args).fetchall()

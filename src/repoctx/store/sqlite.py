@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from repoctx.store.base import (EMBED_KINDS, EVERYTHING, SCHEMA_VERSION, EmbedRow, FileRecord, RepoRecord,
-                                IndexBusy, SchemaMismatch, Scope, StoreError, VectorState, check_repo_name)
+                                IndexBusy, SchemaMismatch, Scope, StoreError, VectorState, check_repo_name, like_suffix)
 from repoctx.store.faiss_index import FaissIndex
 from repoctx.types import Capsule, Edge
 
@@ -298,7 +298,7 @@ class SQLiteStore:
         where, args = self._scope(scope)
         out: list[str] = []
         for frag in fragments:
-            like = "%/" + frag.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            like = like_suffix(frag)
             rows = self.db.execute(
                 f"SELECT c.id FROM capsules c WHERE c.kind = 'module' AND (c.path = ? OR c.path LIKE ? ESCAPE '\\') "
                 f"AND {where} ORDER BY length(c.path) LIMIT 5", [frag, like] + args)
