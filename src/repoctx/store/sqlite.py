@@ -167,7 +167,9 @@ class SQLiteStore:
         self._local = threading.local()
 
     def _scope(self, scope: Scope, alias: str = "c", path_col: str = "path") -> tuple[str, list]:
-        return scope.compile(f"{alias}.repo", f"{alias}.{path_col}", "?", "{col} GLOB {ph}")
+        # "+repo": the repository test must not steer SQLite to a (repo, ...) index; the id, name and
+        # FTS lookups it sits beside are the selective ones (with it, capsules-by-id scanned a whole repo)
+        return scope.compile(f"+{alias}.repo", f"{alias}.{path_col}", "?", "{col} GLOB {ph}")
 
     # ---- repositories
     def register_repo(self, name: str, root: str) -> RepoRecord:
@@ -319,7 +321,7 @@ class SQLiteStore:
             scope_sql, scope_args = "", []
         elif not (scope.include or scope.exclude or scope.grants is not None):
             # edges resolve within a repository: both ends are in e.repo
-            scope_sql, scope_args = f" AND e.repo IN ({_ph(len(scope.repos))})", list(scope.repos)
+            scope_sql, scope_args = f" AND +e.repo IN ({_ph(len(scope.repos))})", list(scope.repos)
         else:  # both ends must be visible: the source, and the target when resolved
             s_where, s_args = self._scope(scope, "s")
             d_where, d_args = self._scope(scope, "d")
