@@ -27,7 +27,7 @@ from repoctx.store.base import (EMBED_KINDS, EVERYTHING, EmbedRow, FileRecord, I
 from repoctx.store.sqlite import BM25_WEIGHTS
 from repoctx.types import Capsule, Edge
 
-PG_SCHEMA_VERSION = 1
+PG_SCHEMA_VERSION = 2
 DEFAULT_DIM = 384  # the embedded default model's; other dimensions are searched exactly, without HNSW
 K1, B = 1.2, 0.75
 
@@ -65,6 +65,8 @@ CREATE INDEX IF NOT EXISTS repoctx_vectors_repo ON repoctx_vectors(repo, model);
 CREATE INDEX IF NOT EXISTS repoctx_vectors_hnsw ON repoctx_vectors
   USING hnsw ((embedding::vector({DEFAULT_DIM})) vector_cosine_ops) WHERE vector_dims(embedding) = {DEFAULT_DIM};
 """,
+    # document frequencies are read by term across every repository: the (repo, term) key cannot serve that
+    2: "CREATE INDEX IF NOT EXISTS repoctx_term_df_term ON repoctx_term_df(term) INCLUDE (df);",
 }
 
 _COLS = ("c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
