@@ -132,6 +132,15 @@ def test_bm25_matches_sqlite_fts5(tmp_path):
         assert [i for i, _ in a] == [i for i, _ in b]
         np.testing.assert_allclose([s for _, s in a], [s for _, s in b], rtol=1e-5)
     assert lite.store.doc_freqs(["order", "vault"]) == pg.store.doc_freqs(["order", "vault"])
+    # another repository in the same database does not move the scoped scores: statistics are the scope's
+    index_repo(Settings(database_url=url, embedder="none"), write_tree(tmp_path / "other", {
+        "o.py": "def order_order(order):\n    return order  # order order order\n"}), dense=False)
+    scope = pg.scope()
+    for terms in (["order"], ["vault", "key"]):
+        a, b = lite.store.lexical(terms, 10), pg.store.lexical(terms, 10, scope)
+        assert [i for i, _ in a] == [i for i, _ in b]
+        np.testing.assert_allclose([s for _, s in a], [s for _, s in b], rtol=1e-5)
+    assert lite.store.doc_freqs(["order"]) == pg.store.doc_freqs(["order"], scope)
 
 
 def _everything_visible(ix: Index, scope: Scope, q: str) -> str:

@@ -57,13 +57,13 @@ class SearchOptions:
     weights: dict[str, float] = field(default_factory=lambda: {"lexical": 1.0, "dense": 1.0})
 
 
-def query_terms(store, query: str, max_terms: int) -> list[str]:
+def query_terms(store, query: str, max_terms: int, scope: Scope = EVERYTHING) -> list[str]:
     """Code tokens of the query, stop words out; for long questions the rarest terms (IDF) are kept."""
     tf = Counter(code_tokens(query, keep_stopwords=False))
     # the uninflected forms code names use (a question says "resolved", the code `_resolve_lookup`),
     # where the index holds them
     forms = {w: base_forms(w) for w in tf}
-    df = store.doc_freqs(list(dict.fromkeys(list(tf) + [f for fs in forms.values() for f in fs])))
+    df = store.doc_freqs(list(dict.fromkeys(list(tf) + [f for fs in forms.values() for f in fs])), scope)
     for w, fs in forms.items():
         for f in fs:
             if df.get(f, 0) > 0 and f not in tf:
@@ -71,7 +71,7 @@ def query_terms(store, query: str, max_terms: int) -> list[str]:
     terms = list(tf)
     if len(terms) <= max_terms:
         return terms
-    n = max(store.n_capsules(), 1)
+    n = max(store.n_capsules(scope), 1)
     present = [t for t in terms if df.get(t, 0) > 0]
     scored = sorted(present, key=lambda t: -(math.log(1 + n / (1 + df[t])) * (1 + math.log(tf[t]))))
     return scored[:max_terms]
@@ -140,7 +140,7 @@ def search(store, query: str, opts: SearchOptions | None = None, dense_index: De
             why.setdefault(cid, {})[signal] = {"rank": rank, "score": round(float(score), 4)}
 
     if opts.lexical:
-        terms = query_terms(store, query, opts.max_terms)
+        terms = query_terms(store, query, opts.max_terms, scope)
         add_rank("lexical", store.lexical(terms, opts.pool, scope), opts.weights.get("lexical", 1.0))
     if opts.dense and dense_index is not None:
         add_rank("dense", dense_index.search(query, opts.pool, scope), opts.weights.get("dense", 1.0))

@@ -238,15 +238,24 @@ class PostgresStore:
             f"SELECT {_COLS} FROM repoctx_capsules c WHERE c.repo=%s AND c.path=%s AND {where} "
             "ORDER BY c.start_line, c.end_line DESC", [repo, path] + args)]
 
-    def doc_freqs(self, terms: list[str]) -> dict[str, int]:
+    # BM25 statistics (document count, lengths, document frequencies) are those of the repositories the
+    # scope names — what a store holding only them would give, as a single-repository SQLite index does —
+    # and of the whole store when the scope names none.
+    @staticmethod
+    def _stats_filter(scope: Scope, col: str) -> tuple[str, list]:
+        return (f" AND {col} = ANY(%s)", [list(scope.repos)]) if scope.repos else ("", [])
+
+    def doc_freqs(self, terms: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
         if not terms:
             return {}
+        where, args = self._stats_filter(scope, "repo")
         return {t: int(n) for t, n in self._q(
-            "SELECT term, sum(df) FROM repoctx_term_df WHERE term = ANY(%s) GROUP BY term HAVING sum(df) > 0",
-            (list(set(terms)),))}
+            f"SELECT term, sum(df) FROM repoctx_term_df WHERE term = ANY(%s){where} GROUP BY term HAVING sum(df) > 0",
+            [list(set(terms))] + args)}
 
-    def n_capsules(self) -> int:
-        return int(self._q("SELECT coalesce(sum(n_docs), 0) FROM repoctx_repos")[0][0] or 0)
+    def n_capsules(self, scope: Scope = EVERYTHING) -> int:
+        where, args = self._stats_filter(scope, "name")
+        return int(self._q(f"SELECT coalesce(sum(n_docs), 0) FROM repoctx_repos WHERE true{where}", args)[0][0] or 0)
 
     def lexical(self, terms: list[str], k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
         """BM25 as SQLite FTS5 computes it: per term idf = ln((N - n + 0.5) / (n + 0.5)) (at least 1e-6),
@@ -260,18 +269,20 @@ class PostgresStore:
             where, args = self._scope(Scope(repos=scope.repos), "p")
         join = "JOIN repoctx_capsules c ON c.rid = p.rid" if paths else ""
         # one round trip: corpus statistics, idf per term, then the scored postings
+        repo_where, repo_args = self._stats_filter(scope, "name")
+        df_where, df_args = self._stats_filter(scope, "repo")
         sql = (f"WITH st AS (SELECT coalesce(sum(n_docs), 0)::float8 AS n, coalesce(sum(total_len), 0)::float8 AS tl "
-               f"FROM repoctx_repos), "
+               f"FROM repoctx_repos WHERE true{repo_where}), "
                f"q AS (SELECT d.term, greatest(ln((st.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf "
-               f"FROM (SELECT term, sum(df)::float8 AS df FROM repoctx_term_df WHERE term = ANY(%s) GROUP BY term "
-               f"HAVING sum(df) > 0) d, st), "
+               f"FROM (SELECT term, sum(df)::float8 AS df FROM repoctx_term_df WHERE term = ANY(%s){df_where} "
+               f"GROUP BY term HAVING sum(df) > 0) d, st), "
                f"avg AS (SELECT CASE WHEN n > 0 AND tl > 0 THEN tl / n ELSE 1 END AS dl FROM st) "
                f"SELECT c2.id, s.score FROM (SELECT p.rid, sum(q.idf * p.wtf * {K1 + 1} / "
                f"(p.wtf + {K1} * ({1 - B} + {B} * p.dl / avg.dl))) AS score "
                f"FROM q JOIN repoctx_postings p ON p.term = q.term CROSS JOIN avg {join} WHERE {where} "
                f"GROUP BY p.rid ORDER BY score DESC LIMIT %s) s "
                f"JOIN repoctx_capsules c2 ON c2.rid = s.rid ORDER BY s.score DESC, c2.rid")
-        return [(r[0], float(r[1])) for r in self._q(sql, [terms] + args + [k])]
+        return [(r[0], float(r[1])) for r in self._q(sql, repo_args + [terms] + df_args + args + [k])]
 
     def by_names(self, names: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not names:

@@ -255,14 +255,16 @@ class SQLiteStore:
             f"SELECT {_COLS} FROM capsules c WHERE c.repo=? AND c.path=? AND {where} "
             "ORDER BY c.start_line, c.end_line DESC", [repo, path] + args)]
 
-    def doc_freqs(self, terms: list[str]) -> dict[str, int]:
+    def doc_freqs(self, terms: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
+        """Over the whole file (FTS5 keeps one vocabulary): a store of one repository, as each repository's
+        default index is, gives that repository's own statistics."""
         out: dict[str, int] = {}
         for chunk in _chunks(list(dict.fromkeys(terms))):
             out.update(self.db.execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({_ph(len(chunk))})",
                                        chunk).fetchall())
         return out
 
-    def n_capsules(self) -> int:
+    def n_capsules(self, scope: Scope = EVERYTHING) -> int:
         return self.db.execute("SELECT count(*) FROM capsules").fetchone()[0]
 
     def lexical(self, terms: list[str], k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
