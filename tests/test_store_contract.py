@@ -85,6 +85,9 @@ def test_index_and_reads(backend, tmp_path):
     assert ix.search("sum_lines")[0].capsule.qualname == "sum_lines"
     assert ix.store.vector_state("shop", HashEmbedder.model_id).current
     assert ix.dense_index().search("vault key signs", 3)[0][0] == "shop:secret/vault.py#vault_key"
+    # unscoped, over the whole store (PostgreSQL: through the HNSW index; scoped reads scan exactly)
+    vec = ix.dense_index().vector("vault key signs")
+    assert ix.store.dense(vec, HashEmbedder.model_id, 1)[0][0] == "shop:secret/vault.py#vault_key"
     assert ("shop", "secret/vault.py") in ix.files()
 
 
