@@ -264,11 +264,12 @@ class PostgresStore:
         terms = [t for t in dict.fromkeys(terms) if t]
         if not terms:
             return []
-        where, args = self._scope(scope)
+        # the postings carry the repository: filter them by it, score per unit, and only then test the
+        # scope's path rules, once per scored unit (not once per posting of every query term)
+        where, args = self._scope(Scope(repos=scope.repos), "p")
         paths = bool(scope.include or scope.exclude or scope.grants is not None)
-        if not paths:  # repositories only: the postings carry the repository, no join needed to filter
-            where, args = self._scope(Scope(repos=scope.repos), "p")
-        join = "JOIN repoctx_capsules c ON c.rid = p.rid" if paths else ""
+        path_where, path_args = self._scope(scope, "c2") if paths else ("true", [])
+        inner_limit = "" if paths else "LIMIT %s"
         # one round trip: corpus statistics, idf per term, then the scored postings
         repo_where, repo_args = self._stats_filter(scope, "name")
         df_where, df_args = self._stats_filter(scope, "repo")
@@ -280,10 +281,11 @@ class PostgresStore:
                f"avg AS (SELECT CASE WHEN n > 0 AND tl > 0 THEN tl / n ELSE 1 END AS dl FROM st) "
                f"SELECT c2.id, s.score FROM (SELECT p.rid, sum(q.idf * p.wtf * {K1 + 1} / "
                f"(p.wtf + {K1} * ({1 - B} + {B} * p.dl / avg.dl))) AS score "
-               f"FROM q JOIN repoctx_postings p ON p.term = q.term CROSS JOIN avg {join} WHERE {where} "
-               f"GROUP BY p.rid ORDER BY score DESC LIMIT %s) s "
-               f"JOIN repoctx_capsules c2 ON c2.rid = s.rid ORDER BY s.score DESC, c2.rid")
-        return [(r[0], float(r[1])) for r in self._q(sql, repo_args + [terms] + df_args + args + [k])]
+               f"FROM q JOIN repoctx_postings p ON p.term = q.term CROSS JOIN avg WHERE {where} "
+               f"GROUP BY p.rid ORDER BY score DESC {inner_limit}) s "
+               f"JOIN repoctx_capsules c2 ON c2.rid = s.rid WHERE {path_where} ORDER BY s.score DESC, c2.rid LIMIT %s")
+        inner = [] if paths else [k]
+        return [(r[0], float(r[1])) for r in self._q(sql, repo_args + [terms] + df_args + args + inner + path_args + [k])]
 
     def by_names(self, names: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not names:
