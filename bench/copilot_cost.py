@@ -26,21 +26,9 @@ QUESTION = "How does the index decide that a file changed and must be re-parsed?
 
 
 def tools_for(ix: Index) -> list:
-    try:
-        from repoctx.copilot.tools import make_tools
-    except ImportError:  # the copilot's tools are not there yet: one search tool over the same index
-        make_tools = None
-    if make_tools is not None:
-        return make_tools(ix, None)
-    from strands import tool
+    from repoctx.copilot.tools import make_tools
 
-    @tool
-    def search_code(query: str) -> dict:
-        """Search the indexed repository; every hit carries its citation path:start-end :: qualname."""
-        return {"hits": [{"citation": h.capsule.citation, "signature": h.capsule.signature}
-                         for h in ix.search(query, k=8)]}
-
-    return [search_code]
+    return make_tools(ix, None)
 
 
 def answer_citing(messages) -> str:

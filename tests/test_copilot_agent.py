@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import pytest
 import typer
@@ -54,21 +53,10 @@ def ix(tmp_path) -> Index:
 
 
 def repo_tools(ix: Index) -> list:
-    """The copilot's own tools when tools.py is there; else a search tool over the same index."""
-    try:
-        from repoctx.copilot.tools import make_tools
-    except ImportError:
-        make_tools = None
-    if make_tools is not None:
-        return make_tools(ix, None)
+    """The copilot's own tools, bound to the index."""
+    from repoctx.copilot.tools import make_tools
 
-    @tool
-    def search_code(query: str) -> dict:
-        """Search the indexed repository; every hit carries its citation path:start-end :: qualname."""
-        return {"hits": [{"citation": h.capsule.citation, "signature": h.capsule.signature}
-                         for h in ix.search(query, k=5)]}
-
-    return [search_code]
+    return make_tools(ix, None)
 
 
 def cite_first_hit(messages) -> str:
