@@ -10,6 +10,15 @@ class ConfigError(ValueError):
     pass
 
 
+def is_postgres_url(target: str | os.PathLike | None) -> bool:
+    """Whether a store target names PostgreSQL: a postgres(ql):// URL or a libpq key=value string,
+    rather than a SQLite file path. One rule for the store, the sessions and the service."""
+    if not target:
+        return False
+    text = str(target)
+    return text.startswith(("postgres://", "postgresql://")) or "dbname=" in text or "host=" in text
+
+
 def default_cache_dir() -> Path:
     """$REPOCTX_CACHE, else ~/.cache/repoctx: the vector cache, evaluation corpora, per-user indexes."""
     return Path(os.environ.get("REPOCTX_CACHE") or Path.home() / ".cache" / "repoctx")

@@ -29,6 +29,8 @@ from strands.session.session_repository import SessionRepository
 from strands.types.exceptions import SessionException
 from strands.types.session import Session, SessionAgent, SessionMessage
 
+from repoctx.config import default_cache_dir, is_postgres_url
+
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
@@ -71,7 +73,7 @@ def _iso(ts: float) -> str:
 
 
 def _is_postgres(target: str) -> bool:
-    return str(target).startswith(("postgres://", "postgresql://"))
+    return is_postgres_url(target)
 
 
 def _not_migrated(where: str, found: int | None) -> SessionStoreNotMigrated:
@@ -530,8 +532,7 @@ def sessions_target(index_dir: str | Path | None = None) -> str:
             return os.environ[var]
     if index_dir is not None:
         return str(Path(index_dir) / "sessions.sqlite")
-    cache = Path(os.environ.get("REPOCTX_CACHE") or Path.home() / ".cache" / "repoctx")
-    return str(cache / "sessions.sqlite")
+    return str(default_cache_dir() / "sessions.sqlite")
 
 
 def migrate(target: str | Path) -> int:

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from repoctx.config import is_postgres_url  # noqa: F401 (the service's modules import it from here)
+
 SERVICE_SCHEMA_VERSION = 1
 
 _TABLES = """
@@ -35,14 +37,6 @@ _SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
 class NotMigrated(RuntimeError):
     """The PostgreSQL database lacks the service tables: ``repoctx db migrate`` creates them."""
-
-
-def is_postgres_url(url: str | None) -> bool:
-    """A PostgreSQL connection string: a URL or a libpq key=value string (as the test fixture hands out)."""
-    if not url:
-        return False
-    url = str(url)
-    return url.startswith(("postgres://", "postgresql://")) or ("dbname=" in url or "host=" in url)
 
 
 def migrate_postgres(url: str) -> int:

@@ -138,39 +138,30 @@ class Scope:
         def pat(p: str) -> str:
             return glob_regex(p) if regex else p
 
-        def test(p: str) -> tuple[str, list]:
-            return glob_op.format(col=path_col, ph=placeholder), [pat(p)]
+        def paths(include: tuple[str, ...], exclude: tuple[str, ...]) -> tuple[list[str], list]:
+            """Path rules as clauses: any include pattern, and no exclude pattern."""
+            test = glob_op.format(col=path_col, ph=placeholder)
+            out: list[str] = []
+            if include:
+                out.append("(" + " OR ".join([test] * len(include)) + ")")
+            out += [f"NOT ({test})"] * len(exclude)
+            return out, [pat(p) for p in (*include, *exclude)]
 
         clauses: list[str] = []
         args: list = []
         if self.repos:
             clauses.append(f"{repo_col} IN ({', '.join([placeholder] * len(self.repos))})")
             args += list(self.repos)
-        if self.include:
-            parts = [test(p) for p in self.include]
-            clauses.append("(" + " OR ".join(s for s, _ in parts) + ")")
-            args += [x for _, xs in parts for x in xs]
-        for p in self.exclude:
-            s, a = test(p)
-            clauses.append(f"NOT ({s})")
-            args += a
+        sub, sub_args = paths(self.include, self.exclude)
+        clauses += sub
+        args += sub_args
         if self.grants is not None:
             alts = []
             for g in self.grants:
-                sub, sub_args = [], []
-                if g.repo != "*":
-                    sub.append(f"{repo_col} = {placeholder}")
-                    sub_args.append(g.repo)
-                if g.include:
-                    parts = [test(p) for p in g.include]
-                    sub.append("(" + " OR ".join(s for s, _ in parts) + ")")
-                    sub_args += [x for _, xs in parts for x in xs]
-                for p in g.exclude:
-                    s, a = test(p)
-                    sub.append(f"NOT ({s})")
-                    sub_args += a
-                alts.append("(" + (" AND ".join(sub) or "1=1") + ")")
-                args += sub_args
+                sub, sub_args = ([f"{repo_col} = {placeholder}"], [g.repo]) if g.repo != "*" else ([], [])
+                rules, rule_args = paths(g.include, g.exclude)
+                alts.append("(" + (" AND ".join(sub + rules) or "1=1") + ")")
+                args += sub_args + rule_args
             clauses.append("(" + (" OR ".join(alts) or "1=0") + ")")
         return (" AND ".join(clauses) or "1=1"), args
 
