@@ -15,13 +15,6 @@ from repoctx.config import ConfigError, Settings
 from repoctx.index import Index, open_store
 from repoctx.store.base import IndexBusy, SchemaMismatch, StoreError
 
-def _flag_type(self, ctx):
-    """Flags take no value, so the help shows no type for them (typer 0.29 prints ``<bool>``)."""
-    return None if self.is_flag else _option_type(self, ctx)
-
-
-_option_type = typer.core.TyperOption.display_type_rich
-typer.core.TyperOption.display_type_rich = _flag_type
 
 class _Surfaces(typer.core.TyperGroup):
     """The copilot (ask, chat, sessions), the service (serve, worker, keys, roles) and the MCP server are

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Protocol
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from repoctx.retrieve.query import mentions
 from repoctx.tokens import STOPWORDS
@@ -291,15 +290,22 @@ class OfflinePlanner:
         return out
 
 
-class PlanItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: str = Field(min_length=3, max_length=300)
-    intent: str = Field(min_length=1, max_length=200)
+@lru_cache(maxsize=1)
+def plan_schema():
+    """The JSON plan an LLM planner must answer with (a pydantic model). Built on first use: pydantic costs
+    a one-shot `repoctx search` ~0.1 s of import, and only the LLM planner needs it."""
+    from pydantic import BaseModel, ConfigDict, Field
 
+    class PlanItem(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        query: str = Field(min_length=3, max_length=300)
+        intent: str = Field(min_length=1, max_length=200)
 
-class Plan(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    sub_queries: list[PlanItem] = Field(min_length=1, max_length=10)
+    class Plan(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        sub_queries: list[PlanItem] = Field(min_length=1, max_length=10)
+
+    return Plan
 
 
 PLANNER_PROMPT = """You split a developer's question about a code base into independent search queries,
@@ -315,9 +321,10 @@ class LLMPlanner:
         self.model = model
         self.fallback = fallback or OfflinePlanner()
 
-    def _ask(self, prompt: str) -> Plan:
+    def _ask(self, prompt: str):
         from strands import Agent
 
+        Plan = plan_schema()
         agent = Agent(model=self.model, tools=[], callback_handler=None,
                       system_prompt=PLANNER_PROMPT.format(schema=json.dumps(Plan.model_json_schema())))
         text = str(agent(prompt)).strip()
@@ -333,7 +340,7 @@ class LLMPlanner:
         Nothing is kept on the planner, so one planner serves concurrent questions."""
         try:
             plan = self._ask(f"Question: {question}")
-        except (ValidationError, ValueError) as e:
+        except ValueError as e:  # pydantic's ValidationError is a ValueError
             return self.fallback.plan(question), f"malformed plan: {str(e).splitlines()[0]}"
         except Exception as e:  # provider unreachable etc.: plan offline rather than fail the search
             return self.fallback.plan(question), f"planner model failed: {type(e).__name__}"
