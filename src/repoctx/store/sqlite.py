@@ -53,10 +53,14 @@ _COLS = ("c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signat
          "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent")
 
 
+def _json_list(value: str | None) -> list:
+    return json.loads(value) if value and value != "[]" else []  # most units have no decorators, many no params
+
+
 def row_to_capsule(r) -> Capsule:
     return Capsule(id=r[0], repo=r[1] or "", path=r[2], language=r[3], kind=r[4], name=r[5], qualname=r[6],
-                   signature=r[7], params=json.loads(r[8] or "[]"), returns=r[9] or "", docstring=r[10] or "",
-                   decorators=json.loads(r[11] or "[]"), start_line=r[12], end_line=r[13], text=r[14],
+                   signature=r[7], params=_json_list(r[8]), returns=r[9] or "", docstring=r[10] or "",
+                   decorators=_json_list(r[11]), start_line=r[12], end_line=r[13], text=r[14],
                    content_hash=r[15], parent=r[16])
 
 
@@ -273,11 +277,27 @@ class SQLiteStore:
         if not terms:
             return []
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        where, args = self._scope(scope)
         w = ", ".join(map(str, BM25_WEIGHTS))
+        if self._admits_whole_file(scope):
+            # nothing to filter: FTS5 ranks alone and only the k best rows are joined (joining every match
+            # before the sort cost as much as the ranking itself)
+            sql = (f"SELECT c.id, f.s FROM (SELECT rowid AS r, -bm25(fts, {w}) AS s FROM fts WHERE fts MATCH ? "
+                   f"ORDER BY s DESC LIMIT ?) f JOIN capsules c ON c.rowid = f.r ORDER BY f.s DESC")
+            return [(r[0], r[1]) for r in self.db.execute(sql, [match, k])]
+        where, args = self._scope(scope)
         sql = (f"SELECT c.id, -bm25(fts, {w}) AS s FROM fts JOIN capsules c ON c.rowid = fts.rowid "
                f"WHERE fts MATCH ? AND {where} ORDER BY bm25(fts, {w}) LIMIT ?")
         return [(r[0], r[1]) for r in self.db.execute(sql, [match] + args + [k])]
+
+    def _admits_whole_file(self, scope: Scope) -> bool:
+        """True when the scope lets every unit of this file through (no path rule, no grant, and its
+        repositories are all the file holds: a one-repository index searched as itself)."""
+        if scope.include or scope.exclude or scope.grants is not None:
+            return False
+        if not scope.repos:
+            return True
+        held = {r[0] for r in self.db.execute("SELECT DISTINCT repo FROM files")}
+        return held <= set(scope.repos)
 
     def by_names(self, names: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not names:
