@@ -104,9 +104,13 @@ class Server:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
                 conn.request("GET", "/health")
-                if conn.getresponse().status == 200:
+                resp = conn.getresponse()
+                body = json.loads(resp.read() or b"{}")
+                # SQLite: wait for BM25 in memory (built at start) so the run measures the steady state
+                if resp.status == 200 and body.get("lexical", "memory") == "memory":
                     conn.close()
                     return
+                time.sleep(0.2)
             except OSError:
                 time.sleep(0.1)
         self.stop()

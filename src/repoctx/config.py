@@ -55,6 +55,17 @@ def _int_env(name: str, default: int) -> int:
     return value
 
 
+def _bool_env(name: str) -> bool | None:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return None
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be 1 or 0, got {raw!r}")
+
+
 @dataclass(frozen=True)
 class Settings:
     max_file_bytes: int = 1024 * 1024
@@ -67,6 +78,9 @@ class Settings:
     parse_mode: str = "capsules"  # capsules | windows (every file as 1200/150 text windows: the seed's baseline)
     vector_cache: Path | None = None  # default: $REPOCTX_CACHE/vectors.sqlite (~/.cache/repoctx)
     database_url: str | None = None  # PostgreSQL + pgvector instead of the embedded SQLite store
+    # SQLite: BM25 precomputed in memory (store/memory_bm25.py). None: on for long-lived processes (the
+    # service, the MCP server), off for one-shot commands, which would pay its build for one search
+    memory_lexical: bool | None = None
 
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
@@ -76,6 +90,7 @@ class Settings:
             embedder=os.environ.get("REPOCTX_EMBEDDER", "local"),
             index_secrets=os.environ.get("REPOCTX_INDEX_SECRETS", "") in ("1", "true", "yes"),
             database_url=os.environ.get("REPOCTX_DATABASE_URL") or None,
+            memory_lexical=_bool_env("REPOCTX_MEMORY_LEXICAL"),
         )
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 

@@ -30,10 +30,11 @@ class NotIndexed(StoreError):
     pass
 
 
-def open_store(settings: Settings, root: Path | None = None, create: bool = True):
+def open_store(settings: Settings, root: Path | None = None, create: bool = True, long_lived: bool = False):
     """The store the settings name: PostgreSQL when ``database_url`` is set, else the SQLite file in
     ``index_dir`` (default ``<root>/.repoctx``). With ``create=False`` a missing index is an error,
-    never a new empty one."""
+    never a new empty one. ``long_lived``: a server process, for which SQLite keeps BM25 in memory
+    (unless ``settings.memory_lexical`` says otherwise)."""
     if settings.database_url:
         from repoctx.store.postgres import PostgresStore
 
@@ -42,7 +43,8 @@ def open_store(settings: Settings, root: Path | None = None, create: bool = True
 
     if settings.index_dir is None and root is None:
         raise StoreError("no index location: give a repository path, REPOCTX_INDEX_DIR or REPOCTX_DATABASE_URL")
-    return SQLiteStore(settings.index_dir_for(root) / "index.sqlite", create=create)
+    memory = long_lived if settings.memory_lexical is None else settings.memory_lexical
+    return SQLiteStore(settings.index_dir_for(root) / "index.sqlite", create=create, memory_lexical=memory)
 
 
 def default_repo_name(root: Path) -> str:

@@ -362,14 +362,14 @@ class RepoctxMCP:
         if shared or names_only:
             first = next((Path(p).resolve() for p in specs if Path(p).is_dir()), None)
             try:
-                store = open_store(s, first, create=False)
+                store = open_store(s, first, create=False, long_lived=True)
             except SchemaMismatch:
                 raise
             except StoreError:
                 if names_only:
                     raise StoreError(f"no index at {s.database_url and 'REPOCTX_DATABASE_URL' or s.index_dir}: "
                                      f"repository {names_only[0]!r} is not indexed there") from None
-                store = open_store(s, first, create=True)
+                store = open_store(s, first, create=True, long_lived=True)
         for spec in specs:
             if Path(spec).is_dir():
                 ix = self._open_root(Path(spec).resolve(), store)

@@ -17,6 +17,7 @@ import numpy as np
 
 from repoctx.store.base import (EMBED_KINDS, EVERYTHING, SCHEMA_VERSION, EmbedRow, FileRecord, RepoRecord,
                                 IndexBusy, SchemaMismatch, Scope, StoreError, VectorState, check_repo_name, like_suffix)
+from repoctx.store.memory_bm25 import MemoryBM25, MemoryBM25Cache
 from repoctx.store.faiss_index import FaissIndex
 from repoctx.types import Capsule, Edge
 
@@ -78,7 +79,7 @@ class SQLiteStore:
 
     backend = "sqlite"
 
-    def __init__(self, path: Path, create: bool = True):
+    def __init__(self, path: Path, create: bool = True, memory_lexical: bool = False):
         self.path = Path(path)
         self.dir = self.path.parent
         if not create and not self.path.exists():
@@ -90,6 +91,8 @@ class SQLiteStore:
         self._conns_lock = threading.Lock()
         self._faiss: dict[str, FaissIndex] = {}
         self._allowed: dict[tuple, set[str]] = {}
+        self._admitted: dict[tuple, np.ndarray] = {}
+        self._bm25 = MemoryBM25Cache(self._build_bm25) if memory_lexical else None
         db = self.db
         self._identity = self._file_identity()
         version = self._schema_version(db)
@@ -276,6 +279,12 @@ class SQLiteStore:
         terms = [t for t in dict.fromkeys(terms) if t]
         if not terms:
             return []
+        if self._bm25 is not None and MemoryBM25.answers(terms):
+            key = self._content_key()
+            mem = self._bm25.current(key)
+            if mem is not None:
+                whole = self._admits_whole_file(scope)
+                return mem.top(terms, k, None if whole else self._admitted_rows(scope, key, mem.size))
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         w = ", ".join(map(str, BM25_WEIGHTS))
         if self._admits_whole_file(scope):
@@ -288,6 +297,42 @@ class SQLiteStore:
         sql = (f"SELECT c.id, -bm25(fts, {w}) AS s FROM fts JOIN capsules c ON c.rowid = fts.rowid "
                f"WHERE fts MATCH ? AND {where} ORDER BY bm25(fts, {w}) LIMIT ?")
         return [(r[0], r[1]) for r in self.db.execute(sql, [match] + args + [k])]
+
+    # ---- BM25 in memory (long-lived processes): an accelerator, never the source of truth
+    def _content_key(self) -> tuple:
+        """Changes whenever the lexical index may have: units added, removed or replaced, a run finished."""
+        return tuple(self.db.execute(
+            "SELECT (SELECT max(rowid) FROM capsules), (SELECT count(*) FROM capsules), "
+            "(SELECT group_concat(repo || '=' || value) FROM meta WHERE key = 'generation')").fetchone())
+
+    def _build_bm25(self, key: tuple) -> MemoryBM25:
+        db = self.db  # the building thread's own connection
+        db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_instances USING fts5vocab(main, 'fts', 'instance')")
+        db.execute("BEGIN")  # one snapshot: the key is read with the data it describes
+        try:
+            actual = self._content_key()
+            cols = ("name", "qualname", "path", "signature", "docstring", "body")
+            return MemoryBM25.build(db, dict(zip(cols, BM25_WEIGHTS)), actual)
+        finally:
+            db.execute("COMMIT")
+
+    def warm_lexical(self, wait: bool = False) -> bool:
+        """Start (or wait for) the in-memory BM25 build; True when it is ready."""
+        return self._bm25 is not None and self._bm25.current(self._content_key(), wait=wait) is not None
+
+    def _admitted_rows(self, scope: Scope, key: tuple, size: int) -> np.ndarray:
+        """A mask by rowid of the units the scope admits (its WHERE clause), remembered per content key."""
+        cache_key = (scope, key, size)
+        got = self._admitted.get(cache_key)
+        if got is None:
+            if len(self._admitted) > 64:
+                self._admitted.clear()
+            where, args = self._scope(scope)
+            got = np.zeros(size, dtype=bool)
+            rows = [r[0] for r in self.db.execute(f"SELECT c.rowid FROM capsules c WHERE {where}", args)]
+            got[[r for r in rows if r < size]] = True
+            self._admitted[cache_key] = got
+        return got
 
     def _admits_whole_file(self, scope: Scope) -> bool:
         """True when the scope lets every unit of this file through (no path rule, no grant, and its

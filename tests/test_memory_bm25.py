@@ -1,0 +1,90 @@
+"""BM25 kept in memory for long-lived processes (store/memory_bm25.py) answers exactly as SQLite FTS5 does,
+under every scope, and never answers from a stale index."""
+from __future__ import annotations
+
+import pytest
+
+from repoctx import Index, Settings
+from repoctx.index import open_store
+from repoctx.store.base import Grant, Scope
+from repoctx.store.memory_bm25 import MemoryBM25
+from repoctx.store.sqlite import SQLiteStore
+from tests.conftest import write_tree
+from tests.test_store_contract import SHOP
+
+MORE = {
+    "shop/payments.py": ("def charge_card(card, amount):\n    \"\"\"Charge the card for an order's total amount.\"\"\"\n"
+                         "    return gateway_charge(card, amount)\n\n"
+                         "def refund_order(order):\n    \"\"\"Refund a checked out order to its card.\"\"\"\n"
+                         "    return charge_card(order.card, -order.total())\n\n"
+                         "def gateway_charge(card, amount):\n    return {'card': card, 'amount': amount}\n"),
+    "tests/test_checkout.py": ("from shop.checkout import checkout\n\n"
+                               "def test_checkout_saves_order():\n    assert checkout([]) is not None\n"),
+}
+
+QUERIES = [["checkout"], ["order", "card"], ["vault", "key", "order"], ["charge", "card", "amount", "total"],
+           ["save", "persist"], ["refund"], ["nothing_matches_this"], ["Order", "CHECKOUT"], ["lines", "sum_lines"]]
+SCOPES = [Scope(), Scope(exclude=("secret/*",)), Scope(include=("shop/*",)),
+          Scope(grants=(Grant("*", exclude=("secret/*", "tests/*")),)), Scope(grants=())]
+
+
+@pytest.fixture
+def stores(tmp_path):
+    root = write_tree(tmp_path / "shop", {**SHOP, **MORE})
+    settings = Settings(index_dir=tmp_path / "ix", embedder="none", vector_cache=tmp_path / "vec.sqlite")
+    ix = Index(root, settings)
+    ix.update()
+    memory = SQLiteStore(tmp_path / "ix" / "index.sqlite", create=False, memory_lexical=True)
+    assert memory.warm_lexical(wait=True)
+    yield ix, memory
+    memory.close()
+
+
+def ranked(pairs):
+    return sorted(((cid, round(s, 9)) for cid, s in pairs), key=lambda p: (-p[1], p[0]))
+
+
+def test_same_ranking_as_fts5_under_every_scope(stores):
+    ix, memory = stores
+    fts = ix.store
+    for base in SCOPES:
+        scope = base.with_repos((ix.repo,)) if not base.grants else base
+        for terms in QUERIES:
+            for k in (1, 3, 50):
+                want, got = fts.lexical(terms, k, scope), memory.lexical(terms, k, scope)
+                assert [s for _, s in ranked(got)] == [s for _, s in ranked(want)], (scope, terms, k)
+                if k == 50:  # everything that matches: the same units with the same scores
+                    assert ranked(got) == ranked(want), (scope, terms)
+                for cid, _ in got:
+                    c = fts.capsules([cid])[0]
+                    assert scope.allows(c.repo, c.path), (scope, cid)
+
+
+def test_an_edit_is_never_answered_from_the_old_index(stores, tmp_path):
+    ix, memory = stores
+    scope = Scope(repos=(ix.repo,))
+    assert memory.lexical(["zanzibar"], 5, scope) == []
+    (tmp_path / "shop" / "shop" / "payments.py").write_text(
+        "def zanzibar_route(order):\n    \"\"\"Ship an order to zanzibar.\"\"\"\n    return order\n")
+    ix.update()
+    got = memory.lexical(["zanzibar"], 5, scope)  # the old in-memory index no longer matches: FTS5 answers
+    assert [cid.split("#")[-1] for cid, _ in got] == ["zanzibar_route"]
+    assert memory.lexical(["refund"], 5, scope) == []
+    assert memory.warm_lexical(wait=True)  # rebuilt for the new content: the same answers
+    assert ranked(memory.lexical(["zanzibar", "order"], 10, scope)) == ranked(ix.store.lexical(["zanzibar", "order"],
+                                                                                                10, scope))
+
+
+def test_terms_fts5_would_split_go_to_fts5():
+    assert MemoryBM25.answers(["order", "sum_lines", "x2"])
+    assert not MemoryBM25.answers(["a.b"]) and not MemoryBM25.answers(["café"])
+
+
+def test_long_lived_processes_turn_it_on(tmp_path):
+    root = write_tree(tmp_path / "r", {"a.py": "def f():\n    return 1\n"})
+    settings = Settings(index_dir=tmp_path / "ix", embedder="none", vector_cache=tmp_path / "vec.sqlite")
+    Index(root, settings).update()
+    assert open_store(settings, root, create=False)._bm25 is None  # a one-shot command
+    assert open_store(settings, root, create=False, long_lived=True)._bm25 is not None
+    off = Settings(index_dir=tmp_path / "ix", embedder="none", memory_lexical=False)
+    assert open_store(off, root, create=False, long_lived=True)._bm25 is None
