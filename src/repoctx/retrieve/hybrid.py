@@ -6,6 +6,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Protocol
 
 from repoctx.retrieve.query import mentions
@@ -114,8 +115,14 @@ def names_only(query: str) -> bool:
     return all(w.strip("`'\"(),:") in named or any(w.strip("`'\"(),:").startswith(n) for n in named) for w in words)
 
 
+@lru_cache(maxsize=1 << 16)
 def is_test_path(path: str) -> bool:
     return bool(_TEST_PATH.search(path))
+
+
+@lru_cache(maxsize=1 << 16)
+def _declarations_or_examples(path: str) -> bool:
+    return bool(_DECLARATIONS.search(path) or _EXAMPLES.search(path))
 
 
 def is_test_unit(c: Capsule) -> bool:
@@ -125,7 +132,7 @@ def is_test_unit(c: Capsule) -> bool:
 def is_doc_unit(c: Capsule) -> bool:
     """Prose, declarations and examples: README/CHANGES windows, .rst/.txt pages, TypeScript .d.ts typings,
     code under examples/ (an example's ``AliasedGroup.resolve_command`` is not the project's)."""
-    return c.language in DOC_LANGUAGES or bool(_DECLARATIONS.search(c.path) or _EXAMPLES.search(c.path))
+    return c.language in DOC_LANGUAGES or _declarations_or_examples(c.path)
 
 
 def search(store, query: str, opts: SearchOptions | None = None, dense_index: DenseIndex | None = None,

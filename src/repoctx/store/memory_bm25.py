@@ -93,6 +93,8 @@ class MemoryBM25:
         rows = np.concatenate([self.rows[s:e] for s, e in spans])
         vals = np.concatenate([self.scores[s:e] for s, e in spans])
         if admitted is not None:
+            if len(admitted) < self.size:
+                admitted = np.concatenate([admitted, np.zeros(self.size - len(admitted), dtype=bool)])
             keep = admitted[rows]
             rows, vals = rows[keep], vals[keep]
         total = np.bincount(rows, weights=vals, minlength=self.size)

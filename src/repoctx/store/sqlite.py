@@ -93,6 +93,10 @@ class SQLiteStore:
         self._allowed: dict[tuple, set[str]] = {}
         self._admitted: dict[tuple, np.ndarray] = {}
         self._bm25 = MemoryBM25Cache(self._build_bm25) if memory_lexical else None
+        self._units: dict[str, tuple[int, Capsule]] = {}  # long-lived processes: id -> (rowid, unit)
+        self._units_key: tuple | None = None
+        self._units_lock = threading.Lock()
+        self._held: tuple = (None, frozenset())  # (content key, repositories with files)
         db = self.db
         self._identity = self._file_identity()
         version = self._schema_version(db)
@@ -237,6 +241,8 @@ class SQLiteStore:
     def capsules(self, ids: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not ids:
             return []
+        if self._bm25 is not None:
+            return self._remembered_capsules(ids, scope)
         where, args = self._scope(scope)
         out: dict[str, Capsule] = {}
         for chunk in _chunks(list(dict.fromkeys(ids))):
@@ -265,6 +271,9 @@ class SQLiteStore:
     def doc_freqs(self, terms: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
         """Over the whole file (FTS5 keeps one vocabulary): a store of one repository, as each repository's
         default index is, gives that repository's own statistics."""
+        mem = self._bm25.current(self._content_key()) if self._bm25 is not None else None
+        if mem is not None:  # the in-memory index holds each term's rows (the vocabulary table scans)
+            return {t: e - s for t in dict.fromkeys(terms) if (span := mem.terms.get(t)) for s, e in (span,)}
         out: dict[str, int] = {}
         for chunk in _chunks(list(dict.fromkeys(terms))):
             out.update(self.db.execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({_ph(len(chunk))})",
@@ -284,7 +293,7 @@ class SQLiteStore:
             mem = self._bm25.current(key)
             if mem is not None:
                 whole = self._admits_whole_file(scope)
-                return mem.top(terms, k, None if whole else self._admitted_rows(scope, key, mem.size))
+                return mem.top(terms, k, None if whole else self._admitted_rows(scope, key))
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         w = ", ".join(map(str, BM25_WEIGHTS))
         if self._admits_whole_file(scope):
@@ -320,9 +329,11 @@ class SQLiteStore:
         """Start (or wait for) the in-memory BM25 build; True when it is ready."""
         return self._bm25 is not None and self._bm25.current(self._content_key(), wait=wait) is not None
 
-    def _admitted_rows(self, scope: Scope, key: tuple, size: int) -> np.ndarray:
-        """A mask by rowid of the units the scope admits (its WHERE clause), remembered per content key."""
-        cache_key = (scope, key, size)
+    def _admitted_rows(self, scope: Scope, key: tuple) -> np.ndarray:
+        """A mask by rowid of the units the scope admits (its WHERE clause), remembered per content key
+        (whose first field is the largest rowid)."""
+        size = (key[0] or 0) + 1
+        cache_key = (scope, key)
         got = self._admitted.get(cache_key)
         if got is None:
             if len(self._admitted) > 64:
@@ -334,6 +345,30 @@ class SQLiteStore:
             self._admitted[cache_key] = got
         return got
 
+    def _remembered_capsules(self, ids: list[str], scope: Scope) -> list[Capsule]:
+        """Long-lived processes: units read once per content key and kept (a search reads ~200, most of them
+        again and again). The scope is still the store's WHERE clause: its rowid mask, as for BM25.
+        The objects are shared: callers must not change them (none does)."""
+        key = self._content_key()
+        with self._units_lock:
+            if self._units_key != key:
+                self._units, self._units_key = {}, key
+            units = self._units
+        missing = [i for i in dict.fromkeys(ids) if i not in units]
+        for chunk in _chunks(missing):
+            for r in self.db.execute(f"SELECT c.rowid, {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))})",
+                                     chunk):
+                units[r[1]] = (r[0], row_to_capsule(r[1:]))
+        if len(units) > 200_000:  # a bound for huge stores: start over rather than grow without end
+            with self._units_lock:
+                if self._units is units:
+                    self._units = {}
+        got = [units[i] for i in ids if i in units]
+        if self._admits_whole_file(scope):
+            return [c for _, c in got]
+        admitted = self._admitted_rows(scope, key)
+        return [c for r, c in got if r < len(admitted) and admitted[r]]
+
     def _admits_whole_file(self, scope: Scope) -> bool:
         """True when the scope lets every unit of this file through (no path rule, no grant, and its
         repositories are all the file holds: a one-repository index searched as itself)."""
@@ -341,7 +376,12 @@ class SQLiteStore:
             return False
         if not scope.repos:
             return True
-        held = {r[0] for r in self.db.execute("SELECT DISTINCT repo FROM files")}
+        key = self._content_key() if self._bm25 is not None else None
+        held = self._held[1] if key is not None and self._held[0] == key else None
+        if held is None:
+            held = frozenset(r[0] for r in self.db.execute("SELECT DISTINCT repo FROM files"))
+            if key is not None:
+                self._held = (key, held)
         return held <= set(scope.repos)
 
     def by_names(self, names: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
