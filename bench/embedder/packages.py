@@ -36,12 +36,13 @@ PACKAGES: dict[str, str] = {
     "hypothesis": "6.170.15", "dulwich": "1.2.21", "gitpython": "3.2.1", "mkdocs": "1.6.1",
     "nbformat": "5.11.1", "babel": "2.18.0",
     # command line, terminal
-    "rich": "15.0.0", "typer": "0.29.1", "docopt": "0.6.2", "fire": "0.7.1", "invoke": "3.0.3",
+    "rich": "15.0.0", "typer": "0.29.1", "fire": "0.7.1", "invoke": "3.0.3",
     "fabric": "3.2.3", "prompt-toolkit": "3.0.53", "pexpect": "4.9.0", "tqdm": "4.70.1",
     "tabulate": "0.10.0", "ipython": "9.18.1", "traitlets": "5.16.1",
     # systems
     "psutil": "7.2.2", "watchdog": "7.1.0", "cachetools": "8.0.0", "wrapt": "2.5.2",
-    "boltons": "26.2.0", "more-itertools": "11.2.1", "toolz": "1.2.0", "sortedcontainers": "2.4.0",
+    "boltons": "26.2.0", "pydash": "8.1.0", "more-itertools": "11.2.1", "toolz": "1.2.0",
+    "sortedcontainers": "2.4.0",
     # science (the .py files of binary wheels)
     "numpy": "2.5.5", "pandas": "3.1.1", "networkx": "3.7", "statsmodels": "0.15.0", "dask": "2026.8.0",
     "nltk": "3.10.4", "pillow": "13.0.0",
@@ -51,8 +52,9 @@ PACKAGES: dict[str, str] = {
 # framework, one scientific library, one documentation tool (as the evaluation projects are).
 VALIDATION: tuple[str, ...] = ("tornado", "networkx", "docutils")
 
-# Evaluation projects (import names). A wheel file under one of these names is someone's vendored
-# copy and is dropped.
+# Evaluation projects (import names). A wheel's file or folder under one of these names is a vendored
+# copy or an integration with it (celery/contrib/django, jedi/plugins/pytest.py) and is dropped, at the
+# price of a few false alarms (starlette/requests.py).
 EXCLUDED_MODULES = frozenset({
     "django", "sympy", "pytest", "_pytest", "sphinx", "matplotlib", "mpl_toolkits", "sklearn", "astropy",
     "requests", "pylint", "xarray", "seaborn", "flask", "click", "jinja2", "werkzeug",

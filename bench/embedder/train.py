@@ -98,6 +98,8 @@ def train(work: Path, args) -> dict:
         base = json.loads(base_file.read_text())["metrics"]
     else:
         t0 = time.perf_counter()
+        n_texts = sum(len(v["queries"]) + len(v["docs"]) for v in vset.values())
+        print(f"[train] validating the base model on {n_texts} texts ({', '.join(vset)})", flush=True)
         base = evaluate(torch_encoder(model, tokens), vset)
         base_file.write_text(json.dumps({"val": _val_key(work, args), "metrics": base}, indent=1))
         print(f"[train] validation of the base model took {time.perf_counter() - t0:.0f} s", flush=True)
