@@ -1,5 +1,5 @@
-"""BM25 kept in memory for long-lived processes (store/memory_bm25.py) answers exactly as SQLite FTS5 does,
-under every scope, and never answers from a stale index."""
+"""BM25 and units kept in memory by long-lived processes (store/memory_bm25.py) answer exactly as each store's
+own queries do (SQLite FTS5, PostgreSQL postings), under every scope, and never from a stale index."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,6 @@ from repoctx import Index, Settings
 from repoctx.index import open_store
 from repoctx.store.base import Grant, Scope
 from repoctx.store.memory_bm25 import MemoryBM25
-from repoctx.store.sqlite import SQLiteStore
 from tests.conftest import write_tree
 from tests.test_store_contract import SHOP
 
@@ -28,16 +27,26 @@ SCOPES = [Scope(), Scope(exclude=("secret/*",)), Scope(include=("shop/*",)),
           Scope(grants=(Grant("*", exclude=("secret/*", "tests/*")),)), Scope(grants=())]
 
 
-@pytest.fixture
-def stores(tmp_path):
+@pytest.fixture(params=["sqlite", "postgres"])
+def stores(request, tmp_path):
+    """The index as the store answers it, and a second store over the same data with memory reads on."""
     root = write_tree(tmp_path / "shop", {**SHOP, **MORE})
-    settings = Settings(index_dir=tmp_path / "ix", embedder="none", vector_cache=tmp_path / "vec.sqlite")
+    if request.param == "sqlite":
+        settings = Settings(index_dir=tmp_path / "ix", embedder="none", vector_cache=tmp_path / "vec.sqlite")
+    else:
+        from repoctx.store.postgres import migrate
+        from tests.pg import fresh_database
+
+        url = fresh_database()
+        migrate(url)
+        settings = Settings(database_url=url, embedder="none", vector_cache=tmp_path / "vec.sqlite")
     ix = Index(root, settings)
     ix.update()
-    memory = SQLiteStore(tmp_path / "ix" / "index.sqlite", create=False, memory_lexical=True)
-    assert memory.warm_lexical(wait=True)
+    memory = open_store(settings, root, create=False, long_lived=True)
+    assert memory.memory_enabled and memory.warm_lexical(wait=True)
     yield ix, memory
     memory.close()
+    ix.close()
 
 
 def ranked(pairs):
@@ -75,6 +84,19 @@ def test_an_edit_is_never_answered_from_the_old_index(stores, tmp_path):
                                                                                                 10, scope))
 
 
+def test_units_and_frequencies_follow_the_scope(stores):
+    ix, memory = stores
+    everything = Scope(repos=(ix.repo,))
+    ids = [c.id for c in ix.store.all_capsules(everything)]
+    assert {c.id for c in memory.capsules(ids, everything)} == set(ids)
+    for base in SCOPES:
+        scope = base.with_repos((ix.repo,)) if not base.grants else base
+        want = {c.id for c in ix.store.capsules(ids, scope)}
+        assert {c.id for c in memory.capsules(ids, scope)} == want, scope
+    terms = ["order", "checkout", "vault", "absent_term"]
+    assert memory.doc_freqs(terms, everything) == ix.store.doc_freqs(terms, everything)
+
+
 def test_terms_fts5_would_split_go_to_fts5():
     assert MemoryBM25.answers(["order", "sum_lines", "x2"])
     assert not MemoryBM25.answers(["a.b"]) and not MemoryBM25.answers(["café"])
@@ -84,7 +106,7 @@ def test_long_lived_processes_turn_it_on(tmp_path):
     root = write_tree(tmp_path / "r", {"a.py": "def f():\n    return 1\n"})
     settings = Settings(index_dir=tmp_path / "ix", embedder="none", vector_cache=tmp_path / "vec.sqlite")
     Index(root, settings).update()
-    assert open_store(settings, root, create=False)._bm25 is None  # a one-shot command
-    assert open_store(settings, root, create=False, long_lived=True)._bm25 is not None
+    assert open_store(settings, root, create=False).memory_enabled is False  # one-shot
+    assert open_store(settings, root, create=False, long_lived=True).memory_enabled
     off = Settings(index_dir=tmp_path / "ix", embedder="none", memory_lexical=False)
-    assert open_store(off, root, create=False, long_lived=True)._bm25 is None
+    assert not open_store(off, root, create=False, long_lived=True).memory_enabled

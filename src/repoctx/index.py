@@ -35,15 +35,15 @@ def open_store(settings: Settings, root: Path | None = None, create: bool = True
     ``index_dir`` (default ``<root>/.repoctx``). With ``create=False`` a missing index is an error,
     never a new empty one. ``long_lived``: a server process, for which SQLite keeps BM25 in memory
     (unless ``settings.memory_lexical`` says otherwise)."""
+    memory = long_lived if settings.memory_lexical is None else settings.memory_lexical
     if settings.database_url:
         from repoctx.store.postgres import PostgresStore
 
-        return PostgresStore(settings.database_url)
+        return PostgresStore(settings.database_url, memory_lexical=memory)
     from repoctx.store.sqlite import SQLiteStore
 
     if settings.index_dir is None and root is None:
         raise StoreError("no index location: give a repository path, REPOCTX_INDEX_DIR or REPOCTX_DATABASE_URL")
-    memory = long_lived if settings.memory_lexical is None else settings.memory_lexical
     return SQLiteStore(settings.index_dir_for(root) / "index.sqlite", create=create, memory_lexical=memory)
 
 

@@ -243,8 +243,8 @@ class Service:
             self.db.close()
             raise
         self.index = Index(settings=settings, repos=(), store=self.store)
-        if hasattr(self.store, "warm_lexical"):
-            self.store.warm_lexical()  # SQLite: start building BM25 in memory (searches use FTS5 meanwhile)
+        if getattr(self.store, "memory_enabled", False):
+            self.store.warm_lexical()  # start building BM25 in memory (the store's own queries answer meanwhile)
         self.jobs = Jobs(self.db, max_attempts=service.job_attempts)
         self.metrics = ServiceMetrics(self.jobs.counts)
         self._model_factory = model_factory
@@ -502,10 +502,9 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
             ok = False
         body = {"status": "ok" if ok else "degraded", "backend": svc.store.backend,
                 "jobs": "in-process" if svc.runs_jobs else "workers"}
-        warm = getattr(svc.store, "warm_lexical", None)
-        if warm is not None and getattr(svc.store, "_bm25", None) is not None:
-            # BM25 in memory (SQLite), built in the background at start and after each index change
-            body["lexical"] = "memory" if await svc.call(warm, timeout=5) else "building"
+        if getattr(svc.store, "memory_enabled", False):
+            # BM25 in memory, built in the background at start and after each index change
+            body["lexical"] = "memory" if await svc.call(svc.store.warm_lexical, timeout=5) else "building"
         return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/metrics", tags=["service"], summary="Prometheus metrics (key required unless REPOCTX_METRICS_PUBLIC)",

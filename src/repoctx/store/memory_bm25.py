@@ -1,21 +1,23 @@
-"""FTS5's BM25, precomputed in memory for a long-lived process (the HTTP service, the MCP server).
+"""BM25 and units kept in memory by a long-lived process (the HTTP service, the MCP server), on either store.
 
-SQLite FTS5 scores ``bm25()`` row by row at query time: a question whose terms match 4,000 of Django's
-12,000 units spends most of a search there. Its score is a sum over query terms of a value that depends
-only on the term and the row::
+SQLite FTS5 scores ``bm25()`` row by row at query time (PostgreSQL scores its postings in SQL the same way): a
+question whose terms match 4,000 of Django's 12,000 units spends most of a search there. The score is a sum
+over query terms of a value that depends only on the term and the unit::
 
     idf(t) * f(t, d) * (k1 + 1) / (f(t, d) + k1 * (1 - b + b * |d| / avgdl))
 
-with ``f`` the column-weighted count of ``t`` in ``d``, ``|d|`` the row's token count over all columns,
-``idf(t) = ln((N - df + 0.5) / (df + 0.5))`` (at least 1e-6) and ``N``/``avgdl`` over the whole FTS table
-(``fts5_aux.c``). So each (term, row) value can be computed once, as ``bm25s`` does, and a query becomes a
+with ``f`` the column-weighted count of ``t`` in ``d``, ``|d|`` the unit's token count over all columns,
+``idf(t) = ln((N - df + 0.5) / (df + 0.5))`` (at least 1e-6) and ``N``/``avgdl`` over the corpus
+(``fts5_aux.c``). So each (term, unit) value can be computed once, as ``bm25s`` does, and a query becomes a
 sum of a few arrays: about a millisecond instead of tens.
 
-:class:`MemoryBM25` is only an accelerator. It is built from the index's own FTS5 data (its
-``instance`` vocabulary: the same tokens, the same case folding), is used only while the index's content
-key is the one it was built for, and anything it cannot answer exactly (a term FTS5 would split into a
-phrase) goes back to FTS5. Scope rules still apply: the caller passes the rows the scope admits, computed
-by the store's WHERE clause.
+:class:`MemoryReads` adds this to a store, with the units a search reads (~200, mostly the same ones again
+and again). It is only an accelerator: what it holds was read for one *content key* of the store (which
+changes whenever units are added, removed or replaced, or a run finishes) and is used only while the key is
+unchanged; a new key starts a rebuild in the background and the store's own queries answer meanwhile.
+Anything it cannot answer exactly (a term FTS5 would split into a phrase, a scope whose statistics differ)
+goes to the store's queries too. Scopes still come from the store's WHERE clause: the units a scope admits
+are read with it once per (scope, content key) and kept as a mask.
 """
 from __future__ import annotations
 
@@ -26,23 +28,28 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
+from repoctx.store.base import Scope
+from repoctx.types import Capsule
+
 K1, B = 1.2, 0.75
 
 # a term FTS5's unicode61 tokenizer (tokenchars '_') keeps as one token after case folding: ASCII letters,
-# digits and underscores. Anything else (non-ASCII, punctuation that would make a phrase) goes to FTS5.
+# digits and underscores. Anything else (non-ASCII, punctuation that would make a phrase) goes to the store.
 _PLAIN = re.compile(r"[A-Za-z0-9_]+")
 
 
 class MemoryBM25:
-    """Per-term arrays of (row, score), sorted by term; ``top`` sums them for a query."""
+    """Per-term spans of (unit, score) arrays; units are numbered densely, ``rowids`` maps them back."""
 
     def __init__(self, key: Hashable, terms: dict[str, tuple[int, int]], rows: np.ndarray, scores: np.ndarray,
-                 ids: list[str | None], seconds: float):
+                 rowids: np.ndarray, ids: list[str], seconds: float, fold_case: bool = True):
         self.key = key
+        self.fold_case = fold_case  # FTS5 folds a query's case; PostgreSQL's postings match terms as given
         self.terms = terms
-        self.rows = rows
+        self.rows = rows  # dense unit number per posting
         self.scores = scores
-        self.ids = ids  # capsule id by rowid (None: no capsule)
+        self.rowids = rowids  # sorted store rowids, by dense number
+        self.ids = ids  # capsule id by dense number
         self.size = len(ids)
         self.seconds = seconds
 
@@ -51,67 +58,66 @@ class MemoryBM25:
         return all(_PLAIN.fullmatch(t) for t in terms)
 
     @classmethod
-    def build(cls, db, weights: dict[str, float], key: Hashable, table: str = "fts") -> "MemoryBM25":
-        """Read the FTS5 table's token instances (one pass, grouped by term and row in SQL)."""
-        start = time.perf_counter()
-        db.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_instances USING fts5vocab(main, '{table}', "
-                   "'instance')")
-        case = " ".join(f"WHEN '{col}' THEN {float(w)!r}" for col, w in weights.items())
-        got = db.execute(f"SELECT term, doc, sum(CASE col {case} ELSE 0 END), count(*) FROM temp.{table}_instances "
-                         "GROUP BY term, doc").fetchall()
-        n_rows = db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-        id_rows = db.execute("SELECT rowid, id FROM capsules").fetchall()
-        size = max([r[0] for r in id_rows] + [r[1] for r in got[-1:]] + [0]) + 1
-        ids: list[str | None] = [None] * size
-        for rowid, cid in id_rows:
-            ids[rowid] = cid
-        if not got:
-            return cls(key, {}, np.zeros(0, np.int64), np.zeros(0, np.float64), ids, time.perf_counter() - start)
-        term_col, doc_col, wtf_col, cnt_col = zip(*got)
-        rows = np.fromiter(doc_col, dtype=np.int64, count=len(got))
-        wtf = np.fromiter(wtf_col, dtype=np.float64, count=len(got))
-        dl = np.bincount(rows, weights=np.fromiter(cnt_col, dtype=np.float64, count=len(got)), minlength=size)
-        avgdl = float(dl.sum()) / n_rows if n_rows else 1.0
-        terms: dict[str, tuple[int, int]] = {}
+    def from_postings(cls, key: Hashable, terms: Sequence[str], rowids: Sequence[int], wtf: Sequence[float],
+                      dl: Sequence[float], n_docs: int, avgdl: float, units: Sequence[tuple[int, str]],
+                      started: float, fold_case: bool = True) -> "MemoryBM25":
+        """``terms``/``rowids``/``wtf``/``dl``: one posting each (grouped by term): the unit's rowid, the
+        column-weighted count of the term in it and the unit's length. ``units``: (rowid, capsule id)."""
+        units = sorted(units)
+        all_rowids = np.fromiter((r for r, _ in units), dtype=np.int64, count=len(units))
+        ids = [cid for _, cid in units]
+        n = len(terms)
+        if not n:
+            return cls(key, {}, np.zeros(0, np.int64), np.zeros(0), all_rowids, ids, time.perf_counter() - started,
+                       fold_case)
+        post_rowids = np.fromiter(rowids, dtype=np.int64, count=n)
+        rows = np.searchsorted(all_rowids, post_rowids)
+        known = (rows < len(all_rowids)) & (all_rowids[np.minimum(rows, len(all_rowids) - 1)] == post_rowids)
+        wtf_a = np.fromiter(wtf, dtype=np.float64, count=n)
+        dl_a = np.fromiter(dl, dtype=np.float64, count=n)
+        spans: dict[str, tuple[int, int]] = {}
+        df = np.empty(n, dtype=np.float64)
         first = 0
-        for i in range(1, len(term_col) + 1):  # rows come grouped by term
-            if i == len(term_col) or term_col[i] != term_col[first]:
-                terms[term_col[first]] = (first, i)
+        for i in range(1, n + 1):  # postings come grouped by term
+            if i == n or terms[i] != terms[first]:
+                spans[terms[first]] = (first, i)
+                df[first:i] = i - first
                 first = i
-        df = np.empty(len(got), dtype=np.float64)
-        for s, e in terms.values():
-            df[s:e] = e - s
-        idf = np.maximum(np.log((n_rows - df + 0.5) / (df + 0.5)), 1e-6)
-        scores = idf * wtf * (K1 + 1) / (wtf + K1 * (1 - B + B * dl[rows] / (avgdl or 1.0)))
-        return cls(key, terms, rows, scores, ids, time.perf_counter() - start)
+        idf = np.maximum(np.log((n_docs - df + 0.5) / (df + 0.5)), 1e-6)
+        scores = idf * wtf_a * (K1 + 1) / (wtf_a + K1 * (1 - B + B * dl_a / (avgdl or 1.0)))
+        scores[~known] = 0.0  # a posting of a unit the id list no longer has: never returned
+        rows[~known] = 0
+        return cls(key, spans, rows, scores, all_rowids, ids, time.perf_counter() - started, fold_case)
+
+    def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
+        return {t: e - s for t in dict.fromkeys(terms) if (span := self.terms.get(t)) for s, e in (span,)}
 
     def top(self, terms: Sequence[str], k: int, admitted: np.ndarray | None = None) -> list[tuple[str, float]]:
-        """The ``k`` best (capsule id, score) for an OR of ``terms``; ``admitted``: a boolean mask by rowid."""
-        spans = [self.terms[t.lower()] for t in dict.fromkeys(terms) if t.lower() in self.terms]
+        """The ``k`` best (capsule id, score) for an OR of ``terms``; ``admitted``: a mask by dense number."""
+        wanted = dict.fromkeys(t.lower() for t in terms) if self.fold_case else dict.fromkeys(terms)
+        spans = [self.terms[t] for t in wanted if t in self.terms]
         if not spans or k <= 0:
             return []
         rows = np.concatenate([self.rows[s:e] for s, e in spans])
         vals = np.concatenate([self.scores[s:e] for s, e in spans])
         if admitted is not None:
-            if len(admitted) < self.size:
-                admitted = np.concatenate([admitted, np.zeros(self.size - len(admitted), dtype=bool)])
             keep = admitted[rows]
             rows, vals = rows[keep], vals[keep]
         total = np.bincount(rows, weights=vals, minlength=self.size)
-        hit = np.flatnonzero(total)
+        hit = np.flatnonzero(total > 0)
         if len(hit) > k:
             hit = hit[np.argpartition(-total[hit], k - 1)[:k]]
-        order = sorted(hit.tolist(), key=lambda r: (-total[r], r))
-        return [(self.ids[r], float(total[r])) for r in order if self.ids[r] is not None]
+        order = sorted(hit.tolist(), key=lambda r: (-total[r], self.rowids[r]))
+        return [(self.ids[r], float(total[r])) for r in order]
 
 
 class MemoryBM25Cache:
     """One :class:`MemoryBM25` for a store, rebuilt in a background thread when the content key changes.
 
     ``current(key)`` returns the index only if it was built for ``key`` (else None, and a build starts):
-    searches meanwhile go to FTS5, so a stale index never answers."""
+    searches meanwhile go to the store, so a stale index never answers."""
 
-    def __init__(self, build: Callable[[Hashable], MemoryBM25]):
+    def __init__(self, build: Callable[[], MemoryBM25]):
         self._build = build
         self._index: MemoryBM25 | None = None
         self._building: Hashable | None = None
@@ -123,33 +129,124 @@ class MemoryBM25Cache:
         if index is not None and index.key == key:
             return index
         with self._lock:
-            if self._building != key:
+            if self._building is None:
                 self._building = key
-                thread = threading.Thread(target=self._run, args=(key,), name="repoctx-bm25", daemon=True)
-                thread.start()
-            else:
-                thread = None
+                threading.Thread(target=self._run, name="repoctx-bm25", daemon=True).start()
         if wait:
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
                 index = self._index
                 if index is not None and index.key == key:
                     return index
-                if self._building != key:
-                    break
+                with self._lock:
+                    if self._building is None:  # built for another key (the content moved on), or failed
+                        if self.error or (index is not None and index.key != key):
+                            break
                 time.sleep(0.02)
         return None
 
-    def _run(self, key: Hashable) -> None:
+    def _run(self) -> None:
         try:
-            index = self._build(key)
-        except Exception as e:  # the index keeps answering through FTS5
+            index = self._build()  # reads the key with the data it describes
+        except Exception as e:  # the store keeps answering with its own queries
             self.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            with self._lock:
-                if self._building == key:
-                    self._building = None
-            return
+            index = None
         with self._lock:
-            if self._building == key:
-                self._index = index
-                self._building = None
+            if index is not None:
+                self._index, self.error = index, None
+            self._building = None
+
+
+class MemoryReads:
+    """For a store in a long-lived process: BM25, document frequencies and units from memory.
+
+    The store provides ``_content_key()`` (a tuple that changes whenever the lexical index may have),
+    ``_build_memory_bm25()`` (a :class:`MemoryBM25` of the current content, its key read in the same
+    snapshot), ``_rowids_where(scope)`` (the rowids its WHERE clause admits), ``_units_by_id(ids)``
+    ((rowid, capsule) pairs, unscoped), and ``_memory_covers(scope, key)``: whether the in-memory statistics
+    are the ones the store would use for ``scope`` and whether the scope needs a mask, as (covers, masked).
+    """
+
+    def _init_memory(self, enabled: bool) -> None:
+        self._bm25 = MemoryBM25Cache(self._build_memory_bm25) if enabled else None
+        self._units: dict[str, tuple[int, Capsule]] = {}
+        self._units_key: Hashable | None = None
+        self._units_lock = threading.Lock()
+        self._admitted: dict[tuple, frozenset] = {}
+        self._masks: dict[tuple, np.ndarray] = {}
+
+    @property
+    def memory_enabled(self) -> bool:
+        return self._bm25 is not None
+
+    def warm_lexical(self, wait: bool = False) -> bool:
+        """Start (or wait for) the in-memory BM25 build; True when it is ready for the current content."""
+        return self._bm25 is not None and self._bm25.current(self._content_key(), wait=wait) is not None
+
+    def _memory_index(self, scope: Scope) -> tuple[MemoryBM25 | None, np.ndarray | None]:
+        """The in-memory BM25 for ``scope`` and its mask (None: the scope admits everything)."""
+        if self._bm25 is None:
+            return None, None
+        key = self._content_key()
+        covers, masked = self._memory_covers(scope, key)
+        if not covers:
+            return None, None
+        mem = self._bm25.current(key)
+        if mem is None:
+            return None, None
+        return mem, (self._mask(scope, key, mem) if masked else None)
+
+    def _memory_lexical(self, terms: list[str], k: int, scope: Scope) -> list[tuple[str, float]] | None:
+        if self._bm25 is None or not MemoryBM25.answers(terms):
+            return None
+        mem, mask = self._memory_index(scope)
+        if mem is None:
+            return None
+        return mem.top(terms, k, mask)
+
+    def _memory_doc_freqs(self, terms: list[str], scope: Scope) -> dict[str, int] | None:
+        mem, _ = self._memory_index(scope)
+        return None if mem is None else mem.doc_freqs(terms)
+
+    def _admitted_rowids(self, scope: Scope, key: Hashable) -> frozenset:
+        """The rowids the scope's WHERE clause admits, read once per (scope, content key)."""
+        got = self._admitted.get((scope, key))
+        if got is None:
+            if len(self._admitted) > 64:
+                self._admitted.clear()
+            got = self._admitted[(scope, key)] = frozenset(self._rowids_where(scope))
+        return got
+
+    def _mask(self, scope: Scope, key: Hashable, mem: MemoryBM25) -> np.ndarray:
+        got = self._masks.get((scope, mem.key))
+        if got is None:
+            if len(self._masks) > 64:
+                self._masks.clear()
+            allowed = self._admitted_rowids(scope, key)
+            got = self._masks[(scope, mem.key)] = np.isin(mem.rowids, np.fromiter(allowed, np.int64, len(allowed)))
+        return got
+
+    def _memory_capsules(self, ids: list[str], scope: Scope) -> list[Capsule] | None:
+        """Units read once per content key and kept; the scope's rowids (its WHERE clause) filter them.
+        The objects are shared: callers must not change them (none does)."""
+        if self._bm25 is None:
+            return None
+        key = self._content_key()
+        covers, masked = self._memory_covers(scope, key)
+        with self._units_lock:
+            if self._units_key != key:
+                self._units, self._units_key = {}, key
+            units = self._units
+        missing = [i for i in dict.fromkeys(ids) if i not in units]
+        if missing:
+            for rowid, capsule in self._units_by_id(missing):
+                units[capsule.id] = (rowid, capsule)
+            if len(units) > 200_000:  # a bound for huge stores: start over rather than grow without end
+                with self._units_lock:
+                    if self._units is units:
+                        self._units = {}
+        got = [units[i] for i in ids if i in units]
+        if covers and not masked:
+            return [c for _, c in got]
+        allowed = self._admitted_rowids(scope, key)
+        return [c for r, c in got if r in allowed]

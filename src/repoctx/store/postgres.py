@@ -22,6 +22,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
 from repoctx.store.base import (EMBED_KINDS, EVERYTHING, EmbedRow, FileRecord, IndexBusy, RepoRecord, Scope,
                                 StoreError, VectorState, check_repo_name, like_suffix)
 from repoctx.store.sqlite import BM25_WEIGHTS
@@ -70,6 +71,13 @@ CREATE INDEX IF NOT EXISTS repoctx_vectors_hnsw ON repoctx_vectors
     2: "CREATE INDEX IF NOT EXISTS repoctx_term_df_term ON repoctx_term_df(term) INCLUDE (df);",
 }
 
+# what the in-memory reads are valid for (memory_bm25.py): rids are never reused, the counters move with
+# every write, the generation with every finished run
+_CONTENT_KEY = ("SELECT (SELECT max(rid) FROM repoctx_capsules), (SELECT coalesce(sum(n_docs), 0) FROM repoctx_repos), "
+                "(SELECT coalesce(sum(total_len), 0) FROM repoctx_repos), "
+                "(SELECT string_agg(repo || '=' || value, ',' ORDER BY repo) FROM repoctx_meta WHERE key = 'generation'), "
+                "(SELECT string_agg(name, ',' ORDER BY name) FROM repoctx_repos)")
+
 _COLS = ("c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
          "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent")
 
@@ -112,10 +120,10 @@ def _tokens(text: str) -> list[str]:
     return code_tokens(text)
 
 
-class PostgresStore:
+class PostgresStore(MemoryReads):
     backend = "postgres"
 
-    def __init__(self, url: str, min_size: int = 1, max_size: int = 8):
+    def __init__(self, url: str, min_size: int = 1, max_size: int = 8, memory_lexical: bool = False):
         import psycopg
         from pgvector.psycopg import register_vector
         from psycopg_pool import ConnectionPool
@@ -143,6 +151,7 @@ class PostgresStore:
 
         self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, configure=configure, open=True,
                                    kwargs={"autocommit": True})
+        self._init_memory(memory_lexical)  # long-lived processes: BM25 and units in memory (memory_bm25.py)
 
     def close(self) -> None:
         self.pool.close()
@@ -216,6 +225,9 @@ class PostgresStore:
     def capsules(self, ids: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not ids:
             return []
+        remembered = self._memory_capsules(ids, scope)
+        if remembered is not None:
+            return remembered
         where, args = self._scope(scope)
         out = {r[0]: _row_to_capsule(r) for r in self._q(
             f"SELECT {_COLS} FROM repoctx_capsules c WHERE c.id = ANY(%s) AND {where}", [list(set(ids))] + args)}
@@ -249,6 +261,9 @@ class PostgresStore:
     def doc_freqs(self, terms: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
         if not terms:
             return {}
+        remembered = self._memory_doc_freqs(terms, scope)
+        if remembered is not None:
+            return remembered
         where, args = self._stats_filter(scope, "repo")
         return {t: int(n) for t, n in self._q(
             f"SELECT term, sum(df) FROM repoctx_term_df WHERE term = ANY(%s){where} GROUP BY term HAVING sum(df) > 0",
@@ -264,6 +279,9 @@ class PostgresStore:
         terms = [t for t in dict.fromkeys(terms) if t]
         if not terms:
             return []
+        remembered = self._memory_lexical(terms, k, scope)
+        if remembered is not None:
+            return remembered
         # the postings carry the repository: filter them by it, score per unit, and only then test the
         # scope's path rules, once per scored unit (not once per posting of every query term)
         where, args = self._scope(Scope(repos=scope.repos), "p")
@@ -286,6 +304,41 @@ class PostgresStore:
                f"JOIN repoctx_capsules c2 ON c2.rid = s.rid WHERE {path_where} ORDER BY s.score DESC, c2.rid LIMIT %s")
         inner = [] if paths else [k]
         return [(r[0], float(r[1])) for r in self._q(sql, repo_args + [terms] + df_args + args + inner + path_args + [k])]
+
+    # ---- BM25 and units in memory (long-lived processes): an accelerator, never the source of truth
+    def _content_key(self) -> tuple:
+        """Changes whenever the lexical index may have: a unit added or replaced (rids are never reused), a
+        counter moved, a run finished, a repository registered or dropped."""
+        return tuple(self._q(_CONTENT_KEY)[0])
+
+    def _build_memory_bm25(self) -> MemoryBM25:
+        """The postings of every repository, scored with the whole database's statistics (what a search over
+        all of them uses), read in one snapshot with the content key."""
+        started = time.perf_counter()
+        with self._conn() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            key = tuple(conn.execute(_CONTENT_KEY).fetchone())
+            postings = conn.execute("SELECT term, rid, wtf, dl FROM repoctx_postings ORDER BY term COLLATE \"C\"").fetchall()
+            units = conn.execute("SELECT rid, id FROM repoctx_capsules").fetchall()
+        n_docs, total_len = float(key[1] or 0), float(key[2] or 0)
+        terms, rids, wtf, dl = zip(*postings) if postings else ((), (), (), ())
+        return MemoryBM25.from_postings(key, terms, rids, wtf, dl, n_docs, total_len / n_docs if n_docs else 1.0,
+                                        units, started, fold_case=False)
+
+    def _rowids_where(self, scope: Scope) -> list[int]:
+        where, args = self._scope(scope)
+        return [r[0] for r in self._q(f"SELECT c.rid FROM repoctx_capsules c WHERE {where}", args)]
+
+    def _units_by_id(self, ids: list[str]) -> list[tuple[int, Capsule]]:
+        return [(r[0], _row_to_capsule(r[1:])) for r in self._q(
+            f"SELECT c.rid, {_COLS} FROM repoctx_capsules c WHERE c.id = ANY(%s)", [ids])]
+
+    def _memory_covers(self, scope: Scope, key: tuple) -> tuple[bool, bool]:
+        """Statistics are those of the scope's repositories: the whole database's only when the scope names
+        none or all of them. Path rules and grants are a mask."""
+        held = set((key[4] or "").split(",")) - {""}
+        covers = not scope.repos or held <= set(scope.repos)
+        return covers, bool(scope.include or scope.exclude or scope.grants is not None)
 
     def by_names(self, names: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not names:

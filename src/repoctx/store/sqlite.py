@@ -17,7 +17,7 @@ import numpy as np
 
 from repoctx.store.base import (EMBED_KINDS, EVERYTHING, SCHEMA_VERSION, EmbedRow, FileRecord, RepoRecord,
                                 IndexBusy, SchemaMismatch, Scope, StoreError, VectorState, check_repo_name, like_suffix)
-from repoctx.store.memory_bm25 import MemoryBM25, MemoryBM25Cache
+from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
 from repoctx.store.faiss_index import FaissIndex
 from repoctx.types import Capsule, Edge
 
@@ -74,7 +74,7 @@ def _chunks(values: list, size: int = 500) -> Iterator[list]:
         yield values[i:i + size]
 
 
-class SQLiteStore:
+class SQLiteStore(MemoryReads):
     """``SQLiteStore(dir / "index.sqlite")``; opening never creates a missing index unless ``create``."""
 
     backend = "sqlite"
@@ -91,11 +91,7 @@ class SQLiteStore:
         self._conns_lock = threading.Lock()
         self._faiss: dict[str, FaissIndex] = {}
         self._allowed: dict[tuple, set[str]] = {}
-        self._admitted: dict[tuple, np.ndarray] = {}
-        self._bm25 = MemoryBM25Cache(self._build_bm25) if memory_lexical else None
-        self._units: dict[str, tuple[int, Capsule]] = {}  # long-lived processes: id -> (rowid, unit)
-        self._units_key: tuple | None = None
-        self._units_lock = threading.Lock()
+        self._init_memory(memory_lexical)  # long-lived processes: BM25 and units in memory (memory_bm25.py)
         self._held: tuple = (None, frozenset())  # (content key, repositories with files)
         db = self.db
         self._identity = self._file_identity()
@@ -241,8 +237,9 @@ class SQLiteStore:
     def capsules(self, ids: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not ids:
             return []
-        if self._bm25 is not None:
-            return self._remembered_capsules(ids, scope)
+        remembered = self._memory_capsules(ids, scope)
+        if remembered is not None:
+            return remembered
         where, args = self._scope(scope)
         out: dict[str, Capsule] = {}
         for chunk in _chunks(list(dict.fromkeys(ids))):
@@ -271,9 +268,9 @@ class SQLiteStore:
     def doc_freqs(self, terms: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
         """Over the whole file (FTS5 keeps one vocabulary): a store of one repository, as each repository's
         default index is, gives that repository's own statistics."""
-        mem = self._bm25.current(self._content_key()) if self._bm25 is not None else None
-        if mem is not None:  # the in-memory index holds each term's rows (the vocabulary table scans)
-            return {t: e - s for t in dict.fromkeys(terms) if (span := mem.terms.get(t)) for s, e in (span,)}
+        remembered = self._memory_doc_freqs(terms, scope)  # (the vocabulary table scans for an IN list)
+        if remembered is not None:
+            return remembered
         out: dict[str, int] = {}
         for chunk in _chunks(list(dict.fromkeys(terms))):
             out.update(self.db.execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({_ph(len(chunk))})",
@@ -288,12 +285,9 @@ class SQLiteStore:
         terms = [t for t in dict.fromkeys(terms) if t]
         if not terms:
             return []
-        if self._bm25 is not None and MemoryBM25.answers(terms):
-            key = self._content_key()
-            mem = self._bm25.current(key)
-            if mem is not None:
-                whole = self._admits_whole_file(scope)
-                return mem.top(terms, k, None if whole else self._admitted_rows(scope, key))
+        remembered = self._memory_lexical(terms, k, scope)
+        if remembered is not None:
+            return remembered
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         w = ", ".join(map(str, BM25_WEIGHTS))
         if self._admits_whole_file(scope):
@@ -314,60 +308,45 @@ class SQLiteStore:
             "SELECT (SELECT max(rowid) FROM capsules), (SELECT count(*) FROM capsules), "
             "(SELECT group_concat(repo || '=' || value) FROM meta WHERE key = 'generation')").fetchone())
 
-    def _build_bm25(self, key: tuple) -> MemoryBM25:
+    def _build_memory_bm25(self) -> MemoryBM25:
+        """From the FTS table's own token instances (the same tokens, the same case folding), grouped by
+        term and row in SQL, in one read snapshot with the content key."""
         db = self.db  # the building thread's own connection
         db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_instances USING fts5vocab(main, 'fts', 'instance')")
-        db.execute("BEGIN")  # one snapshot: the key is read with the data it describes
+        started = time.perf_counter()
+        cols = ("name", "qualname", "path", "signature", "docstring", "body")
+        case = " ".join(f"WHEN '{c}' THEN {w!r}" for c, w in zip(cols, map(float, BM25_WEIGHTS)))
+        db.execute("BEGIN")
         try:
-            actual = self._content_key()
-            cols = ("name", "qualname", "path", "signature", "docstring", "body")
-            return MemoryBM25.build(db, dict(zip(cols, BM25_WEIGHTS)), actual)
+            key = self._content_key()
+            got = db.execute(f"SELECT term, doc, sum(CASE col {case} ELSE 0 END), count(*) FROM temp.fts_instances "
+                             "GROUP BY term, doc").fetchall()
+            n_rows = db.execute("SELECT count(*) FROM fts").fetchone()[0]
+            units = db.execute("SELECT rowid, id FROM capsules").fetchall()
         finally:
             db.execute("COMMIT")
+        terms, docs, wtf, counts = zip(*got) if got else ((), (), (), ())
+        doc_ids = np.fromiter(docs, dtype=np.int64, count=len(docs))
+        lengths = np.bincount(doc_ids, weights=np.fromiter(counts, dtype=np.float64, count=len(counts)))
+        avgdl = float(lengths.sum()) / n_rows if n_rows else 1.0
+        return MemoryBM25.from_postings(key, terms, docs, wtf, lengths[doc_ids] if len(docs) else (), n_rows, avgdl,
+                                        units, started)
 
-    def warm_lexical(self, wait: bool = False) -> bool:
-        """Start (or wait for) the in-memory BM25 build; True when it is ready."""
-        return self._bm25 is not None and self._bm25.current(self._content_key(), wait=wait) is not None
+    def _rowids_where(self, scope: Scope) -> list[int]:
+        where, args = self._scope(scope)
+        return [r[0] for r in self.db.execute(f"SELECT c.rowid FROM capsules c WHERE {where}", args)]
 
-    def _admitted_rows(self, scope: Scope, key: tuple) -> np.ndarray:
-        """A mask by rowid of the units the scope admits (its WHERE clause), remembered per content key
-        (whose first field is the largest rowid)."""
-        size = (key[0] or 0) + 1
-        cache_key = (scope, key)
-        got = self._admitted.get(cache_key)
-        if got is None:
-            if len(self._admitted) > 64:
-                self._admitted.clear()
-            where, args = self._scope(scope)
-            got = np.zeros(size, dtype=bool)
-            rows = [r[0] for r in self.db.execute(f"SELECT c.rowid FROM capsules c WHERE {where}", args)]
-            got[[r for r in rows if r < size]] = True
-            self._admitted[cache_key] = got
-        return got
+    def _units_by_id(self, ids: list[str]) -> list[tuple[int, Capsule]]:
+        out = []
+        for chunk in _chunks(ids):
+            out += [(r[0], row_to_capsule(r[1:])) for r in self.db.execute(
+                f"SELECT c.rowid, {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))})", chunk)]
+        return out
 
-    def _remembered_capsules(self, ids: list[str], scope: Scope) -> list[Capsule]:
-        """Long-lived processes: units read once per content key and kept (a search reads ~200, most of them
-        again and again). The scope is still the store's WHERE clause: its rowid mask, as for BM25.
-        The objects are shared: callers must not change them (none does)."""
-        key = self._content_key()
-        with self._units_lock:
-            if self._units_key != key:
-                self._units, self._units_key = {}, key
-            units = self._units
-        missing = [i for i in dict.fromkeys(ids) if i not in units]
-        for chunk in _chunks(missing):
-            for r in self.db.execute(f"SELECT c.rowid, {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))})",
-                                     chunk):
-                units[r[1]] = (r[0], row_to_capsule(r[1:]))
-        if len(units) > 200_000:  # a bound for huge stores: start over rather than grow without end
-            with self._units_lock:
-                if self._units is units:
-                    self._units = {}
-        got = [units[i] for i in ids if i in units]
-        if self._admits_whole_file(scope):
-            return [c for _, c in got]
-        admitted = self._admitted_rows(scope, key)
-        return [c for r, c in got if r < len(admitted) and admitted[r]]
+    def _memory_covers(self, scope: Scope, key: tuple) -> tuple[bool, bool]:
+        """FTS5's statistics are the whole file's whatever the scope: always covered; masked unless the
+        scope admits the whole file."""
+        return True, not self._admits_whole_file(scope)
 
     def _admits_whole_file(self, scope: Scope) -> bool:
         """True when the scope lets every unit of this file through (no path rule, no grant, and its
@@ -376,7 +355,7 @@ class SQLiteStore:
             return False
         if not scope.repos:
             return True
-        key = self._content_key() if self._bm25 is not None else None
+        key = self._content_key() if self.memory_enabled else None
         held = self._held[1] if key is not None and self._held[0] == key else None
         if held is None:
             held = frozenset(r[0] for r in self.db.execute("SELECT DISTINCT repo FROM files"))
