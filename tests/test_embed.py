@@ -116,6 +116,18 @@ def test_thread_safe_shared_instance():
 # ------------------------------------------------------------------ count_tokens, embed_text
 
 
+def test_a_query_alone_gets_a_light_session_then_the_optimised_one():
+    m = LocalMiniLM()
+    q = "where is the csrf token checked"
+    alone = m.encode([q])  # a one-shot search: the unoptimised session, quick to start
+    assert m._light
+    batch = m.encode([q, "def check_token(request): ...", "class CsrfViewMiddleware: ..."])
+    assert not m._light  # a batch (indexing) gets the optimised session
+    assert float(alone[0] @ batch[0]) > 0.99999
+    again = m.encode([q])  # and keeps it
+    assert not m._light and float(again[0] @ batch[0]) > 0.999999
+
+
 def test_count_tokens():
     assert count_tokens("") == 0
     assert count_tokens("hello world") == 2  # no [CLS]/[SEP]

@@ -186,6 +186,8 @@ class LocalMiniLM(_AsyncForms):
         self._tokenizer_path = Path(tokenizer_path) if tokenizer_path else None
         self._lock = threading.Lock()
         self._session = None
+        self._light = False  # the session is the unoptimised one (see _ensure_loaded)
+        self._small_calls = 0
         self._tokenizer = None
         self._input_names: tuple[str, ...] = ()
         self._output_name = ""
@@ -213,21 +215,26 @@ class LocalMiniLM(_AsyncForms):
                 f"threads={self.threads}, loaded={self.loaded})")
 
     # -- loading
-    def _ensure_loaded(self) -> None:
-        if self._session is not None:
+    def _ensure_loaded(self, light: bool = False) -> None:
+        """``light``: a session without graph optimisation, for a process that embeds a query or two (a
+        one-shot `repoctx search`): it starts in ~0.05 s instead of ~0.25 s and runs one query in ~0.04 s
+        instead of ~0.01 s. Anything bigger (or the 16th small call) gets the optimised session. Their
+        vectors agree to a cosine of 0.9999998."""
+        if self._session is not None and (light or not self._light):
             return
         with self._lock:
-            if self._session is not None:
+            if self._session is not None and (light or not self._light):
                 return
             import onnxruntime as ort
 
-            tok = _load_tokenizer(self._tokenizer_path or tokenizer_file())
+            tok = self._tokenizer or _load_tokenizer(self._tokenizer_path or tokenizer_file())
             tok.enable_truncation(max_length=self.max_length)
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = self.threads
             opts.inter_op_num_threads = 1
             opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            opts.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL if light
+                                             else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
             sess = ort.InferenceSession(str(self._model_path or model_file()), sess_options=opts,
                                         providers=["CPUExecutionProvider"])
             names = tuple(i.name for i in sess.get_inputs())
@@ -242,7 +249,7 @@ class LocalMiniLM(_AsyncForms):
             else:
                 out = outs[0]
             self._tokenizer, self._input_names, self._output_name = tok, names, out
-            self._session = sess
+            self._session, self._light = sess, light
 
     # -- embedding
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -250,7 +257,9 @@ class LocalMiniLM(_AsyncForms):
         texts = [t if isinstance(t, str) else str(t) for t in texts]
         if not texts:
             return np.zeros((0, MINILM_DIM), dtype=np.float32)
-        self._ensure_loaded()
+        small = len(texts) <= 2
+        self._small_calls += small
+        self._ensure_loaded(light=small and self._small_calls < 16)
         encs = self._tokenizer.encode_batch(texts)
         lengths = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
         order = np.argsort(lengths, kind="stable")  # by token count: little padding per batch

@@ -50,6 +50,7 @@ class MemoryBM25:
         self.scores = scores
         self.rowids = rowids  # sorted store rowids, by dense number
         self.ids = ids  # capsule id by dense number
+        self.rowid_of = dict(zip(ids, rowids.tolist()))
         self.size = len(ids)
         self.seconds = seconds
 
@@ -225,6 +226,18 @@ class MemoryReads:
             allowed = self._admitted_rowids(scope, key)
             got = self._masks[(scope, mem.key)] = np.isin(mem.rowids, np.fromiter(allowed, np.int64, len(allowed)))
         return got
+
+    def _memory_edges(self, col: str, ids: list[str], kinds: tuple[str, ...], scope: Scope) -> list | None:
+        """Edges under path rules or grants: read by id alone (indexed), then both ends tested against the
+        scope's admitted rowids (its WHERE clause, read once) instead of a WHERE per edge end."""
+        if self._bm25 is None or not (scope.include or scope.exclude or scope.grants is not None):
+            return None
+        mem, _ = self._memory_index(scope)
+        if mem is None:
+            return None
+        allowed, rid = self._admitted_rowids(scope, mem.key), mem.rowid_of
+        edges = self._edges(col, ids, kinds, Scope(repos=scope.repos))
+        return [e for e in edges if rid.get(e.src, -1) in allowed and (e.dst is None or rid.get(e.dst, -1) in allowed)]
 
     def _memory_capsules(self, ids: list[str], scope: Scope) -> list[Capsule] | None:
         """Units read once per content key and kept; the scope's rowids (its WHERE clause) filter them.

@@ -394,10 +394,12 @@ class SQLiteStore(MemoryReads):
         return list(dict.fromkeys(out))
 
     def edges_from(self, ids: list[str], kinds: tuple[str, ...] = (), scope: Scope = EVERYTHING) -> list[Edge]:
-        return self._edges("src", ids, kinds, scope)
+        remembered = self._memory_edges("src", ids, kinds, scope)
+        return remembered if remembered is not None else self._edges("src", ids, kinds, scope)
 
     def edges_to(self, ids: list[str], kinds: tuple[str, ...] = (), scope: Scope = EVERYTHING) -> list[Edge]:
-        return self._edges("dst", ids, kinds, scope)
+        remembered = self._memory_edges("dst", ids, kinds, scope)
+        return remembered if remembered is not None else self._edges("dst", ids, kinds, scope)
 
     def _edges(self, col: str, ids: list[str], kinds: tuple[str, ...], scope: Scope) -> list[Edge]:
         if not ids:
