@@ -397,7 +397,9 @@ class PostgresStore(MemoryReads):
         if scope.unrestricted:
             pass
         elif not (scope.include or scope.exclude or scope.grants is not None):
-            sql += " AND e.repo = ANY(%s)"  # edges resolve within a repository: both ends are in e.repo
+            # edges resolve within a repository: both ends are in e.repo. "|| ''": the id lookup is the selective
+            # one; with fresh statistics missing, the planner ANDed a scan of the whole repository's edges
+            sql += " AND (e.repo || '') = ANY(%s)"
             args.append(list(scope.repos))
         else:  # both ends must be visible: the source, and the target when resolved
             s_where, s_args = self._scope(scope, "s")
