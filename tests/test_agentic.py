@@ -4,6 +4,7 @@ import json
 import pytest
 
 from repoctx.retrieve.agentic import AgenticRetriever, evidence_score
+from repoctx.retrieve.judge import LLMJudge
 from repoctx.retrieve.planner import LLMPlanner, OfflinePlanner, SubQuery, colon_list
 from repoctx.retrieve.router import route
 from repoctx.types import Hit
@@ -130,6 +131,46 @@ def test_malformed_llm_plan_falls_back_to_offline(ix):
     events = list(AgenticRetriever(ix, planner=LLMPlanner(ScriptedModel(["sorry, no JSON today"]))).stream(q))
     planning = [e for e in events if e.step == "Planning" and e.status == "SUCCEEDED"][0]
     assert "offline plan" in planning.message
+
+
+def test_llm_judge_puts_what_it_names_first_in_each_lane(ix):
+    q = "How is the CSRF token verified, and how is the session cookie verified?"
+    plan = {"sub_queries": [{"query": "verify csrf token", "intent": "csrf"},
+                            {"query": "verify session cookie", "intent": "session"}]}
+    lanes = {}
+    for intent, text in (("csrf", "verify csrf token"), ("session", "verify session cookie")):
+        lanes[intent] = [h.capsule.qualname for h in AgenticRetriever(ix, reranker=None)._search(text, 8)]
+    # the judge names, for each lane, a unit that sits second or lower there
+    want = {i: names[1] for i, names in lanes.items()}
+    replies = [json.dumps(plan)] + [json.dumps({"relevant": [lanes[i].index(want[i]) + 1]}) for i in ("csrf", "session")]
+    model = ScriptedModel(replies)
+    events = list(AgenticRetriever(ix, planner=LLMPlanner(model), judge=LLMJudge(model), reranker=None).stream(q))
+    judged = [e for e in events if e.step == "Retrieval" and "judged relevant" in e.message]
+    assert judged and judged[0].status == "SUCCEEDED" and len(model.calls) == 3  # plan + one verdict per intent
+    citations = {i: [h.capsule.citation for h in AgenticRetriever(ix, reranker=None)._search(t, 8)
+                     if h.capsule.qualname == want[i]] for i, t in (("csrf", "verify csrf token"),
+                                                                   ("session", "verify session cookie"))}
+    assert judged[0].data["judged"] == {"verify csrf token": citations["csrf"],
+                                        "verify session cookie": citations["session"]}
+    result = events[-1].data["result"]
+    named = {h.capsule.qualname for h in result.hits}
+    assert set(want.values()) <= named
+
+
+def test_llm_judge_out_of_schema_keeps_the_order(ix):
+    q = "How is the CSRF token verified, and how is the session cookie verified?"
+    plain = AgenticRetriever(ix, reranker=None).run(q)
+    events = list(AgenticRetriever(ix, judge=LLMJudge(ScriptedModel(["the second one, I think"])), reranker=None).stream(q))
+    verdict = [e for e in events if e.step == "Retrieval" and "judged relevant" in e.message][0]
+    assert verdict.status == "FAILED" and "out of schema" in verdict.message
+    assert [h.capsule.id for h in events[-1].data["result"].hits] == [h.capsule.id for h in plain.hits]
+
+
+def test_llm_judge_ignores_candidates_it_was_not_shown(ix):
+    hits = AgenticRetriever(ix, reranker=None)._search("verify csrf token", 8)
+    judge = LLMJudge(ScriptedModel(['{"relevant": [1, 99]}']), top=3)
+    out, note = judge.judge("q", "csrf", hits)
+    assert note and "not shown" in note and [h.capsule.id for h in out] == [h.capsule.id for h in hits]
 
 
 def test_offline_planner_shapes():

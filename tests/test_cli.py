@@ -47,6 +47,9 @@ def test_bad_input_is_a_clear_error(tmp_path, monkeypatch):
     assert res.exit_code == 1 and "not indexed" in res.output
     res = runner.invoke(app, ["search", "x", "--repo", str(root), "--level", "nope"])
     assert res.exit_code == 2
+    monkeypatch.delenv("REPOCTX_LLM", raising=False)
+    res = runner.invoke(app, ["search", "x", "--repo", str(root), "--llm"])
+    assert res.exit_code == 2 and "REPOCTX_LLM" in res.output and "Traceback" not in res.output
     monkeypatch.setenv("REPOCTX_MAX_FILE_BYTES", "lots")
     res = runner.invoke(app, ["index", str(root)])
     assert res.exit_code == 2 and "REPOCTX_MAX_FILE_BYTES" in res.output

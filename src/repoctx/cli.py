@@ -259,6 +259,7 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
            level: str = typer.Option("symbol", "--level", help="symbol | file"),
            mode: str = typer.Option("auto", "--mode", help="auto (router decides) | standard | agentic (multi-part questions)"),
            trace: bool = typer.Option(False, "--trace", help="Print the retrieval trace live (with --json: include it)."),
+           llm: bool = typer.Option(False, "--llm", help="Agentic path: plan and judge relevance with REPOCTX_LLM's model."),
            as_json: bool = typer.Option(False, "--json")):
     """Search the index: exact identifiers and paths first, then ranked matches."""
     if level not in ("symbol", "file"):
@@ -266,6 +267,14 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
     _check_mode(mode)
     if not query.strip():
         _fail("the query is empty: ask a question or name a symbol")
+    planner = judge = None
+    if llm:
+        from repoctx.retrieve.judge import llm_helpers
+
+        try:
+            planner, judge = llm_helpers()
+        except Exception as e:  # not configured, provider package missing: one sentence
+            _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
     ix = _open_indexed(repo, all_repos)
 
     def show(ev) -> None:
@@ -274,7 +283,8 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
         err.print(f"[{colour}]{ev.step:<22} {ev.status:<11}[/] {ev.message}{sub}", highlight=False)
 
     try:
-        res = ix.retrieve(query, k=k, level=level, mode=mode, on_event=show if trace and not as_json else None)
+        res = ix.retrieve(query, k=k, level=level, mode=mode, on_event=show if trace and not as_json else None,
+                          planner=planner, judge=judge)
     except (StoreError, sqlite3.Error) as e:
         _fail(_why(e), 1)
     if as_json:

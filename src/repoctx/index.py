@@ -261,11 +261,12 @@ class Index:
     def retrieve(self, query: str, k: int = 10, level: str = "symbol", mode: str = "auto",
                  scope: Scope | None = None, planner=None, max_iterations: int = 5,
                  on_event: Callable[[TraceEvent], None] | None = None,
-                 options: SearchOptions | None = None) -> Retrieval:
+                 options: SearchOptions | None = None, judge=None) -> Retrieval:
         """Standard or agentic retrieval (the router decides in ``auto``), as one ``Retrieval``.
-        ``on_event`` sees each trace event as it happens."""
+        ``on_event`` sees each trace event as it happens. ``planner``/``judge``: a model's planner and
+        per-intent relevance judge for the agentic path (``llm_helpers``); offline rules without them."""
         result = None
-        for ev in self.stream(query, k, level, mode, scope, planner, max_iterations, options):
+        for ev in self.stream(query, k, level, mode, scope, planner, max_iterations, options, judge=judge):
             if ev.step == "Result":
                 result = ev.data["retrieval"]
             if on_event is not None:
@@ -274,7 +275,7 @@ class Index:
 
     def stream(self, query: str, k: int = 10, level: str = "symbol", mode: str = "auto",
                scope: Scope | None = None, planner=None, max_iterations: int = 5,
-               options: SearchOptions | None = None) -> Iterator[TraceEvent]:
+               options: SearchOptions | None = None, judge=None) -> Iterator[TraceEvent]:
         """Trace events as they happen; the last is ``Result`` with ``data["retrieval"]``. ``options``
         tune the standard search (signals, pool; evaluation runs its configurations through them)."""
         from repoctx.retrieve.agentic import AgenticRetriever
@@ -299,7 +300,7 @@ class Index:
         details: dict = {}
         if decision.mode == "agentic":
             retriever = AgenticRetriever(self, planner=planner, max_iterations=max_iterations, k=depth, scope=scope,
-                                         plan=decision.plan)
+                                         plan=decision.plan if planner is None else (), judge=judge)
             hits: list[Hit] = []
             for ev in retriever.stream(query):
                 if ev.step == "Result":

@@ -108,7 +108,7 @@ class AgenticRetriever:
     def __init__(self, index, planner: Planner | None = None, max_iterations: int = 5, threshold: float = 0.6,
                  k: int = 10, per_query_k: int = 10, scope: Scope = EVERYTHING, search_fn: SearchFn | None = None,
                  options: SearchOptions | None = None, reranker: LinearReranker | None | bool = True,
-                 plan: list[SubQuery] | tuple = ()):
+                 plan: list[SubQuery] | tuple = (), judge=None):
         if not 2 <= max_iterations <= 10:
             raise ValueError("max_iterations must be between 2 and 10")
         self.index = index
@@ -123,6 +123,7 @@ class AgenticRetriever:
         self._search = search_fn or self._default_search
         # True: the shipped model; None/False: lanes keep the first stage's order
         self.reranker = load_reranker() if reranker is True else (reranker or None)
+        self.judge = judge  # an LLMJudge (judge.py) when a model is configured: third stage, per intent
         self.depth = max(per_query_k, DEPTH) if self.reranker else per_query_k
 
     def _dense(self):
@@ -230,6 +231,18 @@ class AgenticRetriever:
                                                                    for s in subs if s.intent in best_for}})
             except Exception as e:  # the first stage's order stands
                 yield TraceEvent("Retrieval", FAILED, f"second-stage ranking failed: {_err(e)}")
+            if self.judge is not None:
+                yield TraceEvent("Retrieval", IN_PROGRESS, "a model judges each intent's candidates")
+                notes, picked = [], {}
+                for s in {s.intent: s for s in subs if best_for.get(s.intent)}.values():
+                    best_for[s.intent], note = self.judge.judge(query, s.intent or s.text, best_for[s.intent])
+                    picked[s.text] = [h.capsule.citation for h in best_for[s.intent] if "judge" in h.why]
+                    if note:
+                        notes.append(note)
+                yield TraceEvent("Retrieval", FAILED if notes and len(notes) == len(picked) else SUCCEEDED,
+                                 f"{sum(map(len, picked.values()))} candidates judged relevant"
+                                 + (f"; {len(notes)} lanes kept their order ({notes[0]})" if notes else ""),
+                                 data={"judged": picked})
 
         # one lane per intent (its best-evidence search first), after the whole question's own lane
         k = self.per_query_k
@@ -299,6 +312,8 @@ class AgenticRetriever:
                 if h.capsule.id not in ps and "aligned" not in h.why:
                     continue
                 p = ps.get(h.capsule.id, top_p)  # placed by alignment: as likely as the lane's best
+                if "judge" in h.why:  # a model read it and said it implements the intent
+                    p = max(p, 0.95)
                 cid = h.capsule.id
                 prob.setdefault(cid, {})[li] = max(p, prob.get(cid, {}).get(li, 0.0))
                 hit_of.setdefault(cid, h)
