@@ -28,7 +28,7 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-from repoctx.store.base import Scope
+from repoctx.store.base import EVERYTHING, Scope
 from repoctx.types import Capsule
 
 K1, B = 1.2, 0.75
@@ -174,6 +174,8 @@ class MemoryReads:
         self._units_key: Hashable | None = None
         self._units_lock = threading.Lock()
         self._admitted: dict[tuple, frozenset] = {}
+        self._edge_lists: dict[tuple, dict[str, list]] = {}
+        self._edges_key: Hashable | None = None
         self._masks: dict[tuple, np.ndarray] = {}
 
     @property
@@ -228,15 +230,40 @@ class MemoryReads:
         return got
 
     def _memory_edges(self, col: str, ids: list[str], kinds: tuple[str, ...], scope: Scope) -> list | None:
-        """Edges under path rules or grants: read by id alone (indexed), then both ends tested against the
-        scope's admitted rowids (its WHERE clause, read once) instead of a WHERE per edge end."""
-        if self._bm25 is None or not (scope.include or scope.exclude or scope.grants is not None):
+        """Edges by id, read once per content key (a search reads the edges of its five best units, often
+        the same ones), then restricted to the scope: its repositories (an edge's ends are in the source's
+        repository, the id's prefix), and under path rules or grants both ends tested against the scope's
+        admitted rowids (its WHERE clause, read once) instead of a WHERE per edge end."""
+        if self._bm25 is None:
             return None
-        mem, _ = self._memory_index(scope)
-        if mem is None:
-            return None
+        path_rules = bool(scope.include or scope.exclude or scope.grants is not None)
+        mem = None
+        if path_rules:
+            mem, _ = self._memory_index(scope)
+            if mem is None:
+                return None
+        key = self._content_key()
+        with self._units_lock:
+            if self._edges_key != key:
+                self._edge_lists, self._edges_key = {}, key
+            lists = self._edge_lists.setdefault((col, kinds), {})
+        wanted = list(dict.fromkeys(ids))
+        missing = [i for i in wanted if i not in lists]
+        if missing:
+            found: dict[str, list] = {i: [] for i in missing}
+            for e in self._edges(col, missing, kinds, EVERYTHING):
+                found[e.src if col == "src" else e.dst].append(e)
+            lists.update(found)
+            if len(lists) > 200_000:  # bounded like the units
+                with self._units_lock:
+                    self._edge_lists = {}
+        edges = [e for i in wanted for e in lists.get(i, ())]
+        if scope.repos:
+            repos = set(scope.repos)
+            edges = [e for e in edges if e.src.split(":", 1)[0] in repos]
+        if not path_rules:
+            return edges
         allowed, rid = self._admitted_rowids(scope, mem.key), mem.rowid_of
-        edges = self._edges(col, ids, kinds, Scope(repos=scope.repos))
         return [e for e in edges if rid.get(e.src, -1) in allowed and (e.dst is None or rid.get(e.dst, -1) in allowed)]
 
     def _memory_capsules(self, ids: list[str], scope: Scope) -> list[Capsule] | None:

@@ -303,10 +303,19 @@ class SQLiteStore(MemoryReads):
 
     # ---- BM25 in memory (long-lived processes): an accelerator, never the source of truth
     def _content_key(self) -> tuple:
-        """Changes whenever the lexical index may have: units added, removed or replaced, a run finished."""
-        return tuple(self.db.execute(
+        """Changes whenever the lexical index may have: units added, removed or replaced, a run finished.
+        Read again only when something was written since (this connection's changes, or a commit by any
+        other connection: SQLite's data_version), so a search pays one pragma, not three table reads."""
+        db = self.db
+        stamp = (db.execute("PRAGMA data_version").fetchone()[0], db.total_changes)
+        cached = getattr(self._local, "content_key", None)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        key = tuple(db.execute(
             "SELECT (SELECT max(rowid) FROM capsules), (SELECT count(*) FROM capsules), "
             "(SELECT group_concat(repo || '=' || value) FROM meta WHERE key = 'generation')").fetchone())
+        self._local.content_key = (stamp, key)
+        return key
 
     def _build_memory_bm25(self) -> MemoryBM25:
         """From the FTS table's own token instances (the same tokens, the same case folding), grouped by
