@@ -152,8 +152,6 @@ class PostgresStore(MemoryReads):
         self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, configure=configure, open=True,
                                    kwargs={"autocommit": True})
         self._init_memory(memory_lexical)  # long-lived processes: BM25 and units in memory (memory_bm25.py)
-        self.content_key_ttl = 1.0
-        self._key_cache: tuple[float, tuple] | None = None
 
     def close(self) -> None:
         self.pool.close()
@@ -310,16 +308,9 @@ class PostgresStore(MemoryReads):
     # ---- BM25 and units in memory (long-lived processes): an accelerator, never the source of truth
     def _content_key(self) -> tuple:
         """Changes whenever the lexical index may have: a unit added or replaced (rids are never reused), a
-        counter moved, a run finished, a repository registered or dropped. Read at most once per
-        ``content_key_ttl`` seconds (a search asks four times; each is a round trip): a write made by
-        another process is seen within that time, as MVCC lets any reader see it a little late."""
-        now = time.monotonic()
-        cached = self._key_cache
-        if cached is not None and now - cached[0] < self.content_key_ttl:
-            return cached[1]
-        key = tuple(self._q(_CONTENT_KEY)[0])
-        self._key_cache = (now, key)
-        return key
+        counter moved, a run finished, a repository registered or dropped. One round trip, read on every
+        call: another process's finished run must be seen by the next search."""
+        return tuple(self._q(_CONTENT_KEY)[0])
 
     def _build_memory_bm25(self) -> MemoryBM25:
         """The postings of every repository, scored with the whole database's statistics (what a search over
