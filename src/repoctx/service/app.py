@@ -423,8 +423,9 @@ class _Middleware:
 _bearer = HTTPBearer(auto_error=False, description="An API key from `repoctx keys add NAME --role ROLE`.")
 
 
-def current_principal(request: Request,
-                      _creds: HTTPAuthorizationCredentials | None = Security(_bearer)) -> Principal:
+async def current_principal(request: Request,
+                            _creds: HTTPAuthorizationCredentials | None = Security(_bearer)) -> Principal:
+    """Async so FastAPI does not hop to a worker thread for it: it only reads what the middleware set."""
     p = getattr(request.state, "principal", None)
     if p is None:  # the middleware lets no request through without one; never trust a missing one
         raise HTTPException(401, _error_body("unauthorized", "a valid API key is required"))
