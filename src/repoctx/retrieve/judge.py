@@ -13,8 +13,6 @@ tests). It cannot be measured here: no model of useful size runs offline on thes
 """
 from __future__ import annotations
 
-import json
-import re
 from functools import lru_cache
 
 from repoctx.types import Hit
@@ -58,15 +56,9 @@ class LLMJudge:
         self.top = top
 
     def _ask(self, prompt: str) -> list[int]:
-        from strands import Agent
+        from repoctx.retrieve.planner import ask_json
 
-        Verdict = verdict_schema()
-        agent = Agent(model=self.model, tools=[], callback_handler=None,
-                      system_prompt=JUDGE_PROMPT.format(schema=json.dumps(Verdict.model_json_schema())))
-        text = str(agent(prompt)).strip()
-        if text.startswith("```"):
-            text = re.sub(r"^```(?:json)?\s*|\s*```$", "", text)
-        return Verdict.model_validate_json(text).relevant
+        return ask_json(self.model, JUDGE_PROMPT, prompt, verdict_schema()).relevant
 
     def judge(self, question: str, intent: str, hits: list[Hit]) -> tuple[list[Hit], str | None]:
         shown = hits[: self.top]

@@ -308,6 +308,19 @@ def plan_schema():
     return Plan
 
 
+def ask_json(model, system_prompt: str, prompt: str, schema):
+    """One answer from a Strands model, parsed into the pydantic ``schema`` (its JSON schema goes into the
+    ``{schema}`` slot of ``system_prompt``; a fenced answer is unwrapped). Raises ValueError out of schema."""
+    from strands import Agent
+
+    agent = Agent(model=model, tools=[], callback_handler=None,
+                  system_prompt=system_prompt.format(schema=json.dumps(schema.model_json_schema())))
+    text = str(agent(prompt)).strip()
+    if text.startswith("```"):
+        text = re.sub(r"^```(?:json)?\s*|\s*```$", "", text)
+    return schema.model_validate_json(text)
+
+
 PLANNER_PROMPT = """You split a developer's question about a code base into independent search queries,
 one per intent (each entity x aspect of a comparison, each item of a list, each clause).
 Answer with JSON only, exactly matching this schema, no prose:
@@ -322,15 +335,7 @@ class LLMPlanner:
         self.fallback = fallback or OfflinePlanner()
 
     def _ask(self, prompt: str):
-        from strands import Agent
-
-        Plan = plan_schema()
-        agent = Agent(model=self.model, tools=[], callback_handler=None,
-                      system_prompt=PLANNER_PROMPT.format(schema=json.dumps(Plan.model_json_schema())))
-        text = str(agent(prompt)).strip()
-        if text.startswith("```"):
-            text = re.sub(r"^```(?:json)?\s*|\s*```$", "", text)
-        return Plan.model_validate_json(text)
+        return ask_json(self.model, PLANNER_PROMPT, prompt, plan_schema())
 
     def plan(self, question: str) -> list[SubQuery]:
         return self.plan_with_note(question)[0]
