@@ -253,7 +253,7 @@ class Index:
         self.check_store()
         scope = self.scope(scope)
         opts = options or SearchOptions(k=k, level=level)
-        hits = search(self.store, query, opts, self.dense_index(scope), scope)
+        hits = search(self.store, query, opts, self.dense_index(scope), scope, limit=None if level == "file" else k)
         if level == "file":
             return to_files(hits, opts.file_agg)[:k]
         return hits[:k]
@@ -317,8 +317,10 @@ class Index:
             yield ev
             opts = options or SearchOptions(k=depth, level=level)
             dense = self.dense_index(scope) if opts.dense else None
-            hits = search(self.store, query, opts, dense, scope)
-            ev = TraceEvent("Retrieval", "SUCCEEDED", f"{len(hits)} candidates", query, len(hits))
+            stats: dict = {}
+            hits = search(self.store, query, opts, dense, scope, limit=None if level == "file" else k, stats=stats)
+            n = stats["candidates"]
+            ev = TraceEvent("Retrieval", "SUCCEEDED", f"{n} candidates", query, n)
             events.append(ev)
             yield ev
         files: list[FileHit] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol
@@ -126,7 +127,7 @@ def _declarations_or_examples(path: str) -> bool:
 
 
 def is_test_unit(c: Capsule) -> bool:
-    return is_test_path(c.path) or (c.language == "rust" and bool(_RUST_TEST_MODULE.search(c.qualname)))
+    return _unit_kind(c.path, c.language, c.qualname)[0]
 
 
 def is_doc_unit(c: Capsule) -> bool:
@@ -135,16 +136,35 @@ def is_doc_unit(c: Capsule) -> bool:
     return c.language in DOC_LANGUAGES or _declarations_or_examples(c.path)
 
 
+@lru_cache(maxsize=1 << 17)
+def _unit_kind(path: str, language: str, qualname: str) -> tuple[bool, bool]:
+    """(a test, documentation): what a search demotes (asked of every candidate; remembered)."""
+    test = bool(is_test_path(path) or (language == "rust" and _RUST_TEST_MODULE.search(qualname)))
+    return test, language in DOC_LANGUAGES or _declarations_or_examples(path)
+
+
 def search(store, query: str, opts: SearchOptions | None = None, dense_index: DenseIndex | None = None,
-           scope: Scope = EVERYTHING) -> list[Hit]:
-    opts = opts or SearchOptions()
-    why: dict[str, dict] = {}
+           scope: Scope = EVERYTHING, limit: int | None = None, stats: dict | None = None) -> list[Hit]:
+    """Every candidate, best first; ``limit``: only the first ``limit`` (the ranking is the same; ``stats``
+    gets ``candidates``, how many there were). Each hit's ``why`` says which signals found it (rank and
+    score), and any demotion or graph step."""
+    reading = getattr(store, "reading", None)  # a store that keeps units in memory: one content key a search
+    with reading() if reading is not None else nullcontext():
+        return _search(store, query, opts or SearchOptions(), dense_index, scope, limit, stats)
+
+
+def _search(store, query: str, opts: SearchOptions, dense_index: DenseIndex | None, scope: Scope,
+            limit: int | None, stats: dict | None) -> list[Hit]:
+    ranks: list[tuple[str, dict[str, tuple[int, float]]]] = []  # per ranked signal: id -> (rank, score)
+    why: dict[str, dict] = {}  # everything else a hit's explanation says (exact, demotions, graph)
     fused: dict[str, float] = {}
 
     def add_rank(signal: str, ranked: list[tuple[str, float]], weight: float) -> None:
+        got: dict[str, tuple[int, float]] = {}
         for rank, (cid, score) in enumerate(ranked, 1):
             fused[cid] = fused.get(cid, 0.0) + weight / (RRF_K + rank)
-            why.setdefault(cid, {})[signal] = {"rank": rank, "score": round(float(score), 4)}
+            got[cid] = (rank, score)
+        ranks.append((signal, got))
 
     if opts.lexical:
         terms = query_terms(store, query, opts.max_terms, scope)
@@ -171,19 +191,34 @@ def search(store, query: str, opts: SearchOptions | None = None, dense_index: De
         if c is None or (opts.kinds and c.kind not in opts.kinds):
             continue
         s = fused.get(cid, 0.0) + (1.0 + exact[cid] if cid in exact else 0.0)
-        if opts.demote_tests and is_test_unit(c):
+        test, doc = _unit_kind(c.path, c.language, c.qualname)
+        if opts.demote_tests and test:
             s *= 0.5
-            why[cid]["test_demoted"] = True
-        elif demote_docs and is_doc_unit(c):
+            why.setdefault(cid, {})["test_demoted"] = True
+        elif demote_docs and doc:
             s *= 0.5
-            why[cid]["doc_demoted"] = True
+            why.setdefault(cid, {})["doc_demoted"] = True
         scored[cid] = s
 
     if opts.graph and scored:
         expand_graph(store, scored, caps, why, opts, scope)
 
     order = sorted(scored, key=lambda c: (-scored[c], c))
-    return [Hit(caps[cid], scored[cid], why.get(cid, {})) for cid in order if cid in caps]
+    if stats is not None:
+        stats["candidates"] = sum(1 for cid in order if cid in caps)
+    hits = []
+    for cid in order:
+        c = caps.get(cid)
+        if c is None:
+            continue
+        # the explanation is put together only for the hits returned
+        explained = {signal: {"rank": rs[0], "score": round(float(rs[1]), 4)}
+                     for signal, got in ranks if (rs := got.get(cid)) is not None}
+        explained.update(why.get(cid, ()))
+        hits.append(Hit(c, scored[cid], explained))
+        if limit is not None and len(hits) >= limit:
+            break
+    return hits
 
 
 def expand_graph(store, scored: dict[str, float], caps: dict[str, Capsule], why: dict, opts: SearchOptions,

@@ -24,7 +24,8 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Callable, Hashable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 
@@ -108,8 +109,10 @@ class MemoryBM25:
         hit = np.flatnonzero(total > 0)
         if len(hit) > k:
             hit = hit[np.argpartition(-total[hit], k - 1)[:k]]
-        order = sorted(hit.tolist(), key=lambda r: (-total[r], self.rowids[r]))
-        return [(self.ids[r], float(total[r])) for r in order]
+        best = total[hit]
+        hit = hit[np.lexsort((self.rowids[hit], -best))]  # best first, ties by rowid (as FTS5 returns them)
+        ids = self.ids
+        return [(ids[r], s) for r, s in zip(hit.tolist(), total[hit].tolist())]
 
 
 class MemoryBM25Cache:
@@ -170,17 +173,36 @@ class MemoryReads:
 
     def _init_memory(self, enabled: bool) -> None:
         self._bm25 = MemoryBM25Cache(self._build_memory_bm25) if enabled else None
-        self._units: dict[str, tuple[int, Capsule]] = {}
+        self._units: dict[str, tuple[int, Capsule] | None] = {}  # None: the store has no such unit
         self._units_key: Hashable | None = None
         self._units_lock = threading.Lock()
         self._admitted: dict[tuple, frozenset] = {}
         self._edge_lists: dict[tuple, dict[str, list]] = {}
         self._edges_key: Hashable | None = None
         self._masks: dict[tuple, np.ndarray] = {}
+        self._pin = threading.local()
 
     @property
     def memory_enabled(self) -> bool:
         return self._bm25 is not None
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """One search's reads from memory use one content key, read once at the start (on PostgreSQL a round
+        trip; SQLite a pragma) instead of once per read. Nested uses keep the outer key."""
+        if self._bm25 is None or getattr(self._pin, "key", None) is not None:
+            yield
+            return
+        self._pin.key = self._content_key()
+        try:
+            yield
+        finally:
+            self._pin.key = None
+
+    def _key(self) -> Hashable:
+        """The content key: the one pinned by :meth:`reading` on this thread, else read now."""
+        key = getattr(self._pin, "key", None)
+        return key if key is not None else self._content_key()
 
     def warm_lexical(self, wait: bool = False) -> bool:
         """Start (or wait for) the in-memory BM25 build; True when it is ready for the current content."""
@@ -190,7 +212,7 @@ class MemoryReads:
         """The in-memory BM25 for ``scope`` and its mask (None: the scope admits everything)."""
         if self._bm25 is None:
             return None, None
-        key = self._content_key()
+        key = self._key()
         covers, masked = self._memory_covers(scope, key)
         if not covers:
             return None, None
@@ -242,7 +264,7 @@ class MemoryReads:
             mem, _ = self._memory_index(scope)
             if mem is None:
                 return None
-        key = self._content_key()
+        key = self._key()
         with self._units_lock:
             if self._edges_key != key:
                 self._edge_lists, self._edges_key = {}, key
@@ -271,7 +293,7 @@ class MemoryReads:
         The objects are shared: callers must not change them (none does)."""
         if self._bm25 is None:
             return None
-        key = self._content_key()
+        key = self._key()
         covers, masked = self._memory_covers(scope, key)
         with self._units_lock:
             if self._units_key != key:
@@ -279,13 +301,14 @@ class MemoryReads:
             units = self._units
         missing = [i for i in dict.fromkeys(ids) if i not in units]
         if missing:
-            for rowid, capsule in self._units_by_id(missing):
-                units[capsule.id] = (rowid, capsule)
+            found = {capsule.id: (rowid, capsule) for rowid, capsule in self._units_by_id(missing)}
+            # an id the store does not hold (an edge to a unit since replaced) is remembered as absent too
+            units.update({i: found.get(i) for i in missing})
             if len(units) > 200_000:  # a bound for huge stores: start over rather than grow without end
                 with self._units_lock:
                     if self._units is units:
                         self._units = {}
-        got = [units[i] for i in ids if i in units]
+        got = [u for i in ids if (u := units.get(i)) is not None]
         if covers and not masked:
             return [c for _, c in got]
         allowed = self._admitted_rowids(scope, key)

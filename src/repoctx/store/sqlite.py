@@ -364,7 +364,7 @@ class SQLiteStore(MemoryReads):
             return False
         if not scope.repos:
             return True
-        key = self._content_key() if self.memory_enabled else None
+        key = self._key() if self.memory_enabled else None
         held = self._held[1] if key is not None and self._held[0] == key else None
         if held is None:
             held = frozenset(r[0] for r in self.db.execute("SELECT DISTINCT repo FROM files"))
