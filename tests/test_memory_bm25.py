@@ -101,6 +101,34 @@ def test_units_and_frequencies_follow_the_scope(stores):
     assert memory.doc_freqs(terms, everything) == ix.store.doc_freqs(terms, everything)
 
 
+def test_a_whole_search_answers_as_the_store_does(stores):
+    """hybrid.search over the memory reads (one content key per search) = over the store's own queries; a
+    ``limit`` cuts the same ranking and ``stats`` still counts every candidate."""
+    from repoctx.retrieve.hybrid import SearchOptions, search
+
+    ix, memory = stores
+    opts = SearchOptions(dense=False)
+    for base in SCOPES:
+        scope = base.with_repos((ix.repo,)) if not base.grants else base
+        for q in ("charge the card for an order", "refund_order", "where is checkout saved", "vault key"):
+            want = search(ix.store, q, opts, None, scope)
+            stats: dict = {}
+            got = search(memory, q, opts, None, scope, limit=3, stats=stats)
+            assert [(h.capsule.id, round(h.score, 9), h.why) for h in got] == \
+                [(h.capsule.id, round(h.score, 9), h.why) for h in want[:3]], (scope, q)
+            assert stats["candidates"] == len(want)
+
+
+def test_a_unit_the_store_lacks_is_remembered_as_absent_until_the_content_changes(stores, tmp_path):
+    ix, memory = stores
+    scope = Scope(repos=(ix.repo,))
+    absent = f"{ix.repo}:shop/payments.py#zanzibar_route"
+    assert memory.capsules([absent], scope) == [] and memory.capsules([absent], scope) == []
+    (tmp_path / "shop" / "shop" / "payments.py").write_text("def zanzibar_route(order):\n    return order\n")
+    ix.update()
+    assert [c.id for c in memory.capsules([absent], scope)] == [absent]
+
+
 def test_terms_fts5_would_split_go_to_fts5():
     assert MemoryBM25.answers(["order", "sum_lines", "x2"])
     assert not MemoryBM25.answers(["a.b"]) and not MemoryBM25.answers(["café"])

@@ -71,6 +71,19 @@ def model_file() -> Path:
     return path
 
 
+CODE_MODEL_NAME = "minilm-code-int8"
+
+
+def code_model_file() -> Path:
+    """all-MiniLM-L6-v2 fine-tuned here for code search (``bench/train_embedder.py``), int8 ONNX, shipped
+    inside repoctx with its card (``data/MINILM_CODE_CARD.md``)."""
+    path = Path(__file__).parent / "data" / f"{CODE_MODEL_NAME}.onnx"
+    if not path.is_file():
+        raise RuntimeError(f"{path} is missing: this build of repoctx does not ship the code-tuned model; "
+                           "use the default 'local' embedder")
+    return path
+
+
 def tokenizer_file() -> Path:
     """The all-MiniLM-L6-v2 ``tokenizer.json``, shipped inside repoctx (see ``data/NOTICE.md``)."""
     path = Path(__file__).parent / "data" / "minilm_tokenizer.json"
@@ -173,6 +186,7 @@ class LocalMiniLM(_AsyncForms):
         *,
         model_path: str | os.PathLike | None = None,
         tokenizer_path: str | os.PathLike | None = None,
+        name: str | None = None,
     ) -> None:
         if not 8 <= int(max_length) <= MINILM_MAX_POSITIONS:
             raise ValueError(f"max_length must be in 8..{MINILM_MAX_POSITIONS}, got {max_length}")
@@ -184,6 +198,7 @@ class LocalMiniLM(_AsyncForms):
         self.threads = int(threads)
         self._model_path = Path(model_path) if model_path else None
         self._tokenizer_path = Path(tokenizer_path) if tokenizer_path else None
+        self._name = name  # the model's name in model_id (vectors of another model are never mixed in)
         self._lock = threading.Lock()
         self._session = None
         self._light = False  # the session is the unoptimised one (see _ensure_loaded)
@@ -195,7 +210,9 @@ class LocalMiniLM(_AsyncForms):
     # -- identity
     @property
     def model_id(self) -> str:
-        if self._model_path is None:
+        if self._name:
+            name = self._name
+        elif self._model_path is None:
             name = "minilm-l6-v2-int8"
         else:
             st = self._model_path.stat()
@@ -364,6 +381,7 @@ _PROVIDERS: dict[str, tuple[str, str, str, str]] = {
     "ollama": ("ollama", "langchain-ollama==1.1.0", "langchain_ollama", "OllamaEmbeddings"),
 }
 _LOCAL_ALIASES = {"", "minilm", "minilm-l6-v2", "minilm-l6-v2-int8", "all-minilm-l6-v2"}
+_CODE_ALIASES = {"code", CODE_MODEL_NAME}
 _KNOWN_DIMS = {
     "amazon.titan-embed-text-v2:0": 1024,
     "amazon.titan-embed-text-v1": 1536,
@@ -394,6 +412,7 @@ def get_embedder(spec: str | None = None, **options: Any) -> "Embeddings":
 
     * ``local`` / ``local:minilm`` (default) — :class:`LocalMiniLM`; options ``max_length``,
       ``batch_size``, ``threads``.
+    * ``local:code`` — the same network fine-tuned for code search, shipped in repoctx (``code_model_file``).
     * ``bedrock:MODEL_ID`` (default ``amazon.titan-embed-text-v2:0``) — ``BedrockEmbeddings``;
       options e.g. ``region_name`` (else ``AWS_REGION``/``AWS_DEFAULT_REGION``/the AWS profile, else
       us-east-1), ``credentials_profile_name``, ``dimensions`` (256/512/1024 for Titan v2),
@@ -421,8 +440,11 @@ def get_embedder(spec: str | None = None, **options: Any) -> "Embeddings":
                 raise ValueError(f"spec {spec!r}: max length must be a number of tokens")
             options.setdefault("max_length", int(length))
             rest = name
+        if rest.lower() in _CODE_ALIASES:
+            return LocalMiniLM(model_path=code_model_file(), name=CODE_MODEL_NAME, **options)
         if rest.lower() not in _LOCAL_ALIASES:
-            raise ValueError(f"unknown local model {rest!r} in spec {spec!r}; use 'local' or 'local:minilm'")
+            raise ValueError(f"unknown local model {rest!r} in spec {spec!r}; "
+                             "use 'local' (or 'local:minilm') or 'local:code'")
         return LocalMiniLM(**options)
 
     if provider not in _PROVIDERS:
