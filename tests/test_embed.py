@@ -176,6 +176,28 @@ def test_factory_local_specs():
         get_embedder("local:bge-large")
 
 
+def test_the_code_tuned_model_ships_and_is_its_own_model(model):
+    """local:code is a file inside the package (no download), the same network shape as the default, with
+    its own model_id so an index never mixes its vectors with the default's; it ranks code as a code
+    search model should."""
+    from repoctx.embed import code_model_file
+
+    path = code_model_file()
+    assert path.parent.name == "data" and (path.parent / "MINILM_CODE_CARD.md").is_file()
+    code = get_embedder("local:code")
+    assert isinstance(code, LocalMiniLM) and code.dim == 384
+    assert code.model_id == "local:minilm-code-int8:128" != model.model_id
+    assert get_embedder("local:code:256").model_id == "local:minilm-code-int8:256"
+    docs = ["def parse_http_date(date):\n    m = RFC1123_DATE.match(date)\n    return calendar.timegm(...)",
+            "def render_template(name, context):\n    return env.get_template(name).render(context)",
+            "class LRUCache:\n    def get(self, key):\n        return self._data.move_to_end(key)"]
+    q = code.embed_query("parse a date from an HTTP header")
+    v = code.encode(docs)
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-3)
+    assert int(np.argmax(v @ np.asarray(q))) == 0
+    assert float(np.asarray(q) @ np.asarray(model.embed_query("parse a date from an HTTP header"))) < 0.9999
+
+
 def test_factory_unknown_provider():
     with pytest.raises(ValueError, match="unknown embedding provider 'cohere'"):
         get_embedder("cohere:embed-v3")
