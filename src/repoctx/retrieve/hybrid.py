@@ -133,7 +133,7 @@ def is_test_unit(c: Capsule) -> bool:
 def is_doc_unit(c: Capsule) -> bool:
     """Prose, declarations and examples: README/CHANGES windows, .rst/.txt pages, TypeScript .d.ts typings,
     code under examples/ (an example's ``AliasedGroup.resolve_command`` is not the project's)."""
-    return c.language in DOC_LANGUAGES or _declarations_or_examples(c.path)
+    return _unit_kind(c.path, c.language, c.qualname)[1]
 
 
 @lru_cache(maxsize=1 << 17)
@@ -203,21 +203,16 @@ def _search(store, query: str, opts: SearchOptions, dense_index: DenseIndex | No
     if opts.graph and scored:
         expand_graph(store, scored, caps, why, opts, scope)
 
-    order = sorted(scored, key=lambda c: (-scored[c], c))
+    order = sorted(scored, key=lambda c: (-scored[c], c))  # every scored unit has its capsule in caps
     if stats is not None:
-        stats["candidates"] = sum(1 for cid in order if cid in caps)
+        stats["candidates"] = len(order)
     hits = []
-    for cid in order:
-        c = caps.get(cid)
-        if c is None:
-            continue
+    for cid in order[:limit]:
         # the explanation is put together only for the hits returned
         explained = {signal: {"rank": rs[0], "score": round(float(rs[1]), 4)}
                      for signal, got in ranks if (rs := got.get(cid)) is not None}
         explained.update(why.get(cid, ()))
-        hits.append(Hit(c, scored[cid], explained))
-        if limit is not None and len(hits) >= limit:
-            break
+        hits.append(Hit(caps[cid], scored[cid], explained))
     return hits
 
 

@@ -109,8 +109,7 @@ class MemoryBM25:
         hit = np.flatnonzero(total > 0)
         if len(hit) > k:
             hit = hit[np.argpartition(-total[hit], k - 1)[:k]]
-        best = total[hit]
-        hit = hit[np.lexsort((self.rowids[hit], -best))]  # best first, ties by rowid (as FTS5 returns them)
+        hit = hit[np.lexsort((self.rowids[hit], -total[hit]))]  # best first, ties by rowid (as FTS5 returns them)
         ids = self.ids
         return [(ids[r], s) for r, s in zip(hit.tolist(), total[hit].tolist())]
 
