@@ -1,8 +1,8 @@
 """Fine-tune all-MiniLM-L6-v2 for code search on CPU and export it as int8 ONNX for LocalMiniLM.
 
     python bench/train_embedder.py all     [options]   # mine → train → export
-    python bench/train_embedder.py mine    [--packages a,b,...]
-    python bench/train_embedder.py train   [--steps N | --epochs E] [--max-pairs N]
+    python bench/train_embedder.py mine    [--packages a,b,...] [--releases N]
+    python bench/train_embedder.py train   [--steps N | --epochs E] [--max-pairs N] [--release-share F]
     python bench/train_embedder.py export
 
 Needs the `train` extra (torch from the CPU wheel): PIP_FIND_LINKS=/opt/wheels pip install -e '.[train]'.
@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--max-share", type=float, default=0.08, help="largest share of pairs from one package")
     g.add_argument("--val-queries", type=int, default=150, help="validation queries per package")
     g.add_argument("--val-pool", type=int, default=500, help="candidate units per validation package")
+    g.add_argument("--releases", type=int, default=0, metavar="N",
+                   help="also mine release-note pairs from the newest N sdists of each package (0: no)")
     t = common.add_argument_group("training")
     # Measured at batch 32 with one hard negative: ~39 CPU-s a step (forward and backward of 32 queries and
     # 64 code texts of 128 tokens), i.e. ~20-25 s on two idle cores, ~40 s when another job holds a core.
@@ -49,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="optimizer steps (default %(default)s: ~35-40 min on 2 idle cores); 0: --epochs")
     t.add_argument("--epochs", type=float, default=1.0, help="passes over the pairs when --steps is 0")
     t.add_argument("--max-pairs", type=int, default=0, help="train on a fixed subset of this many pairs")
+    t.add_argument("--release-share", type=float, default=0.0,
+                   help="share of each batch drawn from release-note pairs (mined with --releases)")
     t.add_argument("--batch-size", type=int, default=32)
     t.add_argument("--lr", type=float, default=3e-5)
     t.add_argument("--warmup", type=float, default=0.1, help="share of steps with a linear warmup")
@@ -108,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         from embedder.mine import merge, mine, print_counts
 
         mine(args.work, args.package_list)
+        if args.releases:
+            from embedder.releases import mine_all
+
+            mine_all(args.work, args.package_list, args.releases)
         print_counts(merge(args.work, args.package_list, args.validation, args.max_share))
     if args.stage in ("train", "all"):
         from embedder.train import train

@@ -484,11 +484,33 @@ def merge(work: Path, packages: list[str] | None = None, validation: tuple[str, 
     write_jsonl(dst / "val.jsonl", val_rows)
     write_jsonl(dst / "val_pool.jsonl", pool_rows)
     kinds = Counter(r["query_kind"] for r in train_rows)
+    rel_train, rel_val = _release_pairs(work, names, validation, seen_q)
+    write_jsonl(dst / "train_release.jsonl", rel_train)
+    write_jsonl(dst / "val_release.jsonl", rel_val)
     summary = {"train_pairs": len(train_rows), "val_pairs": len(val_rows), "val_pool": len(pool_rows),
+               "release_train_pairs": len(rel_train), "release_val_pairs": len(rel_val),
                "cap_per_package": cap, "max_share": max_share, "query_kinds": dict(kinds),
                "validation_packages": [n for n in names if n in validation], "packages": per_pkg}
     (dst / "stats.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def _release_pairs(work: Path, names: list[str], validation: tuple[str, ...],
+                   seen_q: set[str]) -> tuple[list[dict], list[dict]]:
+    """Release-note pairs (``releases.py``) of the mined packages: (training, held out)."""
+    src = work / "releases"
+    train_rows, val_rows = [], []
+    for name in names:
+        path = src / f"{name}.jsonl"
+        if not path.exists():
+            continue
+        for r in read_jsonl(path):
+            if name in validation:
+                val_rows.append(r)
+            elif r["query"] not in seen_q:
+                seen_q.add(r["query"])
+                train_rows.append(r)
+    return train_rows, val_rows
 
 
 def print_counts(summary: dict) -> None:
@@ -498,4 +520,5 @@ def print_counts(summary: dict) -> None:
               + (f"  ({s['error']})" if s.get("error") else ""))
     print(f"train pairs {summary['train_pairs']} (cap {summary['cap_per_package']}/package, "
           f"kinds {summary['query_kinds']}); validation pairs {summary['val_pairs']} over a pool of "
-          f"{summary['val_pool']} units in {', '.join(summary['validation_packages'])}")
+          f"{summary['val_pool']} units in {', '.join(summary['validation_packages'])}; release-note pairs "
+          f"{summary.get('release_train_pairs', 0)} to train on, {summary.get('release_val_pairs', 0)} held out")

@@ -115,6 +115,17 @@ def validation_set(pairs: list[dict], pool: list[dict], max_queries: int, max_po
     return out
 
 
+def release_validation_set(pairs: list[dict]) -> dict:
+    """Held-out release notes (``releases.py``) → the changed unit, among every positive and hard negative
+    of those pairs (one pool over the held-out packages)."""
+    docs: dict[str, int] = {}
+    for p in pairs:
+        for t in (p["positive"], *(x["text"] for x in (p.get("neg_bm25"), p.get("neg_file")) if x)):
+            docs.setdefault(t, len(docs))
+    return {"queries": [p["query"] for p in pairs], "gold": [docs[p["positive"]] for p in pairs],
+            "docs": list(docs)}
+
+
 def evaluate(encode: Callable[[Sequence[str]], np.ndarray], vset: dict[str, dict]) -> dict:
     """MRR@10, Recall@1 and Recall@10 of query → unit within each package, and their mean over queries."""
     per, ranks_all = {}, []

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from .mine import read_jsonl, stable_unit
-from .model import Tokens, base_model_dir, embed, evaluate, format_metrics, load_model, pad, torch_encoder, \
-    validation_set
+from .model import Tokens, base_model_dir, embed, evaluate, format_metrics, load_model, pad, \
+    release_validation_set, torch_encoder, validation_set
 
 CODE_MAX_LENGTH = 128  # the product embeds code at 128 tokens
 
@@ -36,18 +36,34 @@ def load_pairs(work: Path, max_pairs: int | None) -> list[dict]:
     return rows
 
 
+def load_release_pairs(work: Path, share: float) -> list[dict]:
+    path = work / "pairs" / "train_release.jsonl"
+    if share <= 0:
+        return []
+    if not path.exists():
+        raise SystemExit(f"--release-share {share}: {path} is missing: run the mine stage with --releases N")
+    return read_jsonl(path)
+
+
 def load_validation(work: Path, args) -> dict:
     pairs = read_jsonl(work / "pairs" / "val.jsonl")
     pool = read_jsonl(work / "pairs" / "val_pool.jsonl")
-    return validation_set(pairs, pool, args.val_queries, args.val_pool)
+    vset = validation_set(pairs, pool, args.val_queries, args.val_pool)
+    rel = work / "pairs" / "val_release.jsonl"
+    if rel.exists():
+        rset = release_validation_set(read_jsonl(rel))
+        if rset["queries"]:
+            vset["release notes"] = rset
+    return vset
 
 
-def run_config(args, n_pairs: int, steps: int, data_hash: str) -> dict:
+def run_config(args, n_pairs: int, steps: int, data_hash: str, n_release: int = 0) -> dict:
     return {"steps": steps, "batch_size": args.batch_size, "lr": args.lr, "warmup": args.warmup,
             "weight_decay": args.weight_decay, "scale": args.scale, "seed": args.seed,
             "query_max_length": args.query_max_length, "code_max_length": CODE_MAX_LENGTH,
             "hard_negatives": args.hard_negatives, "freeze_layers": args.freeze_layers, "pairs": n_pairs,
-            "data": data_hash}
+            "data": data_hash} | ({"release_share": args.release_share, "release_pairs": n_release}
+                                 if n_release else {})
 
 
 def lr_factor(step: int, total: int, warmup: int) -> float:
@@ -74,12 +90,18 @@ def train(work: Path, args) -> dict:
     tokens = Tokens()
     rows = load_pairs(work, args.max_pairs)
     n = len(rows)
-    if n < args.batch_size:
-        raise SystemExit(f"{n} training pairs: fewer than one batch of {args.batch_size}")
-    per_epoch = n // args.batch_size
+    rel_rows = load_release_pairs(work, args.release_share)
+    n_rel_batch = int(round(args.release_share * args.batch_size)) if rel_rows else 0
+    n_doc_batch = args.batch_size - n_rel_batch
+    if n < n_doc_batch or len(rel_rows) < n_rel_batch:
+        raise SystemExit(f"{n} training pairs ({len(rel_rows)} release-note pairs): fewer than one batch")
+    per_epoch = n // n_doc_batch
     steps = args.steps or max(1, math.ceil(args.epochs * per_epoch))
-    data_hash = hashlib.sha1((work / "pairs" / "train.jsonl").read_bytes()).hexdigest()[:12]
-    config = run_config(args, n, steps, data_hash)
+    digest = hashlib.sha1((work / "pairs" / "train.jsonl").read_bytes())
+    if rel_rows:
+        digest.update((work / "pairs" / "train_release.jsonl").read_bytes())
+    data_hash = digest.hexdigest()[:12]
+    config = run_config(args, n, steps, data_hash, len(rel_rows))
     model_dir = out / "model"
     if not args.fresh and (out / "metrics.json").exists() and (model_dir / "model.safetensors").exists():
         done = json.loads((out / "metrics.json").read_text())
@@ -105,7 +127,9 @@ def train(work: Path, args) -> dict:
         print(f"[train] validation of the base model took {time.perf_counter() - t0:.0f} s", flush=True)
     print(format_metrics("base model ", base), flush=True)
 
-    # tokenise once: queries, positives, and each pair's hard negatives (BM25 first, then the file neighbour)
+    # tokenise once: queries, positives, and each pair's hard negatives (BM25 first, then the file neighbour);
+    # release-note pairs follow the docstring pairs (indexes n.. n + len(rel_rows) - 1)
+    rows = rows + rel_rows
     q_ids = tokens.ids([r["query"] for r in rows], args.query_max_length)
     p_ids = tokens.ids([r["positive"] for r in rows], CODE_MAX_LENGTH)
     neg_texts = [[x["text"] for x in (r.get("neg_bm25"), r.get("neg_file")) if x] for r in rows]
@@ -152,7 +176,11 @@ def train(work: Path, args) -> dict:
         t0 = time.perf_counter()
         epoch, b = divmod(step, per_epoch)
         perm = np.random.default_rng([args.seed, epoch]).permutation(n)
-        idx = perm[b * args.batch_size:(b + 1) * args.batch_size]
+        idx = perm[b * n_doc_batch:(b + 1) * n_doc_batch]
+        if n_rel_batch:  # each batch: this share of release-note pairs, drawn in their own passes
+            r_epoch, r_b = divmod(step, len(rel_rows) // n_rel_batch)
+            r_perm = np.random.default_rng([args.seed, 2_000_000 + r_epoch]).permutation(len(rel_rows))
+            idx = np.concatenate([idx, n + r_perm[r_b * n_rel_batch:(r_b + 1) * n_rel_batch]])
         rng = np.random.default_rng([args.seed, 1_000_000 + step])
         codes = [p_ids[i] for i in idx]
         in_batch = {pos_text[i] for i in idx}
@@ -215,6 +243,7 @@ def train(work: Path, args) -> dict:
 def _val_key(work: Path, args) -> list:
     """What the validation figures depend on: the sample sizes and the validation data."""
     digest = hashlib.sha1()
-    for name in ("val.jsonl", "val_pool.jsonl"):
-        digest.update((work / "pairs" / name).read_bytes())
+    for name in ("val.jsonl", "val_pool.jsonl", "val_release.jsonl"):
+        if (work / "pairs" / name).exists():
+            digest.update((work / "pairs" / name).read_bytes())
     return [args.val_queries, args.val_pool, digest.hexdigest()[:12]]

@@ -1,0 +1,87 @@
+"""The release-note miner of the embedding trainer (bench/embedder/releases.py): a changelog section cut
+into entries, the units a release changed, and an entry paired with the unit it talks about."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from embedder.releases import changed_units, clean_entry, pair_entries, release_entries  # noqa: E402
+
+CHANGES = """\
+Changelog
+=========
+
+2.1.0 (2024-03-02)
+------------------
+
+- Fix ``Client.retry`` losing the backoff when the server sends a Retry-After
+  header (`#412 <https://example.org/412>`__).
+- Docs: typo in the quickstart guide was fixed by somebody.
+- Add :func:`parse_duration` for human-readable timeouts like "1m30s". By @someone
+
+2.0.1 (2024-01-10)
+------------------
+
+- Headers are no longer lower-cased when sent.
+"""
+
+OLD = '''\
+class Client:
+    def retry(self, response):
+        delay = self.backoff
+        return delay
+
+    def send(self, request):
+        return request
+
+
+def parse_duration(text):
+    return int(text)
+'''
+
+NEW = '''\
+class Client:
+    def retry(self, response):
+        delay = max(self.backoff, int(response.headers.get("Retry-After", 0)))
+        return delay
+
+    def send(self, request):
+        return request
+
+
+def parse_duration(text):
+    minutes, _, seconds = text.partition("m")
+    return int(minutes) * 60 + int(seconds.rstrip("s") or 0)
+'''
+
+
+def test_a_release_section_is_cut_into_clean_entries():
+    entries = release_entries({"CHANGES.rst": CHANGES.encode()}, "2.1.0")
+    assert entries == [
+        "Fix Client.retry losing the backoff when the server sends a Retry-After header.",
+        'Add parse_duration for human-readable timeouts like "1m30s".',
+    ]  # the docs entry is housekeeping; links, roles and credits are gone
+    assert release_entries({"CHANGES.rst": CHANGES.encode()}, "2.0.1") == [
+        "Headers are no longer lower-cased when sent."]
+    assert release_entries({"CHANGES.rst": CHANGES.encode()}, "1.9.0") == []
+    # one file per release (docs/releases/v2.1.0.rst)
+    one = "What's new in 2.1\n=================\n\n* Fix the retry delay of ``Client.retry`` under load.\n"
+    assert release_entries({"docs/releases/v2.1.0.rst": one.encode()}, "2.1.0") == [
+        "Fix the retry delay of Client.retry under load."]
+    assert clean_entry("DOC: reword the tutorial (#5837)") == ""
+
+
+def test_an_entry_is_paired_with_the_old_code_of_the_unit_it_names():
+    changed, pool = changed_units({"pkg/client.py": OLD}, {"pkg/client.py": NEW})
+    assert sorted(r["qualname"] for r in changed) == ["Client.retry", "parse_duration"]  # not send, not the class
+    assert len(pool) == 4  # Client, retry, send, parse_duration
+    entries = release_entries({"CHANGES.rst": CHANGES.encode()}, "2.1.0")
+    pairs = pair_entries(entries, changed)
+    assert [(e.split()[1], r["qualname"]) for e, r, _ in pairs] == [
+        ("Client.retry", "Client.retry"), ("parse_duration", "parse_duration")]
+    retry = next(r for _, r, _ in pairs if r["qualname"] == "Client.retry")
+    assert "delay = self.backoff" in retry["text"]  # the code before the fix, as the index embeds it
+    # an entry that names nothing that changed is left out
+    assert pair_entries(["Improve performance of the event loop considerably"], changed) == []
