@@ -186,8 +186,8 @@ def test_the_code_tuned_model_ships_and_is_its_own_model(model):
     assert path.parent.name == "data" and (path.parent / "MINILM_CODE_CARD.md").is_file()
     code = get_embedder("local:code")
     assert isinstance(code, LocalMiniLM) and code.dim == 384
-    assert code.model_id == "local:minilm-code-int8:128" != model.model_id
-    assert get_embedder("local:code:256").model_id == "local:minilm-code-int8:256"
+    assert code.model_id == "local:minilm-code2-int8:128" != model.model_id
+    assert get_embedder("local:code:256").model_id == "local:minilm-code2-int8:256"
     docs = ["def parse_http_date(date):\n    m = RFC1123_DATE.match(date)\n    return calendar.timegm(...)",
             "def render_template(name, context):\n    return env.get_template(name).render(context)",
             "class LRUCache:\n    def get(self, key):\n        return self._data.move_to_end(key)"]

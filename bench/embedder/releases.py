@@ -23,7 +23,6 @@ negatives come from BM25 over the old release's units and from the same file. Ou
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
 import tarfile

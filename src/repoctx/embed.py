@@ -71,7 +71,7 @@ def model_file() -> Path:
     return path
 
 
-CODE_MODEL_NAME = "minilm-code-int8"
+CODE_MODEL_NAME = "minilm-code2-int8"
 
 
 def code_model_file() -> Path:
