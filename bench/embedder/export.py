@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 from .model import Tokens, evaluate, format_metrics, load_model, torch_encoder
 from .train import load_validation
 

@@ -91,6 +91,12 @@ def is_test_path(path: str) -> bool:
             or name.endswith("_test.py") or name == "conftest.py")
 
 
+def third_party(path: str) -> bool:
+    """A vendored copy or an evaluation project's file inside a package: never mined."""
+    parts = PurePosixPath(path).parts
+    return any(p in VENDOR_DIRS for p in parts[:-1]) or any(p.removesuffix(".py") in EXCLUDED_MODULES for p in parts)
+
+
 def wheel_sources(wheel: Path) -> list[tuple[str, str]]:
     """(path, text) of the wheel's .py files, vendored code and evaluation projects' files left out."""
     out = []
@@ -99,10 +105,7 @@ def wheel_sources(wheel: Path) -> list[tuple[str, str]]:
             path = info.filename
             if not path.endswith(".py") or ".dist-info/" in path or ".data/" in path:
                 continue
-            parts = PurePosixPath(path).parts
-            if any(p in VENDOR_DIRS for p in parts[:-1]):
-                continue
-            if any(p.removesuffix(".py") in EXCLUDED_MODULES for p in parts):
+            if third_party(path):
                 continue
             if info.file_size > 1_000_000:  # generated tables, not code people search
                 continue
@@ -159,10 +162,11 @@ def _dedent(text: str) -> str:
     return "\n".join(ln[indent:] if ln[:indent].strip() == "" else ln for ln in lines)
 
 
-def unit_record(c, stripped: str) -> dict:
-    doc_free = {"path": c.path, "qualname": c.qualname, "signature": c.signature, "docstring": "", "text": stripped}
+def unit_record(c, text: str, docstring: str = "") -> dict:
+    """A unit and the text repoctx embeds for it, made of ``text`` and ``docstring`` (by default none)."""
+    cap = {"path": c.path, "qualname": c.qualname, "signature": c.signature, "docstring": docstring, "text": text}
     return {"path": c.path, "qualname": c.qualname, "name": c.name, "kind": c.kind, "start": c.start_line,
-            "end": c.end_line, "text": embed_text(doc_free, max_length=EMBED_MAX_LENGTH)}
+            "end": c.end_line, "text": embed_text(cap, max_length=EMBED_MAX_LENGTH)}
 
 
 # --------------------------------------------------------------------------- queries

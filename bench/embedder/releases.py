@@ -32,11 +32,10 @@ from collections import Counter, defaultdict
 from pathlib import Path, PurePosixPath
 
 from repoctx.capsules.parse import parse_source
-from repoctx.embed import embed_text
 from repoctx.tokens import STOPWORDS, code_tokens, split_identifier
 
-from .mine import BM25, EMBED_MAX_LENGTH, is_test_path, negative, related, write_jsonl
-from .packages import EXCLUDED_MODULES, PACKAGES, VENDOR_DIRS
+from .mine import BM25, UNIT_KINDS, is_test_path, negative, related, third_party, unit_record, write_jsonl
+from .packages import PACKAGES
 
 MAX_CHANGED = 60  # changed units in one release above which pairing by words is guesswork
 MANY_CHANGED = 8  # above this, an entry needs two shared words with its unit
@@ -256,12 +255,9 @@ def _bullets(section: list[str]) -> list[str]:
 def _sources(files: dict[str, bytes]) -> dict[str, str]:
     out = {}
     for rel, data in files.items():
-        if not rel.endswith(".py") or is_test_path(rel):
+        if not rel.endswith(".py") or is_test_path(rel) or third_party(rel):
             continue
-        parts = PurePosixPath(rel).parts
-        if any(p in VENDOR_DIRS for p in parts[:-1]) or any(p.removesuffix(".py") in EXCLUDED_MODULES for p in parts):
-            continue
-        if parts[0] in ("docs", "doc", "examples", "benchmarks", "scripts", "tools", "build", ".github"):
+        if PurePosixPath(rel).parts[0] in ("docs", "doc", "examples", "benchmarks", "scripts", "tools", "build", ".github"):
             continue
         out[rel] = data.decode("utf-8", "replace")
     return out
@@ -272,14 +268,7 @@ def _units(path: str, text: str) -> list:
         pf = parse_source(path, text, "python")
     except Exception:  # a parser bug costs one file
         return []
-    return [c for c in pf.capsules if c.kind in ("function", "method", "class")]
-
-
-def _record(c) -> dict:
-    cap = {"path": c.path, "qualname": c.qualname, "signature": c.signature, "docstring": c.docstring,
-           "text": c.text}
-    return {"path": c.path, "qualname": c.qualname, "name": c.name, "kind": c.kind, "start": c.start_line,
-            "end": c.end_line, "text": embed_text(cap, max_length=EMBED_MAX_LENGTH)}
+    return [c for c in pf.capsules if c.kind in UNIT_KINDS]
 
 
 def changed_units(old: dict[str, str], new: dict[str, str]) -> tuple[list[dict], list[dict]]:
@@ -287,7 +276,7 @@ def changed_units(old: dict[str, str], new: dict[str, str]) -> tuple[list[dict],
     pool, changed = [], []
     for path, text in sorted(old.items()):
         units = _units(path, text)
-        recs = [_record(c) for c in units]
+        recs = [unit_record(c, c.text, c.docstring) for c in units]
         pool += recs
         if path not in new or new[path] == text:
             continue
