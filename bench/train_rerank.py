@@ -23,7 +23,7 @@ import numpy as np
 
 from repoctx.config import Settings
 from repoctx.retrieve.agentic import AgenticRetriever, content_terms
-from repoctx.retrieve.rerank import DEPTH, WEIGHTS_FILE, LinearReranker, features_for_lanes
+from repoctx.retrieve.rerank import DEPTH, LinearReranker, features_for_lanes, weights_file
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -87,7 +87,9 @@ def coverage(rows: list[dict], indexes: dict, model: LinearReranker | None, sett
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", nargs="*", type=Path, default=sorted((HERE / "data" / "train").glob("*.jsonl")))
-    ap.add_argument("--out", type=Path, default=WEIGHTS_FILE)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: the shipped file of the embedding model in use (REPOCTX_EMBEDDER): "
+                         "rerank_weights.json for the offline default, rerank_weights.<model>.json for another")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--lexical-only", action="store_true", help="no dense signal (faster; not what ships)")
     a = ap.parse_args()
@@ -115,11 +117,15 @@ def main() -> None:
                                  for p in a.data],
                   "questions": len(rows), "candidates": len(data), "gold": int(sum(lab for _, lab, _ in data)),
                   "held_out_coverage_at_10": cv, "date": datetime.date.today().isoformat(),
-                  "command": "python bench/train_rerank.py"}
+                  "command": "python bench/train_rerank.py" + (f" (REPOCTX_EMBEDDER={settings.embedder})" if settings.embedder not in (None, "", "local") else "")}
     print("weights:", {n: round(w, 2) for n, w in zip(model.features, model.weights)})
     if not a.no_write:
-        a.out.write_text(model.to_json() + "\n")
-        print(f"wrote {a.out}")
+        from repoctx.embed import get_embedder
+
+        default_id = get_embedder("local").model_id
+        out = a.out or weights_file(None if embedder in (None, default_id) else embedder)
+        out.write_text(model.to_json() + "\n")
+        print(f"wrote {out}")
 
 
 if __name__ == "__main__":

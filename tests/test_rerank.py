@@ -153,3 +153,35 @@ def test_name_similarity_only_under_the_model_the_reranker_was_trained_with():
     assert AgenticRetriever(index, reranker=model)._dense() is None
     assert AgenticRetriever(index, reranker=None)._dense() is None
     assert load_reranker().meta["embedder"].startswith("local:")  # the shipped model: the offline default
+
+
+def test_each_embedding_model_gets_the_weights_fitted_under_it(tmp_path, monkeypatch):
+    """The name-similarity feature holds for one model: an index under the code-tuned model loads the
+    weights fitted with it; a model with no file of its own (or a file fitted under another model) gets
+    the default weights."""
+    from types import SimpleNamespace
+
+    from repoctx.retrieve import rerank as rr
+
+    default = tmp_path / "rerank_weights.json"
+    monkeypatch.setattr(rr, "WEIGHTS_FILE", default)
+    rr.load_reranker.cache_clear()
+    try:
+        assert rr.weights_file("local:minilm-code2-int8:128").name == "rerank_weights.minilm-code2-int8.json"
+        assert rr.weights_file("openai:text/embed 3").name == "rerank_weights.openai_text_embed_3.json"
+        assert rr.weights_file(None) == default
+        mk = lambda emb, w: LinearReranker(["rank"], [0.0], [1.0], [w], 0.0, {"embedder": emb}).to_json()
+        default.write_text(mk("local:minilm-l6-v2-int8:128", 1.0))
+        rr.weights_file("local:minilm-code2-int8:128").write_text(mk("local:minilm-code2-int8:128", 2.0))
+        rr.weights_file("local:other:128").write_text(mk("local:minilm-l6-v2-int8:128", 3.0))
+        assert rr.load_reranker(embedder="local:minilm-code2-int8:128").weights == [2.0]
+        assert rr.load_reranker(embedder="bedrock:amazon.titan-embed-text-v2:0").weights == [1.0]
+        assert rr.load_reranker(embedder="local:other:128").weights == [1.0]  # misnamed file: not its weights
+        assert rr.load_reranker().weights == [1.0]
+
+        index = SimpleNamespace(embedder=SimpleNamespace(model_id="local:minilm-code2-int8:128"),
+                                dense_index=lambda scope=None: None)
+        assert AgenticRetriever(index).reranker.weights == [2.0]
+        assert AgenticRetriever(SimpleNamespace(embedder=None, dense_index=lambda scope=None: None)).reranker.weights == [1.0]
+    finally:
+        rr.load_reranker.cache_clear()

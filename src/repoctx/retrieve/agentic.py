@@ -121,10 +121,18 @@ class AgenticRetriever:
         self.scope = scope
         self.options = options or SearchOptions(k=per_query_k)
         self._search = search_fn or self._default_search
-        # True: the shipped model; None/False: lanes keep the first stage's order
-        self.reranker = load_reranker() if reranker is True else (reranker or None)
+        # True: the shipped model (the weights fitted under this index's embedding model, when they
+        # ship); None/False: lanes keep the first stage's order
+        self.reranker = load_reranker(embedder=self._embedder_id()) if reranker is True else (reranker or None)
         self.judge = judge  # an LLMJudge (judge.py) when a model is configured: third stage, per intent
         self.depth = max(per_query_k, DEPTH) if self.reranker else per_query_k
+
+    def _embedder_id(self) -> str | None:
+        try:
+            emb = getattr(self.index, "embedder", None)
+            return emb.model_id if emb is not None else None
+        except Exception:  # a model that cannot be built here: the default weights, name similarity off
+            return None
 
     def _dense(self):
         """The dense retriever for the re-ranker's name similarity, only under the embedding model the

@@ -10,6 +10,9 @@ The weights ship in ``rerank_weights.json``, fitted by ``bench/train_rerank.py``
 training questions over seven projects that are *not* in the evaluation set (matplotlib,
 scikit-learn, Sphinx, Werkzeug, Jinja2, click, xarray); the file records what it was trained on and
 its held-out figures (each project held out in turn). A missing file leaves lanes in first-stage order.
+One of its features is an embedding similarity, so the weights hold for the embedding model they were
+fitted with: another shipped model has its own file (``rerank_weights.<model name>.json``, see
+``weights_file``), and an index under a model with no file of its own gets the default one.
 """
 from __future__ import annotations
 
@@ -131,13 +134,34 @@ class LinearReranker:
         return cls(d["features"], d["mean"], d["std"], d["weights"], d.get("bias", 0.0), d.get("meta"))
 
 
-@lru_cache(maxsize=4)
-def load_reranker(path: str | None = None) -> LinearReranker | None:
-    """The shipped model, or None when the file is missing (lanes then keep the first stage's order)."""
-    p = Path(path) if path else WEIGHTS_FILE
+def weights_file(embedder: str | None = None) -> Path:
+    """Where the weights fitted under embedding model ``embedder`` (a ``model_id`` such as
+    ``local:minilm-code2-int8:128``) live: ``rerank_weights.minilm-code2-int8.json`` beside the default
+    file. ``None`` is the default file (fitted under the offline default model)."""
+    if not embedder:
+        return WEIGHTS_FILE
+    parts = embedder.split(":")
+    name = parts[1] if len(parts) > 1 and parts[0] == "local" else embedder
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "model"
+    return WEIGHTS_FILE.with_name(f"rerank_weights.{safe}.json")
+
+
+@lru_cache(maxsize=8)
+def load_reranker(path: str | None = None, embedder: str | None = None) -> LinearReranker | None:
+    """The shipped model, or None when the file is missing (lanes then keep the first stage's order).
+    ``embedder``: the index's embedding model id; its own weights when they ship and were fitted under
+    that model, else the default file."""
+    if path:
+        p = Path(path)
+    else:
+        own = weights_file(embedder) if embedder else None
+        p = own if own is not None and own.exists() else WEIGHTS_FILE
     if not p.exists():
         return None
-    return LinearReranker.from_json(p.read_text())
+    model = LinearReranker.from_json(p.read_text())
+    if not path and p != WEIGHTS_FILE and (model.meta or {}).get("embedder") != embedder:
+        return load_reranker()  # a file named for this model but fitted under another one: not its weights
+    return model
 
 
 def degrees(store, ids: list[str], classes: set[str] = frozenset(), scope: Scope = EVERYTHING) -> dict[str, tuple[int, int]]:
