@@ -85,3 +85,60 @@ def test_an_entry_is_paired_with_the_old_code_of_the_unit_it_names():
     assert "delay = self.backoff" in retry["text"]  # the code before the fix, as the index embeds it
     # an entry that names nothing that changed is left out
     assert pair_entries(["Improve performance of the event loop considerably"], changed) == []
+
+
+def test_the_changelog_formats_of_other_projects():
+    """Version lines with a date (dulwich, nltk), ``= 4.15.0 (date)`` (beautifulsoup4), bold versions (anyio),
+    the ``releases`` extension's ``:release:`` lines (invoke, fabric) and zzzeek's ``.. changelog::`` /
+    ``.. change::`` directives (alembic, mako, SQLAlchemy)."""
+    dated = ("1.2.9\t2026-07-06\n\n * Bound the running length when decoding EWAH bitmaps, so a corrupt\n"
+             "   index raises ``ValueError``. (Jelmer)\n\n1.2.8\t2026-06-01\n\n * Older entry with five words.\n")
+    assert release_entries({"NEWS": dated.encode()}, "1.2.9") == [
+        "Bound the running length when decoding EWAH bitmaps, so a corrupt index raises ValueError. (Jelmer)"]
+    soup = ("= 4.15.0 (20260607)\n\n* It is now possible to call new_tag() directly, on Python\n  3.7.\n\n"
+            "* Fix an unhandled exception in Tag.append when passed an empty soup. [bug=2140924]\n\n"
+            "= 4.14.3 (20260101)\n\n* Old.\n")
+    # "  3.7." continues an entry: it is not the next release's heading
+    assert len(release_entries({"CHANGELOG": soup.encode()}, "4.15.0")) == 2
+    bold = "Version history\n===============\n\n**4.9.0**\n\n- Fixed ``connect_tcp()`` producing cyclic references\n\n**4.8.0**\n\n- Added five words here too.\n"
+    assert release_entries({"docs/versionhistory.rst": bold.encode()}, "4.9.0") == [
+        "Fixed connect_tcp producing cyclic references"]
+    roles = ("- :release:`3.0.2 <2026-04-06>`\n- :bug:`742` Define a custom ``__repr__`` for `~invoke.runners.Promise` so it\n"
+             "  can be displayed in interactive sessions.\n- :support:`- backported` Minor tweaks to type hints of tasks.\n"
+             "- :release:`3.0.1 <2026-04-05>`\n- :bug:`-` Something older that was fixed then.\n")
+    assert release_entries({"sites/www/changelog.rst": roles.encode()}, "3.0.2") == [
+        "Define a custom __repr__ for invoke.runners.Promise so it can be displayed in interactive sessions.",
+        "Minor tweaks to type hints of tasks."]
+    zzzeek = """\
+.. changelog::
+    :version: 1.20.1
+    :released: October 21, 2026
+
+    .. change::
+        :tags: bug, autogenerate
+        :tickets: 1085
+
+        Fixed issue where a table comment set to an empty string would
+        cause autogenerate to detect a change.  Pull request courtesy vineoy.
+
+        .. sourcecode:: python
+
+            op.create_table("t")
+
+    .. change::
+        :tags: tests
+
+        Adjusted the test suite for a change in Pygments.
+
+.. changelog::
+    :version: 1.20.0
+
+    .. change::
+        :tags: feature
+
+        Older feature with enough words.
+"""
+    assert release_entries({"doc/build/changelog/changelog_20.rst": zzzeek.encode()}, "1.20.1") == [
+        "Fixed issue where a table comment set to an empty string would cause autogenerate to detect a change."]
+    assert release_entries({"doc/build/changelog/changelog_20.rst": zzzeek.encode()}, "1.20.0") == [
+        "Older feature with enough words."]

@@ -42,14 +42,27 @@ MANY_CHANGED = 8  # above this, an entry needs two shared words with its unit
 MAX_ENTRY_WORDS = 120
 MIN_ENTRY_WORDS = 5
 _CHANGELOG = re.compile(r"^(changes|changelog|change_log|history|news|releases?|release[-_]notes|whatsnew|"
-                        r"version[-_]?history)(\.(rst|md|txt|markdown))?$", re.I)
+                        r"version[-_]?history|versions|changelog[-_]\d+)(\.(rst|md|txt|markdown))?$", re.I)
 # one file per release: docs/releases/v6.4.1.rst (tornado), doc/release/release_3.2.rst (networkx)
 _NOTES_DIR = re.compile(r"(^|/)(releases?|changes|changelog|news|history|whatsnew|release[-_]notes)/", re.I)
 _VERSIONISH = re.compile(r"(?<![\w.])v?\d+\.\d+(\.\d+)*(?![\w])")
 _UNDERLINE = re.compile(r"^\s*([=\-~^*#+`'\"])\1{2,}\s*$")
 _BULLET = re.compile(r"^(\s*)([-*+•]|\d+[.)])\s+(.*)$")
+# "- :release:`3.2.2 <2023-08-30>`": the `releases` Sphinx extension (invoke, fabric, paramiko); the entries
+# below such a line, up to the next one, are that release's
+_RELEASE_ROLE = re.compile(r"^\s*[-*]\s+:release:`\s*v?\d")
+# "1.2.9<TAB>2026-07-06" (dulwich), "Version 3.9 2024-08-18" (nltk), "= 4.15.0 (20260607)" (beautifulsoup4),
+# "**4.9.0**" (anyio), "1.2.3 (2020-01-01)", "v1.2.3 - 2020-01-01", "1.2.3": a version heading on its own line
+_VERSION_LINE = re.compile(r"^[=*\s]*(version\s+|release\s+|v)?\d+\.\d+[\w.]*\**\s*"
+                           r"([-(:–—]|\d{4}-\d\d-\d\d|\d{8}|$)", re.I)
+# zzzeek's changelog extension (alembic, mako, SQLAlchemy): ".. changelog::" / ":version: X" / ".. change::"
+_CHANGELOG_DIRECTIVE = re.compile(r"^\s*\.\. changelog::")
+_CHANGE_DIRECTIVE = re.compile(r"^\s*\.\. change::")
+_DIRECTIVE_OPTION = re.compile(r"^\s*:(\w+):\s*(.*)$")
+_HOUSEKEEPING_TAGS = frozenset({"docs", "doc", "tests", "test", "installation", "build", "ci", "changed", "general"})
 _NOISE = [
-    (re.compile(r":(?:issue|pr|bug|gh|ghissue|user|commit|cve|pull)s?:`[^`]*`", re.I), ""),
+    (re.compile(r":(?:issue|pr|bug|gh|ghissue|user|commit|cve|pull|feature|support)s?:`[^`]*`", re.I), ""),
+    (re.compile(r"\b(?:pull request |patch )?courtesy(?: of)? [\w .-]+?\.?\s*$", re.I), ""),
     (re.compile(r"`#?\d+ <[^>]*>`__?"), ""),
     (re.compile(r"\[#?\d+\]\([^)]*\)"), ""),
     (re.compile(r"\[([^\]]+)\]\([^)]*\)"), r"\1"),
@@ -59,6 +72,7 @@ _NOISE = [
     (re.compile(r"https?://\S+"), ""),
     (re.compile(r"\(?\b(?:thanks|contributed|reported|patch|by)\s+(?:to\s+)?@?[\w.-]+\)?\.?\s*$", re.I), ""),
     (re.compile(r"@[\w-]+"), ""),
+    (re.compile(r"(?<!`)`~(?=[\w.])"), "`"),  # `~pkg.Name`: the default role's "short name" mark
     (re.compile(r"``|`|\*\*"), ""),
 ]
 
@@ -163,11 +177,12 @@ def _short(v: str) -> str:
 
 def release_entries(files: dict[str, bytes], version: str) -> list[str]:
     """The bullet entries of ``version``'s section in the sdist's changelog (the first file that has one)."""
-    cands = sorted((p for p in files if _CHANGELOG.match(PurePosixPath(p).name)),
-                   key=lambda p: (p.count("/"), p))
+    notes = sorted(p for p in files if _NOTES_DIR.search(p) and not p.endswith(".py"))
+    cands = sorted((p for p in files if _CHANGELOG.match(PurePosixPath(p).name)), key=lambda p: (p.count("/"), p))
+    cands += [p for p in notes if p not in cands]  # a notes folder's files may hold sections of several releases
     want = _norm_version(version)
-    for p in sorted(p for p in files if _NOTES_DIR.search(p)):  # a file of its own
-        stem = PurePosixPath(p).stem
+    for p in notes:  # a file of its own: docs/releases/v6.4.1.rst, release/version0.14.rst
+        stem = re.sub(r"^(version|release|v)(?=\d)", "", PurePosixPath(p).stem, flags=re.I)
         found = [_norm_version(m.group(0)) for m in _VERSIONISH.finditer(stem.replace("_", " ").replace("-", " "))]
         if _short(want) in {_short(f) for f in found}:
             entries = _bullets(files[p].decode("utf-8", "replace").splitlines())
@@ -175,12 +190,53 @@ def release_entries(files: dict[str, bytes], version: str) -> list[str]:
                 return entries
     for p in cands:
         lines = files[p].decode("utf-8", "replace").splitlines()
-        section = _section(lines, want)
-        if section is not None:
-            entries = _bullets(section)
-            if entries:
-                return entries
+        entries = _directive_entries(lines, want)
+        if entries is None:
+            section = _section(lines, want)
+            entries = _bullets(section) if section is not None else None
+        if entries:
+            return entries
     return []
+
+
+def _directive_entries(lines: list[str], version: str) -> list[str] | None:
+    """The ``.. change::`` paragraphs of ``version``'s ``.. changelog::`` block; None when the file is not
+    written with those directives (or has no block for the version)."""
+    start = end = None
+    for i, line in enumerate(lines):
+        if not _CHANGELOG_DIRECTIVE.match(line):
+            continue
+        m = next((_DIRECTIVE_OPTION.match(x) for x in lines[i + 1:i + 4] if x.strip().startswith(":version:")), None)
+        if start is not None:
+            end = i
+            break
+        if m and _norm_version(m.group(2).strip()) == version:
+            start = i + 1
+    if start is None:
+        return None
+    blocks: list[list[str]] = []
+    for line in lines[start:end]:
+        if _CHANGE_DIRECTIVE.match(line):
+            blocks.append([])
+        elif blocks:
+            blocks[-1].append(line)
+    entries = []
+    for block in blocks:
+        tags = set()
+        text = []
+        for line in block:
+            m = _DIRECTIVE_OPTION.match(line)
+            if m and not text:
+                if m.group(1) == "tags":
+                    tags = {t.strip().lower() for t in m.group(2).split(",") if t.strip()}
+                continue
+            if line.strip():
+                text.append(line.strip())
+            elif text:
+                break  # the first paragraph: the rest is detail and examples
+        if text and not (tags and tags <= _HOUSEKEEPING_TAGS):
+            entries.append(" ".join(text))
+    return _finish(entries)
 
 
 def _is_header(lines: list[str], i: int) -> bool:
@@ -192,8 +248,8 @@ def _is_header(lines: list[str], i: int) -> bool:
     nxt = lines[i + 1] if i + 1 < len(lines) else ""
     if _UNDERLINE.match(nxt):
         return True
-    # "1.2.3 (2020-01-01)", "Version 1.2.3", "v1.2.3 - 2020-01-01" on a line of their own
-    return bool(re.match(r"^(version\s+|release\s+|v)?\d+\.\d+[\w.]*\s*([-(:–—]|\s*$)", line, re.I))
+    # a version line starts the line: "  3.7." inside an indented entry is the entry's text
+    return bool((_VERSION_LINE.match(line) and not lines[i][:1].isspace()) or _RELEASE_ROLE.match(line))
 
 
 def _section(lines: list[str], version: str) -> list[str] | None:
@@ -241,6 +297,11 @@ def _bullets(section: list[str]) -> list[str]:
             cur = []
     if cur:
         entries.append(" ".join(cur))
+    return _finish([e for e in entries if not _RELEASE_ROLE.match("- " + e)])
+
+
+def _finish(entries: list[str]) -> list[str]:
+    """Cleaned entries long enough to say something, cut to ``MAX_ENTRY_WORDS``."""
     out = []
     for e in entries:
         e = clean_entry(e)
