@@ -185,3 +185,13 @@ def test_each_embedding_model_gets_the_weights_fitted_under_it(tmp_path, monkeyp
         assert AgenticRetriever(SimpleNamespace(embedder=None, dense_index=lambda scope=None: None)).reranker.weights == [1.0]
     finally:
         rr.load_reranker.cache_clear()
+
+
+def test_the_code_tuned_model_ships_its_own_weights():
+    from repoctx.embed import get_embedder
+
+    code = get_embedder("local:code").model_id
+    model = load_reranker(embedder=code)
+    assert model is not None and model.meta["embedder"] == code
+    assert model.meta["held_out_coverage_at_10"]["all"]["reranked"] > model.meta["held_out_coverage_at_10"]["all"]["first_stage"]
+    assert load_reranker(embedder=get_embedder("local").model_id).meta["embedder"] == get_embedder("local").model_id
