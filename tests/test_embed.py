@@ -266,3 +266,26 @@ def test_ollama_construction_and_probe(monkeypatch):
     calls = []
     monkeypatch.setattr(type(e.inner), "embed_query", lambda self, t: calls.append(t) or [0.0] * 768)
     assert e.dim == 768 and e.dim == 768 and len(calls) == 1
+
+
+def test_a_model_file_of_ones_own(tmp_path):
+    """local:PATH.onnx runs an export of bench/train_embedder.py (or any MiniLM-shaped ONNX file); its
+    model_id is named by the file's content, so two exports of one size never share cached vectors."""
+    import shutil
+
+    from repoctx.embed import code_model_file, model_file
+
+    a = tmp_path / "a" / "candidate.onnx"
+    b = tmp_path / "b" / "candidate.onnx"
+    a.parent.mkdir()
+    b.parent.mkdir()
+    shutil.copy(code_model_file(), a)
+    shutil.copy(model_file(), b)
+    ea, eb = get_embedder(f"local:{a}"), get_embedder(f"local:{b}:64")
+    assert ea.model_id.startswith("local:onnx-candidate-") and ea.model_id.endswith(":128")
+    assert eb.model_id.endswith(":64") and ea.model_id.rsplit(":", 1)[0] != eb.model_id.rsplit(":", 1)[0]
+    assert get_embedder(f"local:{a}").model_id == ea.model_id  # stable: the same file, the same id
+    q = "parse a date from an HTTP header"
+    assert np.allclose(ea.embed_query(q), get_embedder("local:code").embed_query(q), atol=1e-5)
+    with pytest.raises(ValueError, match="no model file"):
+        get_embedder(f"local:{tmp_path / 'missing.onnx'}")

@@ -17,6 +17,7 @@ shape ``(n, dim)``); ``embed_documents`` / ``embed_query`` return plain lists as
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -167,6 +168,20 @@ class _AsyncForms:
         return await asyncio.to_thread(self.embed_query, text)
 
 
+@lru_cache(maxsize=16)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:12]
+
+
+def _file_digest(path: Path) -> str:
+    st = path.stat()
+    return _digest(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
 class LocalMiniLM(_AsyncForms):
     """all-MiniLM-L6-v2 (int8 ONNX) on CPU: offline, 384-d, unit-norm float32 vectors. A LangChain
     ``Embeddings`` (registered as one as soon as LangChain is loaded; see ``_as_langchain_embeddings``).
@@ -214,9 +229,8 @@ class LocalMiniLM(_AsyncForms):
             name = self._name
         elif self._model_path is None:
             name = "minilm-l6-v2-int8"
-        else:
-            st = self._model_path.stat()
-            name = f"onnx-{self._model_path.stem}-{st.st_size}"
+        else:  # a model file of one's own: named by its content (two int8 exports often have one size)
+            name = f"onnx-{self._model_path.stem}-{_file_digest(self._model_path)}"
         return f"local:{name}:{self.max_length}"
 
     @property
@@ -413,6 +427,9 @@ def get_embedder(spec: str | None = None, **options: Any) -> "Embeddings":
     * ``local`` / ``local:minilm`` (default) — :class:`LocalMiniLM`; options ``max_length``,
       ``batch_size``, ``threads``.
     * ``local:code`` — the same network fine-tuned for code search, shipped in repoctx (``code_model_file``).
+    * ``local:PATH.onnx`` (``local:PATH.onnx:256`` sets max_length) — a MiniLM-shaped ONNX model of one's
+      own, e.g. an export of ``bench/train_embedder.py``; a ``tokenizer.json`` beside it is used. Its
+      ``model_id`` carries a digest of the file, so two models never share cached vectors.
     * ``bedrock:MODEL_ID`` (default ``amazon.titan-embed-text-v2:0``) — ``BedrockEmbeddings``;
       options e.g. ``region_name`` (else ``AWS_REGION``/``AWS_DEFAULT_REGION``/the AWS profile, else
       us-east-1), ``credentials_profile_name``, ``dimensions`` (256/512/1024 for Titan v2),
@@ -442,9 +459,15 @@ def get_embedder(spec: str | None = None, **options: Any) -> "Embeddings":
             rest = name
         if rest.lower() in _CODE_ALIASES:
             return LocalMiniLM(model_path=code_model_file(), name=CODE_MODEL_NAME, **options)
+        if rest.lower().endswith(".onnx"):  # local:/path/to/model.onnx — a MiniLM-shaped model of one's own
+            path = Path(rest).expanduser()
+            if not path.is_file():
+                raise ValueError(f"spec {spec!r}: no model file at {path}")
+            tok = path.with_name("tokenizer.json")
+            return LocalMiniLM(model_path=path, tokenizer_path=tok if tok.is_file() else None, **options)
         if rest.lower() not in _LOCAL_ALIASES:
             raise ValueError(f"unknown local model {rest!r} in spec {spec!r}; "
-                             "use 'local' (or 'local:minilm') or 'local:code'")
+                             "use 'local' (or 'local:minilm'), 'local:code' or 'local:PATH.onnx'")
         return LocalMiniLM(**options)
 
     if provider not in _PROVIDERS:
