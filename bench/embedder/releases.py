@@ -297,7 +297,7 @@ def _bullets(section: list[str]) -> list[str]:
             cur = []
     if cur:
         entries.append(" ".join(cur))
-    return _finish([e for e in entries if not _RELEASE_ROLE.match("- " + e)])
+    return _finish([e for e in entries if not e.startswith(":release:")])  # a release line is no entry
 
 
 def _finish(entries: list[str]) -> list[str]:

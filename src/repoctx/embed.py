@@ -170,11 +170,8 @@ class _AsyncForms:
 
 @lru_cache(maxsize=16)
 def _digest(path: str, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:12]
+        return hashlib.file_digest(f, "sha256").hexdigest()[:12]
 
 
 def _file_digest(path: Path) -> str:
