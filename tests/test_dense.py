@@ -1,6 +1,7 @@
 import hashlib
 
 import numpy as np
+import pytest
 
 from repoctx import Index, Settings
 from repoctx.retrieve.hybrid import SearchOptions
@@ -175,3 +176,39 @@ def test_flat_vectors_are_searched_exactly_without_faiss(tmp_path):
     got = fx.search(q, 3, allowed)
     best = sorted((float(m[int(c[1:])] @ q), c) for c in allowed)[::-1][:3]
     assert [c for c, _ in got] == [c for _, c in best]
+
+
+def test_a_file_ranks_by_the_sum_of_its_two_best_units():
+    from repoctx.retrieve.hybrid import to_files
+    from repoctx.types import Capsule, Hit
+
+    def hit(path: str, name: str, score: float) -> Hit:
+        return Hit(Capsule(id=f"{path}#{name}", path=path, language="python", kind="function", name=name,
+                           qualname=name, signature=f"def {name}()", start_line=1, end_line=2, text="",
+                           content_hash=name), score, {})
+
+    # one lucky unit in a.py against two relevant units in b.py (and a third, weak one)
+    hits = [hit("a.py", "lucky", 0.030), hit("b.py", "first", 0.028), hit("b.py", "second", 0.020),
+            hit("b.py", "third", 0.001)]
+    assert [f.path for f in to_files(hits)] == ["b.py", "a.py"]
+    b = to_files(hits)[0]
+    assert b.score == 0.028 + 0.020 and [h.capsule.name for h in b.capsules] == ["first", "second", "third"]
+    assert [f.path for f in to_files(hits, "max")] == ["a.py", "b.py"]
+    assert to_files(hits, "top3")[0].score == 0.028 + 0.020 + 0.001 == to_files(hits, "sum")[0].score
+    for bad in ("top0", "topx", "mean"):
+        with pytest.raises(ValueError, match="file aggregation"):
+            to_files(hits, bad)
+
+
+def test_file_level_retrieval_uses_the_options_aggregation(tmp_path):
+    ix = make(tmp_path, HashEmbedder(64))
+    ix.update()
+    top2 = ix.retrieve("render invoice pdf", k=3, level="file", mode="standard").files
+    assert top2 and top2[0].path.endswith(".py")
+    by_max = ix.retrieve("render invoice pdf", k=3, level="file", mode="standard",
+                         options=SearchOptions(k=15, level="file", file_agg="max")).files
+    hits = ix.search("render invoice pdf", k=15)
+    best = {}
+    for h in hits:
+        best.setdefault(h.capsule.path, h.score)
+    assert [(f.path, f.score) for f in by_max] == sorted(best.items(), key=lambda x: (-x[1], x[0]))[:3]

@@ -325,11 +325,12 @@ class Index:
             yield ev
         files: list[FileHit] = []
         if level == "file":
-            files = to_files(hits)
+            agg = (options or SearchOptions()).file_agg
+            files = to_files(hits, agg)
             if len(files) < k and decision.mode == "agentic":  # top up from the whole question's ranking
                 seen = {f.path for f in files}
                 more = search(self.store, query, SearchOptions(k=depth, level=level), self.dense_index(scope), scope)
-                files += [f for f in to_files(more) if f.path not in seen]
+                files += [f for f in to_files(more, agg) if f.path not in seen]
             files = files[:k]
             hits = [h for f in files for h in f.capsules]
         else:

@@ -54,7 +54,10 @@ class SearchOptions:
     # docs windows and typings halved like tests for code questions (multi-language set: they took 1-3 of the
     # top 5); a question that asks for documentation keeps them
     demote_docs: bool = True
-    file_agg: str = "max"  # max | sum | rrf
+    # a file's score: "top2" the sum of its two best units (file Acc@1 56.2 -> 63.6 on the SWE-bench dev split,
+    # both halves, both shipped models; 629 training-project intents 76.9 -> 78.2); "max" its best unit, "topN"
+    # the sum of its N best, "sum" all of them, "rrf" reciprocal ranks
+    file_agg: str = "top2"
     kinds: tuple[str, ...] = ()
     weights: dict[str, float] = field(default_factory=lambda: {"lexical": 1.0, "dense": 1.0})
 
@@ -247,16 +250,30 @@ def expand_graph(store, scored: dict[str, float], caps: dict[str, Capsule], why:
         why.setdefault(cid, {})["graph"] = {"from": seed, "relation": rel, "score": round(bonus, 5)}
 
 
-def to_files(hits: list[Hit], agg: str = "max") -> list[FileHit]:
-    """Aggregate capsule hits into files: max (best capsule), sum, or rrf over capsule ranks."""
+def to_files(hits: list[Hit], agg: str = "top2") -> list[FileHit]:
+    """Aggregate capsule hits (best first) into files: ``max`` (best capsule), ``topN`` (sum of the N best
+    capsules: a file whose second unit is also relevant outranks a file with one lucky match), ``sum`` (all)
+    or ``rrf`` over capsule ranks."""
+    top = _top_n(agg)
     files: dict[str, FileHit] = {}
     for rank, h in enumerate(hits, 1):
         fh = files.get(h.capsule.path)
-        contrib = {"max": h.score, "sum": h.score, "rrf": 1.0 / (RRF_K + rank)}[agg]
+        contrib = 1.0 / (RRF_K + rank) if agg == "rrf" else h.score
         if fh is None:
             files[h.capsule.path] = FileHit(h.capsule.path, contrib, [h])
         else:
             fh.capsules.append(h)
-            if agg in ("sum", "rrf"):
+            if len(fh.capsules) <= top:
                 fh.score += contrib
     return sorted(files.values(), key=lambda f: (-f.score, f.path))
+
+
+def _top_n(agg: str) -> int | float:
+    """How many of a file's units (best first) its score adds up."""
+    if agg == "max":
+        return 1
+    if agg in ("sum", "rrf"):
+        return math.inf
+    if agg.startswith("top") and agg[3:].isdigit() and int(agg[3:]) >= 1:
+        return int(agg[3:])
+    raise ValueError(f"file aggregation must be max, sum, rrf or topN (N >= 1), not {agg!r}")
