@@ -190,25 +190,32 @@ def test_a_file_ranks_by_the_sum_of_its_two_best_units():
     # one lucky unit in a.py against two relevant units in b.py (and a third, weak one)
     hits = [hit("a.py", "lucky", 0.030), hit("b.py", "first", 0.028), hit("b.py", "second", 0.020),
             hit("b.py", "third", 0.001)]
-    assert [f.path for f in to_files(hits)] == ["b.py", "a.py"]
-    b = to_files(hits)[0]
+    assert [f.path for f in to_files(hits, "top2")] == ["b.py", "a.py"]
+    b = to_files(hits, "top2")[0]
     assert b.score == 0.028 + 0.020 and [h.capsule.name for h in b.capsules] == ["first", "second", "third"]
-    assert [f.path for f in to_files(hits, "max")] == ["a.py", "b.py"]
+    assert [f.path for f in to_files(hits, "max")] == ["a.py", "b.py"] == [f.path for f in to_files(hits)]
     assert to_files(hits, "top3")[0].score == 0.028 + 0.020 + 0.001 == to_files(hits, "sum")[0].score
-    for bad in ("top0", "topx", "mean"):
+    for bad in ("top0", "topx", "mean", "auto"):  # auto is resolved for a query first
         with pytest.raises(ValueError, match="file aggregation"):
             to_files(hits, bad)
 
 
-def test_file_level_retrieval_uses_the_options_aggregation(tmp_path):
+def test_file_level_retrieval_aggregates_by_the_query_shape(tmp_path):
+    from repoctx.retrieve.hybrid import file_aggregation, to_files
+
+    question = "render invoice pdf"
+    report = "Traceback (most recent call last):\n  File \"app.py\"\nrender invoice pdf fails"
+    assert file_aggregation("auto", question) == "max" and file_aggregation("auto", report) == "top2"
+    assert file_aggregation("top3", report) == "top3"
     ix = make(tmp_path, HashEmbedder(64))
     ix.update()
-    top2 = ix.retrieve("render invoice pdf", k=3, level="file", mode="standard").files
-    assert top2 and top2[0].path.endswith(".py")
-    by_max = ix.retrieve("render invoice pdf", k=3, level="file", mode="standard",
-                         options=SearchOptions(k=15, level="file", file_agg="max")).files
-    hits = ix.search("render invoice pdf", k=15)
-    best = {}
-    for h in hits:
-        best.setdefault(h.capsule.path, h.score)
-    assert [(f.path, f.score) for f in by_max] == sorted(best.items(), key=lambda x: (-x[1], x[0]))[:3]
+    for query, agg in ((question, "max"), (report, "top2")):
+        expected = [(f.path, f.score) for f in to_files(ix.search(query, k=1000), agg)][:3]
+        assert expected
+        for files in (ix.retrieve(query, k=3, level="file", mode="standard").files, ix.search(query, k=3, level="file")):
+            assert [(f.path, f.score) for f in files] == expected
+    # an explicit choice is honoured by both entry points
+    opts = SearchOptions(k=15, level="file", file_agg="top3")
+    expected = [(f.path, f.score) for f in to_files(ix.search(report, k=1000), "top3")][:3]
+    assert [(f.path, f.score) for f in ix.retrieve(report, k=3, level="file", mode="standard", options=opts).files] \
+        == expected

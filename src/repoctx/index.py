@@ -14,7 +14,7 @@ from typing import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from repoctx.config import Settings
-from repoctx.retrieve.hybrid import SearchOptions, search, to_files
+from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, search, to_files
 from repoctx.store.base import EVERYTHING, Scope, StoreError
 from repoctx.types import Capsule, Context, Edge, FileHit, Hit, TraceEvent, iterate_in_thread
 from repoctx.vectors import DenseRetriever, EmbedReport, VectorCache, fill_vectors
@@ -255,7 +255,7 @@ class Index:
         opts = options or SearchOptions(k=k, level=level)
         hits = search(self.store, query, opts, self.dense_index(scope), scope, limit=None if level == "file" else k)
         if level == "file":
-            return to_files(hits, opts.file_agg)[:k]
+            return to_files(hits, file_aggregation(opts.file_agg, query))[:k]
         return hits[:k]
 
     def retrieve(self, query: str, k: int = 10, level: str = "symbol", mode: str = "auto",
@@ -325,7 +325,7 @@ class Index:
             yield ev
         files: list[FileHit] = []
         if level == "file":
-            agg = (options or SearchOptions()).file_agg
+            agg = file_aggregation((options or SearchOptions()).file_agg, query)
             files = to_files(hits, agg)
             if len(files) < k and decision.mode == "agentic":  # top up from the whole question's ranking
                 seen = {f.path for f in files}

@@ -16,7 +16,7 @@ from repoctx.config import Settings
 from repoctx.evaluate.corpus import CorpusError, cache_dir, load_rows, materialize
 from repoctx.index import Index
 from repoctx.evaluate.metrics import aggregate, function_key, rank_metrics
-from repoctx.retrieve.hybrid import SearchOptions, to_files
+from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, to_files
 from repoctx.types import Hit
 
 KS = (1, 3, 5, 10)
@@ -193,7 +193,7 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
                 opts = replace(cfg.options, pool=300)
                 hits = ix.retrieve(row["query"], k=opts.pool, mode="standard", options=opts).hits
                 times.append(time.perf_counter() - t1)
-                files = [f.path for f in to_files(hits, opts.file_agg)]
+                files = [f.path for f in to_files(hits, file_aggregation(opts.file_agg, row["query"]))]
                 funcs = function_ranking(hits, ix, cap_ix)
             except CorpusError as exc:
                 corpus_failed[i] = _reason(exc, stage)

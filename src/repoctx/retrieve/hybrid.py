@@ -54,10 +54,11 @@ class SearchOptions:
     # docs windows and typings halved like tests for code questions (multi-language set: they took 1-3 of the
     # top 5); a question that asks for documentation keeps them
     demote_docs: bool = True
-    # a file's score: "top2" the sum of its two best units (file Acc@1 56.2 -> 63.6 on the SWE-bench dev split,
-    # both halves, both shipped models; 629 training-project intents 76.9 -> 78.2); "max" its best unit, "topN"
-    # the sum of its N best, "sum" all of them, "rrf" reciprocal ranks
-    file_agg: str = "top2"
+    # a file's score: "max" its best unit, "topN" the sum of its N best, "sum" all of them, "rrf" reciprocal ranks;
+    # "auto": top2 for a report (an issue text: a fix's file matches in more than one unit; SWE-bench dev file
+    # Acc@1 56.2 -> 62.8, both halves, both shipped models), max for a question (it asks for one unit:
+    # top2 lost 4 of 86 multi-language questions, 2 of 121 multi-part intents)
+    file_agg: str = "auto"
     kinds: tuple[str, ...] = ()
     weights: dict[str, float] = field(default_factory=lambda: {"lexical": 1.0, "dense": 1.0})
 
@@ -250,10 +251,18 @@ def expand_graph(store, scored: dict[str, float], caps: dict[str, Capsule], why:
         why.setdefault(cid, {})["graph"] = {"from": seed, "relation": rel, "score": round(bonus, 5)}
 
 
-def to_files(hits: list[Hit], agg: str = "top2") -> list[FileHit]:
+def file_aggregation(agg: str, query: str) -> str:
+    """The aggregation ``to_files`` applies for ``query``: ``auto`` resolved by the query's shape."""
+    if agg != "auto":
+        return agg
+    from repoctx.retrieve.router import reads_as_report
+    return "top2" if reads_as_report(query) else "max"
+
+
+def to_files(hits: list[Hit], agg: str = "max") -> list[FileHit]:
     """Aggregate capsule hits (best first) into files: ``max`` (best capsule), ``topN`` (sum of the N best
     capsules: a file whose second unit is also relevant outranks a file with one lucky match), ``sum`` (all)
-    or ``rrf`` over capsule ranks."""
+    or ``rrf`` over capsule ranks (``file_aggregation`` resolves ``auto`` for a query)."""
     top = _top_n(agg)
     files: dict[str, FileHit] = {}
     for rank, h in enumerate(hits, 1):

@@ -27,9 +27,14 @@ class Route:
         return {"mode": self.mode, "reason": self.reason, "shape": self.shape}
 
 
+def reads_as_report(question: str) -> bool:
+    """An issue report of one problem (code, a traceback, steps and expectations, or more than a paragraph),
+    not a question."""
+    return bool(_REPORT.search(question)) or len(question.split()) > MAX_QUESTION_WORDS
+
+
 def route(question: str) -> Route:
-    words = len(question.split())
-    if _REPORT.search(question) or words > MAX_QUESTION_WORDS:
+    if reads_as_report(question):
         return Route("standard", "reads like a report of one problem (code, traceback or long text)", "report")
     if not _ASKS.search(question):
         return Route("standard", "a statement or keywords, not a question with parts", "single")
