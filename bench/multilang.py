@@ -31,6 +31,9 @@ Metrics, per language and overall (a hit matches a gold when ``f"{path}:{qualnam
   (``test``/``tests``/``__tests__``/``testdata``/``spec`` folders, ``*_test.go``, ``*.test.ts``,
   ``*.spec.js``, ``test_*.py`` ...). Rust unit tests inline in ``#[cfg(test)] mod tests`` are not
   recognisable from the path and count as code.
+* file Acc@1 / Acc@3 / MRR — files ranked from the first 300 units (as ``repoctx eval`` does), rank of the
+  first gold file, under the shipped aggregation (``auto``) and the two it chooses between (``max``:
+  a file's best unit; ``top2``: the sum of its two best, which ``auto`` uses for issue reports).
 """
 from __future__ import annotations
 
@@ -46,6 +49,8 @@ import time
 from collections import Counter, defaultdict
 from datetime import date
 from pathlib import Path
+
+from repoctx.retrieve.hybrid import file_aggregation, to_files
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "multilang"
@@ -208,6 +213,10 @@ def path_class(path: str) -> str:
     return "code"
 
 
+FILE_AGGS = ("auto", "max", "top2")  # the shipped choice, and the two it chooses between
+FILE_POOL = 300  # units a file ranking is made of (as in repoctx eval)
+
+
 def evaluate(projects: dict, questions: list[dict], embedder: str, k: int = 10) -> tuple[list[dict], dict]:
     by_project = defaultdict(list)
     for q in questions:
@@ -221,7 +230,13 @@ def evaluate(projects: dict, questions: list[dict], embedder: str, k: int = 10) 
         info[name] = {"index_seconds": round(secs, 1), "capsules": n_caps}
         print(f"# {name}: indexed in {secs:.1f}s ({n_caps} capsules)", file=sys.stderr)
         for q in qs:
-            hits = ix.search(q["question"], k=k)
+            pool = ix.search(q["question"], k=max(k, FILE_POOL))
+            hits = pool[:k]
+            gold_files = {split_gold(g)[0] for g in q["gold"]}
+            file_rank = {}
+            for agg in FILE_AGGS:
+                files = [f.path for f in to_files(pool, file_aggregation(agg, q["question"]))]
+                file_rank[agg] = next((i for i, p in enumerate(files, 1) if p in gold_files), None)
             keys = [f"{h.capsule.path}:{h.capsule.qualname}" for h in hits]
             ranks = {g: (keys.index(g) + 1 if g in keys else None) for g in q["gold"]}
             classes = [path_class(h.capsule.path) for h in hits[:5]]
@@ -230,7 +245,7 @@ def evaluate(projects: dict, questions: list[dict], embedder: str, k: int = 10) 
                 "gold": q["gold"], "ranks": ranks,
                 "first": min((r for r in ranks.values() if r), default=None),
                 "all": None if any(r is None for r in ranks.values()) else max(ranks.values()),
-                "top5_classes": classes,
+                "top5_classes": classes, "file_rank": file_rank,
                 "top": [{"key": key, "kind": h.capsule.kind, "class": path_class(h.capsule.path),
                          "score": round(float(h.score), 4)} for key, h in zip(keys, hits)],
             })
@@ -253,6 +268,18 @@ def summarize(rows: list[dict]) -> dict:
         "tests5": top5.count("tests") / max(len(top5), 1),
         "doctest5": (top5.count("docs") + top5.count("tests")) / max(len(top5), 1),
     }
+
+
+def file_table(rows: list[dict]) -> str:
+    """Files ranked from the units (first gold file's rank) under each aggregation; auto is what ships."""
+    lines = ["| file aggregation | n | file Acc@1 | file Acc@3 | file MRR |", "|---|---:|---:|---:|---:|"]
+    for agg in FILE_AGGS:
+        ranks = [r["file_rank"][agg] for r in rows]
+        n = len(ranks) or 1
+        lines.append(f"| {agg} | {len(ranks)} | {100 * sum(x == 1 for x in ranks) / n:.1f} | "
+                     f"{100 * sum(x is not None and x <= 3 for x in ranks) / n:.1f} | "
+                     f"{sum(1 / x for x in ranks if x) / n:.3f} |")
+    return "\n".join(lines)
 
 
 def table(rows: list[dict], key: str, title: str) -> str:
@@ -308,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, "language", "language"))
     print()
     print(table(rows, "project", "project"))
+    print()
+    print(file_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps({
             "date": date.today().isoformat(), "embedder": embedder, "k": args.k,

@@ -87,7 +87,7 @@ def test_fusion_order_and_why(tmp_path):
     # lexical only, dense only
     lex = ix.search("render invoice", options=SearchOptions(dense=False, exact=False))
     assert all("dense" not in h.why for h in lex)
-    dense = ix.search("render invoice", options=SearchOptions(lexical=False, exact=False, graph=False))
+    dense = ix.search("render invoice", options=SearchOptions(lexical=False, exact=False, graph=False, rerank=False))
     assert dense and all(set(h.why) <= {"dense", "test_demoted"} for h in dense)
 
 

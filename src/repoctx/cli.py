@@ -398,7 +398,7 @@ if __name__ == "__main__":  # pragma: no cover
 def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval format (corpus: pypi or git)."),
              limit: Optional[int] = typer.Option(None, "--limit", min=1, help="First N rows (after --repo)."),
              as_json: bool = typer.Option(False, "--json", help="{config: {metrics, errors, per-row ranks}}."),
-             ablation: bool = typer.Option(False, "--ablation", help="Compare baseline, capsules+dense, BM25, hybrid, hybrid+graph."),
+             ablation: bool = typer.Option(False, "--ablation", help="Compare baseline, capsules+dense, BM25, hybrid, first-stage, hybrid+graph."),
              config: Optional[str] = typer.Option(None, "--config", help="Configs by name, comma-separated."),
              repo: list[str] = typer.Option([], "--repo", help="Only rows of this GitHub repo (repeatable)."),
              quiet: bool = typer.Option(False, "-q", "--quiet", help="No per-row progress (skipped rows are still reported).")):

@@ -30,17 +30,21 @@ class Config:
     dense: bool = True
 
 
+_ABLATE = dict(rerank=False)  # the ablations show one piece each; only the default has the second stage
 CONFIGS: dict[str, Config] = {
     "baseline": Config("baseline: windows + dense", windows=True,
-                       options=SearchOptions(lexical=False, exact=False, graph=False, demote_tests=False, demote_docs=False)),
+                       options=SearchOptions(lexical=False, exact=False, graph=False, demote_tests=False, demote_docs=False,
+                                             **_ABLATE)),
     "capsules+dense": Config("capsules + dense", options=SearchOptions(lexical=False, exact=False, graph=False,
-                                                                       demote_tests=False, demote_docs=False)),
-    "bm25": Config("BM25 only", options=SearchOptions(exact=False, graph=False, demote_tests=False, demote_docs=False), dense=False),
-    "hybrid": Config("hybrid (exact + BM25 + dense)", options=SearchOptions(graph=False)),
-    "hybrid+graph": Config("hybrid + graph", options=SearchOptions()),
+                                                                       demote_tests=False, demote_docs=False, **_ABLATE)),
+    "bm25": Config("BM25 only", options=SearchOptions(exact=False, graph=False, demote_tests=False, demote_docs=False,
+                                                      **_ABLATE), dense=False),
+    "hybrid": Config("hybrid (exact + BM25 + dense)", options=SearchOptions(graph=False, **_ABLATE)),
+    "first-stage": Config("hybrid + graph, first stage only", options=SearchOptions(**_ABLATE)),
+    "hybrid+graph": Config("hybrid + graph + re-ranker", options=SearchOptions()),
 }
 DEFAULT = "hybrid+graph"
-ABLATION = ("baseline", "capsules+dense", "bm25", "hybrid", "hybrid+graph")
+ABLATION = ("baseline", "capsules+dense", "bm25", "hybrid", "first-stage", "hybrid+graph")
 
 
 def _index_dir(tree: Path, windows: bool) -> Path:

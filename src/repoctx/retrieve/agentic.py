@@ -14,7 +14,8 @@ from typing import AsyncIterator, Callable, Iterator
 
 from repoctx.retrieve.hybrid import RRF_K, SearchOptions, search
 from repoctx.retrieve.planner import OfflinePlanner, Planner, SubQuery
-from repoctx.retrieve.rerank import DEPTH, LinearReranker, features_for_lanes, load_reranker, rerank
+from repoctx.retrieve.rerank import (DEPTH, LinearReranker, embedder_id, features_for_lanes, load_reranker, rerank,
+                                     trained_dense)
 from repoctx.store.base import EVERYTHING, Scope
 from repoctx.tokens import code_tokens, name_tokens, term_in
 from repoctx.types import Capsule, Hit, TraceEvent, iterate_in_thread
@@ -123,25 +124,14 @@ class AgenticRetriever:
         self._search = search_fn or self._default_search
         # True: the shipped model (the weights fitted under this index's embedding model, when they
         # ship); None/False: lanes keep the first stage's order
-        self.reranker = load_reranker(embedder=self._embedder_id()) if reranker is True else (reranker or None)
+        self.reranker = load_reranker(embedder=embedder_id(index)) if reranker is True else (reranker or None)
         self.judge = judge  # an LLMJudge (judge.py) when a model is configured: third stage, per intent
         self.depth = max(per_query_k, DEPTH) if self.reranker else per_query_k
 
-    def _embedder_id(self) -> str | None:
-        try:
-            emb = getattr(self.index, "embedder", None)
-            return emb.model_id if emb is not None else None
-        except Exception:  # a model that cannot be built here: the default weights, name similarity off
-            return None
-
     def _dense(self):
-        """The dense retriever for the re-ranker's name similarity, only under the embedding model the
-        re-ranker was trained with: another model's similarities mean something else (and a remote one
-        would be paid for every candidate)."""
+        """The dense retriever for the re-ranker's name similarity (see ``rerank.trained_dense``)."""
         dense = getattr(self.index, "dense_index", None)
-        dense = dense(self.scope) if dense else None
-        trained = (self.reranker.meta or {}).get("embedder") if self.reranker is not None else None
-        return dense if dense is not None and trained == dense.embedder.model_id else None
+        return trained_dense(self.reranker, dense(self.scope) if dense else None)
 
     def _default_search(self, text: str, k: int) -> list[Hit]:
         opts = SearchOptions(**{**self.options.__dict__, "k": k})

@@ -59,6 +59,10 @@ class SearchOptions:
     # Acc@1 56.2 -> 62.8, both halves, both shipped models), max for a question (it asks for one unit:
     # top2 lost 4 of 86 multi-language questions, 2 of 121 multi-part intents)
     file_agg: str = "auto"
+    # the second stage of a standard search (Index.search / retrieve, symbol level): the lane re-ranker
+    # (rerank.py, fitted on other projects' questions) re-orders the first 30 units, the whole question as
+    # one lane. Agentic sub-query searches re-rank their own lanes and do not read this.
+    rerank: bool = True
     kinds: tuple[str, ...] = ()
     weights: dict[str, float] = field(default_factory=lambda: {"lexical": 1.0, "dense": 1.0})
 
@@ -260,20 +264,24 @@ def file_aggregation(agg: str, query: str) -> str:
 
 
 def to_files(hits: list[Hit], agg: str = "max") -> list[FileHit]:
-    """Aggregate capsule hits (best first) into files: ``max`` (best capsule), ``topN`` (sum of the N best
-    capsules: a file whose second unit is also relevant outranks a file with one lucky match), ``sum`` (all)
-    or ``rrf`` over capsule ranks (``file_aggregation`` resolves ``auto`` for a query)."""
+    """Aggregate capsule hits into files: ``max`` (best capsule), ``topN`` (sum of the N best capsules'
+    scores: a file whose second unit is also relevant outranks a file with one lucky match), ``sum`` (all)
+    or ``rrf`` over capsule ranks (``file_aggregation`` resolves ``auto`` for a query). Scores, not list
+    order, pick a file's best units, so a second stage that re-orders hits leaves the files as they were;
+    each file lists its capsules in hit order."""
     top = _top_n(agg)
     files: dict[str, FileHit] = {}
+    parts: dict[str, list[float]] = {}
     for rank, h in enumerate(hits, 1):
-        fh = files.get(h.capsule.path)
-        contrib = 1.0 / (RRF_K + rank) if agg == "rrf" else h.score
-        if fh is None:
-            files[h.capsule.path] = FileHit(h.capsule.path, contrib, [h])
-        else:
-            fh.capsules.append(h)
-            if len(fh.capsules) <= top:
-                fh.score += contrib
+        path = h.capsule.path
+        if path not in files:
+            files[path] = FileHit(path, 0.0, [])
+            parts[path] = []
+        files[path].capsules.append(h)
+        parts[path].append(1.0 / (RRF_K + rank) if agg == "rrf" else h.score)
+    for path, fh in files.items():
+        scores = sorted(parts[path], reverse=True)
+        fh.score = sum(scores if top == math.inf else scores[:top])
     return sorted(files.values(), key=lambda f: (-f.score, f.path))
 
 

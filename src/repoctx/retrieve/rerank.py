@@ -1,4 +1,5 @@
-"""Second-stage ranking of one sub-query's candidates (a lane) inside agentic retrieval.
+"""Second-stage ranking of one sub-query's candidates (a lane) inside agentic retrieval, and of a
+standard search's first units (the whole question as its one lane: ``rerank_question``).
 
 The first stage fuses ranks (BM25, dense, exact, graph) and knows nothing of what a unit *is*. Here a
 linear model over cheap features re-orders a lane's candidates: how the first stage ranked them,
@@ -162,6 +163,39 @@ def load_reranker(path: str | None = None, embedder: str | None = None) -> Linea
     if not path and p != WEIGHTS_FILE and (model.meta or {}).get("embedder") != embedder:
         return load_reranker()  # a file named for this model but fitted under another one: not its weights
     return model
+
+
+def embedder_id(index) -> str | None:
+    """The index's embedding model id, which picks the re-ranker's weights (None: no model here)."""
+    try:
+        emb = getattr(index, "embedder", None)
+        return emb.model_id if emb is not None else None
+    except Exception:  # a model that cannot be built here: the default weights, name similarity off
+        return None
+
+
+def trained_dense(model: LinearReranker | None, dense):
+    """The dense retriever for the name-similarity feature, only under the embedding model the weights
+    were fitted with: another model's similarities mean something else (and a remote one would be paid
+    for every candidate)."""
+    trained = (model.meta or {}).get("embedder") if model is not None else None
+    return dense if dense is not None and trained == dense.embedder.model_id else None
+
+
+def rerank_question(store, model: LinearReranker, terms: list[str], hits: list[Hit], question: str, dense=None,
+                    scope: Scope = EVERYTHING, depth: int = DEPTH, keep: frozenset[str] | set[str] = frozenset()) -> list[Hit]:
+    """A standard search's second stage: its first ``depth`` units re-ordered by the lane model, the whole
+    question being the one lane (its own search is the question's ranking); the rest keep their order.
+    ``terms``: the question's content terms; ``dense``: as ``trained_dense`` gives it; ``keep``: ids of
+    units that stay where the first stage put them (the model has no feature for "the question names
+    this unit", so it would push a named definition down), the others re-ordered around them."""
+    head = hits[:depth]
+    if len(head) < 2:
+        return hits
+    feats = features_for_lanes(store, [(terms, head)], hits, dense, [question] if dense is not None else None, scope)
+    moved = iter(rerank(model, [f for f, h in zip(feats[0], head) if h.capsule.id not in keep],
+                        [h for h in head if h.capsule.id not in keep]))
+    return [h if h.capsule.id in keep else next(moved) for h in head] + hits[depth:]
 
 
 def degrees(store, ids: list[str], classes: set[str] = frozenset(), scope: Scope = EVERYTHING) -> dict[str, tuple[int, int]]:
