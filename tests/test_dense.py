@@ -159,6 +159,21 @@ def test_similarities_embed_each_short_text_once(tmp_path):
     assert abs(sims[0] - float(q @ a)) < 1e-5
 
 
+def test_name_vectors_outlive_the_process_in_the_vector_cache(tmp_path):
+    emb = HashEmbedder(64)
+    ix = make(tmp_path, emb)
+    ix.update()
+    names = ["render invoice (billing invoice)", "make token (auth tokens)"]
+    sims = ix.dense_index().similarities([("render the invoice", names)])
+    # another process (another Index over the same index and cache): only the new query is embedded
+    again = make(tmp_path, emb)
+    before = emb.embedded
+    assert again.dense_index().similarities([("render the invoice", names)]) == sims
+    assert emb.embedded - before == 1
+    # the cached short texts never stand in for a unit's own vector: a search still finds by the units' texts
+    assert again.search("render invoice pdf", k=1)[0].capsule.qualname == "render_invoice"
+
+
 def test_flat_vectors_are_searched_exactly_without_faiss(tmp_path):
     from repoctx.store.faiss_index import FaissIndex
 

@@ -75,9 +75,10 @@ class DenseRetriever:
     """What hybrid search calls: embeds the question and asks the store for the nearest capsules in
     scope (the store applies the scope inside its vector search)."""
 
-    def __init__(self, store, embedder):
+    def __init__(self, store, embedder, cache: "VectorCache | None" = None):
         self.store = store
         self.embedder = embedder
+        self.cache = cache  # where the short texts ``similarities`` compares (unit names) outlive the process
         self._qcache: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
 
@@ -101,9 +102,40 @@ class DenseRetriever:
         return self._qcache[text]
 
     def similarities(self, pairs: list[tuple[str, list[str]]]) -> list[list[float]]:
-        """For each (query, short texts): the cosine of the query with each text, all embedded in one batch."""
-        self._remember([t for q, texts in pairs for t in [q, *texts]])
-        return [[float(self._qcache[t] @ self._qcache[q]) for t in texts] for q, texts in pairs]
+        """For each (query, short texts): the cosine of the query with each text, all embedded in one batch.
+        With a vector cache, the short texts' vectors are read from it and the new ones kept in it (a unit's
+        name recurs across questions and processes; the queries are kept in memory only)."""
+        texts = list(dict.fromkeys(t for _, ts in pairs for t in ts))
+        vecs = self._stored(texts)
+        fresh = [t for t in texts if t not in vecs]
+        self._remember([q for q, _ in pairs] + fresh)
+        with self._lock:
+            vecs.update((t, self._qcache[t]) for t in fresh)
+            qv = {q: self._qcache[q] for q, _ in pairs}
+        self._store(fresh, vecs)
+        return [[float(vecs[t] @ qv[q]) for t in ts] for q, ts in pairs]
+
+    @staticmethod
+    def _short_key(text: str) -> str:
+        return text_hash("short\0" + text)  # never the key of a unit's own embedding text
+
+    def _stored(self, texts: list[str]) -> dict[str, np.ndarray]:
+        if self.cache is None or not texts:
+            return {}
+        keys = {self._short_key(t): t for t in texts}
+        try:
+            got = self.cache.get_many(self.embedder.model_id, list(keys))
+        except sqlite3.Error:  # a cache that cannot be read costs time, not answers
+            return {}
+        return {keys[h]: v for h, v in got.items()}
+
+    def _store(self, texts: list[str], vecs: dict[str, np.ndarray]) -> None:
+        if self.cache is None or not texts:
+            return
+        try:
+            self.cache.put_many(self.embedder.model_id, [(self._short_key(t), vecs[t]) for t in texts])
+        except sqlite3.Error:
+            pass
 
     def search(self, query: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
         return self.store.dense(self.vector(query), self.embedder.model_id, k, scope)
