@@ -234,3 +234,28 @@ def test_file_level_retrieval_aggregates_by_the_query_shape(tmp_path):
     expected = [(f.path, f.score) for f in to_files(ix.search(report, k=1000), "top3")][:3]
     assert [(f.path, f.score) for f in ix.retrieve(report, k=3, level="file", mode="standard", options=opts).files] \
         == expected
+
+
+def test_standard_search_has_a_second_stage_that_keeps_what_it_should(tmp_path, monkeypatch):
+    ix = make(tmp_path, HashEmbedder(64))
+    ix.update()
+    question = "how is an invoice rendered as a pdf for an order"
+    first = ix.search(question, k=10, options=SearchOptions(k=10, rerank=False))
+    second = ix.search(question, k=10)
+    assert not any("rerank" in h.why for h in first)
+    assert {h.capsule.id for h in second} == {h.capsule.id for h in first}  # the same units, re-ordered
+    assert any("rerank" in h.why for h in second)
+    events = list(ix.stream(question, mode="standard"))
+    assert any("re-ranked" in e.message for e in events if e.step == "Retrieval")
+    # a question that names a unit keeps it where the first stage put it
+    named = ix.search("what does make_token return for a user", k=5)
+    assert named[0].capsule.qualname == "make_token" and "exact" in named[0].why and "rerank" not in named[0].why
+    # a re-ranker that fails leaves the first stage's order, and the trace says so
+    import repoctx.retrieve.rerank as rr
+
+    def broken(*a, **k):
+        raise RuntimeError("weights unreadable")
+    monkeypatch.setattr(rr, "rerank_question", broken)
+    assert [h.capsule.id for h in ix.search(question, k=10)] == [h.capsule.id for h in first]
+    events = list(ix.stream(question, mode="standard"))
+    assert any("second stage failed (RuntimeError)" in e.message for e in events)

@@ -5,7 +5,8 @@ import pytest
 
 from repoctx.retrieve.agentic import AgenticRetriever, focus_match, sibling_groups
 from repoctx.retrieve.planner import SubQuery
-from repoctx.retrieve.rerank import WEIGHTS_FILE, LinearReranker, lane_features, load_reranker, rerank
+from repoctx.retrieve.rerank import (WEIGHTS_FILE, LinearReranker, lane_features, load_reranker, rerank,
+                                     rerank_question)
 from repoctx.types import Capsule, Hit
 from tests.conftest import open_index
 
@@ -76,6 +77,19 @@ def test_linear_reranker_round_trip_and_order():
     out = rerank(model, feats, hits)
     assert [h.capsule.qualname for h in out] == ["implementation", "wrapper", "m"]
     assert out[0].why["rerank"]["was"] == 3 and "score" in out[0].why["rerank"]
+
+
+def test_the_question_as_one_lane_moves_all_but_the_kept_units(make_repo, tmp_path):
+    ix = open_index(make_repo({"a.py": "def a():\n    pass\n"}), tmp_path / "idx")
+    model = LinearReranker(["lines"], [0.0], [1.0], [1.0], 0.0, {})  # bigger units first
+    sizes = {"tiny": 1, "named": 2, "big": 90, "mid": 40, "deep": 500}
+    hits = [Hit(cap(q, lines=n), 1.0 / i, {}) for i, (q, n) in enumerate(sizes.items(), 1)]
+    out = rerank_question(ix.store, model, ["x"], hits, "question", depth=4, keep={"a.py#named"})
+    # "named" keeps its second place, the others of the first four re-ordered around it, "deep" (past the
+    # depth) stays last whatever its size; scores are the first stage's
+    assert [h.capsule.qualname for h in out] == ["big", "named", "mid", "tiny", "deep"]
+    assert "rerank" not in out[1].why and out[0].why["rerank"]["was"] == 3 and out[0].score == hits[2].score
+    assert rerank_question(ix.store, model, ["x"], hits[:1], "question") == hits[:1]
 
 
 def test_selection_leaves_the_next_slot_to_an_unsure_lane(make_repo, tmp_path):

@@ -193,9 +193,17 @@ def rerank_question(store, model: LinearReranker, terms: list[str], hits: list[H
     if len(head) < 2:
         return hits
     feats = features_for_lanes(store, [(terms, head)], hits, dense, [question] if dense is not None else None, scope)
-    moved = iter(rerank(model, [f for f, h in zip(feats[0], head) if h.capsule.id not in keep],
-                        [h for h in head if h.capsule.id not in keep]))
-    return [h if h.capsule.id in keep else next(moved) for h in head] + hits[depth:]
+    free = [i for i, h in enumerate(head) if h.capsule.id not in keep]
+    moved = iter(rerank(model, [feats[0][i] for i in free], [head[i] for i in free]))
+    out = []
+    for h in head:
+        if h.capsule.id in keep:
+            out.append(h)
+            continue
+        m = next(moved)
+        m.why["rerank"]["was"] = free[m.why["rerank"]["was"] - 1] + 1  # its place in the whole first stage
+        out.append(m)
+    return out + hits[depth:]
 
 
 def degrees(store, ids: list[str], classes: set[str] = frozenset(), scope: Scope = EVERYTHING) -> dict[str, tuple[int, int]]:
