@@ -264,8 +264,8 @@ class Index:
     def _second_stage(self, query: str, hits: list[Hit], opts: SearchOptions, scope: Scope,
                       dense) -> tuple[list[Hit], str]:
         """A standard search's first units re-ordered by the shipped re-ranker, the whole question as one
-        lane (function Acc@1 28.1 -> 37.7 on the SWE-bench dev split); and what was done, for the trace.
-        A re-ranker that fails leaves the first stage's order."""
+        lane (SWE-bench dev function Acc@1 28.1 -> 36.8; multi-language questions 36.0 -> 44.2); and what
+        was done, for the trace. A re-ranker that fails leaves the first stage's order."""
         if not opts.rerank or len(hits) < 2:
             return hits, ""
         from repoctx.retrieve.agentic import content_terms
@@ -275,14 +275,15 @@ class Index:
             model = load_reranker(embedder=embedder_id(self))
             if model is None:
                 return hits, ""
-            # what a question names is what it asks about; a report names the API where the problem shows,
-            # the fix is often elsewhere (keeping named units in place on the SWE-bench issues: 37.7 -> 34.2)
+            # Units that stay where the first stage put them, the others re-ordered around them:
+            # - what a question names is what it asks about (a report names the API where the problem shows,
+            #   the fix is often elsewhere: keeping those in place cost the SWE-bench issues 37.7 -> 34.2);
+            # - modules, documentation, typings and examples, and the tests the first stage demoted: the model
+            #   was fitted on functions and classes (the first stage knows when a question asks for docs; a
+            #   module's docstring says what its file is for);
+            # - a unit both BM25 and the dense model rank first, where both kinds of evidence agree (a
+            #   docstring's own words as the query: its unit first 74 % -> 37 % if the model may move it).
             named = () if reads_as_report(query) else ("exact",)
-            # the model was fitted on functions and classes: modules, documentation, typings and examples, and
-            # the tests the first stage demoted, stay where the first stage put them (it knows when a question
-            # asks for docs; a module's docstring says what its file is for)
-            # A unit both BM25 and the dense model rank first is where both kinds of evidence agree: it stays
-            # (a docstring's own words as the query: its unit first 74 % -> 37 % when the model may move it).
             keep = {h.capsule.id for h in hits if h.capsule.kind == "module" or is_doc_unit(h.capsule)
                     or any(w in h.why for w in (*named, "test_demoted")) or _first_by_both(h)}
             ranked = rerank_question(self.store, model, content_terms(query), hits, query,
