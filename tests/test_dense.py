@@ -259,3 +259,24 @@ def test_standard_search_has_a_second_stage_that_keeps_what_it_should(tmp_path, 
     assert [h.capsule.id for h in ix.search(question, k=10)] == [h.capsule.id for h in first]
     events = list(ix.stream(question, mode="standard"))
     assert any("second stage failed (RuntimeError)" in e.message for e in events)
+
+
+def test_the_second_stage_can_be_turned_off_in_the_settings(tmp_path, monkeypatch):
+    from dataclasses import replace as dc_replace
+
+    from repoctx.config import ConfigError
+
+    ix = make(tmp_path, HashEmbedder(64))
+    ix.update()
+    question = "how is an invoice rendered as a pdf for an order"
+    assert any("rerank" in h.why for h in ix.search(question, k=10))
+    ix.settings = dc_replace(ix.settings, second_stage=False)
+    assert not any("rerank" in h.why for h in ix.search(question, k=10))
+    assert not any("re-ranked" in e.message for e in ix.stream(question, mode="standard"))
+    monkeypatch.setenv("REPOCTX_SECOND_STAGE", "0")
+    assert Settings.from_env().second_stage is False
+    monkeypatch.setenv("REPOCTX_SECOND_STAGE", "maybe")
+    with pytest.raises(ConfigError, match="REPOCTX_SECOND_STAGE"):
+        Settings.from_env()
+    monkeypatch.delenv("REPOCTX_SECOND_STAGE")
+    assert Settings.from_env().second_stage is True

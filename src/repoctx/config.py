@@ -81,6 +81,8 @@ class Settings:
     # SQLite: BM25 precomputed in memory (store/memory_bm25.py). None: on for long-lived processes (the
     # service, the MCP server), off for one-shot commands, which would pay its build for one search
     memory_lexical: bool | None = None
+    # the standard search's second stage (the re-ranker over its first 30 units; retrieve/rerank.py)
+    second_stage: bool = True
 
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
@@ -91,6 +93,7 @@ class Settings:
             index_secrets=os.environ.get("REPOCTX_INDEX_SECRETS", "") in ("1", "true", "yes"),
             database_url=os.environ.get("REPOCTX_DATABASE_URL") or None,
             memory_lexical=_bool_env("REPOCTX_MEMORY_LEXICAL"),
+            second_stage=_bool_env("REPOCTX_SECOND_STAGE") is not False,
         )
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 

@@ -258,7 +258,8 @@ class Index:
         if level == "file":
             hits = search(self.store, query, opts, dense, scope)
             return to_files(hits, file_aggregation(opts.file_agg, query))[:k]
-        hits = search(self.store, query, opts, dense, scope, limit=max(k, RERANK_DEPTH) if opts.rerank else k)
+        deeper = opts.rerank and self.settings.second_stage
+        hits = search(self.store, query, opts, dense, scope, limit=max(k, RERANK_DEPTH) if deeper else k)
         return self._second_stage(query, hits, opts, scope, dense)[0][:k]
 
     def _second_stage(self, query: str, hits: list[Hit], opts: SearchOptions, scope: Scope,
@@ -266,7 +267,7 @@ class Index:
         """A standard search's first units re-ordered by the shipped re-ranker, the whole question as one
         lane (SWE-bench dev function Acc@1 28.1 -> 36.8; multi-language questions 36.0 -> 44.2); and what
         was done, for the trace. A re-ranker that fails leaves the first stage's order."""
-        if not opts.rerank or len(hits) < 2:
+        if not (opts.rerank and self.settings.second_stage) or len(hits) < 2:
             return hits, ""
         from repoctx.retrieve.agentic import content_terms
         from repoctx.retrieve.rerank import embedder_id, load_reranker, rerank_question, trained_dense
@@ -352,7 +353,7 @@ class Index:
             opts = options or SearchOptions(k=depth, level=level)
             dense = self.dense_index(scope) if opts.dense else None
             stats: dict = {}
-            cut = None if level == "file" else (max(k, RERANK_DEPTH) if opts.rerank else k)
+            cut = None if level == "file" else (max(k, RERANK_DEPTH) if opts.rerank and self.settings.second_stage else k)
             hits = search(self.store, query, opts, dense, scope, limit=cut, stats=stats)
             n = stats["candidates"]
             said = ""
