@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from repoctx.config import Settings
 from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, is_doc_unit, search, to_files
-from repoctx.retrieve.rerank import DEPTH as RERANK_DEPTH
+from repoctx.retrieve import rerank as rr
+from repoctx.retrieve.router import reads_as_report
 from repoctx.store.base import EVERYTHING, Scope, StoreError
 from repoctx.types import Capsule, Context, Edge, FileHit, Hit, TraceEvent, iterate_in_thread
 from repoctx.vectors import DenseRetriever, EmbedReport, VectorCache, fill_vectors
@@ -254,26 +255,31 @@ class Index:
         self.check_store()
         scope = self.scope(scope)
         opts = options or SearchOptions(k=k, level=level)
-        dense = self.dense_index(scope)
+        hits, _ = self._standard(query, k, level, opts, scope, self.dense_index(scope))
         if level == "file":
-            hits = search(self.store, query, opts, dense, scope)
             return to_files(hits, file_aggregation(opts.file_agg, query))[:k]
-        deeper = opts.rerank and self.settings.second_stage
-        hits = search(self.store, query, opts, dense, scope, limit=max(k, RERANK_DEPTH) if deeper else k)
-        return self._second_stage(query, hits, opts, scope, dense)[0][:k]
+        return hits[:k]
 
-    def _second_stage(self, query: str, hits: list[Hit], opts: SearchOptions, scope: Scope,
-                      dense) -> tuple[list[Hit], str]:
+    def _standard(self, query: str, k: int, level: str, opts: SearchOptions, scope: Scope, dense,
+                  stats: dict | None = None) -> tuple[list[Hit], str]:
+        """The standard search's units and what its second stage did: for files every candidate in the first
+        stage's order (files are ranked from its scores); for units the first max(k, depth) re-ranked."""
+        if level == "file":
+            return search(self.store, query, opts, dense, scope, stats=stats), ""
+        if not (opts.rerank and self.settings.second_stage):
+            return search(self.store, query, opts, dense, scope, limit=k, stats=stats), ""
+        hits = search(self.store, query, opts, dense, scope, limit=max(k, rr.DEPTH), stats=stats)
+        return self._second_stage(query, hits, scope, dense)
+
+    def _second_stage(self, query: str, hits: list[Hit], scope: Scope, dense) -> tuple[list[Hit], str]:
         """A standard search's first units re-ordered by the shipped re-ranker, the whole question as one
         lane (SWE-bench dev function Acc@1 28.1 -> 36.8; multi-language questions 36.0 -> 44.2); and what
         was done, for the trace. A re-ranker that fails leaves the first stage's order."""
-        if not (opts.rerank and self.settings.second_stage) or len(hits) < 2:
+        if len(hits) < 2:
             return hits, ""
-        from repoctx.retrieve.agentic import content_terms
-        from repoctx.retrieve.rerank import embedder_id, load_reranker, rerank_question, trained_dense
-        from repoctx.retrieve.router import reads_as_report
+        from repoctx.retrieve.agentic import content_terms  # agentic.py is loaded only when needed
         try:
-            model = load_reranker(embedder=embedder_id(self))
+            model = rr.load_reranker(embedder=rr.embedder_id(self))
             if model is None:
                 return hits, ""
             # Units that stay where the first stage put them, the others re-ordered around them:
@@ -285,13 +291,13 @@ class Index:
             # - a unit both BM25 and the dense model rank first, where both kinds of evidence agree (a
             #   docstring's own words as the query: its unit first 74 % -> 37 % if the model may move it).
             named = () if reads_as_report(query) else ("exact",)
-            keep = {h.capsule.id for h in hits if h.capsule.kind == "module" or is_doc_unit(h.capsule)
+            keep = {h.capsule.id for h in hits[:rr.DEPTH] if h.capsule.kind == "module" or is_doc_unit(h.capsule)
                     or any(w in h.why for w in (*named, "test_demoted")) or _first_by_both(h)}
-            ranked = rerank_question(self.store, model, content_terms(query), hits, query,
-                                     trained_dense(model, dense), scope, keep=keep)
+            ranked = rr.rerank_question(self.store, model, content_terms(query), hits, query,
+                                        rr.trained_dense(model, dense), scope, keep=keep)
         except Exception as e:  # noqa: BLE001 - the first stage's order stands
             return hits, f"second stage failed ({type(e).__name__}); first-stage order kept"
-        return ranked, f"first {min(len(hits), RERANK_DEPTH)} re-ranked"
+        return ranked, f"first {min(len(hits), rr.DEPTH)} re-ranked"
 
     def retrieve(self, query: str, k: int = 10, level: str = "symbol", mode: str = "auto",
                  scope: Scope | None = None, planner=None, max_iterations: int = 5,
@@ -353,12 +359,8 @@ class Index:
             opts = options or SearchOptions(k=depth, level=level)
             dense = self.dense_index(scope) if opts.dense else None
             stats: dict = {}
-            cut = None if level == "file" else (max(k, RERANK_DEPTH) if opts.rerank and self.settings.second_stage else k)
-            hits = search(self.store, query, opts, dense, scope, limit=cut, stats=stats)
+            hits, said = self._standard(query, k, level, opts, scope, dense, stats)
             n = stats["candidates"]
-            said = ""
-            if level != "file":  # files are ranked from the first stage's scores
-                hits, said = self._second_stage(query, hits, opts, scope, dense)
             ev = TraceEvent("Retrieval", "SUCCEEDED", f"{n} candidates" + (f", {said}" if said else ""), query, n)
             events.append(ev)
             yield ev

@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import Protocol
 
 from repoctx.retrieve.query import mentions
+from repoctx.retrieve.router import reads_as_report
 from repoctx.store.base import EVERYTHING, Scope
 from repoctx.tokens import base_forms, code_tokens
 from repoctx.types import Capsule, FileHit, Hit
@@ -259,7 +260,6 @@ def file_aggregation(agg: str, query: str) -> str:
     """The aggregation ``to_files`` applies for ``query``: ``auto`` resolved by the query's shape."""
     if agg != "auto":
         return agg
-    from repoctx.retrieve.router import reads_as_report
     return "top2" if reads_as_report(query) else "max"
 
 
