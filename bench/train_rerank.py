@@ -1,6 +1,6 @@
-"""Fit the agentic lane re-ranker (src/repoctx/retrieve/rerank_weights.json) on training questions.
+"""Fit the re-rankers (src/repoctx/retrieve/rerank_weights*.json) on training questions.
 
-    python bench/train_rerank.py [--data bench/data/train/*.jsonl] [--out PATH] [--no-write]
+    python bench/train_rerank.py [--role lanes|standard] [--data bench/data/train/*.jsonl] [--out PATH] [--no-write]
 
 Training questions (bench/data/train/, same format as multipart.jsonl) are over projects that are
 not in the evaluation set, so bench/agentic.py measures the shipped model on unseen code. For each
@@ -9,6 +9,12 @@ question the agentic loop runs without a re-ranker; every candidate of every sub
 regression (class-weighted, L2) is fitted with numpy. Before the final fit, each training project is
 held out in turn: the model fitted on the others re-ranks it, and intent coverage at k=10 is
 printed with and without it.
+
+``--role standard`` fits the standard search's second stage instead (rerank_weights.standard.json) on the
+lane examples above plus, per question, its own first-stage search (30 deep) as the one lane the second
+stage sees, the units it may move being examples. Held out by project, intent coverage at k=10 of the
+standard search is printed under the first stage, lane examples only (the weights the second stage used
+before) and both.
 """
 from __future__ import annotations
 
@@ -22,8 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from repoctx.config import Settings
+from repoctx.index import second_stage_keeps
 from repoctx.retrieve.agentic import AgenticRetriever, content_terms
-from repoctx.retrieve.rerank import DEPTH, LinearReranker, features_for_lanes, weights_file
+from repoctx.retrieve.hybrid import SearchOptions
+from repoctx.retrieve.rerank import DEPTH, LinearReranker, features_for_lanes, rerank_question, weights_file
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -51,6 +59,41 @@ def examples(rows: list[dict], settings: Settings) -> tuple[list[tuple[dict, flo
             for h, f in zip(hits, fs):
                 out.append((f, float(bool(set(keys([h], ix)) & gold)), row["corpus"]["pypi"]))
     return out, indexes
+
+
+def first_stage(ix, question: str) -> list:
+    return ix.search(question, k=DEPTH, options=SearchOptions(k=DEPTH, rerank=False))
+
+
+def standard_examples(rows: list[dict], settings: Settings) -> tuple[list[tuple[dict, float, str]], dict]:
+    """(feature dict, label, project) per unit the standard search's second stage may move."""
+    out, indexes = [], {}
+    for row in rows:
+        ix = question_index(row, settings, indexes)
+        q = row["question"]
+        hits = first_stage(ix, q)
+        keep = second_stage_keeps(q, hits)
+        gold = {g for it in row["intents"] for g in it["gold"]}
+        feats = features_for_lanes(ix.store, [(content_terms(q), hits)], hits, ix.dense_index(), [q])[0]
+        for h, f in zip(hits, feats):
+            if h.capsule.id not in keep:
+                out.append((f, float(bool(set(keys([h], ix)) & gold)), row["corpus"]["pypi"]))
+    return out, indexes
+
+
+def standard_coverage(rows: list[dict], indexes: dict, model: LinearReranker | None, settings: Settings,
+                      k: int = 10) -> float:
+    """Intent coverage at k of the standard search, its second stage done by ``model`` (None: first stage)."""
+    cov: list[bool] = []
+    for row in rows:
+        ix = question_index(row, settings, indexes)
+        q = row["question"]
+        hits = first_stage(ix, q)
+        if model is not None:
+            dense = ix.dense_index() if (model.meta or {}).get("embedder") == ix.embedder.model_id else None
+            hits = rerank_question(ix.store, model, content_terms(q), hits, q, dense, keep=second_stage_keeps(q, hits))
+        cov += covered(keys(hits, ix)[:k], row["intents"])
+    return round(100 * sum(cov) / max(len(cov), 1), 1)
 
 
 def fit(data: list[tuple[dict, float, str]], embedder: str | None = None, l2: float = 1.0, iters: int = 3000,
@@ -90,6 +133,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None,
                     help="default: the shipped file of the embedding model in use (REPOCTX_EMBEDDER): "
                          "rerank_weights.json for the offline default, rerank_weights.<model>.json for another")
+    ap.add_argument("--role", choices=("lanes", "standard"), default="lanes",
+                    help="lanes: the agentic path's sub-query lanes; standard: the standard search's second stage")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--lexical-only", action="store_true", help="no dense signal (faster; not what ships)")
     a = ap.parse_args()
@@ -97,7 +142,11 @@ def main() -> None:
     if a.lexical_only:
         settings = replace(settings, embedder="none")
     rows = load(a.data)
+    standard = a.role == "standard"
     data, indexes = examples(rows, settings)
+    lane_data = data
+    if standard:  # the standard setting's own examples beside the lanes' (either alone did no better held out)
+        data = standard_examples(rows, settings)[0] + lane_data
     embedder = next((ix.embedder.model_id for ix in indexes.values() if ix.embedder), None)
     print(f"{len(rows)} questions, {sum(len(r['intents']) for r in rows)} intents, {len(data)} candidates, "
           f"{int(sum(lab for _, lab, _ in data))} gold")
@@ -105,25 +154,32 @@ def main() -> None:
     for hold in sorted({r["corpus"]["pypi"] for r in rows}):
         model = fit([d for d in data if d[2] != hold], embedder)
         held = [r for r in rows if r["corpus"]["pypi"] == hold]
-        cv[hold] = {"questions": len(held), "first_stage": coverage(held, indexes, None, settings),
-                    "reranked": coverage(held, indexes, model, settings)}
-        print(f"held out {hold}: intent coverage@10 {cv[hold]['first_stage']} -> {cv[hold]['reranked']}")
+        if standard:
+            cv[hold] = {"questions": len(held), "first_stage": standard_coverage(held, indexes, None, settings),
+                        "lane_examples": standard_coverage(held, indexes, fit([d for d in lane_data if d[2] != hold],
+                                                                              embedder), settings),
+                        "reranked": standard_coverage(held, indexes, model, settings)}
+        else:
+            cv[hold] = {"questions": len(held), "first_stage": coverage(held, indexes, None, settings),
+                        "reranked": coverage(held, indexes, model, settings)}
+        print(f"held out {hold}: intent coverage@10 " + " -> ".join(f"{v}" for n, v in cv[hold].items() if n != "questions"))
     intents = {p: sum(len(r["intents"]) for r in rows if r["corpus"]["pypi"] == p) for p in cv}
-    for key in ("first_stage", "reranked"):
+    for key in [n for n in cv[next(iter(intents))] if n != "questions"]:
         cv.setdefault("all", {})[key] = round(sum(cv[p][key] * intents[p] for p in intents) / sum(intents.values()), 1)
-    print(f"held out, all projects (intent-weighted): {cv['all']['first_stage']} -> {cv['all']['reranked']}")
+    print("held out, all projects (intent-weighted): " + " -> ".join(f"{n} {v}" for n, v in cv["all"].items()))
     model = fit(data, embedder)
     model.meta = {**(model.meta or {}), "trained_on": [str(p.relative_to(HERE.parent)) if p.is_relative_to(HERE.parent) else str(p)
                                  for p in a.data],
                   "questions": len(rows), "candidates": len(data), "gold": int(sum(lab for _, lab, _ in data)),
                   "held_out_coverage_at_10": cv, "date": datetime.date.today().isoformat(),
-                  "command": "python bench/train_rerank.py" + (f" (REPOCTX_EMBEDDER={settings.embedder})" if settings.embedder not in (None, "", "local") else "")}
+                  "role": a.role,
+                  "command": "python bench/train_rerank.py" + (" --role standard" if standard else "") + (f" (REPOCTX_EMBEDDER={settings.embedder})" if settings.embedder not in (None, "", "local") else "")}
     print("weights:", {n: round(w, 2) for n, w in zip(model.features, model.weights)})
     if not a.no_write:
         from repoctx.embed import get_embedder
 
         default_id = get_embedder("local").model_id
-        out = a.out or weights_file(None if embedder in (None, default_id) else embedder)
+        out = a.out or weights_file(None if embedder in (None, default_id) else embedder, a.role)
         out.write_text(model.to_json() + "\n")
         print(f"wrote {out}")
 

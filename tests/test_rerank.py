@@ -201,6 +201,48 @@ def test_each_embedding_model_gets_the_weights_fitted_under_it(tmp_path, monkeyp
         rr.load_reranker.cache_clear()
 
 
+def test_the_standard_search_takes_its_own_weights_where_they_ship(tmp_path, monkeypatch):
+    """role="standard": the whole-question weights of the index's model, else that model's lane weights,
+    else the default model's whole-question weights, else its lane weights."""
+    from repoctx.retrieve import rerank as rr
+
+    default = tmp_path / "rerank_weights.json"
+    monkeypatch.setattr(rr, "WEIGHTS_FILE", default)
+    rr.load_reranker.cache_clear()
+    code, minilm = "local:minilm-code2-int8:128", "local:minilm-l6-v2-int8:128"
+    mk = lambda emb, w: LinearReranker(["rank"], [0.0], [1.0], [w], 0.0, {"embedder": emb}).to_json()
+    try:
+        assert rr.weights_file(None, "standard").name == "rerank_weights.standard.json"
+        assert rr.weights_file(code, "standard").name == "rerank_weights.standard.minilm-code2-int8.json"
+        with pytest.raises(ValueError, match="role"):
+            rr.weights_file(None, "judge")
+        default.write_text(mk(minilm, 1.0))
+        assert rr.load_reranker(embedder=minilm, role="standard").weights == [1.0]  # no standard file: lanes'
+        rr.weights_file(None, "standard").write_text(mk(minilm, 4.0))
+        rr.weights_file(code).write_text(mk(code, 2.0))
+        rr.load_reranker.cache_clear()
+        assert rr.load_reranker(embedder=minilm, role="standard").weights == [4.0]
+        assert rr.load_reranker(embedder=minilm).weights == [1.0]  # the lanes keep theirs
+        assert rr.load_reranker(embedder=code, role="standard").weights == [2.0]  # its own model before another's
+        rr.weights_file(code, "standard").write_text(mk(code, 5.0))
+        rr.load_reranker.cache_clear()
+        assert rr.load_reranker(embedder=code, role="standard").weights == [5.0]
+        assert rr.load_reranker(embedder=code).weights == [2.0]
+    finally:
+        rr.load_reranker.cache_clear()
+
+
+def test_the_shipped_standard_weights_were_fitted_for_the_standard_search():
+    from repoctx.embed import get_embedder
+
+    minilm = get_embedder("local").model_id
+    model = load_reranker(embedder=minilm, role="standard")
+    assert model.meta["role"] == "standard" and model.meta["embedder"] == minilm
+    held = model.meta["held_out_coverage_at_10"]["all"]
+    assert held["reranked"] > held["first_stage"]
+    assert model is not load_reranker(embedder=minilm)
+
+
 def test_the_code_tuned_model_ships_its_own_weights():
     from repoctx.embed import get_embedder
 

@@ -273,28 +273,18 @@ class Index:
 
     def _second_stage(self, query: str, hits: list[Hit], scope: Scope, dense) -> tuple[list[Hit], str]:
         """A standard search's first units re-ordered by the shipped re-ranker, the whole question as one
-        lane (SWE-bench dev function Acc@1 28.1 -> 36.8; multi-language questions 36.0 -> 44.2); and what
-        was done, for the trace. A re-ranker that fails leaves the first stage's order."""
+        lane, with the weights fitted for that (``rerank_weights.standard.json``; SWE-bench dev function
+        Acc@1 28.1 -> 38.6, Acc@10 57.9 -> 62.3; multi-language questions Acc@1 36.0 -> 45.3); and what was
+        done, for the trace. A re-ranker that fails leaves the first stage's order."""
         if len(hits) < 2:
             return hits, ""
         from repoctx.retrieve.agentic import content_terms  # agentic.py is loaded only when needed
         try:
-            model = rr.load_reranker(embedder=rr.embedder_id(self))
+            model = rr.load_reranker(embedder=rr.embedder_id(self), role="standard")
             if model is None:
                 return hits, ""
-            # Units that stay where the first stage put them, the others re-ordered around them:
-            # - what a question names is what it asks about (a report names the API where the problem shows,
-            #   the fix is often elsewhere: keeping those in place cost the SWE-bench issues 37.7 -> 34.2);
-            # - modules, documentation, typings and examples, and the tests the first stage demoted: the model
-            #   was fitted on functions and classes (the first stage knows when a question asks for docs; a
-            #   module's docstring says what its file is for);
-            # - a unit both BM25 and the dense model rank first, where both kinds of evidence agree (a
-            #   docstring's own words as the query: its unit first 74 % -> 37 % if the model may move it).
-            named = () if reads_as_report(query) else ("exact",)
-            keep = {h.capsule.id for h in hits[:rr.DEPTH] if h.capsule.kind == "module" or is_doc_unit(h.capsule)
-                    or any(w in h.why for w in (*named, "test_demoted")) or _first_by_both(h)}
             ranked = rr.rerank_question(self.store, model, content_terms(query), hits, query,
-                                        rr.trained_dense(model, dense), scope, keep=keep)
+                                        rr.trained_dense(model, dense), scope, keep=second_stage_keeps(query, hits))
         except Exception as e:  # noqa: BLE001 - the first stage's order stands
             return hits, f"second stage failed ({type(e).__name__}); first-stage order kept"
         return ranked, f"first {min(len(hits), rr.DEPTH)} re-ranked"
@@ -442,6 +432,22 @@ class Index:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def second_stage_keeps(query: str, hits: list[Hit]) -> set[str]:
+    """Ids of the units among the first ``rr.DEPTH`` that stay where the first stage put them, the
+    others being re-ordered around them by the second stage:
+    - what a question names is what it asks about (a report names the API where the problem shows,
+      the fix is often elsewhere: keeping those in place cost the SWE-bench issues 37.7 -> 34.2);
+    - modules, documentation, typings and examples, and the tests the first stage demoted: the model
+      was fitted on functions and classes (the first stage knows when a question asks for docs; a
+      module's docstring says what its file is for);
+    - a unit both BM25 and the dense model rank first, where both kinds of evidence agree (a
+      docstring's own words as the query: its unit first 74 % -> 37 % if the model may move it).
+    """
+    named = () if reads_as_report(query) else ("exact",)
+    return {h.capsule.id for h in hits[:rr.DEPTH] if h.capsule.kind == "module" or is_doc_unit(h.capsule)
+            or any(w in h.why for w in (*named, "test_demoted")) or _first_by_both(h)}
 
 
 def _first_by_both(h: Hit) -> bool:

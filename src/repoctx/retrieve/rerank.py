@@ -135,34 +135,47 @@ class LinearReranker:
         return cls(d["features"], d["mean"], d["std"], d["weights"], d.get("bias", 0.0), d.get("meta"))
 
 
-def weights_file(embedder: str | None = None) -> Path:
+ROLES = ("lanes", "standard")  # the agentic path's sub-query lanes; the standard search's whole question
+
+
+def weights_file(embedder: str | None = None, role: str = "lanes") -> Path:
     """Where the weights fitted under embedding model ``embedder`` (a ``model_id`` such as
     ``local:minilm-code2-int8:128``) live: ``rerank_weights.minilm-code2-int8.json`` beside the default
-    file. ``None`` is the default file (fitted under the offline default model)."""
+    file. ``None`` is the default file (fitted under the offline default model). ``role="standard"``:
+    the weights fitted on whole questions for the standard search's second stage
+    (``rerank_weights.standard.json``, ``rerank_weights.standard.<model>.json``)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+    stem = "rerank_weights" if role == "lanes" else f"rerank_weights.{role}"
     if not embedder:
-        return WEIGHTS_FILE
+        return WEIGHTS_FILE.with_name(f"{stem}.json")
     parts = embedder.split(":")
     name = parts[1] if len(parts) > 1 and parts[0] == "local" else embedder
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "model"
-    return WEIGHTS_FILE.with_name(f"rerank_weights.{safe}.json")
+    return WEIGHTS_FILE.with_name(f"{stem}.{safe}.json")
 
 
 @lru_cache(maxsize=8)
-def load_reranker(path: str | None = None, embedder: str | None = None) -> LinearReranker | None:
+def load_reranker(path: str | None = None, embedder: str | None = None, role: str = "lanes") -> LinearReranker | None:
     """The shipped model, or None when the file is missing (lanes then keep the first stage's order).
     ``embedder``: the index's embedding model id; its own weights when they ship and were fitted under
-    that model, else the default file."""
+    that model, else the default file. ``role="standard"``: the whole-question weights where they ship,
+    else the lane weights (the model's own before the default model's)."""
     if path:
         p = Path(path)
-    else:
-        own = weights_file(embedder) if embedder else None
-        p = own if own is not None and own.exists() else WEIGHTS_FILE
-    if not p.exists():
-        return None
-    model = LinearReranker.from_json(p.read_text())
-    if not path and p != WEIGHTS_FILE and (model.meta or {}).get("embedder") != embedder:
-        return load_reranker()  # a file named for this model but fitted under another one: not its weights
-    return model
+        return LinearReranker.from_json(p.read_text()) if p.exists() else None
+    # the model's own weights before the default model's; for a role, its own file before the lanes'
+    candidates = [weights_file(embedder, role), weights_file(embedder)] if embedder else []
+    candidates += [weights_file(None, role), WEIGHTS_FILE]
+    default_files = (weights_file(None, role), WEIGHTS_FILE)
+    for p in dict.fromkeys(candidates):
+        if not p.exists():
+            continue
+        model = LinearReranker.from_json(p.read_text())
+        if p not in default_files and (model.meta or {}).get("embedder") != embedder:
+            continue  # a file named for this model but fitted under another one: not its weights
+        return model
+    return None
 
 
 def embedder_id(index) -> str | None:
