@@ -186,6 +186,37 @@ def test_offline_planner_shapes():
         ["parse_http_date"], ["cache_key"]]
 
 
+def test_offline_planner_does_not_hang_on_a_pasted_code_block():
+    """A report pasting indented code with many commas once took the list rule minutes per clause
+    (catastrophic backtracking); the old pattern needs more than 30 s on this one, the rule now ~1 ms."""
+    import signal
+
+    from repoctx.retrieve.planner import LIST_CLAUSE_MAX, expand_list
+
+    report = ("Here is an example:\r\n```python\r\nimport numpy as np\r\n\r\n"
+              "pipe = Chain([('scale', scaler),\r\n                 ('fit', model)])\r\n                \r\n"
+              "grid = {'scale__eps': [0.1, 0.5, 1],\r\n          'fit__n_parts': np.arange(1, 10),\r\n"
+              "          'fit__mode': ['a', 'b']}\r\n          \r\n"
+              "search = Search(chain=pipe, grid=grid, on_error='raise')\r\nsearch.run(X, y)\r\nsearch.best(X, y)\r\n"
+              "```\r\n\r\nThe problem is that for `eps`: 1 is not a float, and for  `n_parts`: np.int64 is not int"
+              "\r\n\r\nBefore proposing a fix for this case, I would like your opinion about checking the parameters")
+    assert len(report) < LIST_CLAUSE_MAX  # the pattern itself is tested, not the length guard
+
+    def hung(*_):
+        raise TimeoutError("the list rule backtracks")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(5)
+    try:
+        assert expand_list(report) is None
+        assert OfflinePlanner().plan(report * 4)  # a long report plans too
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert expand_list("how are tokens, spans and parse trees stored") == [
+        "how are tokens stored", "how are spans stored", "how are parse trees stored"]
+
+
 def test_offline_planner_framing_and_lists():
     p = OfflinePlanner()
     # a "When I ..." clause frames the parts that follow instead of being a part

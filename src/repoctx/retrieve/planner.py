@@ -212,11 +212,20 @@ def compared_entities(clause: str) -> list[str] | None:
     return None
 
 
+# Each list item starts at a non-space: with "\s*[^,]+" an indented line could be split k ways per item, and
+# a pasted code block in an issue report took the match minutes (catastrophic backtracking).
+_LIST = re.compile(r"^(?P<pre>.*\b(?:are|is|do|does|the|of|for|through)\s+)"
+                   r"(?P<items>[^,\s][^,]*(?:,\s*[^,\s][^,]*)+,?\s+(?:and|or)\s+[^,\s][^,]*?)"
+                   r"(?P<post>\s+(?:handled|applied|implemented|computed|used|processed|built|evaluated|defined|"
+                   r"supported|resolved|found|stored|rendered|parsed|matched|work)\b.*)?$", re.I)
+LIST_CLAUSE_MAX = 600  # characters; the longest list question among the bench and training sets has 361
+
+
 def expand_list(clause: str) -> list[str] | None:
     """'how are A, B and C handled' → one sub-query per item when the items are short noun phrases."""
-    m = re.search(r"^(?P<pre>.*\b(?:are|is|do|does|the|of|for|through)\s+)(?P<items>[^,]+(?:,\s*[^,]+){1,},?\s+(?:and|or)\s+[^,]+?)"
-                  r"(?P<post>\s+(?:handled|applied|implemented|computed|used|processed|built|evaluated|defined|"
-                  r"supported|resolved|found|stored|rendered|parsed|matched|work)\b.*)?$", clause, re.I)
+    if len(clause) > LIST_CLAUSE_MAX:  # a paragraph of a report, not a list question
+        return None
+    m = _LIST.search(clause)
     if not m:
         return None
     items = _items(m.group("items"))
