@@ -31,7 +31,8 @@ from repoctx.config import Settings
 from repoctx.index import second_stage_keeps
 from repoctx.retrieve.agentic import AgenticRetriever, content_terms
 from repoctx.retrieve.hybrid import SearchOptions
-from repoctx.retrieve.rerank import DEPTH, LinearReranker, features_for_lanes, rerank_question, weights_file
+from repoctx.retrieve.rerank import (DEPTH, LinearReranker, features_for_lanes, rerank_question, trained_dense,
+                                     weights_file)
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -90,8 +91,8 @@ def standard_coverage(rows: list[dict], indexes: dict, model: LinearReranker | N
         q = row["question"]
         hits = first_stage(ix, q)
         if model is not None:
-            dense = ix.dense_index() if (model.meta or {}).get("embedder") == ix.embedder.model_id else None
-            hits = rerank_question(ix.store, model, content_terms(q), hits, q, dense, keep=second_stage_keeps(q, hits))
+            hits = rerank_question(ix.store, model, content_terms(q), hits, q, trained_dense(model, ix.dense_index()),
+                                   keep=second_stage_keeps(q, hits))
         cov += covered(keys(hits, ix)[:k], row["intents"])
     return round(100 * sum(cov) / max(len(cov), 1), 1)
 
