@@ -188,10 +188,11 @@ def test_offline_planner_shapes():
 
 def test_offline_planner_does_not_hang_on_a_pasted_code_block():
     """A report pasting indented code with many commas once took the list rule minutes per clause
-    (catastrophic backtracking); the old pattern needs more than 30 s on this one, the rule now ~1 ms."""
+    (catastrophic backtracking); the old pattern needs more than 30 s on this one, the rule now ~1 ms.
+    The other planner and router patterns had such inputs too (each checked against the old pattern)."""
     import signal
 
-    from repoctx.retrieve.planner import LIST_CLAUSE_MAX, expand_list
+    from repoctx.retrieve.planner import LIST_CLAUSE_MAX, expand_comparison, expand_list
 
     report = ("Here is an example:\r\n```python\r\nimport numpy as np\r\n\r\n"
               "pipe = Chain([('scale', scaler),\r\n                 ('fit', model)])\r\n                \r\n"
@@ -203,13 +204,19 @@ def test_offline_planner_does_not_hang_on_a_pasted_code_block():
     assert len(report) < LIST_CLAUSE_MAX  # the pattern itself is tested, not the length guard
 
     def hung(*_):
-        raise TimeoutError("the list rule backtracks")
+        raise TimeoutError("a planner or router pattern backtracks")
 
     old = signal.signal(signal.SIGALRM, hung)
     signal.alarm(5)
     try:
         assert expand_list(report) is None
         assert OfflinePlanner().plan(report * 4)  # a long report plans too
+        # the "A, B and C ... each" rule: 2^n ways to fail on n items whose commas are followed by spaces
+        assert expand_comparison("the a" + ", b  c" * 30 + " and d e f g") is None
+        # long blank stretches: every split of a run tried at every position
+        for blank in ("\n" * 20000, " " * 20000):
+            assert route("why " + blank + "x").mode == "standard"
+            assert OfflinePlanner().plan("how " + blank + "and where is it")
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
