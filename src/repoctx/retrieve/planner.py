@@ -19,6 +19,7 @@ from repoctx.tokens import STOPWORDS
 WH_WORDS = {"how", "where", "what", "which", "when", "why", "who", "whether", "compare", "explain"}
 
 WH = r"(?:how|where|what|which|when|why|who|whether|in what|does|do|is|are|can)"
+# "(?<!\s)": a whitespace run is tried from its start only (from every position, a long blank stretch is quadratic)
 _CLAUSE_SPLIT = re.compile(
     rf"\?\s+|;\s+|\.\s+(?=[A-Z])|:\s+(?={WH}\b)|,\s*(?:and\s+|but\s+|or\s+)?(?={WH}\b)|(?<!\s)\s+and\s+(?={WH}\b)"
     rf"|,\s+and\s+(?:explain\s+|describe\s+|show\s+)",

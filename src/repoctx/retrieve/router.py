@@ -11,6 +11,7 @@ _COMPARATIVE = re.compile(r"\b(compare|comparing|contrast|versus|vs\.?|differ|di
 MAX_QUESTION_WORDS = 80  # a multi-part question is a paragraph at most; longer text reads as a report
 _ASKS = re.compile(r"\?|^\s*(?:how|where|what|which|when|why|compare|contrast|explain|walk me|show|list|find|trace)\b"
                    r"|[.!]\s+(?:compare|contrast|walk me through)\b", re.I)  # "X does A. Compare how ..."
+# "^[ \t]*", not "^\s*": under re.M the latter runs from every line start over all the blank lines that follow
 _REPORT = re.compile(r"Traceback \(most recent call last\)|```|^[ \t]*(?:>>>|\$ |File \")|Steps to reproduce|"
                      r"Expected (?:behaviou?r|result)|Actual (?:behaviou?r|result)", re.I | re.M)
 
