@@ -62,8 +62,16 @@ def examples(rows: list[dict], settings: Settings) -> tuple[list[tuple[dict, flo
     return out, indexes
 
 
+_FIRST: dict[tuple[int, str], list] = {}
+
+
 def first_stage(ix, question: str) -> list:
-    return ix.search(question, k=DEPTH, options=SearchOptions(k=DEPTH, rerank=False))
+    """A question's standard search without its second stage, searched once per run (the examples and
+    each held-out model's coverage read it; re-ranking builds new lists and leaves it as it was)."""
+    key = (id(ix), question)
+    if key not in _FIRST:
+        _FIRST[key] = ix.search(question, k=DEPTH, options=SearchOptions(k=DEPTH, rerank=False))
+    return _FIRST[key]
 
 
 def standard_examples(rows: list[dict], settings: Settings) -> tuple[list[tuple[dict, float, str]], dict]:

@@ -60,9 +60,9 @@ class SearchOptions:
     # Acc@1 56.2 -> 62.8, both halves, both shipped models), max for a question (it asks for one unit:
     # top2 lost 4 of 86 multi-language questions, 2 of 121 multi-part intents)
     file_agg: str = "auto"
-    # the second stage of a standard search (Index.search / retrieve, symbol level): the lane re-ranker
-    # (rerank.py, fitted on other projects' questions) re-orders the first 30 units, the whole question as
-    # one lane. Agentic sub-query searches re-rank their own lanes and do not read this.
+    # the second stage of a standard search (Index.search / retrieve, symbol level): the re-ranker (rerank.py,
+    # fitted on other projects' questions; its whole-question weights) re-orders the first 30 units, the whole
+    # question as one lane. Agentic sub-query searches re-rank their own lanes and do not read this.
     rerank: bool = True
     kinds: tuple[str, ...] = ()
     weights: dict[str, float] = field(default_factory=lambda: {"lexical": 1.0, "dense": 1.0})
