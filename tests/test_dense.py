@@ -123,6 +123,11 @@ def test_large_indexes_use_hnsw_and_still_find_the_nearest(tmp_path):
     assert isinstance(faiss.read_index(str(tmp_path / fx.meta()["faiss"])), faiss.IndexHNSWFlat)
     assert fx.search(m[123], 1)[0][0] == "c123"
     assert fx.search(m[123], 1, allowed={"c7", "c9"})[0][0] in ("c7", "c9")  # the scope's id filter holds in HNSW
+    fx.write("x:32", 32, [f"c{i}" for i in range(500)], m, hnsw_min=100, hashes=[f"h{i}" for i in range(500)],
+             text_version=1)
+    ids, vectors, hashes = fx.reusable("x:32", 32, 1)  # an HNSW set's vectors can be carried over too
+    assert ids[7] == "c7" and hashes[7] == "h7" and np.allclose(vectors, m)
+    assert fx.reusable("x:32", 32, 2) is None and fx.reusable("y:32", 32, 1) is None
 
 
 def test_inflected_question_words_reach_uninflected_names(tmp_path):
@@ -280,3 +285,59 @@ def test_the_second_stage_can_be_turned_off_in_the_settings(tmp_path, monkeypatc
         Settings.from_env()
     monkeypatch.delenv("REPOCTX_SECOND_STAGE")
     assert Settings.from_env().second_stage is True
+
+
+def _vectors(ix, model):
+    from repoctx.embed import EMBED_TEXT_VERSION
+
+    ids, matrix, _ = ix.store.faiss_for(ix.repo).reusable(model, None, EMBED_TEXT_VERSION)
+    return dict(zip(ids, matrix))
+
+
+def test_an_edit_keeps_the_vectors_of_unchanged_units(tmp_path, monkeypatch):
+    emb = HashEmbedder()
+    ix = make(tmp_path, emb)
+    ix.update()
+    full, embedded = ix.last_embed.total, emb.embedded
+    before = _vectors(ix, emb.model_id)
+    assert len(before) == full
+    (tmp_path / "repo/auth/tokens.py").write_text("def make_token(user):\n    return 'v2' + str(user)\n")
+    ix.update()
+    e = ix.last_embed
+    # only the edited unit is read again and embedded (its module's own text, without the bodies, is unchanged)
+    assert (e.total, e.kept, e.embedded, e.cached) == (full, full - 1, 1, 0)
+    assert emb.embedded == embedded + 1
+    after = _vectors(ix, emb.model_id)
+    assert set(after) == set(before)
+    changed = [cid for cid in before if not np.array_equal(before[cid], after[cid])]
+    assert changed == [f"{ix.repo}:auth/tokens.py#make_token"]
+    assert ix.vectors_status()["current"]
+    assert ix.search("make token v2", k=1, options=SearchOptions(lexical=False))[0].capsule.qualname == "make_token"
+
+    (tmp_path / "repo/billing/invoice.py").unlink()  # a deleted file's units leave the set
+    ix.update()
+    assert ix.last_embed.embedded == 0 and not any(c.startswith(f"{ix.repo}:billing/") for c in _vectors(ix, emb.model_id))
+    assert len(_vectors(ix, emb.model_id)) == ix.last_embed.total == ix.last_embed.kept
+
+    # vectors made from another version of the embedded texts are not carried over
+    monkeypatch.setattr("repoctx.embed.EMBED_TEXT_VERSION", 99)
+    (tmp_path / "repo/auth/login.py").write_text("def authenticate_user(username, password):\n    return False\n")
+    ix.update()
+    assert ix.last_embed.kept == 0 and ix.last_embed.total == len(_vectors(ix, emb.model_id))
+
+
+def test_a_vector_set_without_hashes_is_rebuilt_once_then_kept(tmp_path):
+    emb = HashEmbedder()
+    ix = make(tmp_path, emb)
+    ix.update()
+    full = ix.last_embed.total
+    fx = ix.store.faiss_for(ix.repo)
+    ids, matrix, _ = fx.reusable(emb.model_id, None, 1)
+    meta = fx.meta()
+    fx.write(emb.model_id, emb.dim, ids, matrix, meta["generation"])  # as an older repoctx wrote it
+    (tmp_path / "repo/auth/tokens.py").write_text("def make_token(user):\n    return 'v3'\n")
+    ix.update()
+    assert ix.last_embed.kept == 0 and ix.last_embed.total == full  # every unit read again (cache hits)
+    (tmp_path / "repo/auth/tokens.py").write_text("def make_token(user):\n    return 'v4'\n")
+    ix.update()
+    assert ix.last_embed.kept == full - 1

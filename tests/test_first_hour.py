@@ -183,7 +183,8 @@ def test_interrupted_vector_fill_is_not_called_a_model_change(tmp_path):
     again = Index(root, settings, embedder=HashEmbedder())
     again.update()
     assert again.last_embed is not None and again.last_embed.model_changed_from is None
-    assert again.last_embed.cached >= 8  # the batch embedded before the kill was kept
+    # the batch embedded before the kill was kept: carried over from the partial set, not embedded again
+    assert again.last_embed.kept >= 8 and again.last_embed.embedded == again.last_embed.total - again.last_embed.kept
     assert again.vectors_status()["current"] and again.vectors_status()["coverage"] == 1.0
 
 

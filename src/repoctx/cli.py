@@ -197,8 +197,9 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
         if emb.model_changed_from:
             console.print(f"embedding model changed from {emb.model_changed_from} to {emb.model}: "
                           f"re-embedded the index", highlight=False)
-        console.print(f"vectors: {emb.total} capsules, {emb.embedded} embedded, {emb.cached} from cache "
-                      f"in {emb.seconds:.1f}s ({emb.model})", highlight=False)
+        console.print(f"vectors: {emb.total} capsules, {emb.embedded} embedded, {emb.cached} from cache"
+                      + (f", {emb.kept} unchanged" if emb.kept else "") + f" in {emb.seconds:.1f}s ({emb.model})",
+                      highlight=False)
     if verbose:
         for path, reason in report.skipped:
             console.print(f"  skipped {path}: {reason}")

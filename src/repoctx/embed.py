@@ -553,6 +553,11 @@ def _body_after_header(text: str, signature: str, docstring: str) -> str:
     return text[pos:]
 
 
+# Bump when embed_text's output changes for the same unit: an index keeps the vector of a unit whose
+# content is unchanged only when its vectors were made from texts of this version (store/sqlite.py).
+EMBED_TEXT_VERSION = 1
+
+
 def embed_text(capsule: Any, max_length: int = 256, chars_per_token: float = 4.0) -> str:
     """Compact text to embed for a code unit (dict or object with ``path, qualname, signature,
     docstring, text``)::

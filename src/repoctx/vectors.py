@@ -63,6 +63,7 @@ class EmbedReport:
     total: int = 0
     embedded: int = 0  # texts sent to the model
     cached: int = 0
+    kept: int = 0  # unchanged units whose vectors the store carried over from its last set
     seconds: float = 0.0
     rebuilt: bool = False
     model_changed_from: str | None = None
@@ -169,6 +170,8 @@ def fill_vectors(writer, embedder, cache: VectorCache, progress: Callable[[dict]
     report.cached = len(texts) - len(todo)
     dim = embedder.dim
     sink = writer.vector_sink(model, dim, whole)
+    report.kept = int(getattr(sink, "kept", 0))
+    report.total += report.kept
     emit = progress or (lambda e: None)
     emit({"event": "embed", "done": 0, "total": len(todo), "cached": report.cached})
 

@@ -40,10 +40,15 @@ class FaissIndex:
         return m["model"] if m else None
 
     def write(self, model: str, dim: int, ids: list[str], matrix: np.ndarray, generation: str = "",
-              total: int | None = None, hnsw_min: int = HNSW_MIN_VECTORS) -> None:
+              total: int | None = None, hnsw_min: int = HNSW_MIN_VECTORS, hashes: list[str] | None = None,
+              text_version: int | None = None) -> None:
+        """Swap in a new set. ``hashes``: per id, the content hash of the unit its vector was made from,
+        and ``text_version`` the version of the text made from it (``embed.EMBED_TEXT_VERSION``): the next
+        update keeps the vectors of unchanged units instead of rebuilding the whole set (``reusable``)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         stamp = f"{time.time_ns()}"
         ids_path = self.dir / f"vectors-{stamp}.ids.json"
+        hashes_path = self.dir / f"vectors-{stamp}.hashes.json"
         matrix = np.ascontiguousarray(matrix, dtype=np.float32).reshape(len(ids), dim)
         if len(ids) >= hnsw_min:
             import faiss
@@ -59,19 +64,46 @@ class FaissIndex:
             np.save(data_path, matrix)
             kind = "npy"
         ids_path.write_text(json.dumps(ids))
+        meta = {"model": model, "dim": dim, "count": len(ids), kind: data_path.name, "ids": ids_path.name,
+                "generation": generation, "total": len(ids) if total is None else total}
+        if hashes is not None and len(hashes) == len(ids):
+            hashes_path.write_text(json.dumps(hashes))
+            meta.update(hashes=hashes_path.name, text_version=text_version)
         tmp = self.meta_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"model": model, "dim": dim, "count": len(ids), kind: data_path.name,
-                                   "ids": ids_path.name, "generation": generation,
-                                   "total": len(ids) if total is None else total}))
+        tmp.write_text(json.dumps(meta))
         old = self.meta()
         os.replace(tmp, self.meta_path)  # the swap: readers see the old set or the new, never half
         if old:
-            for name in (old.get("faiss"), old.get("npy"), old.get("ids")):
+            for name in (old.get("faiss"), old.get("npy"), old.get("ids"), old.get("hashes")):
                 if name:
                     try:
                         (self.dir / name).unlink()
                     except OSError:
                         pass
+
+    def reusable(self, model: str, dim: int | None, text_version: int) -> tuple[list[str], np.ndarray, list[str]] | None:
+        """(ids, vectors, content hashes) of the current set when its vectors can serve a new set of
+        ``model``: same model and dimension (None: any), texts of ``text_version``, hashes recorded. A partial set (a
+        first fill that was interrupted) serves too: each vector is right for its unit. None otherwise."""
+        meta = self.meta()
+        if not meta or meta.get("model") != model or (dim is not None and meta.get("dim") != dim) or "hashes" not in meta \
+                or meta.get("text_version") != text_version:
+            return None
+        try:
+            ids = json.loads((self.dir / meta["ids"]).read_text())
+            hashes = json.loads((self.dir / meta["hashes"]).read_text())
+            if "npy" in meta:
+                matrix = np.load(self.dir / meta["npy"])
+            else:
+                import faiss
+
+                index = faiss.read_index(str(self.dir / meta["faiss"]))
+                matrix = index.reconstruct_n(0, index.ntotal)
+        except (OSError, RuntimeError, ValueError, KeyError):
+            return None  # swapped meanwhile or damaged: the caller rebuilds from the vector cache
+        if not (len(ids) == len(hashes) == len(matrix)) or matrix.ndim != 2 or (dim is not None and matrix.shape[1] != dim):
+            return None
+        return ids, np.asarray(matrix, dtype=np.float32), hashes
 
     def _load(self) -> bool:
         try:
