@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import random
-import sqlite3
 import sys
 import tempfile
 import time
@@ -44,20 +43,15 @@ def sample_texts(n: int) -> list[str]:
     from repoctx import Index
     from repoctx.embed import embed_text
     from repoctx.evaluate.corpus import materialize
-    from repoctx.store.base import EMBED_KINDS
 
     tree = materialize(CORPUS_ROW)
     with tempfile.TemporaryDirectory(prefix="repoctx-embvar-") as tmp:
         ix = Index(tree, _settings(Path(tmp), "none"))
         ix.update()
+        rows, _ = ix.store.writer(ix.repo).embed_rows("embed-variants")  # every unit the index would embed
         ix.close()
-        db = sqlite3.connect(Path(tmp) / "index.sqlite")
-        rows = db.execute(f"SELECT path, qualname, signature, docstring, text FROM capsules WHERE kind IN "
-                          f"({','.join('?' * len(EMBED_KINDS))}) ORDER BY id", list(EMBED_KINDS)).fetchall()
-        db.close()
     rng = random.Random(SEED)
-    keys = ("path", "qualname", "signature", "docstring", "text")
-    return [embed_text(dict(zip(keys, r)), max_length=128) for r in rng.sample(rows, min(n, len(rows)))]
+    return [embed_text(r, max_length=128) for r in rng.sample(rows, min(n, len(rows)))]
 
 
 def variants(work: Path) -> list[tuple[str, Path | None]]:

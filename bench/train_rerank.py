@@ -31,8 +31,8 @@ from repoctx.config import Settings
 from repoctx.index import second_stage_keeps
 from repoctx.retrieve.agentic import AgenticRetriever, content_terms
 from repoctx.retrieve.hybrid import SearchOptions
-from repoctx.retrieve.rerank import (DEPTH, LinearReranker, features_for_lanes, rerank_question, trained_dense,
-                                     weights_file)
+from repoctx.retrieve.rerank import (DEPTH, ROLES, LinearReranker, features_for_lanes, rerank_question,
+                                     trained_dense, weights_file)
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -74,9 +74,10 @@ def first_stage(ix, question: str) -> list:
     return _FIRST[key]
 
 
-def standard_examples(rows: list[dict], settings: Settings) -> tuple[list[tuple[dict, float, str]], dict]:
-    """(feature dict, label, project) per unit the standard search's second stage may move."""
-    out, indexes = [], {}
+def standard_examples(rows: list[dict], settings: Settings, indexes: dict) -> list[tuple[dict, float, str]]:
+    """(feature dict, label, project) per unit the standard search's second stage may move. ``indexes``: the
+    corpora opened so far (the held-out coverage then reads the same first-stage searches)."""
+    out = []
     for row in rows:
         ix = question_index(row, settings, indexes)
         q = row["question"]
@@ -87,7 +88,7 @@ def standard_examples(rows: list[dict], settings: Settings) -> tuple[list[tuple[
         for h, f in zip(hits, feats):
             if h.capsule.id not in keep:
                 out.append((f, float(bool(set(keys([h], ix)) & gold)), row["corpus"]["pypi"]))
-    return out, indexes
+    return out
 
 
 def standard_coverage(rows: list[dict], indexes: dict, model: LinearReranker | None, settings: Settings,
@@ -142,7 +143,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None,
                     help="default: the shipped file of the embedding model in use (REPOCTX_EMBEDDER): "
                          "rerank_weights.json for the offline default, rerank_weights.<model>.json for another")
-    ap.add_argument("--role", choices=("lanes", "standard"), default="lanes",
+    ap.add_argument("--role", choices=ROLES, default="lanes",
                     help="lanes: the agentic path's sub-query lanes; standard: the standard search's second stage")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--lexical-only", action="store_true", help="no dense signal (faster; not what ships)")
@@ -155,7 +156,7 @@ def main() -> None:
     data, indexes = examples(rows, settings)
     lane_data = data
     if standard:  # the standard setting's own examples beside the lanes' (either alone did no better held out)
-        data = standard_examples(rows, settings)[0] + lane_data
+        data = standard_examples(rows, settings, indexes) + lane_data
     embedder = next((ix.embedder.model_id for ix in indexes.values() if ix.embedder), None)
     print(f"{len(rows)} questions, {sum(len(r['intents']) for r in rows)} intents, {len(data)} candidates, "
           f"{int(sum(lab for _, lab, _ in data))} gold")

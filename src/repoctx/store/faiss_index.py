@@ -90,20 +90,24 @@ class FaissIndex:
                 or meta.get("text_version") != text_version:
             return None
         try:
-            ids = json.loads((self.dir / meta["ids"]).read_text())
+            index, ids = self._read(meta)
             hashes = json.loads((self.dir / meta["hashes"]).read_text())
-            if "npy" in meta:
-                matrix = np.load(self.dir / meta["npy"])
-            else:
-                import faiss
-
-                index = faiss.read_index(str(self.dir / meta["faiss"]))
-                matrix = index.reconstruct_n(0, index.ntotal)
+            matrix = index if isinstance(index, np.ndarray) else index.reconstruct_n(0, index.ntotal)
         except (OSError, RuntimeError, ValueError, KeyError):
             return None  # swapped meanwhile or damaged: the caller rebuilds from the vector cache
         if not (len(ids) == len(hashes) == len(matrix)) or matrix.ndim != 2 or (dim is not None and matrix.shape[1] != dim):
             return None
         return ids, np.asarray(matrix, dtype=np.float32), hashes
+
+    def _read(self, meta: dict):
+        """(the stored vectors: a numpy matrix or a FAISS index, their ids) of the set ``meta`` names."""
+        if "npy" in meta:
+            index = np.load(self.dir / meta["npy"])
+        else:
+            import faiss
+
+            index = faiss.read_index(str(self.dir / meta["faiss"]))
+        return index, json.loads((self.dir / meta["ids"]).read_text())
 
     def _load(self) -> bool:
         try:
@@ -116,13 +120,7 @@ class FaissIndex:
         if not meta:
             return False
         try:
-            if "npy" in meta:
-                index = np.load(self.dir / meta["npy"])
-            else:
-                import faiss
-
-                index = faiss.read_index(str(self.dir / meta["faiss"]))
-            ids = json.loads((self.dir / meta["ids"]).read_text())
+            index, ids = self._read(meta)
         except (OSError, RuntimeError, ValueError, KeyError):
             return self._index is not None  # mid-swap: keep what we had
         self._index, self._ids, self._loaded_mtime = index, ids, mtime
