@@ -4,6 +4,8 @@
     python bench/train_embedder.py mine    [--packages a,b,...] [--releases N]
     python bench/train_embedder.py train   [--steps N | --epochs E] [--max-pairs N] [--release-share F]
     python bench/train_embedder.py export
+    python bench/train_embedder.py base    [--out PATH]                # the untuned base model, exported the
+                                                                       # same way: repoctx's default model file
 
 Needs the `train` extra (torch from the CPU wheel): PIP_FIND_LINKS=/opt/wheels pip install -e '.[train]'.
 Everything is written under --work (default ~/.cache/repoctx/train): wheels/, mine/ (per package),
@@ -69,6 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     t.add_argument("--fresh", action="store_true", help="ignore a checkpoint or a finished run")
     e = common.add_argument_group("export")
     e.add_argument("--keep-float", action="store_true", help="keep model.float.onnx next to the int8 one")
+    e.add_argument("--out", type=Path, default=None,
+                   help="stage base: where the int8 file goes (default WORK/base/minilm-l6-v2-pc-int8.onnx)")
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="options go after the stage name",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,7 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name, help_ in (("mine", "download the pinned wheels and mine (query, code) pairs"),
                         ("train", "fine-tune (resumable) and print validation before/after"),
                         ("export", "int8 ONNX, checks, MODEL_CARD.md"),
-                        ("all", "mine, train, export")):
+                        ("all", "mine, train, export"),
+                        ("base", "the untuned base model as int8 ONNX, exported like a tuned one (the default)")):
         sub.add_parser(name, help=help_, parents=[common])
     args = p.parse_args(argv)
     args.work = args.work.expanduser()
@@ -125,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         from embedder.export import export
 
         export(args.work, args)
+    if args.stage == "base":
+        from embedder.export import export_base
+
+        export_base(args.out or args.work / "base" / "minilm-l6-v2-pc-int8.onnx", args.threads)
     print(f"[{args.stage}] done in {(time.perf_counter() - t0) / 60:.1f} min", flush=True)
     return 0
 

