@@ -319,3 +319,9 @@ def test_a_vector_does_not_depend_on_the_texts_embedded_with_it():
     together = m.encode(texts)
     for i, t in enumerate(texts):
         np.testing.assert_array_equal(m.encode([t, "an unrelated neighbour " * 20])[0], together[i])
+
+
+def test_calls_side_by_side_give_the_same_vectors_as_one_at_a_time():
+    """A per-text model runs `threads` calls at once, each on one thread: same vectors, bit for bit."""
+    texts = [QUERY, JSON_FN * 3, "x", "def f():\n    return 1", JSON_FN, "a b c " * 40, "class A:\n    pass"]
+    np.testing.assert_array_equal(LocalMiniLM(threads=1).encode(texts), LocalMiniLM(threads=2).encode(texts))
