@@ -130,6 +130,56 @@ def test_large_indexes_use_hnsw_and_still_find_the_nearest(tmp_path):
     assert fx.reusable("x:32", 32, 2) is None and fx.reusable("y:32", 32, 1) is None
 
 
+def test_an_hnsw_set_grows_in_place_and_never_answers_with_a_removed_unit(tmp_path, monkeypatch):
+    """An update of an HNSW set adds the new and changed units' vectors to the stored graph instead of
+    building it again; the old positions of changed and removed units are dead: never returned, never
+    carried over. Past HNSW_MAX_DEAD_SHARE dead, the next update builds the graph afresh."""
+    import faiss
+
+    from repoctx.store import faiss_index
+    from repoctx.store.faiss_index import FaissIndex
+
+    rng = np.random.default_rng(1)
+
+    def unit(n):
+        m = rng.normal(size=(n, 32)).astype(np.float32)
+        return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+    m = unit(400)
+    ids, hashes = [f"c{i}" for i in range(400)], [f"h{i}" for i in range(400)]
+    fx = FaissIndex(tmp_path)
+    fx.write("x:32", 32, ids, m, hnsw_min=100, hashes=hashes, text_version=1)
+    built = []
+    real_hnsw = faiss.IndexHNSWFlat
+    monkeypatch.setattr(faiss, "IndexHNSWFlat", lambda *a: built.append(a) or real_hnsw(*a))
+    # the edit: c5 changed, c6 removed, c400 added (a carried vector and the new ones, as the writer passes them)
+    new5, new400 = unit(1)[0], unit(1)[0]
+    ids2 = [c for c in ids if c != "c6"] + ["c400"]
+    hashes2 = [("h5x" if c == "c5" else h) for c, h in zip(ids, hashes) if c != "c6"] + ["h400"]
+    m2 = np.vstack([np.delete(m, 6, axis=0), new400])
+    m2[5] = new5
+    fx.write("x:32", 32, ids2, m2, hnsw_min=100, hashes=hashes2, text_version=1)
+    assert not built  # grown, not rebuilt
+    meta = fx.meta()
+    assert meta["count"] == 400 and meta["dead"] == 2
+    assert fx.search(new5, 1)[0][0] == "c5" and fx.search(new400, 1)[0][0] == "c400"
+    found = {c for c, _ in fx.search(m[6], 50)} | {c for c, _ in fx.search(m[5], 50)}
+    assert "c6" not in found and "" not in found and "c5" in {c for c, _ in fx.search(new5, 5)}
+    assert fx.search(m[123], 1, allowed={"c7", "c123"})[0][0] == "c123"
+    got_ids, got_vecs, got_hashes = fx.reusable("x:32", 32, 1)
+    assert sorted(got_ids) == sorted(ids2) and "" not in got_ids
+    carried = dict(zip(got_ids, got_vecs))
+    assert np.allclose(carried["c5"], new5) and np.allclose(carried["c400"], new400) and np.allclose(carried["c7"], m[7])
+    assert dict(zip(got_ids, got_hashes))["c5"] == "h5x"
+    # removing most units: too many dead, so the graph is built afresh and has no dead positions
+    monkeypatch.setattr(faiss_index, "HNSW_MAX_DEAD_SHARE", 0.2)
+    keep = [i for i, c in enumerate(got_ids) if int(c[1:]) % 2]
+    fx.write("x:32", 32, [got_ids[i] for i in keep], got_vecs[keep], hnsw_min=100,
+             hashes=[got_hashes[i] for i in keep], text_version=1)
+    assert len(built) == 1 and "dead" not in fx.meta() and fx.meta()["count"] == len(keep)
+    assert fx.search(m[7], 1)[0][0] == "c7"
+
+
 def test_inflected_question_words_reach_uninflected_names(tmp_path):
     """Questions say "resolved", "tokenizing", "entries"; code says resolve, tokenize, entry. The lexical
     search adds the base forms the index holds (indexed tokens stay unstemmed)."""

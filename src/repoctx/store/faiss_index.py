@@ -16,6 +16,10 @@ import numpy as np
 # Django's 12k; past ~250k it would eat the 20-30 ms query budget, so larger indexes use HNSW (M=32:
 # 0.2 ms/query at 100k, 31.6 s to build).
 HNSW_MIN_VECTORS = 250_000
+# An HNSW set is grown in place by an update (new and changed units' vectors added to the stored graph, the
+# positions of removed or changed ones marked dead and filtered out of every search) until the dead are this
+# share of the graph; then the next update builds it afresh.
+HNSW_MAX_DEAD_SHARE = 0.2
 
 
 class FaissIndex:
@@ -26,6 +30,7 @@ class FaissIndex:
         self._index = None
         self._ids: list[str] = []
         self._pos: dict[str, int] = {}
+        self._dead: np.ndarray | None = None  # positions of an HNSW set that no unit owns any more
         self._lock = threading.Lock()
 
     def meta(self) -> dict | None:
@@ -50,12 +55,19 @@ class FaissIndex:
         ids_path = self.dir / f"vectors-{stamp}.ids.json"
         hashes_path = self.dir / f"vectors-{stamp}.hashes.json"
         matrix = np.ascontiguousarray(matrix, dtype=np.float32).reshape(len(ids), dim)
+        live = len(ids)
         if len(ids) >= hnsw_min:
             import faiss
 
-            index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
-            index.hnsw.efSearch = 128
-            index.add(matrix)
+            # a search in this process set FAISS to one thread (right for one query); a graph build uses all
+            faiss.omp_set_num_threads(os.cpu_count() or 1)
+            grown = self._grow(model, dim, ids, matrix, hashes, text_version)
+            if grown is None:
+                index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
+                index.hnsw.efSearch = 128
+                index.add(matrix)
+            else:  # stored positions: the old set's (dead ones as ""), then the added vectors'
+                index, ids, hashes = grown
             data_path = self.dir / f"vectors-{stamp}.faiss"
             faiss.write_index(index, str(data_path))
             kind = "faiss"
@@ -64,8 +76,10 @@ class FaissIndex:
             np.save(data_path, matrix)
             kind = "npy"
         ids_path.write_text(json.dumps(ids))
-        meta = {"model": model, "dim": dim, "count": len(ids), kind: data_path.name, "ids": ids_path.name,
-                "generation": generation, "total": len(ids) if total is None else total}
+        meta = {"model": model, "dim": dim, "count": live, kind: data_path.name, "ids": ids_path.name,
+                "generation": generation, "total": live if total is None else total}
+        if len(ids) > live:
+            meta["dead"] = len(ids) - live
         if hashes is not None and len(hashes) == len(ids):
             hashes_path.write_text(json.dumps(hashes))
             meta.update(hashes=hashes_path.name, text_version=text_version)
@@ -80,6 +94,44 @@ class FaissIndex:
                         (self.dir / name).unlink()
                     except OSError:
                         pass
+
+    def _grow(self, model: str, dim: int, ids: list[str], matrix: np.ndarray, hashes: list[str] | None,
+              text_version: int | None):
+        """The current HNSW set grown into the new one, or None when it must be built afresh (no HNSW set
+        of this model, dimension and text version with hashes; or too many dead positions after the update).
+        A unit whose id and content hash are unchanged keeps its stored position; the others' vectors are
+        added to the graph, and the positions nobody owns any more become dead (id ""). Returns (index,
+        ids, hashes) in stored order."""
+        old = self.meta()
+        if (hashes is None or len(hashes) != len(ids) or not old or "faiss" not in old or "hashes" not in old
+                or old.get("model") != model or old.get("dim") != dim or old.get("text_version") != text_version):
+            return None
+        try:
+            index, old_ids = self._read(old)
+            old_hashes = json.loads((self.dir / old["hashes"]).read_text())
+        except (OSError, RuntimeError, ValueError, KeyError):
+            return None
+        if not (len(old_ids) == len(old_hashes) == index.ntotal):
+            return None
+        stored = {(cid, h): i for i, (cid, h) in enumerate(zip(old_ids, old_hashes)) if cid}
+        kept = set()
+        added = []
+        for row, key in enumerate(zip(ids, hashes)):
+            pos = stored.get(key)
+            if pos is None or pos in kept:
+                added.append(row)
+            else:
+                kept.add(pos)
+        total = len(old_ids) + len(added)
+        if total - len(ids) > HNSW_MAX_DEAD_SHARE * total:
+            return None
+        out_ids = [cid if i in kept else "" for i, cid in enumerate(old_ids)]
+        out_hashes = [h if i in kept else "" for i, h in enumerate(old_hashes)]
+        if added:
+            index.add(np.ascontiguousarray(matrix[added]))
+            out_ids += [ids[r] for r in added]
+            out_hashes += [hashes[r] for r in added]
+        return index, out_ids, out_hashes
 
     def reusable(self, model: str, dim: int | None, text_version: int) -> tuple[list[str], np.ndarray, list[str]] | None:
         """(ids, vectors, content hashes) of the current set when its vectors can serve a new set of
@@ -97,6 +149,9 @@ class FaissIndex:
             return None  # swapped meanwhile or damaged: the caller rebuilds from the vector cache
         if not (len(ids) == len(hashes) == len(matrix)) or matrix.ndim != 2 or (dim is not None and matrix.shape[1] != dim):
             return None
+        if "" in ids:  # a grown HNSW set's dead positions: no unit's vector
+            alive = [i for i, cid in enumerate(ids) if cid]
+            ids, hashes, matrix = [ids[i] for i in alive], [hashes[i] for i in alive], matrix[alive]
         return ids, np.asarray(matrix, dtype=np.float32), hashes
 
     def _read(self, meta: dict):
@@ -124,7 +179,9 @@ class FaissIndex:
         except (OSError, RuntimeError, ValueError, KeyError):
             return self._index is not None  # mid-swap: keep what we had
         self._index, self._ids, self._loaded_mtime = index, ids, mtime
-        self._pos = {cid: i for i, cid in enumerate(ids)}
+        self._pos = {cid: i for i, cid in enumerate(ids) if cid}
+        dead = [i for i, cid in enumerate(ids) if not cid]
+        self._dead = np.asarray(dead, dtype=np.int64) if dead else None
         return True
 
     def search(self, vec: np.ndarray, k: int, allowed: set[str] | None = None) -> list[tuple[str, float]]:
@@ -133,7 +190,7 @@ class FaissIndex:
         with self._lock:
             if not self._load() or not self._ids:
                 return []
-            index, ids, pos = self._index, self._ids, self._pos
+            index, ids, pos, dead = self._index, self._ids, self._pos, self._dead
         q = np.asarray(vec, dtype=np.float32).reshape(-1)
         if isinstance(index, np.ndarray):
             if allowed is None:
@@ -153,12 +210,18 @@ class FaissIndex:
 
         faiss.omp_set_num_threads(1)
         q = q.reshape(1, -1)
-        if allowed is None:
+        if allowed is None and dead is None:
             scores, idx = index.search(q, min(k, len(ids)))
+        elif allowed is None:  # a grown set: its dead positions are never candidates
+            dead_sel = faiss.IDSelectorBatch(dead)  # held here: IDSelectorNot keeps only a pointer to it
+            not_dead = faiss.IDSelectorNot(dead_sel)
+            params = faiss.SearchParametersHNSW(sel=not_dead, efSearch=index.hnsw.efSearch)
+            scores, idx = index.search(q, min(k, len(pos)), params=params)
         else:
             sel_pos = np.fromiter((pos[c] for c in allowed if c in pos), dtype=np.int64)
             if not len(sel_pos):
                 return []
-            params = faiss.SearchParametersHNSW(sel=faiss.IDSelectorBatch(sel_pos))
+            # the index's own efSearch: search parameters would otherwise bring faiss's default (16)
+            params = faiss.SearchParametersHNSW(sel=faiss.IDSelectorBatch(sel_pos), efSearch=index.hnsw.efSearch)
             scores, idx = index.search(q, min(k, len(sel_pos)), params=params)
         return [(ids[i], float(s)) for s, i in zip(scores[0], idx[0]) if i >= 0]
