@@ -368,6 +368,7 @@ class LocalMiniLM(_AsyncForms):
         return self.encode([text])[0].tolist()
 
 
+@lru_cache(maxsize=16)
 def _quantises_activations(path: Path) -> bool:
     """Whether the ONNX graph at ``path`` quantises activations at run time (``DynamicQuantizeLinear``, what
     ``onnxruntime.quantization.quantize_dynamic`` inserts before each int8 matrix product). Node op types are

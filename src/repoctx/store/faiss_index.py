@@ -31,6 +31,9 @@ class FaissIndex:
         self._ids: list[str] = []
         self._pos: dict[str, int] = {}
         self._dead: np.ndarray | None = None  # positions of an HNSW set that no unit owns any more
+        # (stored file name, index, ids, hashes) of the HNSW set ``reusable`` read, for ``_grow`` to take
+        # instead of reading the same file again (hundreds of MB past HNSW_MIN_VECTORS)
+        self._read_for_grow: tuple | None = None
         self._lock = threading.Lock()
 
     def meta(self) -> dict | None:
@@ -102,15 +105,19 @@ class FaissIndex:
         A unit whose id and content hash are unchanged keeps its stored position; the others' vectors are
         added to the graph, and the positions nobody owns any more become dead (id ""). Returns (index,
         ids, hashes) in stored order."""
+        handed, self._read_for_grow = self._read_for_grow, None
         old = self.meta()
         if (hashes is None or len(hashes) != len(ids) or not old or "faiss" not in old or "hashes" not in old
                 or old.get("model") != model or old.get("dim") != dim or old.get("text_version") != text_version):
             return None
-        try:
-            index, old_ids = self._read(old)
-            old_hashes = json.loads((self.dir / old["hashes"]).read_text())
-        except (OSError, RuntimeError, ValueError, KeyError):
-            return None
+        if handed is not None and handed[0] == old["faiss"]:
+            index, old_ids, old_hashes = handed[1:]
+        else:
+            try:
+                index, old_ids = self._read(old)
+                old_hashes = json.loads((self.dir / old["hashes"]).read_text())
+            except (OSError, RuntimeError, ValueError, KeyError):
+                return None
         if not (len(old_ids) == len(old_hashes) == index.ntotal):
             return None
         stored = {(cid, h): i for i, (cid, h) in enumerate(zip(old_ids, old_hashes)) if cid}
@@ -149,6 +156,8 @@ class FaissIndex:
             return None  # swapped meanwhile or damaged: the caller rebuilds from the vector cache
         if not (len(ids) == len(hashes) == len(matrix)) or matrix.ndim != 2 or (dim is not None and matrix.shape[1] != dim):
             return None
+        if not isinstance(index, np.ndarray):
+            self._read_for_grow = (meta["faiss"], index, ids, hashes)
         if "" in ids:  # a grown HNSW set's dead positions: no unit's vector
             alive = [i for i, cid in enumerate(ids) if cid]
             ids, hashes, matrix = [ids[i] for i in alive], [hashes[i] for i in alive], matrix[alive]
