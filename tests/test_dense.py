@@ -180,6 +180,41 @@ def test_an_hnsw_set_grows_in_place_and_never_answers_with_a_removed_unit(tmp_pa
     assert fx.search(m[7], 1)[0][0] == "c7"
 
 
+
+def test_scoped_and_grown_hnsw_searches_keep_the_index_search_breadth(tmp_path):
+    """A scoped search (and any search of a grown set, whose dead positions are filtered) passes FAISS search
+    parameters; those bring FAISS's default efSearch of 16 unless the index's own 128 is passed along. On
+    5,000 random 64-d vectors ef 16 finds ~3/4 of the true ten nearest, ef 128 all of them."""
+    from repoctx.store.faiss_index import FaissIndex
+
+    rng = np.random.default_rng(3)
+    m = rng.normal(size=(5000, 64)).astype(np.float32)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    ids = [f"c{i}" for i in range(len(m))]
+    fx = FaissIndex(tmp_path)
+    fx.write("x:64", 64, ids, m, hnsw_min=100, hashes=[f"h{i}" for i in range(len(m))], text_version=1)
+    queries = rng.normal(size=(30, 64)).astype(np.float32)
+    allowed = set(ids[: len(ids) - 50])
+
+    def recall(search_allowed, pool: np.ndarray, names: list[str]) -> float:
+        out = []
+        for q in queries:
+            scores = pool @ q
+            if search_allowed is not None:  # out of scope: never the nearest
+                scores[[i for i, c in enumerate(names) if c not in search_allowed]] = -np.inf
+            exact = {names[i] for i in np.argsort(-scores)[:10]}
+            got = {c for c, _ in fx.search(q, 10, allowed=search_allowed)}
+            out.append(len(exact & got) / 10)
+        return float(np.mean(out))
+
+    assert recall(allowed, m, ids) >= 0.95, "a scoped search ran narrower than the index"
+    # a grown set: one unit replaced, so its old position is dead and every search filters it out
+    ids2 = ids[1:] + ["c5000"]
+    m2 = np.vstack([m[1:], m[:1]])
+    fx.write("x:64", 64, ids2, m2, hnsw_min=100, hashes=[f"h{i}" for i in range(1, len(m))] + ["h5000"], text_version=1)
+    assert fx.meta()["dead"] == 1
+    assert recall(None, m2, ids2) >= 0.95
+
 def test_inflected_question_words_reach_uninflected_names(tmp_path):
     """Questions say "resolved", "tokenizing", "entries"; code says resolve, tokenize, entry. The lexical
     search adds the base forms the index holds (indexed tokens stay unstemmed)."""
