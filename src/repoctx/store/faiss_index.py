@@ -30,7 +30,9 @@ class FaissIndex:
         self._index = None
         self._ids: list[str] = []
         self._pos: dict[str, int] = {}
-        self._dead: np.ndarray | None = None  # positions of an HNSW set that no unit owns any more
+        # a grown HNSW set's selector of its live positions (dead ones no unit owns any more), made once per
+        # loaded set: (IDSelectorBatch of the dead, IDSelectorNot of it; the second holds only a pointer)
+        self._alive = None
         # (stored file name, index, ids, hashes) of the HNSW set ``reusable`` read, for ``_grow`` to take
         # instead of reading the same file again (hundreds of MB past HNSW_MIN_VECTORS)
         self._read_for_grow: tuple | None = None
@@ -190,7 +192,12 @@ class FaissIndex:
         self._index, self._ids, self._loaded_mtime = index, ids, mtime
         self._pos = {cid: i for i, cid in enumerate(ids) if cid}
         dead = [i for i, cid in enumerate(ids) if not cid]
-        self._dead = np.asarray(dead, dtype=np.int64) if dead else None
+        self._alive = None
+        if dead:
+            import faiss
+
+            dead_sel = faiss.IDSelectorBatch(np.asarray(dead, dtype=np.int64))
+            self._alive = (dead_sel, faiss.IDSelectorNot(dead_sel))
         return True
 
     def search(self, vec: np.ndarray, k: int, allowed: set[str] | None = None) -> list[tuple[str, float]]:
@@ -199,7 +206,7 @@ class FaissIndex:
         with self._lock:
             if not self._load() or not self._ids:
                 return []
-            index, ids, pos, dead = self._index, self._ids, self._pos, self._dead
+            index, ids, pos, alive = self._index, self._ids, self._pos, self._alive
         q = np.asarray(vec, dtype=np.float32).reshape(-1)
         if isinstance(index, np.ndarray):
             if allowed is None:
@@ -219,18 +226,17 @@ class FaissIndex:
 
         faiss.omp_set_num_threads(1)
         q = q.reshape(1, -1)
-        if allowed is None and dead is None:
+        if allowed is None and alive is None:
             scores, idx = index.search(q, min(k, len(ids)))
-        elif allowed is None:  # a grown set: its dead positions are never candidates
-            dead_sel = faiss.IDSelectorBatch(dead)  # held here: IDSelectorNot keeps only a pointer to it
-            not_dead = faiss.IDSelectorNot(dead_sel)
-            params = faiss.SearchParametersHNSW(sel=not_dead, efSearch=index.hnsw.efSearch)
-            scores, idx = index.search(q, min(k, len(pos)), params=params)
         else:
-            sel_pos = np.fromiter((pos[c] for c in allowed if c in pos), dtype=np.int64)
-            if not len(sel_pos):
-                return []
+            if allowed is None:  # a grown set: its dead positions are never candidates
+                sel, n = alive[1], len(pos)
+            else:
+                sel_pos = np.fromiter((pos[c] for c in allowed if c in pos), dtype=np.int64)
+                if not len(sel_pos):
+                    return []
+                sel, n = faiss.IDSelectorBatch(sel_pos), len(sel_pos)
             # the index's own efSearch: search parameters would otherwise bring faiss's default (16)
-            params = faiss.SearchParametersHNSW(sel=faiss.IDSelectorBatch(sel_pos), efSearch=index.hnsw.efSearch)
-            scores, idx = index.search(q, min(k, len(sel_pos)), params=params)
+            params = faiss.SearchParametersHNSW(sel=sel, efSearch=index.hnsw.efSearch)
+            scores, idx = index.search(q, min(k, n), params=params)
         return [(ids[i], float(s)) for s, i in zip(scores[0], idx[0]) if i >= 0]
