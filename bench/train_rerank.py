@@ -5,7 +5,8 @@
 Training questions (bench/data/train/, same format as multipart.jsonl) are over projects that are
 not in the evaluation set, so bench/agentic.py measures the shipped model on unseen code. For each
 question the agentic loop runs without a re-ranker; every candidate of every sub-query's search
-(30 deep) becomes one example, labelled 1 when it is a gold location of the question. A logistic
+(30 deep) becomes one example, labelled 1 when it is a gold location of the intent that sub-query serves
+(``intent_gold``). A logistic
 regression (class-weighted, L2) is fitted with numpy. Before the final fit, each training project is
 held out in turn: the model fitted on the others re-ranks it, and intent coverage at k=10 is
 printed with and without it.
@@ -46,19 +47,38 @@ def load(paths: list[Path]) -> list[dict]:
     return rows
 
 
-def examples(rows: list[dict], settings: Settings) -> tuple[list[tuple[dict, float, str]], dict]:
-    """(feature dict, label, project) per candidate, and the opened indexes by corpus."""
+def intent_gold(sub_query: str, lane: list[str], intents: list[dict]) -> set[str]:
+    """The gold of the intent a sub-query's lane serves: among the intents with a gold unit in the lane, the one
+    whose words the sub-query shares most, then the one whose gold the lane ranks first (empty when the lane holds
+    no gold). A lane is labelled for its own intent: labelled with the whole question's gold, a lane learnt to put
+    first what another lane should bring (each training project held out: 69.3 -> 72.4 % of intents covered; the
+    multi-part questions' oracle plan 73.6 -> 81.0)."""
+    words = set(content_terms(sub_query))
+    where = {k: i for i, k in reversed(list(enumerate(lane)))}
+    held = [it for it in intents if any(g in where for g in it["gold"])]
+    if not held:
+        return set()
+    best = max(held, key=lambda it: (len(words & set(content_terms(it["intent"]))),
+                                     -min(where[g] for g in it["gold"] if g in where)))
+    return set(best["gold"])
+
+
+def examples(rows: list[dict], settings: Settings, per_intent: bool = True) -> tuple[list[tuple[dict, float, str]], dict]:
+    """(feature dict, label, project) per candidate, and the opened indexes by corpus. ``per_intent``: a
+    candidate is gold when it is its lane's intent's (``intent_gold``), else when it is any intent's (what the
+    standard search, whose one lane is the whole question, looks for)."""
     out, indexes = [], {}
     for row in rows:
         ix = question_index(row, settings, indexes)
         res = AgenticRetriever(ix, reranker=None, per_query_k=DEPTH).run(row["question"])
         lanes = res.lanes["sub_queries"]
-        gold = {g for it in row["intents"] for g in it["gold"]}
         feats = features_for_lanes(ix.store, [(content_terms(s.text), hits) for s, hits in lanes], res.lanes["question"],
                                    ix.dense_index(), [s.text for s, _ in lanes])
-        for (_, hits), fs in zip(lanes, feats):
+        for (sub, hits), fs in zip(lanes, feats):
+            lane_gold = intent_gold(sub.text, keys(hits, ix), row["intents"]) if per_intent \
+                else {g for it in row["intents"] for g in it["gold"]}
             for h, f in zip(hits, fs):
-                out.append((f, float(bool(set(keys([h], ix)) & gold)), row["corpus"]["pypi"]))
+                out.append((f, float(bool(set(keys([h], ix)) & lane_gold)), row["corpus"]["pypi"]))
     return out, indexes
 
 
@@ -153,7 +173,7 @@ def main() -> None:
         settings = replace(settings, embedder="none")
     rows = load(a.data)
     standard = a.role == "standard"
-    data, indexes = examples(rows, settings)
+    data, indexes = examples(rows, settings, per_intent=not standard)
     lane_data = data
     if standard:  # the standard setting's own examples beside the lanes' (either alone did no better held out)
         data = standard_examples(rows, settings, indexes) + lane_data
