@@ -251,3 +251,21 @@ def test_the_code_tuned_model_ships_its_own_weights():
     assert model is not None and model.meta["embedder"] == code
     assert model.meta["held_out_coverage_at_10"]["all"]["reranked"] > model.meta["held_out_coverage_at_10"]["all"]["first_stage"]
     assert load_reranker(embedder=get_embedder("local").model_id).meta["embedder"] == get_embedder("local").model_id
+
+
+def test_a_training_lane_is_labelled_for_the_intent_it_serves():
+    """bench/train_rerank.py: a lane's positives are the gold of its own intent (the one whose words the sub-query
+    shares, then the one the lane ranks first), not every gold of the question; no gold in the lane, no positives."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from train_rerank import intent_gold
+
+    intents = [{"intent": "parsing template source into nodes", "gold": ["t.py:Parser.parse", "t.py:Lexer.tokenize"]},
+               {"intent": "auto-escaping rendered values", "gold": ["h.py:conditional_escape"]}]
+    lane = ["h.py:conditional_escape", "t.py:Node", "t.py:Lexer.tokenize"]  # the other intent's gold ranks first
+    assert intent_gold("how does the template engine parse source into a tree of nodes", lane, intents) \
+        == {"t.py:Parser.parse", "t.py:Lexer.tokenize"}
+    assert intent_gold("where is the output escaped", lane, intents) == {"h.py:conditional_escape"}  # ties: lane order
+    assert intent_gold("anything", ["t.py:Node"], intents) == set()
