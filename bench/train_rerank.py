@@ -54,7 +54,9 @@ def intent_gold(sub_query: str, lane: list[str], intents: list[dict]) -> set[str
     first what another lane should bring (each training project held out: 69.3 -> 72.4 % of intents covered; the
     multi-part questions' oracle plan 73.6 -> 81.0)."""
     words = set(content_terms(sub_query))
-    where = {k: i for i, k in reversed(list(enumerate(lane)))}
+    where: dict[str, int] = {}  # key -> its first place in the lane
+    for i, k in enumerate(lane):
+        where.setdefault(k, i)
     held = [it for it in intents if any(g in where for g in it["gold"])]
     if not held:
         return set()
@@ -75,10 +77,11 @@ def examples(rows: list[dict], settings: Settings, per_intent: bool = True) -> t
         feats = features_for_lanes(ix.store, [(content_terms(s.text), hits) for s, hits in lanes], res.lanes["question"],
                                    ix.dense_index(), [s.text for s, _ in lanes])
         for (sub, hits), fs in zip(lanes, feats):
-            lane_gold = intent_gold(sub.text, keys(hits, ix), row["intents"]) if per_intent \
+            hit_keys = [keys([h], ix) for h in hits]
+            lane_gold = intent_gold(sub.text, [k for ks in hit_keys for k in ks], row["intents"]) if per_intent \
                 else {g for it in row["intents"] for g in it["gold"]}
-            for h, f in zip(hits, fs):
-                out.append((f, float(bool(set(keys([h], ix)) & lane_gold)), row["corpus"]["pypi"]))
+            for ks, f in zip(hit_keys, fs):
+                out.append((f, float(bool(set(ks) & lane_gold)), row["corpus"]["pypi"]))
     return out, indexes
 
 
