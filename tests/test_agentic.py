@@ -266,6 +266,15 @@ def test_offline_planner_framing_and_lists():
     # entities listed in a framing clause, with "each": entity × part
     assert [s.text for s in p.plan("For the log and logit scales, how does each one transform values?")] == [
         "log scales: how does each one transform values", "logit scales: how does each one transform values"]
+    # "I'd like to understand how A, how B, and what C": the phrase goes, A stays the first part
+    assert [s.text for s in p.plan("What happens when a form is saved? I'd like to understand how the fields get "
+                                   "cleaned, how values are copied onto the instance, and what saving without "
+                                   "committing does.")] == [
+        "What happens when a form is saved", "how the fields get cleaned", "how values are copied onto the instance",
+        "what saving without committing does"]
+    # "Explain X, ..." without a question word still drops the phrase and its subject
+    assert [s.text for s in p.plan("Explain the cache backends, how is an entry culled and how is a key made?")] == [
+        "how is an entry culled", "how is a key made"]
 
 
 def test_router():

@@ -50,8 +50,11 @@ _LIST_ITEMS = re.compile(r"\s*(?:,\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+)\s*", 
 # longer clauses are paragraphs of a report, not list or comparison questions (the longest such question among
 # the bench and training sets has 361 characters); the list-shaped rules below skip them
 LIST_CLAUSE_MAX = 600
+# "I'd like to understand how the fields get cleaned, how ...": before a question word only the phrase goes (the
+# rest up to a comma is the first item of a list, not the subject of one)
 _FILLER = re.compile(r"^(?:and\s+|also\s+|then\s+|so\s+)?(?:i'd like to understand|i want to (?:know|understand)|"
-                     r"walk me through|explain|tell me|show me|trace)\b[^:,]*[:,]?\s*", re.I)
+                     r"walk me through|explain|tell me|show me|trace)\b"
+                     r"(?:\s+(?=(?:how|what|where|why|which|when|whether)\b)|[^:,]*[:,]?\s*)", re.I)
 # an item starts at a non-space, or the space after each comma could go to the comma or to the item: 2^n ways
 # to fail on a list of n items (seconds for 20)
 _EACH_ITEM = r"[\w./()'-][\w\s./()'-]*?"
