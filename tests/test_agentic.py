@@ -272,6 +272,17 @@ def test_offline_planner_framing_and_lists():
                                    "committing does.")] == [
         "What happens when a form is saved", "how the fields get cleaned", "how values are copied onto the instance",
         "what saving without committing does"]
+    # "compare A with B": two parts; with "each" in the question, A and B frame the parts that follow
+    assert [s.text for s in p.plan("Compare capturing at the file-descriptor level with capturing at the sys level, "
+                                   "and explain how log records reach the fixture.")] == [
+        "capturing at the file-descriptor level", "capturing at the sys level", "how log records reach the fixture"]
+    assert [s.text for s in p.plan("Compare the normal Environment with the native environment: how does each "
+                                   "render the result?")] == [
+        "normal Environment: how does each render the result", "native environment: how does each render the result"]
+    # "each" after a preposition qualifies the noun after it ("around each test"), not the listed items
+    assert [s.text for s in p.plan("How are -W options, the ini setting and the marker applied around each test?")] == [
+        "How are -W options applied around each test", "How are the ini setting applied around each test",
+        "How are the marker applied around each test"]
     # "Explain X, ..." without a question word still drops the phrase and its subject
     assert [s.text for s in p.plan("Explain the cache backends, how is an entry culled and how is a key made?")] == [
         "how is an entry culled", "how is a key made"]

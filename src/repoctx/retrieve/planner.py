@@ -185,6 +185,24 @@ def _aspects(aspect: str) -> list[str]:
     return out
 
 
+# "compare A with B": the two sides of a comparison (a clause of its own, or the entities before a colon)
+_WITH = re.compile(r"\s+with\s+", re.I)
+_COMPARE_WITH = re.compile(r"^(?:compare|contrast)\s+(?P<a>[^:]+?)\s+with\s+(?P<b>[^:]+)$", re.I)
+# "applied around each test": "each" after a preposition qualifies the noun after it, not the items before it
+_PREPOSITIONS = frozenset("about above across after against along among around at before behind below beneath beside "
+                          "between beyond by during for from in inside into near of off on onto out outside over per "
+                          "through throughout to toward towards under until upon with within without".split())
+
+
+def _compared(raw: str) -> list[str]:
+    """The entities of a comparison: 'the SQLite and PostgreSQL backends', 'the normal Environment with the
+    native one'."""
+    items = _entities(raw)
+    if len(items) == 1 and _WITH.search(items[0]):
+        items = [re.sub(r"^(?:the|a|an)\s+", "", x, flags=re.I) for x in _WITH.split(items[0], maxsplit=1)]
+    return items
+
+
 def expand_comparison(clause: str) -> list[str] | None:
     """'compare X and Y: how do they A and B' → X A, X B, Y A, Y B; 'A for X versus Y' → A for X, A for Y."""
     if len(clause) > LIST_CLAUSE_MAX:  # a paragraph of a report (the "each" rule backtracks on long text)
@@ -193,10 +211,13 @@ def expand_comparison(clause: str) -> list[str] | None:
         m = pat.search(clause)
         if not m:
             continue
-        entities = _entities(m.group("entities"))
+        entities = _compared(m.group("entities"))
         if len(entities) < 2:
             continue
         return [f"{e} {a}" for e in entities for a in _aspects(m.group("aspect"))]
+    m = _COMPARE_WITH.match(clause)
+    if m:
+        return [m.group("a"), m.group("b")]
     parts = _VERSUS.split(clause)
     if len(parts) >= 2:
         first, last = parts[0].split(), parts[-1].split()
@@ -208,7 +229,7 @@ def expand_comparison(clause: str) -> list[str] | None:
         items = [a] + [p.strip() for p in parts[1:-1]] + [b]
         return [" ".join(x for x in (pre, i, post) if x) for i in items]
     m = _EACH.search(clause)
-    if m:
+    if m and m.group("head").lower() not in _PREPOSITIONS:
         items = _items(m.group("items"))
         if len(items) >= 2:
             return [f"{i} {m.group('head')}{m.group('post')}".strip() for i in items]
@@ -271,6 +292,10 @@ class OfflinePlanner:
                 if len(items) >= 2 and _EACH_WORD.search(question) and all(len(i.split()) <= 4 for i in items):
                     carried = items  # "For the log, symlog and logit scales, how does each one ..."
                     context.pop()
+                continue
+            pair = _COMPARE_WITH.match(clause)
+            if pair and _EACH_WORD.search(question):  # "Compare A with B: how does each ...": A and B frame the parts
+                carried = [re.sub(r"^(?:the|a|an)\s+", "", pair.group(x), flags=re.I) for x in ("a", "b")]
                 continue
             parts = expand_comparison(clause)
             if parts is None:
