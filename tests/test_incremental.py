@@ -160,3 +160,16 @@ def test_search_while_indexing(make_repo, tmp_path):
     assert proc.stdout.readline().strip() == "DONE"
     proc.wait()
     assert ix.search("other_3")[0].capsule.qualname == "other_3"
+
+
+def test_a_function_named_like_its_module_is_indexed(make_repo, tmp_path):
+    # peewee's runtests.py defines runtests(): the function's id was the module's, and the whole index failed
+    # with "UNIQUE constraint failed: capsules.id"
+    root = make_repo({"runtests.py": "import sys\n\ndef runtests(suite):\n    return suite.run()\n",
+                      "pkg/__init__.py": "def pkg():\n    return 1\n"})
+    ix = open_index(root, tmp_path / "idx")
+    ix.update()
+    hits = ix.search("runtests suite run", k=5)
+    assert any(h.capsule.qualname == "runtests" and h.capsule.kind == "function" for h in hits)
+    assert {c.kind for c in ix.store.all_capsules() if c.path == "runtests.py"} == {"module", "function"}
+    ix.close()

@@ -417,7 +417,8 @@ def parse_source(path: str, text: str, language: str) -> ParsedFile:
     mod_id = f"{path}#{module}" if language == "python" else f"{path}#<module>"
     capsules: list[Capsule] = []
     refs: list[Ref] = []
-    seen_ids: dict[str, int] = {}
+    # the module's own id is taken: runtests.py's `def runtests()` must not collide with module runtests
+    seen_ids: dict[str, int] = {mod_id: 1}
     # stack of (end_byte, capsule_id or None for scope-only, qual_prefix, is_class)
     stack: list[tuple[int, str | None, str, bool, int]] = []
     spans: list[tuple[int, int, str]] = []  # (start_byte, end_byte, id) for attributing refs
