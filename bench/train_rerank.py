@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from repoctx.config import Settings
-from repoctx.index import second_stage_keeps
+from repoctx.index import Index, second_stage_keeps
 from repoctx.retrieve.agentic import AgenticRetriever, content_terms
 from repoctx.retrieve.hybrid import SearchOptions
 from repoctx.retrieve.rerank import (DEPTH, ROLES, LinearReranker, features_for_lanes, rerank_question,
@@ -38,6 +38,9 @@ from repoctx.retrieve.rerank import (DEPTH, ROLES, LinearReranker, features_for_
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from agentic import covered, keys, question_index  # noqa: E402  (same scoring as the benchmark)
+from embedder.reports import gold_match, report_rows, unpack  # noqa: E402
+
+TRAIN_WORK = Path.home() / ".cache" / "repoctx" / "train"  # bench/train_embedder.py's work folder (its mined pairs)
 
 
 def load(paths: list[Path]) -> list[dict]:
@@ -114,6 +117,74 @@ def standard_examples(rows: list[dict], settings: Settings, indexes: dict) -> li
     return out
 
 
+def report_searches(rows: list[dict], settings: Settings) -> list[tuple[dict, list, list[list[str]], set[str], list]]:
+    """Per release-note row: (row, the first-stage hits' (id, kind), their keys, the ids the second stage keeps,
+    their features). Each old
+    release is unpacked and indexed once (under the evaluation cache, like the other corpora)."""
+    from repoctx.evaluate.corpus import cache_dir
+
+    out, by_tree = [], {}
+    for r in rows:
+        by_tree.setdefault(r["tree"], []).append(r)
+    for n, (tree, group) in enumerate(by_tree.items(), 1):
+        root = unpack(Path(group[0]["archive"]), Path(tree))
+        name = "rel-" + root.name
+        try:
+            ix = Index(root, replace(settings, index_dir=cache_dir() / "indexes" / name), name=name[:100])
+        except Exception as e:  # noqa: BLE001 - a package that does not index is left out, said
+            print(f"  ! {root.name}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+            continue
+        try:
+            try:
+                ix.update()
+            except Exception as e:  # noqa: BLE001 - a release that does not index is left out, said
+                print(f"  ! {root.name}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+                continue
+            for r in group:
+                q = r["query"]
+                hits = ix.search(q, k=DEPTH, options=SearchOptions(k=DEPTH, rerank=False))
+                if len(hits) < 2:
+                    continue
+                feats = features_for_lanes(ix.store, [(content_terms(q), hits)], hits, ix.dense_index(), [q])[0]
+                out.append((r, [(h.capsule.id, h.capsule.kind) for h in hits], [keys([h], ix) for h in hits],
+                            second_stage_keeps(q, hits, report=True), feats))
+        finally:
+            ix.close()
+        print(f"[reports {n}/{len(by_tree)}] {root.name}: {len(group)} rows", file=sys.stderr, flush=True)
+    return out
+
+
+def report_examples(searches) -> list[tuple[dict, float, str]]:
+    """(feature dict, label, package) per unit the second stage may move, the note read as an issue report
+    (what it names is not kept in place); a function or method is gold when the note's change edited it."""
+    out = []
+    for r, hits, hit_keys, keep, feats in searches:
+        for (cid, kind), ks, f in zip(hits, hit_keys, feats):
+            if cid not in keep:
+                gold = kind in ("function", "method") and gold_match(ks, r["gold"])
+                out.append((f, float(gold), "report:" + r["package"]))
+    return out
+
+
+def report_metrics(searches, model: LinearReranker | None) -> dict:
+    """Function Acc@1/10 and MRR of the release-note rows under ``model``'s second stage (None: first stage)."""
+    a1 = a10 = mrr = 0.0
+    for r, hits, hit_keys, keep, feats in searches:
+        order = list(range(len(hits)))
+        if model is not None:
+            free = [i for i in order if hits[i][0] not in keep]
+            moved = iter(sorted(free, key=lambda i: (-model.score(feats[i]), i)))
+            order = [i if hits[i][0] in keep else next(moved) for i in order]
+        funcs = [i for i in order if hits[i][1] in ("function", "method")]
+        rank = next((j for j, i in enumerate(funcs, 1) if gold_match(hit_keys[i], r["gold"])), None)
+        a1 += rank == 1
+        a10 += rank is not None and rank <= 10
+        mrr += 1.0 / rank if rank else 0.0
+    n = max(len(searches), 1)
+    return {"n": len(searches), "acc@1": round(100 * a1 / n, 1), "acc@10": round(100 * a10 / n, 1),
+            "mrr": round(100 * mrr / n, 1)}
+
+
 def standard_coverage(rows: list[dict], indexes: dict, model: LinearReranker | None, settings: Settings,
                       k: int = 10) -> float:
     """Intent coverage at k of the standard search, its second stage done by ``model`` (None: first stage)."""
@@ -168,6 +239,10 @@ def main() -> None:
                          "rerank_weights.json for the offline default, rerank_weights.<model>.json for another")
     ap.add_argument("--role", choices=ROLES, default="lanes",
                     help="lanes: the agentic path's sub-query lanes; standard: the standard search's second stage")
+    ap.add_argument("--reports", type=int, default=0, metavar="N",
+                    help="--role standard: also fit on release-note pairs read as issue reports, the newest N old "
+                         "releases of each package (mined by bench/train_embedder.py mine --releases; 0: none)")
+    ap.add_argument("--train-work", type=Path, default=TRAIN_WORK, help="where the mined pairs are (%(default)s)")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--lexical-only", action="store_true", help="no dense signal (faster; not what ships)")
     a = ap.parse_args()
@@ -180,6 +255,31 @@ def main() -> None:
     lane_data = data
     if standard:  # the standard setting's own examples beside the lanes' (either alone did no better held out)
         data = standard_examples(rows, settings, indexes) + lane_data
+    report_cv = {}
+    if standard and a.reports:
+        searches = report_searches(report_rows(a.train_work, max_versions=a.reports), settings)
+        rdata = report_examples(searches)
+        print(f"{len(searches)} release-note reports, {len(rdata)} candidates, {int(sum(x[1] for x in rdata))} gold")
+        # the reports' own figures, five folds by package: fitted without the fold's packages, with and
+        # without any report examples (the questions' examples are in both)
+        folds = sorted({r["package"] for r, *_ in searches})
+        without = fit(data, None)
+        for name, m in (("first_stage", None), ("questions_only", without)):
+            report_cv[name] = report_metrics(searches, m)
+        held = []
+        for f in range(5):
+            out_pk = {p for i, p in enumerate(folds) if i % 5 == f}
+            m = fit(data + [d for d in rdata if d[2][len("report:"):] not in out_pk], None)
+            held += [(x, m) for x in searches if x[0]["package"] in out_pk]
+        tot = {"n": 0, "acc@1": 0.0, "acc@10": 0.0, "mrr": 0.0}
+        for x, m in held:
+            one = report_metrics([x], m)
+            for k in ("acc@1", "acc@10", "mrr"):
+                tot[k] += one[k]
+            tot["n"] += 1
+        report_cv["with_reports_held_out"] = {k: (round(v / max(tot["n"], 1), 1) if k != "n" else v) for k, v in tot.items()}
+        print("release-note reports, function ranks: " + "; ".join(f"{n} {v}" for n, v in report_cv.items()))
+        data = data + rdata
     embedder = next((ix.embedder.model_id for ix in indexes.values() if ix.embedder), None)
     print(f"{len(rows)} questions, {sum(len(r['intents']) for r in rows)} intents, {len(data)} candidates, "
           f"{int(sum(lab for _, lab, _ in data))} gold")
@@ -205,8 +305,10 @@ def main() -> None:
                                  for p in a.data],
                   "questions": len(rows), "candidates": len(data), "gold": int(sum(lab for _, lab, _ in data)),
                   "held_out_coverage_at_10": cv, "date": datetime.date.today().isoformat(),
+                  **({"release_note_reports": {"versions_per_package": a.reports, **report_cv}} if report_cv else {}),
                   "role": a.role,
-                  "command": "python bench/train_rerank.py" + (" --role standard" if standard else "") + (f" (REPOCTX_EMBEDDER={settings.embedder})" if settings.embedder not in (None, "", "local") else "")}
+                  "command": "python bench/train_rerank.py" + (" --role standard" if standard else "")
+                  + (f" --reports {a.reports}" if a.reports else "") + (f" (REPOCTX_EMBEDDER={settings.embedder})" if settings.embedder not in (None, "", "local") else "")}
     print("weights:", {n: round(w, 2) for n, w in zip(model.features, model.weights)})
     if not a.no_write:
         from repoctx.embed import get_embedder

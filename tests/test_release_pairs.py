@@ -142,3 +142,36 @@ def test_the_changelog_formats_of_other_projects():
         "Fixed issue where a table comment set to an empty string would cause autogenerate to detect a change."]
     assert release_entries({"doc/build/changelog/changelog_20.rst": zzzeek.encode()}, "1.20.0") == [
         "Older feature with enough words."]
+
+
+def test_a_release_unpacks_as_its_wheel_would_and_gold_matches_nested_defs(tmp_path):
+    """bench/embedder/reports.py: the old release's sdist becomes the corpus of an issue-like row."""
+    import io
+    import json
+    import tarfile
+
+    from embedder.reports import gold_match, report_rows, unpack
+
+    work = tmp_path / "work"
+    (work / "sdists").mkdir(parents=True)
+    archive = work / "sdists" / "demo_pkg-1.0.tar.gz"
+    members = {"demo_pkg-1.0/demo/core.py": b"def run():\n    return 1\n",
+               "demo_pkg-1.0/tests/test_core.py": b"def test_run():\n    pass\n",
+               "demo_pkg-1.0/docs/conf.py": b"x = 1\n", "demo_pkg-1.0/../evil.py": b"x = 1\n",
+               "demo_pkg-1.0/CHANGES.rst": b"1.1\n---\n- Fix run\n"}
+    with tarfile.open(archive, "w:gz") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    (work / "releases").mkdir()
+    (work / "releases" / "demo-pkg.jsonl").write_text(json.dumps(
+        {"package": "demo-pkg", "version": "1.0", "path": "demo/core.py", "qualname": "run",
+         "query": "Fix run returning the wrong value"}) + "\n")
+    rows = report_rows(work, ["demo-pkg"])
+    assert [(r["query"], r["gold"]) for r in rows] == [("Fix run returning the wrong value", ["demo/core.py:run"])]
+    root = unpack(archive, Path(rows[0]["tree"]))
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*.py")) == ["demo/core.py"]
+    assert not (tmp_path / "work" / "evil.py").exists()
+    assert gold_match(["demo/core.py:run"], ["demo/core.py:run.inner"])  # a nested def counts as its function
+    assert not gold_match(["demo/core.py:runner"], ["demo/core.py:run"])

@@ -434,7 +434,7 @@ class Index:
         self.close()
 
 
-def second_stage_keeps(query: str, hits: list[Hit]) -> set[str]:
+def second_stage_keeps(query: str, hits: list[Hit], report: bool | None = None) -> set[str]:
     """Ids of the units among the first ``rr.DEPTH`` that stay where the first stage put them, the
     others being re-ordered around them by the second stage:
     - what a question names is what it asks about (a report names the API where the problem shows,
@@ -444,8 +444,9 @@ def second_stage_keeps(query: str, hits: list[Hit]) -> set[str]:
       module's docstring says what its file is for);
     - a unit both BM25 and the dense model rank first, where both kinds of evidence agree (a
       docstring's own words as the query: its unit first 74 % -> 37 % if the model may move it).
+    (``report``: whether the query is an issue report; None: as the router reads it)
     """
-    named = () if reads_as_report(query) else ("exact",)
+    named = () if (reads_as_report(query) if report is None else report) else ("exact",)
     return {h.capsule.id for h in hits[:rr.DEPTH] if h.capsule.kind == "module" or is_doc_unit(h.capsule)
             or any(w in h.why for w in (*named, "test_demoted")) or _first_by_both(h)}
 
