@@ -16,6 +16,13 @@ lane examples above plus, per question, its own first-stage search (30 deep) as 
 stage sees, the units it may move being examples. Held out by project, intent coverage at k=10 of the
 standard search is printed under the first stage, lane examples only (the weights the second stage used
 before) and both.
+
+``--reports N`` (standard role; the shipped file: ``--reports 2``) adds issue-like rows: release-note entries of
+the pinned training packages against the function their change edited in the release before
+(``bench/embedder/reports.py``; the pairs come from ``python bench/train_embedder.py mine --releases 12`` and are
+not committed), the newest N old releases of each package, each searched as an issue report. Their own function
+ranks are printed under the first stage, the question-only weights and, five folds by package, weights fitted
+without the fold's packages.
 """
 from __future__ import annotations
 
