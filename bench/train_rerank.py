@@ -46,8 +46,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from agentic import covered, keys, question_index  # noqa: E402  (same scoring as the benchmark)
 from embedder.reports import gold_match, report_rows, unpack  # noqa: E402
-
-TRAIN_WORK = Path.home() / ".cache" / "repoctx" / "train"  # bench/train_embedder.py's work folder (its mined pairs)
+from train_embedder import DEFAULT_WORK as TRAIN_WORK  # noqa: E402  (where its mined pairs are)
 
 
 def load(paths: list[Path]) -> list[dict]:
@@ -126,8 +125,8 @@ def standard_examples(rows: list[dict], settings: Settings, indexes: dict) -> li
 
 def report_searches(rows: list[dict], settings: Settings) -> list[tuple[dict, list, list[list[str]], set[str], list]]:
     """Per release-note row: (row, the first-stage hits' (id, kind), their keys, the ids the second stage keeps,
-    their features). Each old
-    release is unpacked and indexed once (under the evaluation cache, like the other corpora)."""
+    their features). Each old release is unpacked and indexed once (under the evaluation cache, like the other
+    corpora); a release that does not index is left out, said."""
     from repoctx.evaluate.corpus import cache_dir
 
     out, by_tree = [], {}
@@ -136,17 +135,16 @@ def report_searches(rows: list[dict], settings: Settings) -> list[tuple[dict, li
     for n, (tree, group) in enumerate(by_tree.items(), 1):
         root = unpack(Path(group[0]["archive"]), Path(tree))
         name = "rel-" + root.name
+        ix = None
         try:
             ix = Index(root, replace(settings, index_dir=cache_dir() / "indexes" / name), name=name[:100])
-        except Exception as e:  # noqa: BLE001 - a package that does not index is left out, said
+            ix.update()
+        except Exception as e:  # noqa: BLE001
             print(f"  ! {root.name}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+            if ix is not None:
+                ix.close()
             continue
         try:
-            try:
-                ix.update()
-            except Exception as e:  # noqa: BLE001 - a release that does not index is left out, said
-                print(f"  ! {root.name}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
-                continue
             for r in group:
                 q = r["query"]
                 hits = ix.search(q, k=DEPTH, options=SearchOptions(k=DEPTH, rerank=False))
@@ -173,23 +171,35 @@ def report_examples(searches) -> list[tuple[dict, float, str]]:
     return out
 
 
+def second_stage_order(model: LinearReranker | None, feats: list[dict], kept: list[bool]) -> list[int]:
+    """Positions of a standard search's first units after its second stage: the units it may move re-ordered by
+    ``model``'s score (ties keep their order), the kept ones where they were (as ``rerank.rerank_question``)."""
+    order = list(range(len(feats)))
+    if model is None:
+        return order
+    moved = iter(sorted((i for i in order if not kept[i]), key=lambda i: (-model.score(feats[i]), i)))
+    return [i if kept[i] else next(moved) for i in order]
+
+
+def report_rank(search, model: LinearReranker | None) -> int | None:
+    """Rank of a release-note row's gold among the functions after ``model``'s second stage (None: not in 30)."""
+    r, hits, hit_keys, keep, feats = search
+    order = second_stage_order(model, feats, [cid in keep for cid, _ in hits])
+    funcs = [i for i in order if hits[i][1] in ("function", "method")]
+    return next((j for j, i in enumerate(funcs, 1) if gold_match(hit_keys[i], r["gold"])), None)
+
+
+def rank_summary(ranks: list[int | None]) -> dict:
+    """Function Acc@1/10 and MRR (percent) of gold ranks."""
+    n = max(len(ranks), 1)
+    return {"n": len(ranks), "acc@1": round(100 * sum(r == 1 for r in ranks) / n, 1),
+            "acc@10": round(100 * sum(r is not None and r <= 10 for r in ranks) / n, 1),
+            "mrr": round(100 * sum(1.0 / r for r in ranks if r) / n, 1)}
+
+
 def report_metrics(searches, model: LinearReranker | None) -> dict:
     """Function Acc@1/10 and MRR of the release-note rows under ``model``'s second stage (None: first stage)."""
-    a1 = a10 = mrr = 0.0
-    for r, hits, hit_keys, keep, feats in searches:
-        order = list(range(len(hits)))
-        if model is not None:
-            free = [i for i in order if hits[i][0] not in keep]
-            moved = iter(sorted(free, key=lambda i: (-model.score(feats[i]), i)))
-            order = [i if hits[i][0] in keep else next(moved) for i in order]
-        funcs = [i for i in order if hits[i][1] in ("function", "method")]
-        rank = next((j for j, i in enumerate(funcs, 1) if gold_match(hit_keys[i], r["gold"])), None)
-        a1 += rank == 1
-        a10 += rank is not None and rank <= 10
-        mrr += 1.0 / rank if rank else 0.0
-    n = max(len(searches), 1)
-    return {"n": len(searches), "acc@1": round(100 * a1 / n, 1), "acc@10": round(100 * a10 / n, 1),
-            "mrr": round(100 * mrr / n, 1)}
+    return rank_summary([report_rank(x, model) for x in searches])
 
 
 def standard_coverage(rows: list[dict], indexes: dict, model: LinearReranker | None, settings: Settings,
@@ -269,22 +279,11 @@ def main() -> None:
         print(f"{len(searches)} release-note reports, {len(rdata)} candidates, {int(sum(x[1] for x in rdata))} gold")
         # the reports' own figures, five folds by package: fitted without the fold's packages, with and
         # without any report examples (the questions' examples are in both)
-        folds = sorted({r["package"] for r, *_ in searches})
-        without = fit(data, None)
-        for name, m in (("first_stage", None), ("questions_only", without)):
-            report_cv[name] = report_metrics(searches, m)
-        held = []
-        for f in range(5):
-            out_pk = {p for i, p in enumerate(folds) if i % 5 == f}
-            m = fit(data + [d for d in rdata if d[2][len("report:"):] not in out_pk], None)
-            held += [(x, m) for x in searches if x[0]["package"] in out_pk]
-        tot = {"n": 0, "acc@1": 0.0, "acc@10": 0.0, "mrr": 0.0}
-        for x, m in held:
-            one = report_metrics([x], m)
-            for k in ("acc@1", "acc@10", "mrr"):
-                tot[k] += one[k]
-            tot["n"] += 1
-        report_cv["with_reports_held_out"] = {k: (round(v / max(tot["n"], 1), 1) if k != "n" else v) for k, v in tot.items()}
+        fold = {p: i % 5 for i, p in enumerate(sorted({r["package"] for r, *_ in searches}))}
+        report_cv["first_stage"] = report_metrics(searches, None)
+        report_cv["questions_only"] = report_metrics(searches, fit(data, None))
+        held = {f: fit(data + [d for d in rdata if fold[d[2][len("report:"):]] != f], None) for f in set(fold.values())}
+        report_cv["with_reports_held_out"] = rank_summary([report_rank(x, held[fold[x[0]["package"]]]) for x in searches])
         print("release-note reports, function ranks: " + "; ".join(f"{n} {v}" for n, v in report_cv.items()))
         data = data + rdata
     embedder = next((ix.embedder.model_id for ix in indexes.values() if ix.embedder), None)

@@ -23,6 +23,9 @@ from repoctx.retrieve import rerank as rr
 from repoctx.retrieve.agentic import content_terms
 from repoctx.retrieve.hybrid import SearchOptions, search
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from train_rerank import second_stage_order  # noqa: E402  (the second stage's order, as the trainer scores it)
+
 KS = (1, 5, 10)
 
 
@@ -39,11 +42,13 @@ def capture(dataset: str, out: str) -> None:
         hits = search(ix.store, q, SearchOptions(pool=300, k=300), dense, ix.scope(), limit=300)
         model = rr.load_reranker(embedder=rr.embedder_id(ix), role="standard")
         head = hits[:rr.DEPTH]
-        feats = rr.features_for_lanes(ix.store, [(content_terms(q), head)], hits, rr.trained_dense(model, dense),
-                                      [q] if rr.trained_dense(model, dense) is not None else None, ix.scope())[0]
+        named = rr.trained_dense(model, dense)
+        feats = rr.features_for_lanes(ix.store, [(content_terms(q), head)], hits, named,
+                                      [q] if named is not None else None, ix.scope())[0]
+        keep = second_stage_keeps(q, hits)
         rows.append({"id": row["instance_id"], "pos": i, "repo": row["repo"], "gold": row["gold_functions"],
                      "keys": [function_ranking([h], ix) for h in hits], "feats": feats,
-                     "keep": [h.capsule.id in second_stage_keeps(q, hits) for h in head]})
+                     "keep": [h.capsule.id in keep for h in head]})
         ix.close()
         print(f"{len(rows)} {row['instance_id']}", file=sys.stderr, flush=True)
     pickle.dump(rows, open(out, "wb"))
@@ -51,11 +56,8 @@ def capture(dataset: str, out: str) -> None:
 
 def ranking(r: dict, model: rr.LinearReranker | None) -> list[str]:
     n = len(r["feats"])
-    order = list(range(len(r["keys"])))
-    if model is not None and n >= 2:
-        free = [i for i in range(n) if not r["keep"][i]]
-        moved = iter(sorted(free, key=lambda i: (-model.score(r["feats"][i]), i)))
-        order = [i if r["keep"][i] else next(moved) for i in range(n)] + order[n:]
+    order = (second_stage_order(model, r["feats"], r["keep"]) if n >= 2 else list(range(n))) \
+        + list(range(n, len(r["keys"])))
     return list(dict.fromkeys(k for i in order for k in r["keys"][i]))
 
 

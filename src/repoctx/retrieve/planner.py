@@ -194,12 +194,16 @@ _PREPOSITIONS = frozenset("about above across after against along among around a
                           "through throughout to toward towards under until upon with within without".split())
 
 
+def _bare(phrase: str) -> str:
+    return re.sub(r"^(?:the|a|an)\s+", "", phrase, flags=re.I)
+
+
 def _compared(raw: str) -> list[str]:
     """The entities of a comparison: 'the SQLite and PostgreSQL backends', 'the normal Environment with the
     native one'."""
     items = _entities(raw)
     if len(items) == 1 and _WITH.search(items[0]):
-        items = [re.sub(r"^(?:the|a|an)\s+", "", x, flags=re.I) for x in _WITH.split(items[0], maxsplit=1)]
+        items = [_bare(x) for x in _WITH.split(items[0], maxsplit=1)]
     return items
 
 
@@ -295,7 +299,7 @@ class OfflinePlanner:
                 continue
             pair = _COMPARE_WITH.match(clause)
             if pair and _EACH_WORD.search(question):  # "Compare A with B: how does each ...": A and B frame the parts
-                carried = [re.sub(r"^(?:the|a|an)\s+", "", pair.group(x), flags=re.I) for x in ("a", "b")]
+                carried = [_bare(pair.group(x)) for x in ("a", "b")]
                 continue
             parts = expand_comparison(clause)
             if parts is None:
