@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from repoctx.retrieve.agentic import AgenticRetriever, evidence_score
+from repoctx.retrieve.agentic import AgenticRetriever, evidence_score, fuse_runs
 from repoctx.retrieve.judge import LLMJudge
 from repoctx.retrieve.planner import LLMPlanner, OfflinePlanner, SubQuery, colon_list
 from repoctx.retrieve.router import route
@@ -72,6 +72,33 @@ def test_results_deduplicated_across_sub_queries(ix):
     assert len(ids) == len(set(ids))
     evict = next(h for h in r.hits if h.capsule.qualname == "LRUCache.evict_oldest")
     assert len(evict.why["sub_queries"]) >= 2 and evict.score > 0
+
+
+def test_fuse_runs_lifts_what_several_wordings_find():
+    c = {n: type("C", (), {"id": n})() for n in "abcde"}
+    best, other = [Hit(c[n], 1.0, {"run": 1}) for n in "abc"], [Hit(c[n], 1.0, {"run": 2}) for n in "dbe"]
+    fused = fuse_runs([best, other], depth=4)
+    # b is found by both; a and d tie at rank 1 and the best-evidence search (first) wins the tie
+    assert [h.capsule.id for h in fused] == ["b", "a", "d", "c"]
+    assert fused[0].why == {"run": 1}  # a unit keeps the hit of the first search that found it
+
+
+def test_a_replanned_intent_gets_the_fusion_of_its_searches(ix):
+    by_name = {n: ix.find(n)[0] for n in ("evict_oldest", "expire_entries", "get", "verify_csrf_token")}
+    wordings = {}
+
+    def search(text, k):
+        first = text not in wordings and "variant" not in text
+        wordings[text] = True
+        names = ("get", "evict_oldest") if first else ("verify_csrf_token", "evict_oldest")
+        return [Hit(by_name[n], 1.0, {}) for n in names]
+
+    r = AgenticRetriever(ix, planner=EndlessPlanner(), max_iterations=2, threshold=1.01, search_fn=search,
+                         reranker=False).run("How are cache entries evicted, and how do entries expire?")
+    assert r.iterations == 2
+    for _, lane in r.lanes["sub_queries"]:  # both wordings found evict_oldest: it leads the intent's lane
+        names = [h.capsule.name for h in lane]
+        assert names[0] == "evict_oldest" and sorted(names[1:]) == ["get", "verify_csrf_token"]
 
 
 def test_expansion_adds_class_of_a_method(ix):
