@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol
 
-from repoctx.retrieve.query import mentions
+from repoctx.retrieve.query import mentions, summary_line
 from repoctx.retrieve.router import reads_as_report
 from repoctx.store.base import EVERYTHING, Scope
 from repoctx.tokens import base_forms, code_tokens
@@ -33,6 +33,9 @@ _ASKS_FOR_DOCS = re.compile(r"\b(docs?|documentation|documented|readme|changelog
 
 class DenseIndex(Protocol):
     def search(self, query: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]: ...
+
+
+SUMMARY_WEIGHT = 0.5  # the weight of a report's title line searched alone (two signals: lexical and dense)
 
 
 @dataclass
@@ -180,6 +183,16 @@ def _search(store, query: str, opts: SearchOptions, dense_index: DenseIndex | No
         add_rank("lexical", store.lexical(terms, opts.pool, scope), opts.weights.get("lexical", 1.0))
     if opts.dense and dense_index is not None:
         add_rank("dense", dense_index.search(query, opts.pool, scope), opts.weights.get("dense", 1.0))
+    summary = summary_line(query)
+    if summary and opts.weights.get("summary", SUMMARY_WEIGHT):
+        # a long report's title: its words are few and often common, so the rarest-terms cut of the whole
+        # text drops them and its vector is diluted; the title searched alone is one more ranked signal
+        w = opts.weights.get("summary", SUMMARY_WEIGHT)
+        if opts.lexical:
+            add_rank("summary_lexical", store.lexical(query_terms(store, summary, opts.max_terms, scope), opts.pool,
+                                                      scope), w)
+        if opts.dense and dense_index is not None:
+            add_rank("summary_dense", dense_index.search(summary, opts.pool, scope), w)
     exact: dict[str, float] = {}
     if opts.exact:
         found = exact_hits(store, query, scope)

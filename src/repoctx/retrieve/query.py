@@ -19,6 +19,19 @@ def looks_like_code(word: str) -> bool:
     return any(c.isupper() for c in word[1:]) and any(c.islower() for c in word)
 
 
+def summary_line(text: str) -> str | None:
+    """The line that sums up a text of several lines (an issue's title, a question above pasted code), or None
+    for a one-line text. Markdown header and emphasis marks are dropped; a line of fewer than three words, or
+    one that is code (a fence, a prompt, a statement), sums nothing up."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if len(lines) < 2:
+        return None
+    first = re.sub(r"^[#>*\-\s]+|[*_]{2,}", "", lines[0]).strip()
+    if len(first.split()) < 3 or len(first) > 300 or re.match(r"^(```|>>>|\$ |import |from \w+ import |def |class )", first):
+        return None
+    return first
+
+
 @dataclass
 class Mentions:
     identifiers: list[str]  # last components, most specific first
