@@ -25,6 +25,7 @@ def test_summary_line():
     assert summary_line("How is the CSRF token verified?") is None  # one line: the whole text is its summary
     assert summary_line("import os\nos.getcwd()") is None  # code sums nothing up
     assert summary_line("Broken\nit fails") is None  # too short to search on its own
+    assert summary_line("How do I fix this?\n    x = compute(1)") is None  # one content word: nothing to search
 
 
 def test_a_reports_title_is_one_more_signal(make_repo, tmp_path):

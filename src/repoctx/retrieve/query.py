@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from repoctx.tokens import code_tokens
+
 _PATH = re.compile(r"(?<![\w/.])((?:[\w.-]+/)*[\w-]+\.(?:py|pyi|js|jsx|ts|tsx|go|java|rs|c|h|cc|cpp|hpp|cs|rb|php|kt|swift|scala|md|ya?ml|toml|json|sql|sh))\b")
 _DOTTED = re.compile(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)\b")
 _IDENT = re.compile(r"\b([A-Za-z_]\w*)\b")
@@ -22,14 +24,15 @@ def looks_like_code(word: str) -> bool:
 def summary_line(text: str) -> str | None:
     """The line that sums up a text of several lines (an issue's title, a question above pasted code), or None
     for a one-line text. Markdown header and emphasis marks are dropped; a line of fewer than three words, or
-    one that is code (a fence, a prompt, a statement), sums nothing up."""
+    one that is code (a fence, a prompt, a statement), or one with fewer than two content words ("How do I fix
+    this?") sums nothing up."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     if len(lines) < 2:
         return None
     first = re.sub(r"^[#>*\-\s]+|[*_]{2,}", "", lines[0]).strip()
     if len(first.split()) < 3 or len(first) > 300 or re.match(r"^(```|>>>|\$ |import |from \w+ import |def |class )", first):
         return None
-    return first
+    return first if len(set(code_tokens(first, keep_stopwords=False))) >= 2 else None
 
 
 @dataclass
