@@ -22,6 +22,8 @@ def test_summary_line():
     assert summary_line("get_backend() clears figures if created under rc_context\n\nbody") == \
         "get_backend() clears figures if created under rc_context"
     assert summary_line("## Bug: the **thing** breaks\nsteps") == "Bug: the thing breaks"
+    assert summary_line("ExpressionWrapper for ~Q(pk__in=[]) crashes.\nbody") == "ExpressionWrapper for ~Q(pk__in=[]) crashes."
+    assert summary_line("Fix duplicated *args and **kwargs\nbody") == "Fix duplicated *args and **kwargs"
     assert summary_line("How is the CSRF token verified?") is None  # one line: the whole text is its summary
     assert summary_line("import os\nos.getcwd()") is None  # code sums nothing up
     assert summary_line("Broken\nit fails") is None  # too short to search on its own

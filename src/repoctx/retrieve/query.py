@@ -23,13 +23,15 @@ def looks_like_code(word: str) -> bool:
 
 def summary_line(text: str) -> str | None:
     """The line that sums up a text of several lines (an issue's title, a question above pasted code), or None
-    for a one-line text. Markdown header and emphasis marks are dropped; a line of fewer than three words, or
+    for a one-line text. Markdown header, quote, bullet and bold marks are dropped; a line of fewer than three words, or
     one that is code (a fence, a prompt, a statement), or one with fewer than two content words ("How do I fix
     this?") sums nothing up."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     if len(lines) < 2:
         return None
-    first = re.sub(r"^[#>*\-\s]+|[*_]{2,}", "", lines[0]).strip()
+    # a header's or quote's marks, a list bullet and **bold** go; code's own marks (__isnull, pk__in, **kwargs) stay
+    first = re.sub(r"^(?:[#>]+\s*|[-*]\s+)", "", lines[0])
+    first = re.sub(r"\*\*(\S(?:[^*]*\S)?)\*\*", r"\1", first).strip()
     if len(first.split()) < 3 or len(first) > 300 or re.match(r"^(```|>>>|\$ |import |from \w+ import |def |class )", first):
         return None
     return first if len(set(code_tokens(first, keep_stopwords=False))) >= 2 else None
