@@ -175,7 +175,6 @@ class AgenticRetriever:
                          data={"sub_queries": [s.text for s in subs]})
 
         coverage: dict[str, float] = {}
-        best_for: dict[str, list[Hit]] = {}
         searches: dict[str, list[list[Hit]]] = {}  # intent -> every search made for it, best evidence first
         pending = subs
         iterations = 0
@@ -196,7 +195,6 @@ class AgenticRetriever:
                 runs = searches.setdefault(sub.intent, [])
                 if score >= coverage.get(sub.intent, -1.0):
                     coverage[sub.intent] = score
-                    best_for[sub.intent] = hits
                     runs.insert(0, hits)
                 else:
                     runs.append(hits)
@@ -217,9 +215,9 @@ class AgenticRetriever:
                 yield TraceEvent("Planning", SUCCEEDED, f"re-planning {len(pending)} uncovered intents",
                                  data={"sub_queries": [s.text for s in pending]})
         sufficient = all(coverage.get(s.intent, 0.0) >= self.threshold for s in subs)
-        for intent, runs in searches.items():  # an intent searched in several wordings: their fusion is its lane
-            if len(runs) > 1:
-                best_for[intent] = fuse_runs(runs, self.depth)
+        # each intent's lane: its one search, or the fusion of the wordings it was searched in
+        best_for = {intent: runs[0] if len(runs) == 1 else fuse_runs(runs, self.depth)
+                    for intent, runs in searches.items()}
 
         raw_lanes = {s.intent: best_for[s.intent] for s in subs if s.intent in best_for}
         question_hits = lanes[0][1] if lanes and lanes[0][0] == query else []  # the speculative search

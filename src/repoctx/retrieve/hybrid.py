@@ -183,11 +183,10 @@ def _search(store, query: str, opts: SearchOptions, dense_index: DenseIndex | No
         add_rank("lexical", store.lexical(terms, opts.pool, scope), opts.weights.get("lexical", 1.0))
     if opts.dense and dense_index is not None:
         add_rank("dense", dense_index.search(query, opts.pool, scope), opts.weights.get("dense", 1.0))
-    summary = summary_line(query)
-    if summary and opts.weights.get("summary", SUMMARY_WEIGHT):
+    summary, w = summary_line(query), opts.weights.get("summary", SUMMARY_WEIGHT)
+    if summary and w:
         # a long report's title: its words are few and often common, so the rarest-terms cut of the whole
         # text drops them and its vector is diluted; the title searched alone is one more ranked signal
-        w = opts.weights.get("summary", SUMMARY_WEIGHT)
         if opts.lexical:
             add_rank("summary_lexical", store.lexical(query_terms(store, summary, opts.max_terms, scope), opts.pool,
                                                       scope), w)
