@@ -5,7 +5,7 @@ import pytest
 
 from repoctx.retrieve.agentic import AgenticRetriever, evidence_score, fuse_runs
 from repoctx.retrieve.judge import LLMJudge
-from repoctx.retrieve.planner import LLMPlanner, OfflinePlanner, SubQuery, colon_list
+from repoctx.retrieve.planner import LLMPlanner, OfflinePlanner, SubQuery, colon_list, split_clauses
 from repoctx.retrieve.router import route
 from repoctx.types import Hit
 from tests.conftest import open_index
@@ -313,6 +313,29 @@ def test_offline_planner_framing_and_lists():
     # "Explain X, ..." without a question word still drops the phrase and its subject
     assert [s.text for s in p.plan("Explain the cache backends, how is an entry culled and how is a key made?")] == [
         "how is an entry culled", "how is a key made"]
+
+
+def test_offline_planner_leaves_parenthesized_asides_whole():
+    p = OfflinePlanner()
+    # a ';' or '. ' inside (...) is part of the aside, not a clause boundary
+    assert split_clauses("How does each lay the data out (padding for rolling; trim or pad for coarsen), and how does "
+                         "each apply a reduction?") == [
+        "How does each lay the data out (padding for rolling; trim or pad for coarsen)",
+        "how does each apply a reduction"]
+    assert [s.text for s in p.plan("Which exception does the map raise when it wants the client redirected (e.g. to add "
+                                   "a trailing slash), and how does that become a 308 response?")] == [
+        "Which exception does the map raise when it wants the client redirected (e.g. to add a trailing slash)",
+        "how does that become a 308 response"]
+    # a list inside an aside qualifies the clause: not one part per item
+    assert [s.text for s in p.plan("How does the compiler turn the macro body into a function (including the special "
+                                   "caller, varargs and kwargs names), and how does a call block hand its body over?")] == [
+        "How does the compiler turn the macro body into a function (including the special caller, varargs and kwargs "
+        "names)", "how does a call block hand its body over"]
+    # an entity named inside an aside does not stop the compared entities from framing the part
+    assert [s.text for s in p.plan("Compare rolling windows with coarsening: how does each pad the edges (zeros for "
+                                   "rolling; trim for coarsen)?")] == [
+        "rolling windows: how does each pad the edges (zeros for rolling; trim for coarsen)",
+        "coarsening: how does each pad the edges (zeros for rolling; trim for coarsen)"]
 
 
 def test_router():

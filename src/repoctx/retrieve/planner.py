@@ -148,9 +148,30 @@ _RELATIVE = re.compile(r"^which\s+(?:can't|cannot|can not|is|isn't|are|aren't|ha
                        r"do not|was|were|will|would|also|then|means|makes|lacks)\b", re.I)
 
 
+_ASIDE = re.compile(r"\([^()]*(?:\([^()]*\)[^()]*)*\)")  # a parenthesized aside (one level of nesting inside)
+_ASIDE_MARK = re.compile(r"qzaside(\d+)qz")
+
+
+def mask_asides(text: str) -> tuple[str, list[str]]:
+    """Each parenthesized aside replaced by one word-like mark: its commas, 'and', 'or' and ';' ('(padding for
+    rolling; exact, trim or pad for coarsen)', '(normalizing by the weights of the non-missing values only)')
+    belong to the aside, not to the clause's list or clauses. ``unmask_asides`` puts them back."""
+    asides: list[str] = []
+
+    def mark(m: re.Match) -> str:
+        asides.append(m.group(0))
+        return f"qzaside{len(asides) - 1}qz"
+    return _ASIDE.sub(mark, text), asides
+
+
+def unmask_asides(text: str, asides: list[str]) -> str:
+    return _ASIDE_MARK.sub(lambda m: asides[int(m.group(1))] if int(m.group(1)) < len(asides) else m.group(0), text)
+
+
 def split_clauses(question: str) -> list[str]:
     parts: list[str] = []
-    for p in (_clean(p) for p in _CLAUSE_SPLIT.split(question)):
+    masked, asides = mask_asides(question)
+    for p in (unmask_asides(_clean(p), asides) for p in _CLAUSE_SPLIT.split(masked)):
         if parts and _RELATIVE.match(p):  # "..., which can't alter a column in place" qualifies the clause before
             parts[-1] = f"{parts[-1]}, {p}"
         elif p and len(p.split()) >= 2:
@@ -270,6 +291,9 @@ def expand_list(clause: str) -> list[str] | None:
     if len(items) < 3 or any(len(i.split()) > 6 for i in items):
         return None
     pre, post = m.group("pre").strip(), (m.group("post") or "").strip()
+    last = pre.split()[-1].lower() if pre else ""
+    # "the usage line, the description text": the "the" that ends ``pre`` is not said twice
+    items = [" ".join(i.split()[1:]) if i.split()[0].lower() == last and len(i.split()) > 1 else i for i in items]
     return [" ".join(x for x in (pre, i, post) if x) for i in items]
 
 
@@ -290,25 +314,27 @@ class OfflinePlanner:
             context.append(lead.group("subject").strip())
             body = lead.group("rest")
         for clause in split_clauses(body):
+            clause, asides = mask_asides(clause)  # the rules read the clause without its asides' commas
             if is_context(clause):
-                context.append(clause)  # "For symbolic matrices": framing for what follows, not an intent
-                items = _entities(re.sub(r"^\w+\s+", "", clause))
+                context.append(unmask_asides(clause, asides))  # "For symbolic matrices": framing, not an intent
+                items = [unmask_asides(i, asides) for i in _entities(re.sub(r"^\w+\s+", "", clause))]
                 if len(items) >= 2 and _EACH_WORD.search(question) and all(len(i.split()) <= 4 for i in items):
                     carried = items  # "For the log, symlog and logit scales, how does each one ..."
                     context.pop()
                 continue
             pair = _COMPARE_WITH.match(clause)
             if pair and _EACH_WORD.search(question):  # "Compare A with B: how does each ...": A and B frame the parts
-                carried = [_bare(pair.group(x)) for x in ("a", "b")]
+                carried = [unmask_asides(_bare(pair.group(x)), asides) for x in ("a", "b")]
                 continue
             parts = expand_comparison(clause)
             if parts is None:
                 entities = compared_entities(clause)
                 if entities:
-                    carried = entities
+                    carried = [unmask_asides(e, asides) for e in entities]
                     continue
                 parts = colon_list(clause) or expand_list(clause) \
                     or (lead and _ASKS.match(clause) is None and list_items(clause)) or [clause]
+            parts = [unmask_asides(p, asides) for p in parts]
             if carried and not any(e.split()[0].lower() in clause.lower() for e in carried):
                 parts = [f"{e}: {p}" for e in carried for p in parts]
             for p in parts:
