@@ -1,0 +1,153 @@
+"""Capture the agentic lanes once, then score lane re-rankers on them in seconds (session 17).
+
+    python bench/experiments/lane_rerankers.py capture OUT_DIR      # ~3 min warm: multi-part + training questions
+    python bench/experiments/lane_rerankers.py score OUT_DIR [--trees]
+
+``capture`` runs every multi-part (bench/data/multipart.jsonl) and training (bench/data/train/*.jsonl) question
+through the agentic loop without a re-ranker, 30 deep, as ``bench/train_rerank.py`` does, and keeps per lane its
+units' function keys, their re-ranker features and their label (gold of the lane's own intent, ``intent_gold``).
+``score`` fits the linear re-ranker (``train_rerank.fit``) with each training project held out in turn and on all
+training questions for the multi-part set, orders each lane by it, reads the scores as probabilities and chooses the
+k results by expected coverage as ``AgenticRetriever._select`` does (parallel-implementation alignment is not
+replayed, so the figures sit ~0.5-1 point under bench/agentic.py's), and prints intent coverage. It also prints the
+union bound (an intent with a gold unit anywhere in its question's lanes). ``--trees`` adds gradient-boosted trees
+(LightGBM, which the project does not depend on: ``pip install lightgbm==4.7.0`` into the environment first).
+"""
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+import train_rerank as tr  # noqa: E402
+from agentic import keys, question_index  # noqa: E402
+
+from repoctx.config import Settings  # noqa: E402
+from repoctx.retrieve.agentic import AgenticRetriever, content_terms  # noqa: E402
+from repoctx.retrieve.rerank import DEPTH, features_for_lanes  # noqa: E402
+
+SETS = {"multipart": [HERE / "data" / "multipart.jsonl"], "train": sorted((HERE / "data" / "train").glob("*.jsonl"))}
+
+
+def capture(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    settings, indexes = Settings.from_env(), {}
+    for name, files in SETS.items():
+        recs = []
+        for row in tr.load(files):
+            ix = question_index(row, settings, indexes)
+            res = AgenticRetriever(ix, reranker=None, per_query_k=DEPTH).run(row["question"])
+            lanes = res.lanes["sub_queries"]
+            feats = features_for_lanes(ix.store, [(content_terms(s.text), hits) for s, hits in lanes],
+                                       res.lanes["question"], ix.dense_index(), [s.text for s, _ in lanes])
+            rec_lanes = []
+            for (sub, hits), fs in zip(lanes, feats):
+                hk = [keys([h], ix) for h in hits]
+                gold = tr.intent_gold(sub.text, [k for ks in hk for k in ks], row["intents"])
+                rec_lanes.append([{"cid": h.capsule.id, "keys": ks, "f": f, "y": float(bool(set(ks) & gold))}
+                                  for h, ks, f in zip(hits, hk, fs)])
+            recs.append({"id": row["id"], "corpus": row["corpus"]["pypi"], "intents": row["intents"], "lanes": rec_lanes})
+        (out / f"{name}.pkl").write_bytes(pickle.dumps(recs))
+        print(f"{name}: {len(recs)} questions captured")
+
+
+def _p(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(min(x, 50.0), -50.0)))
+
+
+def choose(lanes: list[list[tuple[dict, float]]], k: int) -> list[str]:
+    """The k units by expected coverage (as AgenticRetriever._select), then the lanes' reciprocal-rank fusion."""
+    prob, unit = {}, {}
+    for li, hs in enumerate(lanes):
+        for h, p in hs:
+            prob.setdefault(h["cid"], {})[li] = max(p, prob.get(h["cid"], {}).get(li, 0.0))
+            unit.setdefault(h["cid"], h)
+    miss, chosen, left = [1.0] * len(lanes), [], set(prob)
+    while left and len(chosen) < k:
+        gain = {c: sum(p * miss[li] for li, p in prob[c].items()) for c in left}
+        best = max(sorted(left), key=lambda c: gain[c])
+        chosen.append(best)
+        left.discard(best)
+        for li, p in prob[best].items():
+            miss[li] *= 1.0 - p
+    rrf: dict[str, float] = {}
+    for hs in lanes:
+        for r, (h, _) in enumerate(hs[:10]):
+            rrf[h["cid"]] = rrf.get(h["cid"], 0.0) + 1.0 / (60 + r)
+    order = chosen + [c for c in sorted(rrf, key=lambda c: -rrf[c]) if c not in chosen]
+    return list(dict.fromkeys(x for c in order for x in unit[c]["keys"]))[:k]
+
+
+def coverage(recs: list[dict], scorer, shift: float, k: int = 10) -> float:
+    hit = n = 0
+    for r in recs:
+        lanes = []
+        for hs in (h for h in r["lanes"] if h):
+            s = scorer([h["f"] for h in hs])
+            lanes.append([(hs[i], _p(s[i] - shift)) for i in sorted(range(len(hs)), key=lambda i: (-s[i], i))])
+        top = set(choose(lanes, k))
+        for it in r["intents"]:
+            n += 1
+            hit += any(g in top for g in it["gold"])
+    return round(100 * hit / max(n, 1), 1)
+
+
+def examples(recs: list[dict]) -> list[tuple[dict, float, str]]:
+    return [(h["f"], h["y"], r["corpus"]) for r in recs for lane in r["lanes"] for h in lane]
+
+
+def linear(data):
+    m = tr.fit(data, None)
+    return (lambda fs: [m.score(f) for f in fs]), m.meta["prior_shift"]
+
+
+def trees(rounds: int = 200, depth: int = 3, balance: bool = True):
+    import lightgbm as lgb
+    import numpy as np
+
+    def make(data):
+        names = list(data[0][0])
+        X = np.array([[f[n] for n in names] for f, _, _ in data])
+        y = np.array([d[1] for d in data])
+        pw = (len(y) - y.sum()) / max(y.sum(), 1.0)
+        params = dict(objective="binary", verbose=-1, seed=0, deterministic=True, num_threads=2, num_leaves=2 ** depth - 1,
+                      max_depth=depth, learning_rate=0.05, min_data_in_leaf=50, lambda_l2=1.0, feature_fraction=0.8,
+                      bagging_fraction=0.8, bagging_freq=1, **({"scale_pos_weight": pw} if balance else {}))
+        b = lgb.train(params, lgb.Dataset(X, y), rounds)
+        return (lambda fs: list(b.predict(np.array([[f[n] for n in names] for f in fs]), raw_score=True))), \
+            (math.log(pw) if balance else 0.0)
+    return make
+
+
+def score(out: Path, with_trees: bool) -> None:
+    train, mp = (pickle.loads((out / f"{n}.pkl").read_bytes()) for n in ("train", "multipart"))
+    for name, recs in (("multipart", mp), ("train", train)):
+        n = sum(len(r["intents"]) for r in recs)
+        union = sum(any(g in {x for lane in r["lanes"] for h in lane for x in h["keys"]} for g in it["gold"])
+                    for r in recs for it in r["intents"])
+        print(f"{name}: gold anywhere in the lanes (30 deep) for {100 * union / n:.1f} % of {n} intents")
+    makers = {"linear": linear}
+    if with_trees:
+        makers |= {"trees d3 200 balanced": trees(), "trees d2 300": trees(300, 2, False)}
+    data = examples(train)
+    print("| re-ranker | training, each project held out, k=10 | multi-part k=5 / 10 / 20 |\n|---|---|---|")
+    for label, make in makers.items():
+        held, n = 0.0, 0
+        for proj in sorted({r["corpus"] for r in train}):
+            sc, sh = make([d for d in data if d[2] != proj])
+            recs = [r for r in train if r["corpus"] == proj]
+            ni = sum(len(r["intents"]) for r in recs)
+            held += coverage(recs, sc, sh) * ni
+            n += ni
+        sc, sh = make(data)
+        print(f"| {label} | {held / n:.1f} | {' / '.join(str(coverage(mp, sc, sh, k)) for k in (5, 10, 20))} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] not in ("capture", "score"):
+        sys.exit(__doc__)
+    (capture if sys.argv[1] == "capture" else lambda p: score(p, "--trees" in sys.argv))(Path(sys.argv[2]))
