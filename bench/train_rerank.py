@@ -80,18 +80,25 @@ def examples(rows: list[dict], settings: Settings, per_intent: bool = True) -> t
     standard search, whose one lane is the whole question, looks for)."""
     out, indexes = [], {}
     for row in rows:
-        ix = question_index(row, settings, indexes)
-        res = AgenticRetriever(ix, reranker=None, per_query_k=DEPTH).run(row["question"])
-        lanes = res.lanes["sub_queries"]
-        feats = features_for_lanes(ix.store, [(content_terms(s.text), hits) for s, hits in lanes], res.lanes["question"],
-                                   ix.dense_index(), [s.text for s, _ in lanes])
-        for (sub, hits), fs in zip(lanes, feats):
-            hit_keys = [keys([h], ix) for h in hits]
-            lane_gold = intent_gold(sub.text, [k for ks in hit_keys for k in ks], row["intents"]) if per_intent \
-                else {g for it in row["intents"] for g in it["gold"]}
-            for ks, f in zip(hit_keys, fs):
-                out.append((f, float(bool(set(ks) & lane_gold)), row["corpus"]["pypi"]))
+        for lane in question_lanes(row, question_index(row, settings, indexes), per_intent):
+            out += [(f, label, row["corpus"]["pypi"]) for _, _, f, label in lane]
     return out, indexes
+
+
+def question_lanes(row: dict, ix, per_intent: bool = True) -> list[list[tuple]]:
+    """A question's sub-query lanes as the loop makes them without a re-ranker (30 deep): per lane, per unit,
+    (hit, its path:qualname keys, its features, its label; see ``examples`` for ``per_intent``)."""
+    res = AgenticRetriever(ix, reranker=None, per_query_k=DEPTH).run(row["question"])
+    lanes = res.lanes["sub_queries"]
+    feats = features_for_lanes(ix.store, [(content_terms(s.text), hits) for s, hits in lanes], res.lanes["question"],
+                               ix.dense_index(), [s.text for s, _ in lanes])
+    out = []
+    for (sub, hits), fs in zip(lanes, feats):
+        hit_keys = [keys([h], ix) for h in hits]
+        lane_gold = intent_gold(sub.text, [k for ks in hit_keys for k in ks], row["intents"]) if per_intent \
+            else {g for it in row["intents"] for g in it["gold"]}
+        out.append([(h, ks, f, float(bool(set(ks) & lane_gold))) for h, ks, f in zip(hits, hit_keys, fs)])
+    return out
 
 
 _FIRST: dict[tuple[int, str], list] = {}

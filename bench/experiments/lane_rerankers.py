@@ -24,11 +24,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 import train_rerank as tr  # noqa: E402
-from agentic import keys, question_index  # noqa: E402
+from agentic import question_index  # noqa: E402
 
 from repoctx.config import Settings  # noqa: E402
-from repoctx.retrieve.agentic import AgenticRetriever, content_terms  # noqa: E402
-from repoctx.retrieve.rerank import DEPTH, features_for_lanes  # noqa: E402
+from repoctx.retrieve.agentic import choose_by_coverage  # noqa: E402
 
 SETS = {"multipart": [HERE / "data" / "multipart.jsonl"], "train": sorted((HERE / "data" / "train").glob("*.jsonl"))}
 
@@ -39,17 +38,8 @@ def capture(out: Path) -> None:
     for name, files in SETS.items():
         recs = []
         for row in tr.load(files):
-            ix = question_index(row, settings, indexes)
-            res = AgenticRetriever(ix, reranker=None, per_query_k=DEPTH).run(row["question"])
-            lanes = res.lanes["sub_queries"]
-            feats = features_for_lanes(ix.store, [(content_terms(s.text), hits) for s, hits in lanes],
-                                       res.lanes["question"], ix.dense_index(), [s.text for s, _ in lanes])
-            rec_lanes = []
-            for (sub, hits), fs in zip(lanes, feats):
-                hk = [keys([h], ix) for h in hits]
-                gold = tr.intent_gold(sub.text, [k for ks in hk for k in ks], row["intents"])
-                rec_lanes.append([{"cid": h.capsule.id, "keys": ks, "f": f, "y": float(bool(set(ks) & gold))}
-                                  for h, ks, f in zip(hits, hk, fs)])
+            lanes = tr.question_lanes(row, question_index(row, settings, indexes))
+            rec_lanes = [[{"cid": h.capsule.id, "keys": ks, "f": f, "y": y} for h, ks, f, y in lane] for lane in lanes]
             recs.append({"id": row["id"], "corpus": row["corpus"]["pypi"], "intents": row["intents"], "lanes": rec_lanes})
         (out / f"{name}.pkl").write_bytes(pickle.dumps(recs))
         print(f"{name}: {len(recs)} questions captured")
@@ -66,14 +56,7 @@ def choose(lanes: list[list[tuple[dict, float]]], k: int) -> list[str]:
         for h, p in hs:
             prob.setdefault(h["cid"], {})[li] = max(p, prob.get(h["cid"], {}).get(li, 0.0))
             unit.setdefault(h["cid"], h)
-    miss, chosen, left = [1.0] * len(lanes), [], set(prob)
-    while left and len(chosen) < k:
-        gain = {c: sum(p * miss[li] for li, p in prob[c].items()) for c in left}
-        best = max(sorted(left), key=lambda c: gain[c])
-        chosen.append(best)
-        left.discard(best)
-        for li, p in prob[best].items():
-            miss[li] *= 1.0 - p
+    chosen = choose_by_coverage(prob, len(lanes), k)
     rrf: dict[str, float] = {}
     for hs in lanes:
         for r, (h, _) in enumerate(hs[:10]):

@@ -102,6 +102,22 @@ def focus_match(c: Capsule, focus: set[str]) -> float:
     return sum(1 for t in focus if term_in(t, toks)) / len(focus)
 
 
+def choose_by_coverage(prob: dict[str, dict[int, float]], lanes: int, k: int) -> list[str]:
+    """Greedy on the expected number of lanes covered: ``prob`` maps a unit id to, per lane, the probability
+    that it is right there; each pick is the unit that adds most to the lanes still likely uncovered."""
+    miss = [1.0] * lanes
+    chosen: list[str] = []
+    left = set(prob)
+    while left and len(chosen) < k:
+        gain = {cid: sum(p * miss[li] for li, p in prob[cid].items()) for cid in left}
+        best = max(sorted(left), key=lambda c: gain[c])
+        chosen.append(best)
+        left.discard(best)
+        for li, p in prob[best].items():
+            miss[li] *= 1.0 - p
+    return chosen
+
+
 SearchFn = Callable[[str, int], list[Hit]]
 
 
@@ -321,17 +337,7 @@ class AgenticRetriever:
                 cid = h.capsule.id
                 prob.setdefault(cid, {})[li] = max(p, prob.get(cid, {}).get(li, 0.0))
                 hit_of.setdefault(cid, h)
-        miss = [1.0] * len(lanes)
-        chosen: list[Hit] = []
-        left = set(prob)
-        while left and len(chosen) < self.k:
-            gain = {cid: sum(p * miss[li] for li, p in prob[cid].items()) for cid in left}
-            best = max(sorted(left), key=lambda c: gain[c])
-            chosen.append(hit_of[best])
-            left.discard(best)
-            for li, p in prob[best].items():
-                miss[li] *= 1.0 - p
-        return chosen
+        return [hit_of[cid] for cid in choose_by_coverage(prob, len(lanes), self.k)]
 
     def _align(self, subs: list[SubQuery], best_for: dict[str, list[Hit]]) -> list[dict]:
         """Sibling sub-queries (one aspect asked of several entities) are usually answered by one method

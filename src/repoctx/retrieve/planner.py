@@ -152,11 +152,12 @@ _ASIDE = re.compile(r"\([^()]*(?:\([^()]*\)[^()]*)*\)")  # a parenthesized aside
 _ASIDE_MARK = re.compile(r"qzaside(\d+)qz")
 
 
-def mask_asides(text: str) -> tuple[str, list[str]]:
+def mask_asides(text: str, asides: list[str] | None = None) -> tuple[str, list[str]]:
     """Each parenthesized aside replaced by one word-like mark: its commas, 'and', 'or' and ';' ('(padding for
     rolling; exact, trim or pad for coarsen)', '(normalizing by the weights of the non-missing values only)')
-    belong to the aside, not to the clause's list or clauses. ``unmask_asides`` puts them back."""
-    asides: list[str] = []
+    belong to the aside, not to the clause's list or clauses. The asides are appended to ``asides`` (a new
+    list by default; pass one list to mask several texts under distinct marks); ``unmask_asides`` puts them back."""
+    asides = [] if asides is None else asides
 
     def mark(m: re.Match) -> str:
         asides.append(m.group(0))
@@ -313,35 +314,36 @@ class OfflinePlanner:
         if lead:  # "Walk me through how constrained layout works: where ..., how ...": the subject frames each part
             context.append(lead.group("subject").strip())
             body = lead.group("rest")
+        asides: list[str] = []  # every clause's asides, under distinct marks (entities carry across clauses)
         for clause in split_clauses(body):
-            clause, asides = mask_asides(clause)  # the rules read the clause without its asides' commas
+            clause, _ = mask_asides(clause, asides)  # the rules read the clause without its asides' commas
             if is_context(clause):
-                context.append(unmask_asides(clause, asides))  # "For symbolic matrices": framing, not an intent
-                items = [unmask_asides(i, asides) for i in _entities(re.sub(r"^\w+\s+", "", clause))]
+                context.append(clause)  # "For symbolic matrices": framing for what follows, not an intent
+                items = _entities(re.sub(r"^\w+\s+", "", clause))
                 if len(items) >= 2 and _EACH_WORD.search(question) and all(len(i.split()) <= 4 for i in items):
                     carried = items  # "For the log, symlog and logit scales, how does each one ..."
                     context.pop()
                 continue
             pair = _COMPARE_WITH.match(clause)
             if pair and _EACH_WORD.search(question):  # "Compare A with B: how does each ...": A and B frame the parts
-                carried = [unmask_asides(_bare(pair.group(x)), asides) for x in ("a", "b")]
+                carried = [_bare(pair.group(x)) for x in ("a", "b")]
                 continue
             parts = expand_comparison(clause)
             if parts is None:
                 entities = compared_entities(clause)
                 if entities:
-                    carried = [unmask_asides(e, asides) for e in entities]
+                    carried = entities
                     continue
                 parts = colon_list(clause) or expand_list(clause) \
                     or (lead and _ASKS.match(clause) is None and list_items(clause)) or [clause]
-            parts = [unmask_asides(p, asides) for p in parts]
             if carried and not any(e.split()[0].lower() in clause.lower() for e in carried):
                 parts = [f"{e}: {p}" for e in carried for p in parts]
             for p in parts:
-                text = f"{' '.join(context)}: {p}" if context else p
+                text = unmask_asides(f"{' '.join(context)}: {p}" if context else p, asides)
+                p = unmask_asides(p, asides)
                 subs.append(SubQuery(text=text, intent=p, anchors=[a for a in anchors_all if a in p]))
         if carried and not subs:
-            subs = [SubQuery(e, e) for e in carried]
+            subs = [SubQuery(e, e) for e in (unmask_asides(e, asides) for e in carried)]
         seen: set[str] = set()
         out = []
         for s in subs:
