@@ -101,6 +101,34 @@ def test_a_replanned_intent_gets_the_fusion_of_its_searches(ix):
         assert names[0] == "evict_oldest" and sorted(names[1:]) == ["get", "verify_csrf_token"]
 
 
+def test_a_framed_part_is_also_searched_in_its_own_words(ix):
+    """'When I save to disk: how are stale entries dropped': the framing's words are shared by every part, so the
+    part's own words are searched too and fused into its lane (a unit only they find still reaches the lane)."""
+    plan = OfflinePlanner().plan("When the cache is full, how are old entries evicted, and how do entries expire?")
+    assert [(s.text, s.unframed) for s in plan] == [
+        ("When the cache is full: how are old entries evicted", "how are old entries evicted"),
+        ("When the cache is full: how do entries expire", "how do entries expire")]
+    assert [s.unframed for s in OfflinePlanner().plan("How are entries evicted, and how do entries expire?")] == ["", ""]
+    by_name = {n: ix.find(n)[0] for n in ("evict_oldest", "expire_entries", "get")}
+    asked = []
+
+    def search(text, k):
+        asked.append(text)
+        if text.startswith("When the cache"):  # the framed wording finds only what the framing's words match
+            return [Hit(by_name["get"], 1.0, {})]
+        return [Hit(by_name["evict_oldest" if "evicted" in text else "expire_entries"], 1.0, {})]
+
+    events = list(AgenticRetriever(ix, plan=plan, threshold=0.0, search_fn=search, reranker=False).stream(
+        "When the cache is full, how are old entries evicted, and how do entries expire?"))
+    r = events[-1].data["result"]
+    assert asked.count("how are old entries evicted") == 1 and asked.count("how do entries expire") == 1
+    lanes = {s.text: [h.capsule.name for h in lane] for s, lane in r.lanes["sub_queries"]}
+    assert lanes["When the cache is full: how are old entries evicted"] == ["get", "evict_oldest"]
+    assert lanes["When the cache is full: how do entries expire"] == ["get", "expire_entries"]
+    assert ("Retrieval", "SUCCEEDED") in steps(events) and any(
+        "without the question's framing" in e.message for e in events if e.step == "Retrieval")
+
+
 def test_expansion_adds_class_of_a_method(ix):
     method = ix.find("evict_oldest")[0]
 

@@ -216,6 +216,19 @@ class AgenticRetriever:
                     runs.append(hits)
                 yield TraceEvent("Retrieval", SUCCEEDED, f"{len(hits)} hits, evidence {score:.2f}", sub.text, len(hits),
                                  data={"evidence": score, "top": [h.capsule.citation for h in hits[:3]]})
+                if sub.unframed and sub.unframed not in asked:  # the part in its own words, fused into its lane
+                    asked.append(sub.unframed)
+                    yield TraceEvent("Retrieval", IN_PROGRESS, f"iteration {iterations}, without the question's framing",
+                                     sub.unframed)
+                    try:
+                        own = self._search(sub.unframed, self.depth)
+                    except Exception as e:
+                        yield TraceEvent("Retrieval", FAILED, _err(e), sub.unframed, 0)
+                        continue
+                    record(sub.unframed, own)
+                    runs.append(own)
+                    yield TraceEvent("Retrieval", SUCCEEDED, f"{len(own)} hits", sub.unframed, len(own),
+                                     data={"top": [h.capsule.citation for h in own[:3]]})
             uncovered = [s for s in subs if coverage.get(s.intent, 0.0) < self.threshold]
             if not uncovered:
                 break

@@ -130,6 +130,10 @@ class SubQuery:
     text: str
     intent: str  # short label of the intent it serves
     anchors: list[str] = field(default_factory=list)  # identifiers/paths to match exactly
+    # the part's own words when ``text`` carries the question's framing ("For queries with aggregates and window
+    # functions: how is an OVER (...) clause rendered"): searched too and fused into the intent's lane, so that the
+    # framing's words, shared by every part, do not pull each part's lane toward the same units
+    unframed: str = ""
 
 
 class Planner(Protocol):
@@ -341,7 +345,8 @@ class OfflinePlanner:
             for p in parts:
                 text = unmask_asides(f"{' '.join(context)}: {p}" if context else p, asides)
                 p = unmask_asides(p, asides)
-                subs.append(SubQuery(text=text, intent=p, anchors=[a for a in anchors_all if a in p]))
+                subs.append(SubQuery(text=text, intent=p, anchors=[a for a in anchors_all if a in p],
+                                     unframed=p if context else ""))
         if carried and not subs:
             subs = [SubQuery(e, e) for e in (unmask_asides(e, asides) for e in carried)]
         seen: set[str] = set()
