@@ -31,6 +31,20 @@ def test_nested_gitignore_and_excludes(make_repo):
     assert ("app.min.js", "generated") in report.skipped
 
 
+def test_an_output_folder_name_that_is_a_package_is_source(make_repo):
+    """coverage.py's own code lives in coverage/, pypa/build's in src/build/: a folder holding __init__.py is the
+    project's package; the same names without one are generated output (reports, wheels, compiled trees)."""
+    root = make_repo({
+        "coverage/__init__.py": "", "coverage/parser.py": "def parse(): pass\n",
+        "src/build/__init__.py": "", "src/build/env.py": "def make_env(): pass\n",
+        "web/coverage/lcov-report/prettify.js": "var a = 1;\n", "build/lib/pkg/mod.py": "x = 1\n",
+        "dist/pkg/mod.py": "x = 1\n", "target/debug/build.rs": "fn main() {}\n",
+        "vendor/__init__.py": "", "vendor/six.py": "x = 1\n",
+    })
+    found, _ = paths(root)
+    assert found == ["coverage/__init__.py", "coverage/parser.py", "src/build/__init__.py", "src/build/env.py"]
+
+
 def test_secrets_not_indexed_and_redacted(make_repo):
     key = "-----BEGIN RSA PRIVATE KEY-----\nMIIEabc\ndef\n-----END RSA PRIVATE KEY-----"
     root = make_repo({

@@ -27,6 +27,9 @@ SECRET_PATTERNS = [
     "*.keystore", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".netrc", ".pgpass", ".npmrc",
     ".pypirc", "credentials", "credentials.json", "*.kdbx", "secrets.*", "*.tfstate",
 ]
+# output folders that a project's own importable package may also be named (coverage.py's coverage/, pypa/build's
+# src/build/): skipped unless the folder holds an __init__.py
+OUTPUT_DIRS = {"build", "dist", "target", "coverage"}
 GENERATED = re.compile(r"\.min\.(js|css)$|\.bundle\.js$|-lock\.json$|\.lock$|\.map$")
 
 
@@ -148,7 +151,8 @@ def _walk_dir(root: str, d: str, rel: str, stack: _IgnoreStack, settings: Settin
             except OSError:
                 continue
             if is_dir:
-                if name in SKIP_DIRS or name.endswith(".egg-info"):
+                if name in SKIP_DIRS and not (name in OUTPUT_DIRS and os.path.isfile(os.path.join(entry.path, "__init__.py"))) \
+                        or name.endswith(".egg-info"):
                     continue
                 if os.path.exists(os.path.join(entry.path, "pyvenv.cfg")):  # a virtualenv under any name
                     continue
