@@ -30,6 +30,16 @@ SECRET_PATTERNS = [
 # output folders that a project's own importable package may also be named (coverage.py's coverage/, pypa/build's
 # src/build/): skipped unless the folder holds an __init__.py
 OUTPUT_DIRS = {"build", "dist", "target", "coverage"}
+
+
+def _skipped_dir(name: str, path: str) -> bool:
+    if name.endswith(".egg-info"):
+        return True
+    if name in OUTPUT_DIRS:
+        return not os.path.isfile(os.path.join(path, "__init__.py"))
+    return name in SKIP_DIRS
+
+
 GENERATED = re.compile(r"\.min\.(js|css)$|\.bundle\.js$|-lock\.json$|\.lock$|\.map$")
 
 
@@ -151,8 +161,7 @@ def _walk_dir(root: str, d: str, rel: str, stack: _IgnoreStack, settings: Settin
             except OSError:
                 continue
             if is_dir:
-                if name in SKIP_DIRS and not (name in OUTPUT_DIRS and os.path.isfile(os.path.join(entry.path, "__init__.py"))) \
-                        or name.endswith(".egg-info"):
+                if _skipped_dir(name, entry.path):
                     continue
                 if os.path.exists(os.path.join(entry.path, "pyvenv.cfg")):  # a virtualenv under any name
                     continue
