@@ -167,6 +167,17 @@ class AgenticRetriever:
                 if label not in found_by[h.capsule.id]:
                     found_by[h.capsule.id].append(label)
 
+        def traced_search(text: str, note: str):
+            """One sub-query search with its trace: the hits (recorded), or None after a FAILED event."""
+            yield TraceEvent("Retrieval", IN_PROGRESS, note, text)
+            try:
+                hits = self._search(text, self.depth)
+            except Exception as e:
+                yield TraceEvent("Retrieval", FAILED, _err(e), text, 0)
+                return None
+            record(text, hits)
+            return hits
+
         yield TraceEvent("SpeculativeRetrieval", IN_PROGRESS, "standard retrieval of the whole question", query)
         try:
             spec = self._search(query, self.depth)
@@ -199,14 +210,10 @@ class AgenticRetriever:
             iterations += 1
             for sub in pending:
                 asked.append(sub.text)
-                yield TraceEvent("Retrieval", IN_PROGRESS, f"iteration {iterations}", sub.text)
-                try:
-                    hits = self._search(sub.text, self.depth)
-                except Exception as e:
-                    yield TraceEvent("Retrieval", FAILED, _err(e), sub.text, 0)
+                hits = yield from traced_search(sub.text, f"iteration {iterations}")
+                if hits is None:
                     coverage.setdefault(sub.intent, 0.0)
                     continue
-                record(sub.text, hits)
                 score = evidence_score(sub, hits)
                 runs = searches.setdefault(sub.intent, [])
                 if score >= coverage.get(sub.intent, -1.0):
@@ -218,17 +225,11 @@ class AgenticRetriever:
                                  data={"evidence": score, "top": [h.capsule.citation for h in hits[:3]]})
                 if sub.unframed and sub.unframed not in asked:  # the part in its own words, fused into its lane
                     asked.append(sub.unframed)
-                    yield TraceEvent("Retrieval", IN_PROGRESS, f"iteration {iterations}, without the question's framing",
-                                     sub.unframed)
-                    try:
-                        own = self._search(sub.unframed, self.depth)
-                    except Exception as e:
-                        yield TraceEvent("Retrieval", FAILED, _err(e), sub.unframed, 0)
-                        continue
-                    record(sub.unframed, own)
-                    runs.append(own)
-                    yield TraceEvent("Retrieval", SUCCEEDED, f"{len(own)} hits", sub.unframed, len(own),
-                                     data={"top": [h.capsule.citation for h in own[:3]]})
+                    own = yield from traced_search(sub.unframed, f"iteration {iterations}, without the question's framing")
+                    if own is not None:
+                        runs.append(own)
+                        yield TraceEvent("Retrieval", SUCCEEDED, f"{len(own)} hits", sub.unframed, len(own),
+                                         data={"top": [h.capsule.citation for h in own[:3]]})
             uncovered = [s for s in subs if coverage.get(s.intent, 0.0) < self.threshold]
             if not uncovered:
                 break
