@@ -1,7 +1,7 @@
 """Capture the agentic lanes once, then score lane re-rankers on them in seconds (session 17).
 
-    python bench/experiments/lane_rerankers.py capture OUT_DIR      # ~3 min warm: multi-part + training questions
-    python bench/experiments/lane_rerankers.py score OUT_DIR [--trees]
+    python bench/experiments/lane_rerankers.py capture OUT_DIR      # ~3 min warm: multi-part, training, unseen
+    python bench/experiments/lane_rerankers.py score OUT_DIR [--trees] [--drop FEATURE,FEATURE]
 
 ``capture`` runs every multi-part (bench/data/multipart.jsonl) and training (bench/data/train/*.jsonl) question
 through the agentic loop without a re-ranker, 30 deep, as ``bench/train_rerank.py`` does, and keeps per lane its
@@ -10,7 +10,10 @@ units' function keys, their re-ranker features and their label (gold of the lane
 training questions for the multi-part set, orders each lane by it, reads the scores as probabilities and chooses the
 k results by expected coverage as ``AgenticRetriever._select`` does (parallel-implementation alignment is not
 replayed, so the figures sit ~0.5-1 point under bench/agentic.py's), and prints intent coverage. It also prints the
-union bound (an intent with a gold unit anywhere in its question's lanes). ``--trees`` adds gradient-boosted trees
+union bound (an intent with a gold unit anywhere in its question's lanes). The unseen set (bench/data/unseen/) is
+captured too and only scored, never fitted on (the model fitted on all training questions, as for the multi-part
+set). ``--drop`` fits without the named features: a new feature is judged by scoring with and without it on one
+capture (session 19). ``--trees`` adds gradient-boosted trees
 (LightGBM, which the project does not depend on: ``pip install lightgbm==4.7.0`` into the environment first).
 """
 from __future__ import annotations
@@ -29,7 +32,8 @@ from agentic import question_index  # noqa: E402
 from repoctx.config import Settings  # noqa: E402
 from repoctx.retrieve.agentic import choose_by_coverage  # noqa: E402
 
-SETS = {"multipart": [HERE / "data" / "multipart.jsonl"], "train": sorted((HERE / "data" / "train").glob("*.jsonl"))}
+SETS = {"multipart": [HERE / "data" / "multipart.jsonl"], "train": sorted((HERE / "data" / "train").glob("*.jsonl")),
+        "unseen": sorted((HERE / "data" / "unseen").glob("*.jsonl"))}
 
 
 def capture(out: Path) -> None:
@@ -106,9 +110,21 @@ def trees(rounds: int = 200, depth: int = 3, balance: bool = True):
     return make
 
 
-def score(out: Path, with_trees: bool) -> None:
-    train, mp = (pickle.loads((out / f"{n}.pkl").read_bytes()) for n in ("train", "multipart"))
-    for name, recs in (("multipart", mp), ("train", train)):
+def without(recs: list[dict], drop: set[str]) -> list[dict]:
+    for r in recs:
+        for lane in r["lanes"]:
+            for h in lane:
+                h["f"] = {n: v for n, v in h["f"].items() if n not in drop}
+    return recs
+
+
+def score(out: Path, with_trees: bool, drop: set[str] = frozenset()) -> None:
+    train, mp = (without(pickle.loads((out / f"{n}.pkl").read_bytes()), drop) for n in ("train", "multipart"))
+    unseen_file = out / "unseen.pkl"
+    unseen = without(pickle.loads(unseen_file.read_bytes()), drop) if unseen_file.exists() else []
+    for name, recs in (("multipart", mp), ("train", train), ("unseen", unseen)):
+        if not recs:
+            continue
         n = sum(len(r["intents"]) for r in recs)
         union = sum(any(g in {x for lane in r["lanes"] for h in lane for x in h["keys"]} for g in it["gold"])
                     for r in recs for it in r["intents"])
@@ -117,7 +133,9 @@ def score(out: Path, with_trees: bool) -> None:
     if with_trees:
         makers |= {"trees d3 200 balanced": trees(), "trees d2 300": trees(300, 2, False)}
     data = examples(train)
-    print("| re-ranker | training, each project held out, k=10 | multi-part k=5 / 10 / 20 |\n|---|---|---|")
+    if drop:
+        print(f"features left out: {', '.join(sorted(drop))}")
+    print("| re-ranker | training, each project held out, k=10 | multi-part k=5 / 10 / 20 | unseen k=10 |\n|---|---|---|---|")
     for label, make in makers.items():
         held, n = 0.0, 0
         for proj in sorted({r["corpus"] for r in train}):
@@ -127,10 +145,13 @@ def score(out: Path, with_trees: bool) -> None:
             held += coverage(recs, sc, sh) * ni
             n += ni
         sc, sh = make(data)
-        print(f"| {label} | {held / n:.1f} | {' / '.join(str(coverage(mp, sc, sh, k)) for k in (5, 10, 20))} |")
+        print(f"| {label} | {held / n:.1f} | {' / '.join(str(coverage(mp, sc, sh, k)) for k in (5, 10, 20))} | "
+              f"{coverage(unseen, sc, sh) if unseen else '-'} |")
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[1] not in ("capture", "score"):
         sys.exit(__doc__)
-    (capture if sys.argv[1] == "capture" else lambda p: score(p, "--trees" in sys.argv))(Path(sys.argv[2]))
+    drop = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--drop"), "")
+    (capture if sys.argv[1] == "capture" else
+     lambda p: score(p, "--trees" in sys.argv, {f for f in drop.split(",") if f}))(Path(sys.argv[2]))
