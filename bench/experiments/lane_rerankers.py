@@ -150,8 +150,15 @@ def score(out: Path, with_trees: bool, drop: set[str] = frozenset()) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or sys.argv[1] not in ("capture", "score"):
-        sys.exit(__doc__)
-    drop = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--drop"), "")
-    (capture if sys.argv[1] == "capture" else
-     lambda p: score(p, "--trees" in sys.argv, {f for f in drop.split(",") if f}))(Path(sys.argv[2]))
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=("capture", "score"))
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--trees", action="store_true")
+    ap.add_argument("--drop", default="", help="score: features to fit without, comma-separated")
+    a = ap.parse_args()
+    if a.command == "capture":
+        capture(a.out)
+    else:
+        score(a.out, a.trees, {f for f in a.drop.split(",") if f})

@@ -17,9 +17,9 @@ from repoctx.ingest.languages import language_of
 from repoctx.ingest.secrets import redact as _redact_secrets
 
 SKIP_DIRS = {
-    ".git", ".hg", ".svn", "node_modules", "bower_components", "vendor", "third_party", "dist", "build",
+    ".git", ".hg", ".svn", "node_modules", "bower_components", "vendor", "third_party",
     "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
-    ".ruff_cache", ".idea", ".vscode", "target", ".next", ".nuxt", "coverage", ".gradle", ".repoctx",
+    ".ruff_cache", ".idea", ".vscode", ".next", ".nuxt", ".gradle", ".repoctx",
     "site-packages", ".eggs", ".cache",
 }
 SECRET_PATTERNS = [
@@ -28,7 +28,7 @@ SECRET_PATTERNS = [
     ".pypirc", "credentials", "credentials.json", "*.kdbx", "secrets.*", "*.tfstate",
 ]
 # output folders that a project's own importable package may also be named (coverage.py's coverage/, pypa/build's
-# src/build/): skipped unless the folder holds an __init__.py
+# src/build/): skipped like SKIP_DIRS unless the folder holds an __init__.py
 OUTPUT_DIRS = {"build", "dist", "target", "coverage"}
 
 
