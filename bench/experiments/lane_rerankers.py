@@ -2,6 +2,7 @@
 
     python bench/experiments/lane_rerankers.py capture OUT_DIR      # ~3 min warm: multi-part, training, unseen
     python bench/experiments/lane_rerankers.py score OUT_DIR [--trees] [--drop FEATURE,FEATURE]
+                                              [--discount GAMMA:class|file] [--softmax T:MASS:MIX]
 
 ``capture`` runs every multi-part (bench/data/multipart.jsonl) and training (bench/data/train/*.jsonl) question
 through the agentic loop without a re-ranker, 30 deep, as ``bench/train_rerank.py`` does, and keeps per lane its
@@ -13,7 +14,8 @@ replayed, so the figures sit ~0.5-1 point under bench/agentic.py's), and prints 
 union bound (an intent with a gold unit anywhere in its question's lanes). The unseen set (bench/data/unseen/) is
 captured too and only scored, never fitted on (the model fitted on all training questions, as for the multi-part
 set). ``--drop`` fits without the named features: a new feature is judged by scoring with and without it on one
-capture (session 19). ``--trees`` adds gradient-boosted trees
+capture (session 19). ``--discount`` and ``--softmax`` change how the k are chosen from the lanes (session 20,
+see ``choose`` and ``lane_probs``). ``--trees`` adds gradient-boosted trees
 (LightGBM, which the project does not depend on: ``pip install lightgbm==4.7.0`` into the environment first).
 """
 from __future__ import annotations
@@ -53,14 +55,38 @@ def _p(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-max(min(x, 50.0), -50.0)))
 
 
-def choose(lanes: list[list[tuple[dict, float]]], k: int) -> list[str]:
-    """The k units by expected coverage (as AgenticRetriever._select), then the lanes' reciprocal-rank fusion."""
+def owner(key: str, level: str) -> str:
+    """The file of a ``path:qualname`` key, or (level "class") its class, a top-level function's being its file."""
+    path, _, qual = key.partition(":")
+    return path if level == "file" or "." not in qual else f"{path}:{qual.rsplit('.', 1)[0]}"
+
+
+def choose(lanes: list[list[tuple[dict, float]]], k: int, discount: tuple[float, str] | None = None) -> list[str]:
+    """The k units by expected coverage (as AgenticRetriever._select), then the lanes' reciprocal-rank fusion.
+    ``discount`` (gamma, "class" or "file"): once a unit is chosen, the units of its class (file) that share a lane
+    with it count gamma times their probability there, as if their being right were tied to its being right
+    (session 20: below 1 reads "not that class then", above 1 "that class then"; neither kept)."""
     prob, unit = {}, {}
     for li, hs in enumerate(lanes):
         for h, p in hs:
             prob.setdefault(h["cid"], {})[li] = max(p, prob.get(h["cid"], {}).get(li, 0.0))
             unit.setdefault(h["cid"], h)
-    chosen = choose_by_coverage(prob, len(lanes), k)
+    if discount is None:
+        chosen = choose_by_coverage(prob, len(lanes), k)
+    else:
+        gamma, level = discount
+        group = {c: owner(unit[c]["keys"][0], level) if unit[c]["keys"] else c for c in unit}
+        miss, chosen, left = [1.0] * len(lanes), [], set(prob)
+        while left and len(chosen) < k:
+            gain = {c: sum(p * miss[li] for li, p in prob[c].items()) for c in left}
+            best = max(sorted(left), key=lambda c: gain[c])
+            chosen.append(best)
+            left.discard(best)
+            for li, p in prob[best].items():
+                miss[li] *= 1.0 - p
+            for c in left:
+                if group[c] == group[best]:
+                    prob[c] = {li: min(p * gamma, 1.0) if li in prob[best] else p for li, p in prob[c].items()}
     rrf: dict[str, float] = {}
     for hs in lanes:
         for r, (h, _) in enumerate(hs[:10]):
@@ -69,14 +95,30 @@ def choose(lanes: list[list[tuple[dict, float]]], k: int) -> list[str]:
     return list(dict.fromkeys(x for c in order for x in unit[c]["keys"]))[:k]
 
 
-def coverage(recs: list[dict], scorer, shift: float, k: int = 10) -> float:
+def lane_probs(s: list[float], shift: float, softmax: tuple[float, float, float] | None = None) -> list[float]:
+    """A lane's scores read as probabilities: each a sigmoid (as the loop reads them), or with ``softmax`` (T, mass,
+    mix) that share of the lane's softmax at temperature T times ``mass`` (the lane's units compete for its one
+    intent), mixed with the sigmoid (mix 1: softmax alone; session 20, not kept)."""
+    sig = [_p(x - shift) for x in s]
+    if softmax is None:
+        return sig
+    t, mass, mix = softmax
+    top = max(s)
+    e = [math.exp((x - top) / t) for x in s]
+    z = sum(e)
+    return [mix * mass * ei / z + (1 - mix) * si for ei, si in zip(e, sig)]
+
+
+def coverage(recs: list[dict], scorer, shift: float, k: int = 10, select: dict | None = None) -> float:
+    select = select or {}
     hit = n = 0
     for r in recs:
         lanes = []
         for hs in (h for h in r["lanes"] if h):
             s = scorer([h["f"] for h in hs])
-            lanes.append([(hs[i], _p(s[i] - shift)) for i in sorted(range(len(hs)), key=lambda i: (-s[i], i))])
-        top = set(choose(lanes, k))
+            ps = lane_probs(s, shift, select.get("softmax"))
+            lanes.append([(hs[i], ps[i]) for i in sorted(range(len(hs)), key=lambda i: (-s[i], i))])
+        top = set(choose(lanes, k, select.get("discount")))
         for it in r["intents"]:
             n += 1
             hit += any(g in top for g in it["gold"])
@@ -118,7 +160,7 @@ def without(recs: list[dict], drop: set[str]) -> list[dict]:
     return recs
 
 
-def score(out: Path, with_trees: bool, drop: set[str] = frozenset()) -> None:
+def score(out: Path, with_trees: bool, drop: set[str] = frozenset(), select: dict | None = None) -> None:
     train, mp = (without(pickle.loads((out / f"{n}.pkl").read_bytes()), drop) for n in ("train", "multipart"))
     unseen_file = out / "unseen.pkl"
     unseen = without(pickle.loads(unseen_file.read_bytes()), drop) if unseen_file.exists() else []
@@ -142,11 +184,11 @@ def score(out: Path, with_trees: bool, drop: set[str] = frozenset()) -> None:
             sc, sh = make([d for d in data if d[2] != proj])
             recs = [r for r in train if r["corpus"] == proj]
             ni = sum(len(r["intents"]) for r in recs)
-            held += coverage(recs, sc, sh) * ni
+            held += coverage(recs, sc, sh, select=select) * ni
             n += ni
         sc, sh = make(data)
-        print(f"| {label} | {held / n:.1f} | {' / '.join(str(coverage(mp, sc, sh, k)) for k in (5, 10, 20))} | "
-              f"{coverage(unseen, sc, sh) if unseen else '-'} |")
+        print(f"| {label} | {held / n:.1f} | {' / '.join(str(coverage(mp, sc, sh, k, select)) for k in (5, 10, 20))} | "
+              f"{coverage(unseen, sc, sh, select=select) if unseen else '-'} |")
 
 
 if __name__ == "__main__":
@@ -157,8 +199,21 @@ if __name__ == "__main__":
     ap.add_argument("out", type=Path)
     ap.add_argument("--trees", action="store_true")
     ap.add_argument("--drop", default="", help="score: features to fit without, comma-separated")
+    ap.add_argument("--discount", metavar="GAMMA:class|file",
+                    help="score: choose the k with units tied to a chosen one's class or file (see choose)")
+    ap.add_argument("--softmax", metavar="T:MASS:MIX", help="score: read lane scores through a softmax (see lane_probs)")
     a = ap.parse_args()
+    select = {}
+    if a.discount:
+        gamma, level = a.discount.split(":")
+        if level not in ("class", "file"):
+            ap.error("--discount: the level is class or file")
+        select["discount"] = (float(gamma), level)
+    if a.softmax:
+        select["softmax"] = tuple(float(x) for x in a.softmax.split(":"))
+        if len(select["softmax"]) != 3:
+            ap.error("--softmax takes T:MASS:MIX")
     if a.command == "capture":
         capture(a.out)
     else:
-        score(a.out, a.trees, {f for f in a.drop.split(",") if f})
+        score(a.out, a.trees, {f for f in a.drop.split(",") if f}, select)
