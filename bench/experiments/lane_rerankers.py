@@ -3,6 +3,7 @@
     python bench/experiments/lane_rerankers.py capture OUT_DIR      # ~3 min warm: multi-part, training, unseen
     python bench/experiments/lane_rerankers.py score OUT_DIR [--trees] [--drop FEATURE,FEATURE]
                                               [--discount GAMMA:class|file] [--softmax T:MASS:MIX]
+    python bench/experiments/lane_rerankers.py standard-rank OUT_DIR NEW_DIR   # + the standard path's ranks
 
 ``capture`` runs every multi-part (bench/data/multipart.jsonl) and training (bench/data/train/*.jsonl) question
 through the agentic loop without a re-ranker, 30 deep, as ``bench/train_rerank.py`` does, and keeps per lane its
@@ -49,6 +50,45 @@ def capture(out: Path) -> None:
             recs.append({"id": row["id"], "corpus": row["corpus"]["pypi"], "intents": row["intents"], "lanes": rec_lanes})
         (out / f"{name}.pkl").write_bytes(pickle.dumps(recs))
         print(f"{name}: {len(recs)} questions captured")
+
+
+def standard_rank(src: Path, out: Path) -> None:
+    """A capture with two more features per lane unit: its rank in the standard search's second-stage ranking of
+    the whole question (``qstd``, log rank, 60 when not in its 30) and whether that rank is in the first three
+    (``qstd_top3``). The standard re-ranker is fitted on the training questions' whole-question examples
+    (``train_rerank.standard_examples``) with the question's own project held out, on all of them for the other
+    sets, so no unit is scored by a model that saw its question (session 20: stacking the standard path's
+    judgement into the lanes; not kept)."""
+    from repoctx.index import second_stage_keeps
+    from repoctx.retrieve.agentic import content_terms
+    from repoctx.retrieve.rerank import embedder_id, rerank_question, trained_dense
+
+    out.mkdir(parents=True, exist_ok=True)
+    settings, indexes = Settings.from_env(), {}
+    rows = {name: {r["id"]: r for r in tr.load(files)} for name, files in SETS.items()}
+    data = tr.standard_examples(list(rows["train"].values()), settings, indexes)
+    emb = embedder_id(next(iter(indexes.values())))
+    models = {p: tr.fit([d for d in data if d[2] != p], emb) for p in {d[2] for d in data}}
+    models[None] = tr.fit(data, emb)
+    for name in SETS:
+        file = src / f"{name}.pkl"
+        if not file.exists():
+            continue
+        recs = pickle.loads(file.read_bytes())
+        for r in recs:
+            row = rows[name][r["id"]]
+            ix, q = question_index(row, settings, indexes), row["question"]
+            model = models[row["corpus"]["pypi"]] if name == "train" else models[None]
+            hits = tr.first_stage(ix, q)
+            ranked = rerank_question(ix.store, model, content_terms(q), hits, q, trained_dense(model, ix.dense_index()),
+                                     keep=second_stage_keeps(q, hits))
+            rank = {h.capsule.id: i for i, h in enumerate(ranked, 1)}
+            for lane in r["lanes"]:
+                for h in lane:
+                    h["f"]["qstd"] = math.log(rank.get(h["cid"], 60))
+                    h["f"]["qstd_top3"] = float(rank.get(h["cid"], 60) <= 3)
+        (out / f"{name}.pkl").write_bytes(pickle.dumps(recs))
+        print(f"{name}: {len(recs)} questions with the standard ranks")
 
 
 def _p(x: float) -> float:
@@ -195,8 +235,9 @@ if __name__ == "__main__":
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=("capture", "score"))
+    ap.add_argument("command", choices=("capture", "score", "standard-rank"))
     ap.add_argument("out", type=Path)
+    ap.add_argument("into", type=Path, nargs="?", help="standard-rank: where the augmented capture goes")
     ap.add_argument("--trees", action="store_true")
     ap.add_argument("--drop", default="", help="score: features to fit without, comma-separated")
     ap.add_argument("--discount", metavar="GAMMA:class|file",
@@ -215,5 +256,9 @@ if __name__ == "__main__":
             ap.error("--softmax takes T:MASS:MIX")
     if a.command == "capture":
         capture(a.out)
+    elif a.command == "standard-rank":
+        if a.into is None:
+            ap.error("standard-rank takes the capture and a new folder: standard-rank CAPTURE_DIR OUT_DIR")
+        standard_rank(a.out, a.into)
     else:
         score(a.out, a.trees, {f for f in a.drop.split(",") if f}, select)
