@@ -4,6 +4,7 @@ import subprocess
 import sys
 import time
 
+from repoctx.capsules.parse import PARSER_VERSION
 from tests.conftest import open_index, snapshot, write_tree
 
 BASE = {
@@ -173,3 +174,62 @@ def test_a_function_named_like_its_module_is_indexed(make_repo, tmp_path):
     assert any(h.capsule.qualname == "runtests" and h.capsule.kind == "function" for h in hits)
     assert {c.kind for c in ix.store.all_capsules() if c.path == "runtests.py"} == {"module", "function"}
     ix.close()
+
+
+def test_a_typed_receiver_re_resolves_when_its_method_appears(make_repo, tmp_path):
+    root = make_repo(BASE | {"pkg/run.py": "from pkg.core import Engine\n\ndef run():\n    e = Engine()\n    return e.stop()\n"})
+    ix = open_index(root, tmp_path / "inc")
+    ix.update()
+    assert {e.dst_name: e.dst for e in ix.callees("repo:pkg/run.py#run")}["Engine.stop"] is None
+    write_tree(root, {"pkg/core.py": BASE["pkg/core.py"] + "\n    def stop(self):\n        return 0\n"})
+    assert ix.update().modified == ["pkg/core.py"]
+    assert {e.dst_name: e.dst for e in ix.callees("repo:pkg/run.py#run")}["Engine.stop"] == "repo:pkg/core.py#Engine.stop"
+    assert snapshot(ix) == cold_snapshot(root, tmp_path, "cold")
+
+
+def test_an_index_parsed_by_earlier_rules_is_rebuilt_whole(make_repo, tmp_path):
+    root = make_repo(BASE)
+    ix = open_index(root, tmp_path / "idx")
+    ix.update()
+    w = ix.store.writer(ix.repo)
+    with w.transaction():
+        w.set_meta("parser", "1")
+    r = ix.update()
+    assert sorted(r.added) == sorted(BASE) and any("rebuilt it whole" in n for n in r.notes)
+    assert ix.meta("parser") == PARSER_VERSION and snapshot(ix) == cold_snapshot(root, tmp_path, "cold")
+    assert ix.update().unchanged == len(BASE)  # and only once
+
+
+HIERARCHY = {
+    "app/__init__.py": "",
+    "app/base.py": "class Base:\n    def validate(self):\n        return True\n\nclass Other:\n    def validate(self):\n        return False\n",
+    "app/mixins.py": "from app.base import Base, Other\n\nclass Middle(Base):\n    pass\n",
+    "app/models.py": "from app.mixins import Middle\n\nclass Order(Middle):\n    def save(self):\n        return self.validate()\n",
+}
+
+
+def test_inherited_calls_follow_a_change_of_bases_elsewhere(make_repo, tmp_path):
+    root = make_repo(HIERARCHY)
+    ix = open_index(root, tmp_path / "inc")
+    ix.update()
+
+    def target():
+        return [e.dst for e in ix.callees("repo:app/models.py#Order.save")]
+
+    assert target() == ["repo:app/base.py#Base.validate"]
+    # Middle's bases change; models.py (which holds the call) is unchanged
+    write_tree(root, {"app/mixins.py": "from app.base import Base, Other\n\nclass Middle(Other):\n    pass\n"})
+    assert ix.update().modified == ["app/mixins.py"]
+    assert target() == ["repo:app/base.py#Other.validate"]
+    assert snapshot(ix) == cold_snapshot(root, tmp_path, "cold1")
+    # Middle gains its own validate: the nearest definition wins
+    write_tree(root, {"app/mixins.py": "from app.base import Base, Other\n\nclass Middle(Other):\n"
+                                       "    def validate(self):\n        return None\n"})
+    ix.update()
+    assert target() == ["repo:app/mixins.py#Middle.validate"]
+    assert snapshot(ix) == cold_snapshot(root, tmp_path, "cold2")
+    # Middle loses its bases and its method: nothing is inherited any more
+    write_tree(root, {"app/mixins.py": "class Middle:\n    pass\n"})
+    ix.update()
+    assert target() == [None]
+    assert snapshot(ix) == cold_snapshot(root, tmp_path, "cold3")

@@ -81,6 +81,9 @@ def test_index_and_reads(backend, tmp_path):
     assert {c.id for c in checkout} == {"shop:shop/checkout.py#checkout", "shop:secret/vault.py#VaultCheckout.checkout"}
     callees = {e.dst_name: e.dst for e in ix.callees("shop:shop/checkout.py#checkout")}
     assert callees["Order"] == "shop:shop/models.py#Order" and callees["open_vault"] == "shop:secret/vault.py#open_vault"
+    assert callees["Order.save"] == "shop:shop/models.py#Base.save"  # `order = Order()`; save is inherited
+    assert ix.store.writer("shop").bases_of(["shop:shop/models.py#Order", "shop:shop/models.py#Base"]) == {
+        "shop:shop/models.py#Order": [("shop:shop/models.py#Base", "shop/models.py", "Base")]}
     assert [e.src for e in ix.callers("shop:secret/vault.py#vault_key")] == ["shop:secret/vault.py#open_vault"]
     assert ix.search("sum_lines")[0].capsule.qualname == "sum_lines"
     assert ix.store.vector_state("shop", HashEmbedder.model_id).current
@@ -94,10 +97,15 @@ def test_index_and_reads(backend, tmp_path):
 def test_incremental_equals_cold(backend, tmp_path):
     root = write_tree(tmp_path / "shop", SHOP)
     ix = index_repo(backend, root)
+    # a function renamed, and Order given a first base that defines save (checkout.py's order.save() follows)
     (root / "shop/models.py").write_text(SHOP["shop/models.py"].replace("def sum_lines", "def add_lines")
-                                         .replace("sum_lines(self)", "add_lines(self)"))
+                                         .replace("sum_lines(self)", "add_lines(self)")
+                                         .replace("class Order(Base):", "class Mixin:\n    def save(self):\n"
+                                                  "        return 0\n\nclass Order(Mixin, Base):"))
     (root / "docs/notes.md").unlink()
     ix.update()
+    assert {e.dst_name: e.dst for e in ix.callees("shop:shop/checkout.py#checkout")}["Order.save"] == \
+        "shop:shop/models.py#Mixin.save"
     snap = (ix.store.all_capsules(ix.scope()), ix.store.all_edges(ix.scope()), ix.store.counts(ix.scope()))
     fresh = tmp_path / "fresh"
     write_tree(fresh, {})

@@ -37,9 +37,14 @@ class SrcInfo:
     language: str
 
 
+Base = tuple[str, str, str]  # a resolved base class: (id, path, qualname)
+MRO_DEPTH = 8  # levels of base classes searched for an inherited method
+
+
 class Lookup(Protocol):
     def by_name(self, name: str) -> list[Cand]: ...
     def module(self, dotted_or_path: str) -> Cand | None: ...
+    def bases(self, class_id: str) -> list[Base]: ...
 
 
 def ref_key(name: str) -> str:
@@ -61,7 +66,48 @@ class Resolver:
     def __init__(self, lookup: Lookup):
         self.lookup = lookup
 
-    def resolve(self, ref: Ref, src: SrcInfo, imports: dict[str, str], enclosing_class: str | None) -> str | None:
+    def resolve(self, ref: Ref, src: SrcInfo, imports: dict[str, str], enclosing_class: str | None,
+                local_bases: dict[str, list[Base]] | None = None) -> str | None:
+        """The capsule ``ref`` names, or None. ``local_bases``: the base classes of the file's own classes, resolved
+        before its calls (a store does not hold them yet during an update)."""
+        hit = self._resolve(ref, src, imports, enclosing_class)
+        if hit is not None or ref.kind != "calls" or "." not in ref.name:
+            return hit
+        # a method the receiver's class inherits: self.validate() in Order(Base), or Lexer.tokenize on a DebugLexer
+        parts = ref.name.split(".")
+        if parts[0] in SELF_NAMES and len(parts) == 2:
+            if not enclosing_class:
+                return None
+            owner = next((c.id for c in self.lookup.by_name(enclosing_class.rsplit(".", 1)[-1])
+                          if c.kind == "class" and c.path == src.path and c.qualname == enclosing_class), None)
+        else:
+            owner = self._resolve(Ref(ref.src, "inherits", ".".join(parts[:-1]), ref.line), src, imports, enclosing_class)
+        return self.inherited(owner, parts[-1], local_bases) if owner else None
+
+    def inherited(self, class_id: str, name: str, local_bases: dict[str, list[Base]] | None = None) -> str | None:
+        """The method ``name`` of the nearest base class of ``class_id`` that defines it (breadth first, bases in the
+        order the class lists them), or None."""
+        methods = {(c.path, c.qualname): c.id for c in self.lookup.by_name(name) if c.kind == "method"}
+        if not methods:
+            return None
+        seen, level = {class_id}, [class_id]
+        for _ in range(MRO_DEPTH):
+            nxt = []
+            for cid in level:
+                bases = local_bases[cid] if local_bases and cid in local_bases else self.lookup.bases(cid)
+                for bid, path, qual in bases:
+                    hit = methods.get((path, f"{qual}.{name}"))
+                    if hit:
+                        return hit
+                    if bid not in seen:
+                        seen.add(bid)
+                        nxt.append(bid)
+            if not nxt:
+                return None
+            level = nxt
+        return None
+
+    def _resolve(self, ref: Ref, src: SrcInfo, imports: dict[str, str], enclosing_class: str | None) -> str | None:
         if ref.kind == "imports":
             return self._resolve_import(ref.name, src)
         name = ref.name
@@ -110,7 +156,9 @@ class Resolver:
             if hit:
                 return hit
         dotted = ".".join(parts[-2:])
-        owners = [c for c in cands if c.qualname.endswith(dotted) or c.full.endswith("." + dotted)]
+        # on a dot boundary: "Parser.parse" is not "DebugParser.parse"
+        owners = [c for c in cands if c.qualname == dotted or c.qualname.endswith("." + dotted)
+                  or c.full.endswith("." + dotted)]
         if len(owners) == 1:
             return owners[0].id
         local = [c for c in owners if c.path == src.path]
@@ -161,6 +209,7 @@ class MemoryLookup:
     def __init__(self, capsules: Iterable[Capsule], modules: dict[str, str]):
         self._by_name: dict[str, list[Cand]] = {}
         self._modules: dict[str, Cand] = {}
+        self._bases: dict[str, list[Base]] = {}
         for c in capsules:
             cand = Cand(c.id, c.path, c.qualname, c.kind, modules.get(c.path, c.path))
             if c.kind == "module":
@@ -179,20 +228,46 @@ class MemoryLookup:
     def module(self, key: str) -> Cand | None:
         return self._modules.get(key)
 
+    def bases(self, class_id: str) -> list[Base]:
+        return self._bases.get(class_id, [])
+
+    def add_bases(self, bases: dict[str, list[Base]]) -> None:
+        """Base classes resolved beforehand (``file_bases`` over every file), for inherited-method lookups."""
+        self._bases.update(bases)
+
 
 def contains_edges(capsules: Iterable[Capsule]) -> list[Edge]:
     return [Edge(c.parent, "contains", c.qualname, c.id) for c in capsules if c.parent]
 
 
+def file_bases(resolver: Resolver, capsules: list[Capsule], refs: list[Ref], imports: dict[str, str],
+               module: str) -> dict[str, list[Base]]:
+    """The base classes of one file's classes (class id → resolved bases, in the order they are listed)."""
+    by_id = {c.id: c for c in capsules}
+    out: dict[str, list[Base]] = {}
+    for ref in refs:
+        if ref.kind != "inherits":
+            continue
+        c = by_id[ref.src]
+        src = SrcInfo(c.id, c.path, c.qualname, c.kind, module, c.language)
+        dst = resolver.resolve(ref, src, imports, None)
+        base = next((b for b in resolver.lookup.by_name(ref_key(ref.name)) if b.id == dst), None) if dst else None
+        if base is not None:
+            out.setdefault(ref.src, []).append((base.id, base.path, base.qualname))
+    return out
+
+
 def resolve_file(resolver: Resolver, capsules: list[Capsule], refs: list[Ref], imports: dict[str, str],
-                 module: str) -> list[Edge]:
-    """Edges for one parsed file: its references resolved where the rules allow."""
+                 module: str, bases: dict[str, list[Base]] | None = None) -> list[Edge]:
+    """Edges for one parsed file: its references resolved where the rules allow. ``bases``: the base classes
+    resolved beforehand for every file of the update (``file_bases``); else this file's own are resolved first."""
     by_id = {c.id: c for c in capsules}
     kinds = {c.qualname: c.kind for c in capsules}
+    local = bases if bases is not None else file_bases(resolver, capsules, refs, imports, module)
     edges = []
     for ref in refs:
         c = by_id[ref.src]
         src = SrcInfo(c.id, c.path, c.qualname if c.kind != "module" else "", c.kind, module, c.language)
         enclosing = class_of(src, kinds.get) if c.kind in ("method", "function") else None
-        edges.append(Edge(ref.src, ref.kind, ref.name, resolver.resolve(ref, src, imports, enclosing)))
+        edges.append(Edge(ref.src, ref.kind, ref.name, resolver.resolve(ref, src, imports, enclosing, local)))
     return edges

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Callable
 
 from repoctx.capsules.fallback import parse_any
-from repoctx.capsules.parse import ParsedFile, own_text
+from repoctx.capsules.parse import PARSER_VERSION, ParsedFile, own_text
 from repoctx.config import Settings
-from repoctx.graph import Cand, Resolver, SrcInfo, class_of, contains_edges, ref_key, resolve_file
+from repoctx.graph import (MRO_DEPTH, Cand, Resolver, SrcInfo, class_of, contains_edges, file_bases, ref_key,
+                           resolve_file)
 from repoctx.ingest.walk import SourceFile, WalkReport, load_text, walk
 from repoctx.store.base import FileRecord, IndexBusy, RepoWriter, capsule_id  # noqa: F401 (IndexBusy re-exported)
 from repoctx.tokens import TOKENIZER_VERSION
@@ -102,6 +103,10 @@ class StoreLookup:
             self._mods[key] = Cand(*row) if row else None
         return self._mods[key]
 
+    def bases(self, class_id: str) -> list[tuple[str, str, str]]:
+        # not memoised: an update writes inheritance edges while it resolves
+        return self.store.bases_of([class_id]).get(class_id, [])
+
 
 def _parse_one(sf: SourceFile, data: bytes, settings: Settings, repo: str) -> tuple[ParsedFile | None, str, dict]:
     """Parse one file's bytes; returns (parsed or None, note, flags). Never raises on content.
@@ -154,8 +159,11 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
     files = list(walk(root, settings, walk_report))
     report.files_seen = len(files)
     stored = store.files()
-    if stored and store.meta("tokenizer") != TOKENIZER_VERSION:
-        stored = {}  # the lexical index was built with other tokens: rebuild it whole (in this transaction)
+    if stored and (store.meta("tokenizer") != TOKENIZER_VERSION or (store.meta("parser") or "1") != PARSER_VERSION):
+        # the lexical index was built with other tokens, or the files were parsed by other rules (other
+        # references, so other edges): rebuild it whole (in this transaction)
+        report.notes.append("the index was built by an earlier version (other tokens or parse rules): rebuilt it whole")
+        stored = {}
         rebuild = True
     else:
         rebuild = False
@@ -193,11 +201,17 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
     old_defs: set[tuple] = set()
     old_ids: set[str] = set()
     changed_paths = {sf.path for sf, _, _ in to_parse} | set(deleted)
+    old_classes: set[str] = set()
     for path in changed_paths:
         if path in stored:
             for cid, cpath, qual, kind, module, _lang, name in store.capsule_rows(path):
                 old_ids.add(cid)
                 old_defs.add(_def_key(cid, cpath, qual, kind, module, name))
+                if kind == "class":
+                    old_classes.add(cid)
+    # the class hierarchy before the change: a method a class inherits is found through its bases
+    old_bases = store.bases_of(sorted(old_classes)) if old_classes else {}
+    old_inherited = {cid: _ancestor_methods(store, old_bases, {cid}) for cid in old_bases}
 
     parsed: list[tuple[SourceFile, str, ParsedFile]] = []
     done = 0
@@ -245,11 +259,22 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
                                              {pf.path: pf.module for _, _, pf in parsed}))
         else:
             resolver = Resolver(StoreLookup(store))
+        # base classes first, over every parsed file, so a call through a class parsed later in this update resolves
+        bases: dict[str, list] = {}
         for sf, h, pf in parsed:
-            edges = contains_edges(pf.capsules) + resolve_file(resolver, pf.capsules, pf.refs, pf.imports, pf.module)
+            bases.update(file_bases(resolver, pf.capsules, pf.refs, pf.imports, pf.module))
+        if cold:
+            resolver.lookup.add_bases(bases)
+        for sf, h, pf in parsed:
+            edges = contains_edges(pf.capsules) + resolve_file(resolver, pf.capsules, pf.refs, pf.imports, pf.module,
+                                                               bases)
             store.put_edges(((e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges), sf.path)
         if not cold:
             names = {d[0] for d in old_defs ^ new_defs}
+            # a class whose bases changed: calls elsewhere through it may now reach another ancestor's method
+            for cid in set(old_bases) | set(bases):
+                if [b[0] for b in old_bases.get(cid, [])] != [b[0] for b in bases.get(cid, [])]:
+                    names |= old_inherited.get(cid, set()) | _ancestor_methods(store, bases, {cid})
             gone = old_ids - {d[1] for d in new_defs}
             report.edges_reresolved = _reresolve(store, resolver, names, gone,
                                                  {sf.path for sf, _, _ in parsed} | set(deleted))
@@ -271,10 +296,34 @@ def _def_key(cid: str, path: str, qual: str, kind: str, module: str, name: str) 
     return (key, cid, path, qual, kind, module)
 
 
+def _ancestor_methods(store: RepoWriter, bases: dict[str, list], classes: set[str]) -> set[str]:
+    """Names of the methods defined in the ancestors of ``classes``: their bases from ``bases`` where it has them,
+    else from the store's inheritance edges, up to ``MRO_DEPTH`` levels."""
+    names: set[str] = set()
+    seen, level = set(classes), sorted(classes)
+    for _ in range(MRO_DEPTH):
+        known = {c: bases[c] for c in level if c in bases}
+        known |= store.bases_of([c for c in level if c not in bases])
+        nxt = []
+        for found in known.values():
+            for bid, path, qual in found:
+                if bid in seen:
+                    continue
+                seen.add(bid)
+                nxt.append(bid)
+                names.update(q[len(qual) + 1:] for _id, _p, q, kind, *_ in store.capsule_rows(path)
+                             if kind == "method" and q.startswith(qual + ".") and "." not in q[len(qual) + 1:])
+        if not nxt:
+            break
+        level = nxt
+    return names
+
+
 def _reresolve(store: RepoWriter, resolver: Resolver, names: set[str], old_ids: set[str],
                fresh_paths: set[str]) -> int:
-    """Re-resolve edges of unchanged files that may point into what changed."""
-    rows = store.edges_needing(names, old_ids, fresh_paths)
+    """Re-resolve edges of unchanged files that may point into what changed (base classes first: a call through
+    a class resolves with the class's bases as they are now)."""
+    rows = sorted(store.edges_needing(names, old_ids, fresh_paths), key=lambda r: r[2] != "inherits")
     if not rows:
         return 0
     files = store.files()
@@ -304,6 +353,7 @@ def _write_meta(store: RepoWriter, report: UpdateReport) -> None:
     store.set_meta("git_dirty", "" if report.git_dirty is None else str(int(report.git_dirty)))
     store.set_meta("complete", "1")
     store.set_meta("tokenizer", TOKENIZER_VERSION)
+    store.set_meta("parser", PARSER_VERSION)
     store.set_meta("generation", str(int(store.meta("generation") or 0) + (1 if report.changed else 0)))
 
 

@@ -16,6 +16,11 @@ from tree_sitter import Node, Query, QueryCursor
 from repoctx.capsules.langs import SPECS, LangSpec
 from repoctx.types import Capsule, Ref
 
+# Bumped whenever what a parse yields (capsules, references) or how references resolve changes: an index made by
+# other rules is rebuilt whole. 2: calls on a name whose class the source states are recorded as that class's (``_Receivers``); 3: the
+# resolver finds a method a class inherits (``Resolver.inherited``).
+PARSER_VERSION = "3"
+
 _WS = re.compile(r"\s+")
 _IDENT = re.compile(r"[A-Za-z_$][\w$]*")
 _local = threading.local()
@@ -541,10 +546,13 @@ def parse_source(path: str, text: str, language: str) -> ParsedFile:
             i -= 1
         return best
 
+    receivers = _python_receivers(root, src, owner, capsules) if language == "python" else None
     for node in sorted(captures.get("call", ()), key=lambda n: (n.start_byte, n.end_byte)):  # unordered
         name = _callee(node, spec, src)
         if name:
-            refs.append(Ref(owner(node.start_byte), "calls", name, node.start_point[0] + 1))
+            src_id = owner(node.start_byte)
+            for typed in (receivers.rewrite(src_id, name) if receivers else (name,)):
+                refs.append(Ref(src_id, "calls", typed, node.start_point[0] + 1))
     for node in sorted(captures.get("import", ()), key=lambda n: (n.start_byte, n.end_byte)):  # unordered
         if language == "python":
             mapping = _python_imports(node, src, module, is_package)
@@ -557,6 +565,82 @@ def parse_source(path: str, text: str, language: str) -> ParsedFile:
 
     errors = _count_errors(root) if root.has_error else 0
     return ParsedFile(path, language, module, capsules, refs, import_map, errors)
+
+
+_RECEIVER_PATTERNS = """
+(assignment left: (identifier) @var right: (call function: [(identifier) (attribute)] @ctor))
+(assignment left: (identifier) @var type: (type [(identifier) (attribute)] @ctor))
+(assignment left: (attribute object: (identifier) @obj attribute: (identifier) @var)
+            right: (call function: [(identifier) (attribute)] @ctor))
+(assignment left: (attribute object: (identifier) @obj attribute: (identifier) @var) type: (type [(identifier) (attribute)] @ctor))
+(typed_parameter (identifier) @var type: (type [(identifier) (attribute)] @ctor))
+(typed_default_parameter name: (identifier) @var type: (type [(identifier) (attribute)] @ctor))
+(with_item value: (as_pattern (call function: [(identifier) (attribute)] @ctor) alias: (as_pattern_target (identifier) @var)))
+"""
+_RECEIVER_SELF = ("self", "cls")
+
+
+@lru_cache(maxsize=None)
+def _receiver_query() -> Query:
+    return Query(_language("python"), _RECEIVER_PATTERNS)
+
+
+@dataclass
+class _Receivers:
+    """What class a Python name holds, where the source says so: ``x = Lexer(...)``, ``x: Lexer``, a parameter
+    annotated ``x: Lexer``, ``with Lexer(...) as x``, and per class ``self.x = Lexer(...)`` (or ``self.x: Lexer``, or
+    ``x: Lexer`` in the class body). A call ``x.tokenize()`` (``self.x.tokenize()``) is then recorded as
+    ``Lexer.tokenize``, which the resolver can find where ``x.tokenize`` named nothing. Only names whose last part is
+    capitalized count as classes (``x = make()`` says nothing about ``x``)."""
+    local: dict[str, dict[str, set[str]]]  # capsule id -> variable -> class names
+    attrs: dict[str, dict[str, set[str]]]  # class capsule id -> attribute -> class names
+    parents: dict[str, tuple[str | None, str]]  # capsule id -> (parent id, kind)
+
+    def rewrite(self, src_id: str, name: str) -> list[str]:
+        parts = name.split(".")
+        found: set[str] = set()
+        if len(parts) == 2:
+            cid: str | None = src_id
+            while cid is not None and not found:  # the function, then the functions enclosing it (closures)
+                parent, kind = self.parents.get(cid, (None, "module"))
+                if kind == "class":
+                    break
+                found = self.local.get(cid, {}).get(parts[0], set())
+                cid = parent
+        elif len(parts) == 3 and parts[0] in _RECEIVER_SELF:
+            cid = src_id
+            while cid is not None and self.parents.get(cid, (None, ""))[1] != "class":
+                cid = self.parents.get(cid, (None, ""))[0]
+            found = self.attrs.get(cid, {}).get(parts[1], set()) if cid else set()
+        return [f"{c}.{parts[-1]}" for c in sorted(found)] or [name]
+
+
+def _python_receivers(root: Node, src: bytes, owner, capsules: list[Capsule]) -> _Receivers:
+    parents = {c.id: (c.parent, c.kind) for c in capsules}
+    local: dict[str, dict[str, set[str]]] = {}
+    attrs: dict[str, dict[str, set[str]]] = {}
+    for _, m in QueryCursor(_receiver_query()).matches(root):
+        var, ctor = m.get("var"), m.get("ctor")
+        if not var or not ctor:
+            continue
+        cls = re.sub(r"\s+", "", _text(ctor[0], src))
+        if not cls or not cls.rsplit(".", 1)[-1][:1].isupper():
+            continue
+        where = owner(var[0].start_byte)
+        name = _text(var[0], src)
+        kind = parents.get(where, (None, "module"))[1]
+        if "obj" in m:  # self.x = Lexer(...): an attribute of the method's class
+            if _text(m["obj"][0], src) not in _RECEIVER_SELF:
+                continue
+            cid = parents.get(where, (None, ""))[0]
+            if cid is None or parents.get(cid, (None, ""))[1] != "class":
+                continue
+            attrs.setdefault(cid, {}).setdefault(name, set()).add(cls)
+        elif kind == "class":  # x: Lexer in a class body (dataclasses, attrs)
+            attrs.setdefault(where, {}).setdefault(name, set()).add(cls)
+        elif kind in ("function", "method"):
+            local.setdefault(where, {}).setdefault(name, set()).add(cls)
+    return _Receivers(local, attrs, parents)
 
 
 def _count_errors(root: Node) -> int:

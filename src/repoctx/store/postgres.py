@@ -645,6 +645,16 @@ class PostgresRepoWriter:
                 "AND (dst_key = ANY(%s) OR dst = ANY(%s))", (self.repo, sorted(keys), sorted(dsts))).fetchall()
         return [tuple(r) for r in rows if r[5] not in exclude_paths]
 
+    def bases_of(self, ids: list[str]) -> dict[str, list[tuple[str, str, str]]]:
+        out: dict[str, list[tuple[str, str, str]]] = {}
+        with self._c() as conn:
+            for src, dst, path, qual in conn.execute(
+                    "SELECT e.src, e.dst, c.path, c.qualname FROM repoctx_edges e JOIN repoctx_capsules c ON c.id = e.dst "
+                    "WHERE e.repo=%s AND e.kind='inherits' AND e.src = ANY(%s) ORDER BY e.eid",
+                    (self.repo, sorted(set(ids)))).fetchall():
+                out.setdefault(src, []).append((dst, path, qual))
+        return out
+
     def capsule_rows(self, path: str) -> list[tuple]:
         with self._c() as conn:
             return [tuple(r) for r in conn.execute(

@@ -592,6 +592,16 @@ class SQLiteRepoWriter:
                         rows[r[0]] = tuple(r)
         return list(rows.values())
 
+    def bases_of(self, ids: list[str]) -> dict[str, list[tuple[str, str, str]]]:
+        out: dict[str, list[tuple[str, str, str]]] = {}
+        for chunk in _chunks(sorted(set(ids))):
+            for src, dst, path, qual in self.db.execute(
+                    "SELECT e.src, e.dst, c.path, c.qualname FROM edges e JOIN capsules c ON c.id = e.dst "
+                    f"WHERE e.repo=? AND e.kind='inherits' AND e.src IN ({_ph(len(chunk))}) ORDER BY e.rowid",
+                    [self.repo] + chunk):
+                out.setdefault(src, []).append((dst, path, qual))
+        return out
+
     def capsule_rows(self, path: str) -> list[tuple]:
         return [tuple(r) for r in self.db.execute(
             "SELECT id, path, qualname, kind, module, language, name FROM capsules WHERE repo=? AND path=?",
