@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
 from repoctx.types import Capsule, Edge, Ref
 
@@ -39,6 +39,23 @@ class SrcInfo:
 
 Base = tuple[str, str, str]  # a resolved base class: (id, path, qualname)
 MRO_DEPTH = 8  # levels of base classes searched for an inherited method
+
+
+def ancestors(classes: list[str], level_bases: Callable[[list[str]], dict[str, list[Base]]]) -> Iterator[Base]:
+    """The base classes of ``classes``, breadth first (each class's bases in the order it lists them), each once, up
+    to ``MRO_DEPTH`` levels; ``level_bases`` answers one level at a time (class ids → their resolved bases)."""
+    seen, level = set(classes), list(classes)
+    for _ in range(MRO_DEPTH):
+        nxt = []
+        for found in level_bases(level).values():
+            for base in found:
+                if base[0] not in seen:
+                    seen.add(base[0])
+                    nxt.append(base[0])
+                    yield base
+        if not nxt:
+            return
+        level = nxt
 
 
 class Lookup(Protocol):
@@ -90,21 +107,15 @@ class Resolver:
         methods = {(c.path, c.qualname): c.id for c in self.lookup.by_name(name) if c.kind == "method"}
         if not methods:
             return None
-        seen, level = {class_id}, [class_id]
-        for _ in range(MRO_DEPTH):
-            nxt = []
-            for cid in level:
-                bases = local_bases[cid] if local_bases and cid in local_bases else self.lookup.bases(cid)
-                for bid, path, qual in bases:
-                    hit = methods.get((path, f"{qual}.{name}"))
-                    if hit:
-                        return hit
-                    if bid not in seen:
-                        seen.add(bid)
-                        nxt.append(bid)
-            if not nxt:
-                return None
-            level = nxt
+        local = local_bases or {}
+
+        def level_bases(ids: list[str]) -> dict[str, list[Base]]:
+            return {c: local[c] if c in local else self.lookup.bases(c) for c in ids}
+
+        for _bid, path, qual in ancestors([class_id], level_bases):
+            hit = methods.get((path, f"{qual}.{name}"))
+            if hit:
+                return hit
         return None
 
     def _resolve(self, ref: Ref, src: SrcInfo, imports: dict[str, str], enclosing_class: str | None) -> str | None:

@@ -15,7 +15,7 @@ from typing import Callable
 from repoctx.capsules.fallback import parse_any
 from repoctx.capsules.parse import PARSER_VERSION, ParsedFile, own_text
 from repoctx.config import Settings
-from repoctx.graph import (MRO_DEPTH, Cand, Resolver, SrcInfo, class_of, contains_edges, file_bases, ref_key,
+from repoctx.graph import (Cand, Resolver, SrcInfo, ancestors, class_of, contains_edges, file_bases, ref_key,
                            resolve_file)
 from repoctx.ingest.walk import SourceFile, WalkReport, load_text, walk
 from repoctx.store.base import FileRecord, IndexBusy, RepoWriter, capsule_id  # noqa: F401 (IndexBusy re-exported)
@@ -209,9 +209,9 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
                 old_defs.add(_def_key(cid, cpath, qual, kind, module, name))
                 if kind == "class":
                     old_classes.add(cid)
-    # the class hierarchy before the change: a method a class inherits is found through its bases
-    old_bases = store.bases_of(sorted(old_classes)) if old_classes else {}
-    old_inherited = {cid: _ancestor_methods(store, old_bases, {cid}) for cid in old_bases}
+    # the bases of the changed files' classes before the change (a class without any listed as having none): with
+    # the unchanged files' edges they give each class's old ancestors, should its bases change
+    old_bases = dict.fromkeys(old_classes, []) | (store.bases_of(sorted(old_classes)) if old_classes else {})
 
     parsed: list[tuple[SourceFile, str, ParsedFile]] = []
     done = 0
@@ -272,9 +272,10 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
         if not cold:
             names = {d[0] for d in old_defs ^ new_defs}
             # a class whose bases changed: calls elsewhere through it may now reach another ancestor's method
+            # (an old ancestor's methods are read as they are now: any that changed are in ``names`` already)
             for cid in set(old_bases) | set(bases):
                 if [b[0] for b in old_bases.get(cid, [])] != [b[0] for b in bases.get(cid, [])]:
-                    names |= old_inherited.get(cid, set()) | _ancestor_methods(store, bases, {cid})
+                    names |= _ancestor_methods(store, old_bases, cid) | _ancestor_methods(store, bases, cid)
             gone = old_ids - {d[1] for d in new_defs}
             report.edges_reresolved = _reresolve(store, resolver, names, gone,
                                                  {sf.path for sf, _, _ in parsed} | set(deleted))
@@ -296,26 +297,16 @@ def _def_key(cid: str, path: str, qual: str, kind: str, module: str, name: str) 
     return (key, cid, path, qual, kind, module)
 
 
-def _ancestor_methods(store: RepoWriter, bases: dict[str, list], classes: set[str]) -> set[str]:
-    """Names of the methods defined in the ancestors of ``classes``: their bases from ``bases`` where it has them,
-    else from the store's inheritance edges, up to ``MRO_DEPTH`` levels."""
+def _ancestor_methods(store: RepoWriter, bases: dict[str, list], cls: str) -> set[str]:
+    """Names of the methods defined in the ancestors of class ``cls``: each class's bases from ``bases`` where it has
+    them, else from the store's inheritance edges."""
+    def level_bases(ids: list[str]) -> dict[str, list]:
+        return {c: bases[c] for c in ids if c in bases} | store.bases_of([c for c in ids if c not in bases])
+
     names: set[str] = set()
-    seen, level = set(classes), sorted(classes)
-    for _ in range(MRO_DEPTH):
-        known = {c: bases[c] for c in level if c in bases}
-        known |= store.bases_of([c for c in level if c not in bases])
-        nxt = []
-        for found in known.values():
-            for bid, path, qual in found:
-                if bid in seen:
-                    continue
-                seen.add(bid)
-                nxt.append(bid)
-                names.update(q[len(qual) + 1:] for _id, _p, q, kind, *_ in store.capsule_rows(path)
-                             if kind == "method" and q.startswith(qual + ".") and "." not in q[len(qual) + 1:])
-        if not nxt:
-            break
-        level = nxt
+    for _bid, path, qual in ancestors([cls], level_bases):
+        names.update(q[len(qual) + 1:] for _id, _p, q, kind, *_ in store.capsule_rows(path)
+                     if kind == "method" and q.startswith(qual + ".") and "." not in q[len(qual) + 1:])
     return names
 
 

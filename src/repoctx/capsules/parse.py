@@ -17,8 +17,8 @@ from repoctx.capsules.langs import SPECS, LangSpec
 from repoctx.types import Capsule, Ref
 
 # Bumped whenever what a parse yields (capsules, references) or how references resolve changes: an index made by
-# other rules is rebuilt whole. 2: calls on a name whose class the source states are recorded as that class's (``_Receivers``); 3: the
-# resolver finds a method a class inherits (``Resolver.inherited``).
+# other rules is rebuilt whole. 2: calls on a name whose class the source states are recorded as that class's
+# (``_Receivers``); 3: the resolver finds a method a class inherits (``Resolver.inherited``).
 PARSER_VERSION = "3"
 
 _WS = re.compile(r"\s+")
