@@ -239,6 +239,20 @@ def test_offline_planner_shapes():
         "How are passwords hashed with PBKDF2", "How are passwords hashed with Argon2"]
     assert [s.anchors for s in p.plan("How does parse_http_date work, and where is cache_key built?")] == [
         ["parse_http_date"], ["cache_key"]]
+    # "how do A and B differ in X, and in Y": entity x aspect (the aspects used to be dropped, leaving "A", "B")
+    assert [s.text for s in p.plan("How do the Python domain and the C++ domain differ in parsing a signature, and in "
+                                   "resolving a cross-reference?")] == [
+        "Python domain parsing a signature", "Python domain resolving a cross-reference",
+        "C++ domain parsing a signature", "C++ domain resolving a cross-reference"]
+    # "differ" with no aspect after it: the entities frame the parts that follow, as before
+    assert [s.text for s in p.plan("How do select_related and prefetch_related differ under the hood: how are the "
+                                   "joined columns turned into instances?")] == [
+        "select_related: how are the joined columns turned into instances",
+        "prefetch_related: how are the joined columns turned into instances"]
+    # a listed item keeps its leading dot (".dt" names an attribute)
+    assert [s.text for s in p.plan("How do the .str, .dt and .plot accessors differ in being rebuilt on every access?")] \
+        == [".str accessors being rebuilt on every access", ".dt accessors being rebuilt on every access",
+            ".plot accessors being rebuilt on every access"]
 
 
 def test_offline_planner_does_not_hang_on_a_pasted_code_block():

@@ -38,7 +38,12 @@ _COMPARE_ASPECT = [  # "compare how X and Y handle aspect" / "compare X, Y and Z
     re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s+(?P<aspect>(?:" + "|".join(_ASPECT_VERBS) + r")\b.*)$", re.I),
     re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s*:\s*(?P<aspect>.+)$", re.I),
     re.compile(r"\bdifferences?\s+between\s+(?P<entities>.+?)\s+(?:in|for|when)\s+(?P<aspect>.+)$", re.I),
+    # "how do the Python domain and the C++ domain differ in parsing ..., and in resolving ...": the aspects follow
+    # "differ in" (read before _COMPARE_ONLY, which would keep the entities and drop what they are compared on)
+    re.compile(r"^(?:how|in what way)\s+do\s+(?P<entities>.+?)\s+differ\s+(?:in|on|by|when)\s+(?P<aspect>.+)$", re.I),
 ]
+# "differ in A, and in B": each "in ..." is an aspect of its own
+_DIFFER_ASPECTS = re.compile(r",?\s+(?:and|or)\s+(?:in|on|by|when)\s+(?=\w)", re.I)
 _COMPARE_ONLY = [  # entities without an aspect: the aspects follow in later clauses
     re.compile(r"^(?:compare|contrast)\s+(?:how\s+)?(?P<entities>.+)$", re.I),
     re.compile(r"^(?:how|in what way)\s+do\s+(?P<entities>.+?)\s+differ\b.*$", re.I),
@@ -185,7 +190,9 @@ def split_clauses(question: str) -> list[str]:
 
 
 def _items(text: str) -> list[str]:
-    items = [i.strip(" ,.") for i in _LIST_ITEMS.split(" ".join(text.split())) if i.strip(" ,.")]
+    # a leading dot stays: ".str, .dt and .plot accessors" name attributes
+    items = [i.strip(" ,").rstrip(".").strip() for i in _LIST_ITEMS.split(" ".join(text.split()))]
+    items = [i for i in items if i]
     return [i for i in items if i.lower() not in ("each", "each one", "both")]
 
 
@@ -244,7 +251,9 @@ def expand_comparison(clause: str) -> list[str] | None:
         entities = _compared(m.group("entities"))
         if len(entities) < 2:
             continue
-        return [f"{e} {a}" for e in entities for a in _aspects(m.group("aspect"))]
+        aspects = [a for part in _DIFFER_ASPECTS.split(m.group("aspect")) for a in _aspects(part)] \
+            if pat is _COMPARE_ASPECT[-1] else _aspects(m.group("aspect"))
+        return [f"{e} {a}" for e in entities for a in aspects]
     m = _COMPARE_WITH.match(clause)
     if m:
         return [m.group("a"), m.group("b")]
