@@ -269,3 +269,28 @@ def test_a_training_lane_is_labelled_for_the_intent_it_serves():
         == {"t.py:Parser.parse", "t.py:Lexer.tokenize"}
     assert intent_gold("where is the output escaped", lane, intents) == {"h.py:conditional_escape"}  # ties: lane order
     assert intent_gold("anything", ["t.py:Node"], intents) == set()
+
+
+def test_selection_spends_no_slot_twice_on_one_unit(make_repo, tmp_path):
+    """A def nested in a function is that function to a reader, and the definitions of one name in one file
+    (``@overload`` stubs) are one unit: of the k results, none repeats a unit already chosen."""
+    src = ("from typing import overload\n\n\ndef collect(expr):\n    def make_term(x):\n        return x\n"
+           "    return make_term(expr)\n\n\n@overload\ndef push(x: int) -> int: ...\n@overload\n"
+           "def push(x: str) -> str: ...\ndef push(x):\n    return x\n\n\ndef other():\n    return 1\n\n\n"
+           "def third():\n    return 2\n")
+    ix = open_index(make_repo({"a.py": src}), tmp_path / "idx")
+    ix.update()
+    caps = {c.qualname: c for c in ix.store.file_capsules(ix.repo, "a.py")}
+    pushes = [c for c in ix.store.file_capsules(ix.repo, "a.py") if c.qualname == "push"]
+    assert "collect.make_term" in caps and len(pushes) >= 2
+    model = LinearReranker(["lines"], [0.0], [1.0], [0.0], 0.0, {"prior_shift": 0.0})
+    ar = AgenticRetriever(ix, reranker=model, k=3)
+
+    def lane(*scored):
+        return [Hit(c, 1.0, {"rerank": {"score": s, "was": i}}) for i, (c, s) in enumerate(scored, 1)]
+
+    # the nested def and its function lead one lane, two push definitions the other: each unit once
+    first = lane((caps["collect.make_term"], 1.0), (caps["collect"], 0.9), (caps["other"], -1.0))
+    second = lane((pushes[0], 0.8), (pushes[1], 0.7), (caps["third"], -1.2))
+    chosen = ar._select([first, second])
+    assert [c.qualname for c in (h.capsule for h in chosen)] == ["collect.make_term", "push", "other"]

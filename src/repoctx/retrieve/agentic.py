@@ -336,8 +336,10 @@ class AgenticRetriever:
         covered, each lane's re-rank scores read as probabilities. A lane whose best unit is already
         likely right leaves the next slot to a lane that is still unsure."""
         shift = float((self.reranker.meta or {}).get("prior_shift", 0.0))
-        prob: dict[str, dict[int, float]] = {}  # capsule id -> lane -> p
+        prob: dict[str, dict[int, float]] = {}  # unit -> lane -> p
         hit_of: dict[str, Hit] = {}
+        best_p: dict[str, float] = {}
+        unit_of = self._units([h for hits in lanes for h in hits])
         for li, hits in enumerate(lanes):
             ps = {h.capsule.id: 1.0 / (1.0 + math.exp(-(h.why["rerank"]["score"] - shift)))
                   for h in hits if "rerank" in h.why}
@@ -348,10 +350,34 @@ class AgenticRetriever:
                 p = ps.get(h.capsule.id, top_p)  # placed by alignment: as likely as the lane's best
                 if "judge" in h.why:  # a model read it and said it implements the intent
                     p = max(p, 0.95)
-                cid = h.capsule.id
+                cid = unit_of.get(h.capsule.id, h.capsule.id)
                 prob.setdefault(cid, {})[li] = max(p, prob.get(cid, {}).get(li, 0.0))
-                hit_of.setdefault(cid, h)
+                if p > best_p.get(cid, -1.0):  # the unit is shown as the member its lanes rate highest
+                    best_p[cid], hit_of[cid] = p, h
         return [hit_of[cid] for cid in choose_by_coverage(prob, len(lanes), self.k)]
+
+    def _units(self, hits: list[Hit]) -> dict[str, str]:
+        """Capsule id -> the unit a reader cites it as: a def nested in a function is that function, and the
+        definitions of one name in one file (``@overload`` stubs, a def per branch of an ``if``) are one unit.
+        Two of the k results that are one unit cover no more intents than one of them."""
+        known = {h.capsule.id: h.capsule for h in hits}
+        todo = {c.parent for c in known.values() if c.kind in ("function", "method") and c.parent}
+        while todo - known.keys():  # the enclosing definitions the lanes do not hold, a level at a time
+            got = self.index.store.capsules(sorted(todo - known.keys()), self.scope)
+            if not got:
+                break
+            known.update((c.id, c) for c in got)
+            todo = {c.parent for c in got if c.kind in ("function", "method") and c.parent}
+        out: dict[str, str] = {}
+        for cid, c in known.items():
+            top = c
+            for _ in range(16):
+                parent = known.get(top.parent) if top.parent else None
+                if top.kind not in ("function", "method") or parent is None or parent.kind not in ("function", "method"):
+                    break
+                top = parent
+            out[cid] = f"{top.path}:{top.qualname}" if top.kind in ("function", "method", "class") else cid
+        return out
 
     def _align(self, subs: list[SubQuery], best_for: dict[str, list[Hit]]) -> list[dict]:
         """Sibling sub-queries (one aspect asked of several entities) are usually answered by one method
