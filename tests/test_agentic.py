@@ -249,6 +249,11 @@ def test_offline_planner_shapes():
                                    "joined columns turned into instances?")] == [
         "select_related: how are the joined columns turned into instances",
         "prefetch_related: how are the joined columns turned into instances"]
+    # a list of bare values after a clause's own words is that clause's object, not its subjects
+    assert [s.text for s in p.plan("How is the report built, and how is each line marked run, missed or partial?")] == [
+        "How is the report built", "how is each line marked run, missed or partial"]
+    assert [s.text for s in p.plan("How are the usage line, the description text and the options table rendered?")] == [
+        "How are the usage line rendered", "How are the description text rendered", "How are the options table rendered"]
     # a listed item keeps its leading dot (".dt" names an attribute)
     assert [s.text for s in p.plan("How do the .str, .dt and .plot accessors differ in being rebuilt on every access?")] \
         == [".str accessors being rebuilt on every access", ".dt accessors being rebuilt on every access",

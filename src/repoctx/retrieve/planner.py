@@ -304,6 +304,12 @@ def expand_list(clause: str) -> list[str] | None:
     items = _items(m.group("items"))
     if len(items) < 3 or any(len(i.split()) > 6 for i in items):
         return None
+    # "how is each line marked run, missed or partial", "how are text values turned into durations, dates and
+    # integer ranges": the first item holds the clause's words and the rest are bare values; the list is the
+    # object of one question, not its subjects (split, it gave "how is missed", "how are dates")
+    head = len(items[0].split())
+    if head >= 4 and all(head >= len(i.split()) + 2 for i in items[1:]):
+        return None
     pre, post = m.group("pre").strip(), (m.group("post") or "").strip()
     last = pre.split()[-1].lower() if pre else ""
     # "the usage line, the description text": the "the" that ends ``pre`` is not said twice
