@@ -254,6 +254,10 @@ def test_offline_planner_shapes():
         "How is the report built", "how is each line marked run, missed or partial"]
     assert [s.text for s in p.plan("How are the usage line, the description text and the options table rendered?")] == [
         "How are the usage line rendered", "How are the description text rendered", "How are the options table rendered"]
+    # "and in what order" asks nothing on its own: it stays with its clause (a framing like "In particular" does not)
+    assert [s.text for s in p.plan("Which sources feed a host's variables and in what order, and how are two "
+                                   "dictionaries merged?")] == [
+        "Which sources feed a host's variables, in what order", "how are two dictionaries merged"]
     # a listed item keeps its leading dot (".dt" names an attribute)
     assert [s.text for s in p.plan("How do the .str, .dt and .plot accessors differ in being rebuilt on every access?")] \
         == [".str accessors being rebuilt on every access", ".dt accessors being rebuilt on every access",

@@ -178,11 +178,21 @@ def unmask_asides(text: str, asides: list[str]) -> str:
     return _ASIDE_MARK.sub(lambda m: asides[int(m.group(1))] if int(m.group(1)) < len(asides) else m.group(0), text)
 
 
+def _bare_phrase(part: str) -> bool:
+    """'in what order', 'into characters': a prepositional phrase with at most one content word (a framing such
+    as 'In particular' or 'in a ColumnTransformer' is not one: it frames the clauses that follow)."""
+    words = part.split()
+    content = [w for w in words if w.lower() not in STOPWORDS and w.lower() not in WH_WORDS]
+    return bool(words) and words[0].lower() in _PREPOSITIONS and len(content) <= 1 and not is_context(part)
+
+
 def split_clauses(question: str) -> list[str]:
     parts: list[str] = []
     masked, asides = mask_asides(question)
     for p in (unmask_asides(_clean(p), asides) for p in _CLAUSE_SPLIT.split(masked)):
-        if parts and _RELATIVE.match(p):  # "..., which can't alter a column in place" qualifies the clause before
+        if parts and (_RELATIVE.match(p) or _bare_phrase(p)):
+            # "..., which can't alter a column in place" qualifies the clause before, as does "... and in what
+            # order" (a phrase with one content word asks nothing on its own)
             parts[-1] = f"{parts[-1]}, {p}"
         elif p and len(p.split()) >= 2:
             parts.append(p)
