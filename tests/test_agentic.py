@@ -258,6 +258,11 @@ def test_offline_planner_shapes():
     assert [s.text for s in p.plan("Which sources feed a host's variables and in what order, and how are two "
                                    "dictionaries merged?")] == [
         "Which sources feed a host's variables, in what order", "how are two dictionaries merged"]
+    # "versus" with a shared head noun keeps what follows for both; a clause compared with a phrase gives the two
+    assert [s.text for s in p.plan("How are grid tables versus simple tables in reStructuredText parsed?")] == [
+        "How are grid tables in reStructuredText parsed", "How are simple tables in reStructuredText parsed"]
+    assert [s.text for s in p.plan("How does the old system deduce facts, compared with the newer query-based system?")] \
+        == ["How does the old system deduce facts", "the newer query-based system"]
     # a listed item keeps its leading dot (".dt" names an attribute)
     assert [s.text for s in p.plan("How do the .str, .dt and .plot accessors differ in being rebuilt on every access?")] \
         == [".str accessors being rebuilt on every access", ".dt accessors being rebuilt on every access",

@@ -270,11 +270,14 @@ def expand_comparison(clause: str) -> list[str] | None:
     parts = _VERSUS.split(clause)
     if len(parts) >= 2:
         first, last = parts[0].split(), parts[-1].split()
-        n = 2 if len(first) > 2 and len(last) > 1 and last[1].lower() == first[-1].lower() else 1  # shared head noun
+        if len(parts) == 2 and parts[0].rstrip().endswith(",") and len(last) >= 3 \
+                and last[1].lower() != first[-1].strip(",").lower():
+            # "how does the old system deduce facts, compared with the newer query-based system": the comparison is
+            # of the whole clause with a phrase; each is a part (word by word, it planned "... deduce facts, newer ...")
+            return [parts[0].rstrip(" ,"), parts[1].strip()]
+        n = 2 if len(first) >= 2 and len(last) > 1 and last[1].lower() == first[-1].lower() else 1  # shared head noun
         pre, a = " ".join(first[:-n]), " ".join(first[-n:])
-        b, post = " ".join(last[:n]), " ".join(last[n:])
-        if n == 2:
-            post = ""
+        b, post = " ".join(last[:n]), " ".join(last[n:])  # "grid tables versus simple tables in reST": both in reST
         items = [a] + [p.strip() for p in parts[1:-1]] + [b]
         return [" ".join(x for x in (pre, i, post) if x) for i in items]
     m = _EACH.search(clause)
