@@ -40,7 +40,8 @@ _COMPARE_ASPECT = [  # "compare how X and Y handle aspect" / "compare X, Y and Z
     re.compile(r"\bdifferences?\s+between\s+(?P<entities>.+?)\s+(?:in|for|when)\s+(?P<aspect>.+)$", re.I),
     # "how do the Python domain and the C++ domain differ in parsing ..., and in resolving ...": the aspects follow
     # "differ in" (read before _COMPARE_ONLY, which would keep the entities and drop what they are compared on)
-    re.compile(r"^(?:how|in what way)\s+do\s+(?P<entities>.+?)\s+differ\s+(?:in|on|by|when)\s+(?P<aspect>.+)$", re.I),
+    _DIFFER_IN := re.compile(r"^(?:how|in what way)\s+do\s+(?P<entities>.+?)\s+differ\s+(?:in|on|by|when)\s+"
+                             r"(?P<aspect>.+)$", re.I),
 ]
 # "differ in A, and in B": each "in ..." is an aspect of its own
 _DIFFER_ASPECTS = re.compile(r",?\s+(?:and|or)\s+(?:in|on|by|when)\s+(?=\w)", re.I)
@@ -262,7 +263,7 @@ def expand_comparison(clause: str) -> list[str] | None:
         if len(entities) < 2:
             continue
         aspects = [a for part in _DIFFER_ASPECTS.split(m.group("aspect")) for a in _aspects(part)] \
-            if pat is _COMPARE_ASPECT[-1] else _aspects(m.group("aspect"))
+            if pat is _DIFFER_IN else _aspects(m.group("aspect"))
         return [f"{e} {a}" for e in entities for a in aspects]
     m = _COMPARE_WITH.match(clause)
     if m:
