@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 CapsuleKind = Literal["function", "method", "class", "module", "window"]
 EdgeKind = Literal["calls", "imports", "inherits", "contains"]
@@ -44,6 +44,20 @@ class Capsule:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+DEFS = ("function", "method")
+
+
+def outermost_def(c: Capsule, lookup: Callable[[str], Capsule | None]) -> Capsule:
+    """The function or method a def nested in functions belongs to (``collect`` for ``collect.make_term``): how
+    a reader cites it and how gold locations count it. ``lookup`` gives a capsule by id (None when unknown)."""
+    while c.kind in DEFS and c.parent:
+        parent = lookup(c.parent)
+        if parent is None or parent.kind not in DEFS:
+            break
+        c = parent
+    return c
 
 
 @dataclass(slots=True)

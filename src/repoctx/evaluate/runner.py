@@ -17,7 +17,7 @@ from repoctx.evaluate.corpus import CorpusError, cache_dir, load_rows, materiali
 from repoctx.index import Index
 from repoctx.evaluate.metrics import aggregate, function_key, rank_metrics
 from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, to_files
-from repoctx.types import Hit
+from repoctx.types import DEFS, Hit, outermost_def
 
 KS = (1, 3, 5, 10)
 
@@ -99,14 +99,8 @@ def function_ranking(hits: list[Hit], ix: Index, capsule_ix: Index | None = None
     out: list[str] = []
     for h in hits:
         c = h.capsule
-        if c.kind in ("function", "method"):
-            qual, parent = c.qualname, c.parent
-            while parent:  # a def nested in a function counts as that function (the gold convention)
-                p = ix.capsule(parent)
-                if p is None or p.kind not in ("function", "method"):
-                    break
-                qual, parent = p.qualname, p.parent
-            out.append(function_key(c.path, qual))
+        if c.kind in DEFS:  # a def nested in a function counts as that function (the gold convention)
+            out.append(function_key(c.path, outermost_def(c, ix.capsule).qualname))
         elif c.kind == "window" and capsule_ix is not None:
             for fc in capsule_ix.store.file_capsules(capsule_ix.repo, c.path):
                 if fc.kind in ("function", "method") and fc.start_line <= c.end_line and fc.end_line >= c.start_line \

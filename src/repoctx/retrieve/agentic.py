@@ -18,7 +18,7 @@ from repoctx.retrieve.rerank import (DEPTH, LinearReranker, embedder_id, feature
                                      trained_dense)
 from repoctx.store.base import EVERYTHING, Scope
 from repoctx.tokens import code_tokens, name_tokens, term_in
-from repoctx.types import Capsule, Hit, TraceEvent, iterate_in_thread
+from repoctx.types import DEFS, Capsule, Hit, TraceEvent, iterate_in_thread, outermost_def
 
 GENERIC = frozenset("how does do what where which when why handle handled work works done turn turned each one "
                     "way ways happen happens build built".split())
@@ -361,22 +361,15 @@ class AgenticRetriever:
         definitions of one name in one file (``@overload`` stubs, a def per branch of an ``if``) are one unit.
         Two of the k results that are one unit cover no more intents than one of them."""
         known = {h.capsule.id: h.capsule for h in hits}
-        todo = {c.parent for c in known.values() if c.kind in ("function", "method") and c.parent}
-        while todo - known.keys():  # the enclosing definitions the lanes do not hold, a level at a time
-            got = self.index.store.capsules(sorted(todo - known.keys()), self.scope)
-            if not got:
-                break
+        todo = {c.parent for c in known.values() if c.kind in DEFS and c.parent} - known.keys()
+        while todo:  # the enclosing definitions the lanes do not hold, fetched a level at a time in one call
+            got = self.index.store.capsules(sorted(todo), self.scope)
             known.update((c.id, c) for c in got)
-            todo = {c.parent for c in got if c.kind in ("function", "method") and c.parent}
+            todo = {c.parent for c in got if c.kind in DEFS and c.parent} - known.keys()
         out: dict[str, str] = {}
-        for cid, c in known.items():
-            top = c
-            for _ in range(16):
-                parent = known.get(top.parent) if top.parent else None
-                if top.kind not in ("function", "method") or parent is None or parent.kind not in ("function", "method"):
-                    break
-                top = parent
-            out[cid] = f"{top.path}:{top.qualname}" if top.kind in ("function", "method", "class") else cid
+        for h in hits:
+            top = outermost_def(h.capsule, known.get)
+            out[h.capsule.id] = f"{top.path}:{top.qualname}" if top.kind in (*DEFS, "class") else h.capsule.id
         return out
 
     def _align(self, subs: list[SubQuery], best_for: dict[str, list[Hit]]) -> list[dict]:

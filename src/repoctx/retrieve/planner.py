@@ -202,9 +202,8 @@ def split_clauses(question: str) -> list[str]:
 
 def _items(text: str) -> list[str]:
     # a leading dot stays: ".str, .dt and .plot accessors" name attributes
-    items = [i.strip(" ,").rstrip(".").strip() for i in _LIST_ITEMS.split(" ".join(text.split()))]
-    items = [i for i in items if i]
-    return [i for i in items if i.lower() not in ("each", "each one", "both")]
+    items = (i.strip(" ,").rstrip(".").strip() for i in _LIST_ITEMS.split(" ".join(text.split())))
+    return [i for i in items if i and i.lower() not in ("each", "each one", "both")]
 
 
 def _entities(raw: str) -> list[str]:
