@@ -244,6 +244,13 @@ def test_offline_planner_shapes():
                                    "resolving a cross-reference?")] == [
         "Python domain parsing a signature", "Python domain resolving a cross-reference",
         "C++ domain parsing a signature", "C++ domain resolving a cross-reference"]
+    # a plain plural before the last item names a thing of its own: "options" is not a kind of argument
+    assert [s.text for s in p.plan("How do options and positional arguments differ in parsing a value, and in "
+                                   "reporting an error?")] == [
+        "options parsing a value", "options reporting an error",
+        "positional arguments parsing a value", "positional arguments reporting an error"]
+    assert [s.text for s in p.plan("How do the SQLite and PostgreSQL backends differ in parsing a value?")] == [
+        "SQLite backends parsing a value", "PostgreSQL backends parsing a value"]
     # "differ" with no aspect after it: the entities frame the parts that follow, as before
     assert [s.text for s in p.plan("How do select_related and prefetch_related differ under the hood: how are the "
                                    "joined columns turned into instances?")] == [

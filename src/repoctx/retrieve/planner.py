@@ -206,10 +206,17 @@ def _items(text: str) -> list[str]:
     return [i for i in items if i and i.lower() not in ("each", "each one", "both")]
 
 
+_PLURAL = re.compile(r"^[a-z]{3,}s$")
+
+
 def _entities(raw: str) -> list[str]:
     items = [re.sub(r"^(?:the|a|an|how)\s+", "", i, flags=re.I) for i in _items(raw)]
     items = [i for i in items if i]
-    if len(items) >= 2 and len(items[-1].split()) >= 2 and all(len(e.split()) == 1 for e in items[:-1]):
+    # "SQLite and PostgreSQL backends", "monkeypatch, tmp_path and capsys fixtures": the last item's head noun is
+    # shared by the one-word items before it, unless they are nouns of their own ("options and positional
+    # arguments": a plain plural word names a thing, not a kind of the last item's)
+    if len(items) >= 2 and len(items[-1].split()) >= 2 and all(len(e.split()) == 1 and not _PLURAL.match(e)
+                                                               for e in items[:-1]):
         noun = items[-1].split()[-1]  # "SQLite and PostgreSQL backends": the head noun is shared
         items = [f"{e} {noun}" for e in items[:-1]] + [items[-1]]
     return items
