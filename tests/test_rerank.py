@@ -1,5 +1,6 @@
 """Second-stage lane re-ranking, coverage-aware selection and parallel-implementation alignment."""
 import json
+import math
 
 import pytest
 
@@ -77,6 +78,18 @@ def test_linear_reranker_round_trip_and_order():
     out = rerank(model, feats, hits)
     assert [h.capsule.qualname for h in out] == ["implementation", "wrapper", "m"]
     assert out[0].why["rerank"]["was"] == 3 and "score" in out[0].why["rerank"]
+
+
+def test_a_unit_is_also_measured_against_the_rest_of_its_lane():
+    """The same name overlap reads differently in a lane whose best unit matches every word and in one where
+    nothing matches better: the gap to the lane's best and the count of units above it say which."""
+    exact, half, none = cap("parse_template"), cap("parse"), cap("render")
+    feats = lane_features(["parse", "template"], [Hit(h, 1.0, {}) for h in (half, exact, none)], {}, {}, {})
+    assert [f["name"] for f in feats] == [0.5, 1.0, 0.0]
+    assert [f["name_gap"] for f in feats] == [0.5, 0.0, 1.0]
+    assert [round(f["name_lrank"], 6) for f in feats] == [round(math.log(2), 6), 0.0, round(math.log(3), 6)]
+    alone = lane_features(["parse", "template"], [Hit(half, 1.0, {})], {}, {}, {})[0]
+    assert alone["name"] == 0.5 and alone["name_gap"] == 0.0 and alone["name_lrank"] == 0.0
 
 
 def test_the_question_as_one_lane_moves_all_but_the_kept_units(make_repo, tmp_path):
