@@ -64,7 +64,6 @@ def lane_features(terms: list[str], hits: list[Hit], question_ranks: dict[str, i
     top = hits[:10]
     max_dense = max((_signal(h, "dense", "score") for h in hits), default=0.0) or 1.0
     max_lex = max((abs(_signal(h, "lexical", "score")) for h in hits), default=0.0) or 1.0
-    best_sim = max(name_sims or [0.0])
     out = []
     for rank, h in enumerate(hits, 1):
         c = h.capsule
@@ -96,7 +95,6 @@ def lane_features(terms: list[str], hits: list[Hit], question_ranks: dict[str, i
             "namesakes": math.log1p(max(namesakes.get(c.name, 1) - 1, 0)),
             "test": float(is_test_path(c.path)),
             "nsim": name_sims[rank - 1] if name_sims else 0.0,
-            "nsim_gap": best_sim - name_sims[rank - 1] if name_sims else 0.0,
         }
         for k in KINDS:
             f[k] = float(c.kind == k)
@@ -110,7 +108,7 @@ def lane_features(terms: list[str], hits: list[Hit], question_ranks: dict[str, i
 # a lane's units compete for its one intent: how far each is from the lane's best on a signal, and how many of the
 # lane rank above it there, beside the signal's own value (session 24: each training project held out 74.2 -> 74.7,
 # multi-part k=5/10/20 52.1/71.1/81.8 -> 53.7/71.9/84.3, unseen 74.7 -> 76.2 on one capture)
-LANE_GAPS = ("name", "doc", "body", "path", "sig")
+LANE_GAPS = ("nsim", "name", "doc", "body", "path", "sig")
 LANE_RANKS = ("dscore", "nsim", "name", "doc", "body")
 
 
