@@ -251,6 +251,8 @@ def test_offline_planner_shapes():
         "positional arguments parsing a value", "positional arguments reporting an error"]
     assert [s.text for s in p.plan("How do the SQLite and PostgreSQL backends differ in parsing a value?")] == [
         "SQLite backends parsing a value", "PostgreSQL backends parsing a value"]
+    assert [s.text for s in p.plan("How do the class and function definitions differ in parsing a signature?")] == [
+        "class definitions parsing a signature", "function definitions parsing a signature"]  # "class" is no plural
     # "differ" with no aspect after it: the entities frame the parts that follow, as before
     assert [s.text for s in p.plan("How do select_related and prefetch_related differ under the hood: how are the "
                                    "joined columns turned into instances?")] == [

@@ -206,7 +206,7 @@ def _items(text: str) -> list[str]:
     return [i for i in items if i and i.lower() not in ("each", "each one", "both")]
 
 
-_PLURAL = re.compile(r"^[a-z]{3,}s$")
+_PLURAL = re.compile(r"^[a-z]{2,}[^siu]s$")  # "options", not "class", "status" or "analysis"
 
 
 def _entities(raw: str) -> list[str]:
