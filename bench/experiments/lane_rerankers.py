@@ -3,6 +3,7 @@
     python bench/experiments/lane_rerankers.py capture OUT_DIR      # ~3 min warm: multi-part, training, unseen
     python bench/experiments/lane_rerankers.py score OUT_DIR [--trees] [--drop FEATURE,FEATURE]
                                               [--discount GAMMA:class|file] [--softmax T:MASS:MIX]
+                                              [--platt A:B | --calibrate]
     python bench/experiments/lane_rerankers.py standard-rank OUT_DIR NEW_DIR   # + the standard path's ranks
 
 ``capture`` runs every multi-part (bench/data/multipart.jsonl) and training (bench/data/train/*.jsonl) question
@@ -16,7 +17,9 @@ union bound (an intent with a gold unit anywhere in its question's lanes). The u
 captured too and only scored, never fitted on (the model fitted on all training questions, as for the multi-part
 set). ``--drop`` fits without the named features: a new feature is judged by scoring with and without it on one
 capture (session 19). ``--discount`` and ``--softmax`` change how the k are chosen from the lanes (session 20,
-see ``choose`` and ``lane_probs``). ``--trees`` adds gradient-boosted trees
+see ``choose`` and ``lane_probs``). ``--platt A:B`` reads a lane score s as sigmoid(A * (s - shift) + B) instead of
+sigmoid(s - shift); ``--calibrate`` fits A and B (Platt scaling) on the training lanes' out-of-fold scores, each
+unit scored by the model fitted without its project (session 25, not kept). ``--trees`` adds gradient-boosted trees
 (LightGBM, which the project does not depend on: ``pip install lightgbm==4.7.0`` into the environment first).
 """
 from __future__ import annotations
@@ -135,11 +138,14 @@ def choose(lanes: list[list[tuple[dict, float]]], k: int, discount: tuple[float,
     return list(dict.fromkeys(x for c in order for x in unit[c]["keys"]))[:k]
 
 
-def lane_probs(s: list[float], shift: float, softmax: tuple[float, float, float] | None = None) -> list[float]:
+def lane_probs(s: list[float], shift: float, softmax: tuple[float, float, float] | None = None,
+               platt: tuple[float, float] = (1.0, 0.0)) -> list[float]:
     """A lane's scores read as probabilities: each a sigmoid (as the loop reads them), or with ``softmax`` (T, mass,
     mix) that share of the lane's softmax at temperature T times ``mass`` (the lane's units compete for its one
-    intent), mixed with the sigmoid (mix 1: softmax alone; session 20, not kept)."""
-    sig = [_p(x - shift) for x in s]
+    intent), mixed with the sigmoid (mix 1: softmax alone; session 20, not kept). ``platt`` (A, B): the sigmoid
+    of A * (s - shift) + B (session 25, not kept)."""
+    a, b = platt
+    sig = [_p(a * (x - shift) + b) for x in s]
     if softmax is None:
         return sig
     t, mass, mix = softmax
@@ -156,7 +162,7 @@ def coverage(recs: list[dict], scorer, shift: float, k: int = 10, select: dict |
         lanes = []
         for hs in (h for h in r["lanes"] if h):
             s = scorer([h["f"] for h in hs])
-            ps = lane_probs(s, shift, select.get("softmax"))
+            ps = lane_probs(s, shift, select.get("softmax"), select.get("platt", (1.0, 0.0)))
             lanes.append([(hs[i], ps[i]) for i in sorted(range(len(hs)), key=lambda i: (-s[i], i))])
         top = set(choose(lanes, k, select.get("discount")))
         for it in r["intents"]:
@@ -167,6 +173,25 @@ def coverage(recs: list[dict], scorer, shift: float, k: int = 10, select: dict |
 
 def examples(recs: list[dict]) -> list[tuple[dict, float, str]]:
     return [(h["f"], h["y"], r["corpus"]) for r in recs for lane in r["lanes"] for h in lane]
+
+
+def fit_platt(train: list[dict], make) -> tuple[float, float]:
+    """Platt scaling of the lane scores: A and B of sigmoid(A * (s - shift) + B) fitted by logistic regression on
+    every training unit's out-of-fold score (the model fitted without the unit's project scores it)."""
+    import numpy as np
+
+    data, xs, ys = examples(train), [], []
+    for proj in sorted({r["corpus"] for r in train}):
+        sc, sh = make([d for d in data if d[2] != proj])
+        for r in (r for r in train if r["corpus"] == proj):
+            for lane in (h for h in r["lanes"] if h):
+                xs += [x - sh for x in sc([h["f"] for h in lane])]
+                ys += [h["y"] for h in lane]
+    x, y, a, b = np.array(xs), np.array(ys, dtype=float), 1.0, 0.0
+    for _ in range(5000):  # plain gradient descent on the log-loss; two parameters, convex
+        p = 1.0 / (1.0 + np.exp(-(a * x + b)))
+        a, b = a - 0.5 * float(((p - y) * x).mean()), b - 0.5 * float((p - y).mean())
+    return a, b
 
 
 def linear(data):
@@ -212,6 +237,10 @@ def score(out: Path, with_trees: bool, drop: set[str] = frozenset(), select: dic
                     for r in recs for it in r["intents"])
         print(f"{name}: gold anywhere in the lanes (30 deep) for {100 * union / n:.1f} % of {n} intents")
     makers = {"linear": linear}
+    if select is not None and select.get("platt") == "fit":
+        select["platt"] = fit_platt(train, linear)
+        print(f"Platt scaling fitted on the training lanes' out-of-fold scores: A {select['platt'][0]:.3f}, "
+              f"B {select['platt'][1]:.3f}")
     if with_trees:
         makers |= {"trees d3 200 balanced": trees(), "trees d2 300": trees(300, 2, False)}
     data = examples(train)
@@ -243,6 +272,9 @@ if __name__ == "__main__":
     ap.add_argument("--discount", metavar="GAMMA:class|file",
                     help="score: choose the k with units tied to a chosen one's class or file (see choose)")
     ap.add_argument("--softmax", metavar="T:MASS:MIX", help="score: read lane scores through a softmax (see lane_probs)")
+    ap.add_argument("--platt", metavar="A:B", help="score: read a lane score s as sigmoid(A * (s - shift) + B)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="score: fit --platt's A and B on the training lanes' out-of-fold scores")
     a = ap.parse_args()
     select = {}
     if a.discount:
@@ -254,6 +286,14 @@ if __name__ == "__main__":
         select["softmax"] = tuple(float(x) for x in a.softmax.split(":"))
         if len(select["softmax"]) != 3:
             ap.error("--softmax takes T:MASS:MIX")
+    if a.platt and a.calibrate:
+        ap.error("--platt and --calibrate: one or the other")
+    if a.platt:
+        select["platt"] = tuple(float(x) for x in a.platt.split(":"))
+        if len(select["platt"]) != 2:
+            ap.error("--platt takes A:B")
+    elif a.calibrate:
+        select["platt"] = "fit"
     if a.command == "capture":
         capture(a.out)
     elif a.command == "standard-rank":
