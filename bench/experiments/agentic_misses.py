@@ -9,13 +9,13 @@ reused). A lane that holds no gold unit of the intent is not printed: the intent
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 from agentic import OraclePlanner, covered, keys, question_index  # noqa: E402
+from train_rerank import load  # noqa: E402
 
 from repoctx.config import Settings  # noqa: E402
 from repoctx.retrieve.agentic import AgenticRetriever  # noqa: E402
@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--oracle", action="store_true", help="plan with the gold intent labels")
     a = ap.parse_args()
-    rows = [json.loads(line) for p in a.data for line in p.read_text().splitlines() if line.strip()]
+    rows = load(a.data)
     settings, indexes, missed = Settings.from_env(), {}, 0
     for row in rows:
         ix = question_index(row, settings, indexes)

@@ -139,12 +139,12 @@ def choose(lanes: list[list[tuple[dict, float]]], k: int, discount: tuple[float,
 
 
 def lane_probs(s: list[float], shift: float, softmax: tuple[float, float, float] | None = None,
-               platt: tuple[float, float] = (1.0, 0.0)) -> list[float]:
+               platt: tuple[float, float] | None = None) -> list[float]:
     """A lane's scores read as probabilities: each a sigmoid (as the loop reads them), or with ``softmax`` (T, mass,
     mix) that share of the lane's softmax at temperature T times ``mass`` (the lane's units compete for its one
     intent), mixed with the sigmoid (mix 1: softmax alone; session 20, not kept). ``platt`` (A, B): the sigmoid
     of A * (s - shift) + B (session 25, not kept)."""
-    a, b = platt
+    a, b = platt or (1.0, 0.0)
     sig = [_p(a * (x - shift) + b) for x in s]
     if softmax is None:
         return sig
@@ -162,7 +162,7 @@ def coverage(recs: list[dict], scorer, shift: float, k: int = 10, select: dict |
         lanes = []
         for hs in (h for h in r["lanes"] if h):
             s = scorer([h["f"] for h in hs])
-            ps = lane_probs(s, shift, select.get("softmax"), select.get("platt", (1.0, 0.0)))
+            ps = lane_probs(s, shift, select.get("softmax"), select.get("platt"))
             lanes.append([(hs[i], ps[i]) for i in sorted(range(len(hs)), key=lambda i: (-s[i], i))])
         top = set(choose(lanes, k, select.get("discount")))
         for it in r["intents"]:
@@ -225,7 +225,8 @@ def without(recs: list[dict], drop: set[str]) -> list[dict]:
     return recs
 
 
-def score(out: Path, with_trees: bool, drop: set[str] = frozenset(), select: dict | None = None) -> None:
+def score(out: Path, with_trees: bool, drop: set[str] = frozenset(), select: dict | None = None,
+          calibrate: bool = False) -> None:
     train, mp = (without(pickle.loads((out / f"{n}.pkl").read_bytes()), drop) for n in ("train", "multipart"))
     unseen_file = out / "unseen.pkl"
     unseen = without(pickle.loads(unseen_file.read_bytes()), drop) if unseen_file.exists() else []
@@ -237,8 +238,8 @@ def score(out: Path, with_trees: bool, drop: set[str] = frozenset(), select: dic
                     for r in recs for it in r["intents"])
         print(f"{name}: gold anywhere in the lanes (30 deep) for {100 * union / n:.1f} % of {n} intents")
     makers = {"linear": linear}
-    if select is not None and select.get("platt") == "fit":
-        select["platt"] = fit_platt(train, linear)
+    if calibrate:
+        select = {**(select or {}), "platt": fit_platt(train, linear)}
         print(f"Platt scaling fitted on the training lanes' out-of-fold scores: A {select['platt'][0]:.3f}, "
               f"B {select['platt'][1]:.3f}")
     if with_trees:
@@ -292,8 +293,6 @@ if __name__ == "__main__":
         select["platt"] = tuple(float(x) for x in a.platt.split(":"))
         if len(select["platt"]) != 2:
             ap.error("--platt takes A:B")
-    elif a.calibrate:
-        select["platt"] = "fit"
     if a.command == "capture":
         capture(a.out)
     elif a.command == "standard-rank":
@@ -301,4 +300,4 @@ if __name__ == "__main__":
             ap.error("standard-rank takes the capture and a new folder: standard-rank CAPTURE_DIR OUT_DIR")
         standard_rank(a.out, a.into)
     else:
-        score(a.out, a.trees, {f for f in a.drop.split(",") if f}, select)
+        score(a.out, a.trees, {f for f in a.drop.split(",") if f}, select, a.calibrate)
