@@ -45,6 +45,18 @@ class ServiceSettings:
     max_turns: int = 32  # REPOCTX_MAX_TURNS: copilot turns running at once in this process (then 429)
     turn_tool_calls: int = 6  # per-turn budget handed to the copilot (Limits)
     turn_model_calls: int = 8
+    # --- limits a hostile or careless client meets (issue 38)
+    store_timeout: float = 5.0  # REPOCTX_STORE_TIMEOUT: seconds to reach the store before answering 503
+    retry_after: int = 5  # REPOCTX_RETRY_AFTER: the Retry-After (seconds) of a 503 while the store is away
+    rate_limit: str = "300/minute"  # REPOCTX_RATE_LIMIT: requests per key, in the `limits` notation
+    # ("300/minute", "10/second;300/minute"); "" turns the limit off
+    max_body: int = 1 << 20  # REPOCTX_MAX_BODY: bytes a request body may have (then 413)
+    body_timeout: float = 10.0  # REPOCTX_BODY_TIMEOUT: seconds a client may take to send its body (then 408)
+    repo_roots: tuple[str, ...] = ()  # REPOCTX_REPO_ROOTS: folders (os.pathsep-separated) under which
+    # POST /repos may register a path; empty: registration by path is refused (403)
+    job_timeout: float = 3600.0  # REPOCTX_JOB_TIMEOUT: seconds one index job may run before it fails
+    job_max_files: int = 200_000  # REPOCTX_JOB_MAX_FILES: files one index job may take in
+    job_max_bytes: int = 4 << 30  # REPOCTX_JOB_MAX_BYTES: bytes of source one index job may read
 
     @classmethod
     def from_env(cls, **overrides) -> "ServiceSettings":
@@ -59,6 +71,15 @@ class ServiceSettings:
             job_poll=_float_env("REPOCTX_JOB_POLL", 1.0),
             job_attempts=int(_float_env("REPOCTX_JOB_ATTEMPTS", 3)),
             max_turns=int(_float_env("REPOCTX_MAX_TURNS", 32)),
+            store_timeout=_float_env("REPOCTX_STORE_TIMEOUT", 5.0),
+            retry_after=int(_float_env("REPOCTX_RETRY_AFTER", 5.0)),
+            rate_limit=os.environ.get("REPOCTX_RATE_LIMIT", "300/minute").strip(),
+            max_body=int(_float_env("REPOCTX_MAX_BODY", float(1 << 20))),
+            body_timeout=_float_env("REPOCTX_BODY_TIMEOUT", 10.0),
+            repo_roots=tuple(p for p in os.environ.get("REPOCTX_REPO_ROOTS", "").split(os.pathsep) if p.strip()),
+            job_timeout=_float_env("REPOCTX_JOB_TIMEOUT", 3600.0),
+            job_max_files=int(_float_env("REPOCTX_JOB_MAX_FILES", 200_000.0)),
+            job_max_bytes=int(_float_env("REPOCTX_JOB_MAX_BYTES", float(4 << 30))),
             inprocess_jobs=None if inproc in (None, "") else _bool_env("REPOCTX_INPROCESS_JOBS", False),
         )
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
