@@ -83,6 +83,9 @@ class Settings:
     memory_lexical: bool | None = None
     # the standard search's second stage (the re-ranker over its first 30 units; retrieve/rerank.py)
     second_stage: bool = True
+    # PostgreSQL: seconds to reach the database (connect, or wait for a pooled connection) before failing;
+    # None: psycopg's defaults. The HTTP service sets it from REPOCTX_STORE_TIMEOUT
+    store_timeout: float | None = None
 
     @classmethod
     def from_env(cls, **overrides) -> "Settings":

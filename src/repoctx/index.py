@@ -41,7 +41,7 @@ def open_store(settings: Settings, root: Path | None = None, create: bool = True
     if settings.database_url:
         from repoctx.store.postgres import PostgresStore
 
-        return PostgresStore(settings.database_url, memory_lexical=memory)
+        return PostgresStore(settings.database_url, memory_lexical=memory, connect_timeout=settings.store_timeout)
     from repoctx.store.sqlite import SQLiteStore
 
     if settings.index_dir is None and root is None:

@@ -84,7 +84,7 @@ def _statements(serial: str) -> list[str]:
 class ServiceDB:
     """One connection per thread (SQLite) or a connection pool (PostgreSQL)."""
 
-    def __init__(self, target: str | Path, *, max_size: int = 8):
+    def __init__(self, target: str | Path, *, max_size: int = 8, connect_timeout: float | None = None):
         self.target = str(target)
         self.backend = "postgres" if is_postgres_url(self.target) else "sqlite"
         self.now = _PG_NOW if self.backend == "postgres" else _SQLITE_NOW
@@ -94,10 +94,11 @@ class ServiceDB:
         self.pool = None
         if self.backend == "postgres":
             import psycopg
-            from psycopg_pool import ConnectionPool
+
+            from repoctx.store.availability import connect_kwargs, connection_pool
 
             try:
-                with psycopg.connect(self.target) as conn:
+                with psycopg.connect(self.target, **connect_kwargs(connect_timeout)) as conn:
                     reg = conn.execute("SELECT to_regclass('repoctx_service_schema')").fetchone()[0]
                     version = conn.execute("SELECT max(version) FROM repoctx_service_schema").fetchone()[0] \
                         if reg else None
@@ -105,8 +106,9 @@ class ServiceDB:
                 raise NotMigrated(f"cannot reach the service database: {type(e).__name__}") from None
             if version is None or version < SERVICE_SCHEMA_VERSION:
                 raise NotMigrated("the database has no (or an older) repoctx service schema: run `repoctx db migrate`")
-            self.pool = ConnectionPool(self.target, min_size=1, max_size=max_size, open=True, timeout=30.0,
-                                       kwargs={"autocommit": True}, name="repoctx-service")
+            # connect_timeout: an outage fails within it (the service answers 503) and heals without a restart
+            self.pool = connection_pool(self.target, timeout=connect_timeout, max_size=max_size,
+                                        kwargs={"autocommit": True}, name="repoctx-service")
         else:
             migrate_sqlite(self.target)  # embedded: the file beside the index is created with its tables
 

@@ -123,14 +123,16 @@ def _tokens(text: str) -> list[str]:
 class PostgresStore(MemoryReads):
     backend = "postgres"
 
-    def __init__(self, url: str, min_size: int = 1, max_size: int = 8, memory_lexical: bool = False):
+    def __init__(self, url: str, min_size: int = 1, max_size: int = 8, memory_lexical: bool = False,
+                 connect_timeout: float | None = None):
         import psycopg
         from pgvector.psycopg import register_vector
-        from psycopg_pool import ConnectionPool
+
+        from repoctx.store.availability import connect_kwargs, connection_pool
 
         self.url = url
         try:
-            with psycopg.connect(url) as conn:
+            with psycopg.connect(url, **connect_kwargs(connect_timeout)) as conn:
                 version = _schema_version(conn)
         except psycopg.Error as e:
             raise StoreError(f"cannot reach the database in REPOCTX_DATABASE_URL: {type(e).__name__}") from None
@@ -149,8 +151,10 @@ class PostgresStore(MemoryReads):
             conn.execute("SET hnsw.ef_search = 100")
             conn.commit()
 
-        self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, configure=configure, open=True,
-                                   kwargs={"autocommit": True})
+        # connect_timeout: how long a caller waits for the database before the pool gives up (an outage is
+        # then an error the service answers 503, and the pool reconnects by itself when the database is back)
+        self.pool = connection_pool(url, timeout=connect_timeout, min_size=min_size, max_size=max_size,
+                                    configure=configure, kwargs={"autocommit": True}, name="repoctx-store")
         self._init_memory(memory_lexical)  # long-lived processes: BM25 and units in memory (memory_bm25.py)
 
     def close(self) -> None:
@@ -167,7 +171,7 @@ class PostgresStore(MemoryReads):
 
     @staticmethod
     def _scope(scope: Scope, alias: str = "c", path_col: str = "path") -> tuple[str, list]:
-        return scope.compile(f"{alias}.repo", f"{alias}.{path_col}", "%s", "{col} ~ {ph}")
+        return scope.compile(f"{alias}.repo", f"{alias}.{path_col}", "%s", "postgres")
 
     # ---- repositories
     def register_repo(self, name: str, root: str) -> RepoRecord:
