@@ -565,6 +565,8 @@ class RepoctxMCP:
     def _gather(self, tool: str, args: dict, repo: str, scope: Scope) -> dict:
         """One RepoTools call per view, merged into one result (the full, unpaged list)."""
         targets = self._targets(tool, repo, scope)
+        if tool in ("callers", "callees"):
+            args = {**args, "limit": 0}  # every one of them: pages carry what one result cannot
         results = [getattr(RepoTools(view, sc), tool)(**args) for view, sc, _ in targets]
         if len(results) == 1:
             out = results[0]

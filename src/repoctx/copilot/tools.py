@@ -144,8 +144,9 @@ class RepoTools:
         "snippet"}, file level results {"repo", "path", "score", "citations", "symbols"}.
     ``get_context(query, task="", budget=2000)`` -> {"task", "text", "citations", "tokens", "budget", "left_out"}.
     ``find_symbol(name)`` -> {"name", "count", "definitions": [capsule dicts with citations], "truncated"}.
-    ``callers(symbol)`` / ``callees(symbol)`` -> {"symbol", "resolved": [citations], "ambiguous", "count",
-        "callers" | "callees": [{"citation", "repo", "path", "symbol", "signature", "of", "resolved"}]}
+    ``callers(symbol, limit=50)`` / ``callees(symbol, limit=50)`` -> {"symbol", "resolved": [citations], "ambiguous",
+        "count" (listed), "total" (all in scope), "truncated", "callers" | "callees": [{"citation", "repo", "path",
+        "symbol", "signature", "of", "resolved"}]} (the first ``limit`` listed; ``limit=0``: all of them)
         (an unresolved callee has ``citation: None``, ``resolved: False`` and its ``name`` as written).
     ``read_file(path, start=1, end=0, repo="")`` -> {"repo", "path", "start", "end", "total_lines",
         "truncated", "text" (numbered lines), "symbols" (citations of units overlapping the range), "note"}.
@@ -246,60 +247,59 @@ class RepoTools:
             out["note"] = f"no definition named {name!r} in scope; try search_code"
         return out
 
-    def _edges(self, tool: str, symbol: str, incoming: bool) -> dict:
+    def _edges(self, tool: str, symbol: str, incoming: bool, limit: int = MAX_EDGES) -> dict:
+        """Every caller (callee) in scope is counted in ``total``; the first ``limit`` are listed (0: all)."""
         symbol = _text_arg("symbol", symbol)
         targets = self._resolve(symbol)
         key = "callers" if incoming else "callees"
         out: dict[str, Any] = {"symbol": symbol, "resolved": [c.citation for c in targets[:MAX_SYMBOLS]],
-                               "ambiguous": len(targets) > 1, "count": 0, key: []}
+                               "ambiguous": len(targets) > 1, "count": 0, "total": 0, key: []}
         if not targets:
             out["note"] = f"no symbol {symbol!r} in scope; find it with find_symbol or search_code first"
             return out
         if len(targets) > 1:
             out["note"] = (f"{len(targets)} definitions are named {symbol!r}: the {key} of all of them are listed "
                            "(field 'of'); pass a qualname or capsule id to narrow")
-        items: list[dict] = []
+        rows: list[tuple[str | None, str, Any]] = []  # (the other end's id, the name called, target), in graph order
         seen: set = set()
-        truncated = False
         for target in targets[:MAX_SYMBOLS]:
             edges = (self.index.callers(target.id, self.scope) if incoming
                      else self.index.callees(target.id, self.scope))
             for e in edges:
                 other_id = e.src if incoming else e.dst
-                if len(items) >= MAX_EDGES:
-                    truncated = True
-                    break
-                if other_id is None:  # a callee known by name only
-                    k = ("name", e.dst_name, target.id)
-                    if k not in seen:
-                        seen.add(k)
-                        items.append({"citation": None, "name": e.dst_name, "resolved": False,
-                                      "of": target.citation})
-                    continue
-                if (other_id, target.id) in seen:
-                    continue
-                other = self.index.capsule(other_id, self.scope)
-                if other is None:  # outside the scope: not shown
-                    continue
-                seen.add((other_id, target.id))
-                items.append({"citation": other.citation, "repo": other.repo, "path": other.path,
-                              "symbol": other.qualname, "kind": other.kind, "signature": other.signature,
-                              "name": e.dst_name, "resolved": True, "of": target.citation})
-        out[key] = items
-        out["count"] = len(items)
-        if truncated:
-            out["truncated"] = True
-        if not items:
+                k = (other_id, target.id) if other_id is not None else ("name", e.dst_name, target.id)
+                if k not in seen:
+                    seen.add(k)
+                    rows.append((other_id, e.dst_name, target))
+        ids = list(dict.fromkeys(r[0] for r in rows if r[0] is not None))
+        found = {c.id: c for c in self.index.store.capsules(ids, self.index.scope(self.scope))}  # one read
+        listed: list[dict] = []
+        for other_id, name, target in rows:
+            if other_id is None:  # a callee known by name only
+                listed.append({"citation": None, "name": name, "resolved": False, "of": target.citation})
+            elif other_id in found:  # (absent: outside the scope, not shown)
+                other = found[other_id]
+                listed.append({"citation": other.citation, "repo": other.repo, "path": other.path,
+                               "symbol": other.qualname, "kind": other.kind, "signature": other.signature,
+                               "name": name, "resolved": True, "of": target.citation})
+        shown = listed[:limit] if limit else listed
+        out[key] = shown
+        out["count"] = len(shown)
+        out["total"] = len(listed)
+        out["truncated"] = len(shown) < len(listed)
+        if out["truncated"]:
+            out["note"] = (out.get("note", "") + f" showing the first {len(shown)} of {len(listed)} {key}.").strip()
+        if not listed:
             out["note"] = (out.get("note", "") + f" no {key} found in scope.").strip()
         return out
 
     @_guarded("callers")
-    def callers(self, symbol: str) -> dict:
-        return self._edges("callers", symbol, incoming=True)
+    def callers(self, symbol: str, limit: int = MAX_EDGES) -> dict:
+        return self._edges("callers", symbol, incoming=True, limit=_int_arg("limit", limit, 0))
 
     @_guarded("callees")
-    def callees(self, symbol: str) -> dict:
-        return self._edges("callees", symbol, incoming=False)
+    def callees(self, symbol: str, limit: int = MAX_EDGES) -> dict:
+        return self._edges("callees", symbol, incoming=False, limit=_int_arg("limit", limit, 0))
 
     @_guarded("read_file")
     def read_file(self, path: str, start: int = 1, end: int = 0, repo: str = "") -> dict:
@@ -462,7 +462,8 @@ def make_tools(index, scope: Scope | None = None) -> list:
     def callers(symbol: str) -> dict:
         """List the functions and methods that call a symbol (who uses it). Returns the resolved definitions
         ('resolved'; several when the name is ambiguous) and each caller's citation 'path:start-end :: qualname'
-        with the definition it calls ('of'). Quote the citations exactly.
+        with the definition it calls ('of'). At most 50 are listed; 'total' counts them all. Quote the citations
+        exactly.
 
         Args:
             symbol: a qualified name, a plain name, or a capsule id from an earlier result.
@@ -473,7 +474,7 @@ def make_tools(index, scope: Scope | None = None) -> list:
     def callees(symbol: str) -> dict:
         """List what a function or method calls. Returns each callee's citation 'path:start-end :: qualname'
         when it is defined in the repository, or just its name (citation null) for library or unresolved calls.
-        Quote the citations exactly.
+        At most 50 are listed; 'total' counts them all. Quote the citations exactly.
 
         Args:
             symbol: a qualified name, a plain name, or a capsule id from an earlier result.
