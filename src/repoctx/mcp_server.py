@@ -956,7 +956,7 @@ def build_server(repos: list[Path], settings: Settings | None = None, scope_for_
         kw = dict(auth=AuthSettings(issuer_url="http://127.0.0.1", resource_server_url=None),
                   token_verifier=_KeyVerifier(scope_for_key, scopes))
     names = "the indexed repositories" if scope_for_key is not None else ", ".join(state.repos)
-    server = MCPServer(name, instructions=(
+    server = _Server(name, instructions=(
         f"repoctx: indexed code search over {names}. Start with search_code (or find_symbol for a known name), "
         "follow callers/callees, read_file to check details, get_context for compact context. Every result cites "
         "code as 'path:start-end :: qualname': quote those citations. Results are paged: pass next_cursor back "
@@ -1041,9 +1041,35 @@ def build_server(repos: list[Path], settings: Settings | None = None, scope_for_
 
     fns = [search_code, get_context, find_symbol, callers, callees, read_file, list_files, index_status, reindex]
     for fn in fns:
-        server.add_tool(_without_repo(fn) if not several else fn, description=inspect.cleandoc(fn.__doc__ or ""),
+        tool = _without_repo(fn) if not several else fn
+        server.add_tool(tool, description=inspect.cleandoc(fn.__doc__ or ""),
                         annotations=_WRITE if fn.__name__ == "reindex" else _READ)
+        server.repoctx_params[fn.__name__] = tuple(n for n in inspect.signature(tool).parameters if n != "ctx")
     return server
+
+
+class _Server(MCPServer):
+    """The SDK's server, refusing arguments a tool does not take: the SDK drops them silently, so
+    ``repo="nope"`` sent to a one-repository server would answer from that repository as if asked."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.repoctx_params: dict[str, tuple[str, ...]] = {}
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None):
+        known = self.repoctx_params.get(name)
+        unknown = sorted(set(arguments or {}) - set(known)) if known is not None else []
+        if unknown:
+            return _to_result(_unknown_arguments(name, unknown, known, self.repoctx))
+        return await super().call_tool(name, arguments, context)
+
+
+def _unknown_arguments(tool: str, unknown: list[str], known: tuple[str, ...], state: RepoctxMCP) -> dict:
+    names = ", ".join(repr(a) for a in unknown)
+    detail = f"{tool} takes no argument {names}; its arguments: {', '.join(known) or 'none'}"
+    if "repo" in unknown and not state.several:
+        detail += f" (this server serves one repository, {next(iter(state.repos))!r}: leave repo out)"
+    return {"error": "invalid_argument", "detail": detail, "tool": tool, "arguments": unknown}
 
 
 def _without_repo(fn: Callable) -> Callable:
