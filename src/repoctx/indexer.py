@@ -6,7 +6,11 @@ update redoes what was lost. Only one indexer writes at a time (a lock file); re
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
+import re
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +27,7 @@ from repoctx.tokens import TOKENIZER_VERSION
 from repoctx.types import Ref
 
 ProgressFn = Callable[[dict], None]
+log = logging.getLogger("repoctx.indexer")
 
 
 @dataclass
@@ -72,16 +77,84 @@ def classify(sf: SourceFile, rec: FileRecord | None, need_data: bool) -> tuple[s
 
 
 def git_state(root: Path) -> tuple[str | None, bool | None]:
+    """(HEAD, dirty) of the git checkout holding ``root``; (None, None) outside git. A repository git refuses
+    because another user owns it ('dubious ownership', ``safe.directory``) still gets its HEAD, read from the
+    ``.git`` files (dirty: None), and one warning per process."""
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10)
+        head = _git(root, "rev-parse", "HEAD", timeout=10)
         if head.returncode != 0:
+            if "dubious ownership" in head.stderr or "safe.directory" in head.stderr:
+                _warn_untrusted(root)
+                return read_git_head(root), None
             return None, None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=30)
+        dirty = _git(root, "status", "--porcelain", "--untracked-files=no", timeout=30)
         return head.stdout.strip(), bool(dirty.stdout.strip())
     except (OSError, subprocess.SubprocessError):
         return None, None
+
+
+def _git(root: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LC_ALL": "C", "LANGUAGE": ""}  # English messages: the refusal is recognised by its words
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+_untrusted_warned: set[str] = set()  # roots whose refusal this process has reported (once each, not per update)
+_untrusted_lock = threading.Lock()
+
+
+def _warn_untrusted(root: Path) -> None:
+    key = str(Path(root).resolve())
+    with _untrusted_lock:
+        if key in _untrusted_warned:
+            return
+        _untrusted_warned.add(key)
+    log.warning("git refuses to read %s: the repository belongs to another user (git's safe.directory check). "
+                "repoctx read its HEAD from .git and cannot tell whether the tree is dirty; to let git read it: "
+                "git config --global --add safe.directory %s", key, key)
+
+
+_SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+def read_git_head(root: Path) -> str | None:
+    """The commit HEAD names, read from the files of the ``.git`` holding ``root`` (a folder, or a worktree's
+    ``gitdir:`` file), loose refs then packed-refs. No git runs: a repository another user owns is never asked
+    to run its own configuration (hooks, fsmonitor, filters) on our behalf."""
+    try:
+        start = Path(root).resolve()
+        dotgit = next((d / ".git" for d in (start, *start.parents) if (d / ".git").exists()), None)
+        if dotgit is None:
+            return None
+        gitdir = dotgit
+        if dotgit.is_file():
+            line = dotgit.read_text(encoding="utf-8", errors="replace").strip()
+            if not line.startswith("gitdir:"):
+                return None
+            gitdir = (dotgit.parent / line[len("gitdir:"):].strip()).resolve()
+        common = gitdir
+        if (gitdir / "commondir").is_file():
+            common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip()).resolve()
+        head = (gitdir / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
+        for _ in range(5):  # a symbolic ref may name another symbolic ref
+            if _SHA.match(head):
+                return head
+            if not head.startswith("ref:"):
+                return None
+            ref = head[4:].strip()
+            if not ref.startswith("refs/") or ".." in ref.split("/"):
+                return None
+            head = ""
+            for base in (gitdir, common):
+                if (base / ref).is_file():
+                    head = (base / ref).read_text(encoding="utf-8", errors="replace").strip()
+                    break
+            else:
+                packed = common / "packed-refs"
+                lines = packed.read_text(encoding="utf-8", errors="replace").splitlines() if packed.is_file() else []
+                head = next((ln.split(" ", 1)[0] for ln in lines if ln.endswith(" " + ref)), "")
+        return None
+    except (OSError, ValueError):
+        return None
 
 
 class StoreLookup:
