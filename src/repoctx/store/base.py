@@ -17,6 +17,7 @@ from typing import Any, ContextManager, Iterable, Protocol, Sequence
 
 import numpy as np
 
+from repoctx.store.globs import Dialect, GlobError, dialect as glob_dialect, parse as parse_glob
 from repoctx.types import Capsule, Edge
 
 SCHEMA_VERSION = 2  # bump when a backend's tables change; an older index is rebuilt or migrated, never misread
@@ -56,30 +57,20 @@ def split_id(cid: str) -> tuple[str, str]:
 
 
 def glob_regex(pattern: str) -> str:
-    """A path glob as an anchored regular expression both Python and PostgreSQL read the same way:
-    ``*`` and ``?`` match any characters, ``/`` included (as SQLite's GLOB), ``[...]`` a class."""
-    out, i, n = ["^"], 0, len(pattern)
-    while i < n:
-        ch = pattern[i]
-        if ch == "*":
-            out.append(".*")
-        elif ch == "?":
-            out.append(".")
-        elif ch == "[":
-            j = pattern.find("]", i + 2 if i + 1 < n and pattern[i + 1] in "!^" else i + 1)
-            if j == -1:
-                out.append(r"\[")
-            else:
-                body = pattern[i + 1:j]
-                neg = body[:1] in ("!", "^")
-                body = body[1:] if neg else body
-                out.append("[" + ("^" if neg else "") + body.replace("\\", "\\\\") + "]")
-                i = j
-        else:
-            out.append(re.escape(ch))
-        i += 1
-    out.append("$")
-    return "".join(out)
+    """A path pattern (the grammar of ``repoctx.store.globs``) as the reference Python regex, for
+    ``re.match``; :class:`GlobError` when the grammar refuses it."""
+    return parse_glob(pattern).python
+
+
+def _patterns(owner: str, field_name: str, value: Any) -> tuple[str, ...]:
+    """A rule's patterns as a tuple (scopes are dictionary keys), each one checked against the grammar:
+    a pattern a backend could not read exactly is refused here, before any query is built."""
+    if isinstance(value, str):
+        raise GlobError(value, f"{owner}.{field_name} takes a list of patterns, not one string")
+    out = tuple(value or ())
+    for p in out:
+        parse_glob(p)
+    return out
 
 
 @dataclass(frozen=True)
@@ -90,6 +81,10 @@ class Grant:
     include: tuple[str, ...] = ()  # empty: every path
     exclude: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "include", _patterns("grant", "include", self.include))
+        object.__setattr__(self, "exclude", _patterns("grant", "exclude", self.exclude))
+
 
 @dataclass(frozen=True)
 class Scope:
@@ -97,12 +92,19 @@ class Scope:
 
     ``repos``/``include``/``exclude`` narrow a request; ``grants``, when set, are a principal's access
     rules (a row is visible only if some grant allows it), applied in the same WHERE clause. Path
-    patterns are globs on repository paths where ``*`` crosses ``/``."""
+    patterns follow one grammar (``repoctx.store.globs``: ``*`` crosses ``/``, ``[!a]``/``[^a]`` negate,
+    ``\\`` escapes); one the grammar refuses raises :class:`GlobError` (a ``ValueError``) here."""
 
     repos: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     grants: tuple[Grant, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "include", _patterns("scope", "include", self.include))
+        object.__setattr__(self, "exclude", _patterns("scope", "exclude", self.exclude))
+        if self.grants is not None:
+            object.__setattr__(self, "grants", tuple(self.grants))
 
     @property
     def unrestricted(self) -> bool:
@@ -130,22 +132,19 @@ class Scope:
             return False
         return self.grants is None or any(g.repo in ("*", repo) for g in self.grants)
 
-    def compile(self, repo_col: str, path_col: str, placeholder: str, glob_op: str) -> tuple[str, list]:
-        """The scope as a WHERE fragment: ``glob_op`` is how the backend tests a path against a pattern
-        (``"{col} GLOB {ph}"`` with the glob, or ``"{col} ~ {ph}"`` with ``glob_regex``)."""
-        regex = "~" in glob_op
-
-        def pat(p: str) -> str:
-            return glob_regex(p) if regex else p
+    def compile(self, repo_col: str, path_col: str, placeholder: str, dialect: Dialect | str) -> tuple[str, list]:
+        """The scope as a WHERE fragment for one backend's ``dialect`` (``"sqlite"``: ``path GLOB ?``,
+        ``"postgres"``: ``path ~ %s``), every pattern bound as that backend's exact translation of it."""
+        d = glob_dialect(dialect)
+        test = d.test.format(col=path_col, ph=placeholder)
 
         def paths(include: tuple[str, ...], exclude: tuple[str, ...]) -> tuple[list[str], list]:
             """Path rules as clauses: any include pattern, and no exclude pattern."""
-            test = glob_op.format(col=path_col, ph=placeholder)
             out: list[str] = []
             if include:
                 out.append("(" + " OR ".join([test] * len(include)) + ")")
             out += [f"NOT ({test})"] * len(exclude)
-            return out, [pat(p) for p in (*include, *exclude)]
+            return out, [d.bind(p) for p in (*include, *exclude)]
 
         clauses: list[str] = []
         args: list = []
@@ -176,7 +175,7 @@ def like_suffix(fragment: str) -> str:
 
 
 def _match(pattern: str, path: str) -> bool:
-    return re.match(glob_regex(pattern), path, re.S) is not None
+    return parse_glob(pattern).matches(path)
 
 
 EVERYTHING = Scope()

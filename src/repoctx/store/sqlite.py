@@ -177,7 +177,7 @@ class SQLiteStore(MemoryReads):
     def _scope(self, scope: Scope, alias: str = "c", path_col: str = "path") -> tuple[str, list]:
         # "+repo": the repository test must not steer SQLite to a (repo, ...) index; the id, name and
         # FTS lookups it sits beside are the selective ones (with it, capsules-by-id scanned a whole repo)
-        return scope.compile(f"+{alias}.repo", f"{alias}.{path_col}", "?", "{col} GLOB {ph}")
+        return scope.compile(f"+{alias}.repo", f"{alias}.{path_col}", "?", "sqlite")
 
     # ---- repositories
     def register_repo(self, name: str, root: str) -> RepoRecord:
