@@ -1131,21 +1131,25 @@ def keys_file_scope_for_key(path: str | Path) -> ScopeForKey:
     """Keys from a JSON file ``{"KEY": null | "admin" | {"repos": [...], "include": [...], "exclude": [...],
     "grants": [{"repo", "include", "exclude"}, ...]}}``; compared in constant time."""
     from repoctx.store.base import Grant
+    from repoctx.store.globs import GlobError
 
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected an object of key -> scope")
     table: list[tuple[bytes, Scope]] = []
-    for key, spec in data.items():
+    for n, (key, spec) in enumerate(data.items(), 1):
         if not spec or spec == "admin":
             sc = EVERYTHING
         else:
             grants = spec.get("grants")
-            sc = Scope(repos=tuple(spec.get("repos") or ()), include=tuple(spec.get("include") or ()),
-                       exclude=tuple(spec.get("exclude") or ()),
-                       grants=None if grants is None else tuple(
-                           Grant(g.get("repo", "*"), tuple(g.get("include") or ()), tuple(g.get("exclude") or ()))
-                           for g in grants))
+            try:
+                sc = Scope(repos=tuple(spec.get("repos") or ()), include=tuple(spec.get("include") or ()),
+                           exclude=tuple(spec.get("exclude") or ()),
+                           grants=None if grants is None else tuple(
+                               Grant(g.get("repo", "*"), tuple(g.get("include") or ()), tuple(g.get("exclude") or ()))
+                               for g in grants))
+            except GlobError as e:  # (the key itself is a secret: named by its place in the file)
+                raise ConfigError(f"{path}: key #{n}: {e}") from None
         table.append((hashlib.sha256(key.encode()).digest(), sc))
 
     def scope_for_key(key: str) -> Scope | None:

@@ -18,7 +18,6 @@ files are not on this machine); any other failure is named by its exception type
 """
 from __future__ import annotations
 
-import fnmatch
 import functools
 import inspect
 import os
@@ -27,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from repoctx.store.base import Scope
+from repoctx.store.globs import GlobError, parse as parse_glob
 
 __all__ = ["RepoTools", "make_tools", "TOOL_NAMES", "ToolError", "MAX_K", "MAX_READ_LINES", "MAX_LIST_FILES",
            "MIN_BUDGET", "MAX_BUDGET"]
@@ -380,10 +380,14 @@ class RepoTools:
         pattern = pattern or "*"
         if pattern.endswith("/"):
             pattern += "*"
+        try:  # the grammar of access rules ('*' crosses '/', [!a] and [^a] negate, '\\' escapes)
+            glob_ = parse_glob(pattern)
+        except GlobError as e:
+            raise ToolError("invalid_argument", str(e)) from None
         served = self.index.files(self.scope)
         several = len({r for r, _ in served}) > 1
         matched = [f"{r}:{p}" if several else p for r, p in served
-                   if fnmatch.fnmatchcase(p, pattern) or fnmatch.fnmatchcase(f"{r}:{p}", pattern)]
+                   if glob_.matches(p) or glob_.matches(f"{r}:{p}")]
         out = {"glob": pattern, "count": min(len(matched), MAX_LIST_FILES), "total": len(matched),
                "truncated": len(matched) > MAX_LIST_FILES, "files": matched[:MAX_LIST_FILES]}
         if out["truncated"]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import re
 import secrets
 import threading
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from repoctx.store.base import Grant, Scope
+from repoctx.store.globs import GlobError, check as check_glob
 from repoctx.service.db import ServiceDB, migrate_postgres as _migrate_service_tables
 
 __all__ = ["Principal", "Role", "KeyStore", "migrate_postgres", "load_roles_file", "ADMIN_ROLE", "KEY_PREFIX"]
@@ -41,6 +43,7 @@ ADMIN_ROLE = "admin"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$")  # principals double as session namespaces
 _KEY = re.compile(r"^rcx_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})$")
 _DUMMY_HASH = hashlib.sha256(b"repoctx: no such key").hexdigest()
+log = logging.getLogger("repoctx.service")
 
 
 def migrate_postgres(url: str) -> int:
@@ -83,22 +86,46 @@ class Principal:
 
 
 def _grant(d: dict) -> Grant:
+    """One grant from its table; a path pattern the grammar refuses (``repoctx.store.globs``) is a
+    :class:`GlobError` naming it: an access rule is never stored or read as something it did not say."""
     if not isinstance(d, dict):
         raise ValueError(f"a grant is a table with repo/include/exclude, not {d!r}")
     unknown = set(d) - {"repo", "include", "exclude"}
     if unknown:
         raise ValueError(f"unknown grant fields: {', '.join(sorted(unknown))}")
     repo = str(d.get("repo") or "*")
-    inc, exc = d.get("include") or [], d.get("exclude") or []
-    if isinstance(inc, str):
-        inc = [inc]
-    if isinstance(exc, str):
-        exc = [exc]
-    return Grant(repo, tuple(str(p) for p in inc), tuple(str(p) for p in exc))
+    rules = {}
+    for field in ("include", "exclude"):
+        pats = d.get(field) or []
+        if isinstance(pats, str):
+            pats = [pats]
+        if not isinstance(pats, (list, tuple)):
+            raise ValueError(f"a grant's {field} is a list of path patterns, not {pats!r}")
+        rules[field] = tuple(str(p) for p in pats)
+        for p in rules[field]:
+            try:
+                check_glob(p)
+            except GlobError as e:
+                raise GlobError(p, f"{e.reason} (in the {field} of a grant for repository {repo!r})") from None
+    return Grant(repo, rules["include"], rules["exclude"])
+
+
+def _stored_grants(role: str, grants: list) -> tuple[Grant, ...]:
+    """A stored role's grants. One that no longer reads (written before the grammar refused its pattern)
+    allows nothing: grants only ever add access, so dropping a whole grant can narrow a role, never widen it."""
+    out = []
+    for g in grants:
+        try:
+            out.append(_grant(g))
+        except ValueError as e:
+            log.warning("role %r: a stored grant is ignored (it allows nothing): %s; "
+                        "fix it with `repoctx roles remove` and `repoctx roles add`", role, e)
+    return tuple(out)
 
 
 def load_roles_file(path: str | Path) -> dict[str, Role]:
-    """Roles from a TOML (``[roles.NAME]``) or JSON (``{"roles": {NAME: {...}}}``) file."""
+    """Roles from a TOML (``[roles.NAME]``) or JSON (``{"roles": {NAME: {...}}}``) file. A grant the
+    grammar refuses fails the whole file, naming the role."""
     path = Path(path)
     text = path.read_text(encoding="utf-8")
     if path.suffix.lower() == ".json":
@@ -114,7 +141,11 @@ def load_roles_file(path: str | Path) -> dict[str, Role]:
     for name, spec in roles.items():
         _check_name("role", name)
         spec = spec or {}
-        out[name] = Role(name, bool(spec.get("admin", False)), tuple(_grant(g) for g in spec.get("grants") or []))
+        try:
+            grants = tuple(_grant(g) for g in spec.get("grants") or [])
+        except GlobError as e:
+            raise GlobError(e.pattern, f"{e.reason}, role {name!r} of {path}") from None
+        out[name] = Role(name, bool(spec.get("admin", False)), grants)
     return out
 
 
@@ -141,7 +172,7 @@ class KeyStore:
             return self._file_roles[name]
         rows = self.db.q("SELECT name, admin, grants FROM repoctx_roles WHERE name=?", (name,))
         if rows:
-            return Role(rows[0][0], bool(rows[0][1]), tuple(_grant(g) for g in json.loads(rows[0][2] or "[]")))
+            return Role(rows[0][0], bool(rows[0][1]), _stored_grants(rows[0][0], json.loads(rows[0][2] or "[]")))
         if name == ADMIN_ROLE:
             return Role(ADMIN_ROLE, admin=True)
         return None
@@ -157,12 +188,14 @@ class KeyStore:
         _check_name("role", name)
         if name in self._file_roles:
             raise ValueError(f"role {name!r} is defined in {self.roles_file}: edit that file")
+        g = None
+        if repo is not None or include or exclude:  # refused (GlobError) before anything is written
+            g = _grant({"repo": repo or "*", "include": list(include), "exclude": list(exclude)})
         with self.db.transaction() as run:
             rows = run("SELECT admin, grants FROM repoctx_roles WHERE name=?", (name,))
             grants = json.loads(rows[0][1]) if rows else []
             is_admin = bool(rows[0][0]) if rows else False
-            if repo is not None or include or exclude:
-                g = _grant({"repo": repo or "*", "include": list(include), "exclude": list(exclude)})
+            if g is not None:
                 grants.append({"repo": g.repo, "include": list(g.include), "exclude": list(g.exclude)})
             is_admin = is_admin or admin
             if rows:
