@@ -14,7 +14,7 @@ pytestmark = pytest.mark.asyncio
 
 @pytest.fixture
 def env(pg_url, tmp_path):
-    e = Env(pg_url, tmp_path, inprocess_workers=1)
+    e = Env(pg_url, tmp_path, inprocess_workers=1, repo_roots=(str(tmp_path),))
     yield e
     e.close()
 
@@ -63,9 +63,10 @@ async def test_bad_requests_are_4xx_with_a_reason(env):
         for path, body, field in cases:
             r = await c.post(path, json=body, headers=h)
             assert r.status_code == 422, (path, body, r.text)
-            detail = r.json()["detail"]
-            assert any(d["field"] == field for d in detail), (path, body, detail)
-            assert all(d["reason"] for d in detail)
+            err = r.json()
+            assert err["error"] == "invalid_request" and isinstance(err["detail"], str), err
+            assert any(d["field"] == field for d in err["fields"]), (path, body, err)
+            assert all(d["reason"] for d in err["fields"])
             assert "\"input\"" not in r.text  # inputs are never echoed back
         r = await c.post("/search", content=b"{nope", headers={**h, "content-type": "application/json"})
         assert r.status_code == 422
@@ -175,7 +176,8 @@ async def test_openapi_documents_every_endpoint_and_metrics_count_requests(env):
         hd = env.auth(env.dev_key)
         for _ in range(3):
             await c.post("/search", json={"query": "cache"}, headers=hd)
-        text = (await c.get("/metrics", headers=hd)).text
+        assert (await c.get("/metrics", headers=hd)).status_code == 403  # a scoped key: not the service's traffic
+        text = (await c.get("/metrics", headers=env.auth(env.admin_key))).text
         assert 'repoctx_http_request_seconds_count{endpoint="/search",method="POST",status="200"} 3.0' in text
         assert "repoctx_index_queue_depth" in text and "repoctx_auth_failures_total" in text
         assert (await c.get("/metrics")).status_code == 401

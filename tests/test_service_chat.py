@@ -76,7 +76,7 @@ async def test_a_turn_streams_tool_trace_tokens_citations_and_done(env):
         m = done["metrics"]
         assert (m["model_calls"], m["tool_calls"], m["tool_errors"], m["principal"], m["session_id"]) == \
             (2, 1, 0, "dev1", "s1")
-        metrics = (await c.get("/metrics", headers=e.auth(e.dev_key))).text
+        metrics = (await c.get("/metrics", headers=e.auth(e.admin_key))).text
         assert 'repoctx_chat_turns_total{outcome="ok"} 1.0' in metrics
         assert "repoctx_chat_tool_calls_per_turn_sum 1.0" in metrics
         assert "repoctx_chat_model_calls_per_turn_sum 2.0" in metrics
@@ -125,7 +125,7 @@ async def test_a_raising_tool_is_a_trace_event_and_the_stream_goes_on(env):
     assert kinds[-1] == "done" and "error" not in kinds
     assert events[-1][1]["metrics"]["tool_errors"] == 1 and "src/cart/basket.py" in events[-1][1]["text"]
     async with e.client() as c:
-        metrics = (await c.get("/metrics", headers=e.auth(e.dev_key))).text
+        metrics = (await c.get("/metrics", headers=e.auth(e.admin_key))).text
     assert "repoctx_chat_tool_errors_total 1.0" in metrics
 
 
@@ -133,7 +133,7 @@ async def test_a_runaway_turn_is_cut_by_the_tool_call_limit_and_counted(env):
     e = env(model_factory=lambda: ScriptedToolModel([{"tool": "search_code", "input": {"query": "cache"}}]))
     async with e.client() as c:
         status, events = await chat(c, e.dev_key, "loop", "Search forever")
-        metrics = (await c.get("/metrics", headers=e.auth(e.dev_key))).text
+        metrics = (await c.get("/metrics", headers=e.auth(e.admin_key))).text
     assert status == 200 and events[-1][0] == "done"
     done = events[-1][1]
     assert done["stop_reason"] == "limit_tool_calls" and done["metrics"]["tool_calls"] == 6
@@ -184,7 +184,7 @@ async def test_a_client_disconnect_cancels_the_agent_run(env):
             await asyncio.sleep(0.05)
         assert not e.svc.busy and not slow.finished.is_set()
         async with httpx.AsyncClient(base_url=live.url, timeout=10) as c:
-            metrics = (await c.get("/metrics", headers=e.auth(e.dev_key))).text
+            metrics = (await c.get("/metrics", headers=e.auth(e.admin_key))).text
         assert 'repoctx_stream_disconnects_total{endpoint="/chat"} 1.0' in metrics
 
 

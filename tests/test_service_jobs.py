@@ -182,7 +182,7 @@ def test_a_silent_claim_expires_and_a_held_repository_waits(pg, tmp_path):
 def test_with_sqlite_the_server_runs_jobs_in_process(tmp_path):
     root = make_repo(tmp_path, "local", 8)
     app = create_app(Settings(index_dir=tmp_path / "ix", embedder="none"),
-                     service=ServiceSettings(job_poll=0.05, key_cache_seconds=0))
+                     service=ServiceSettings(job_poll=0.05, key_cache_seconds=0, repo_roots=(str(tmp_path),)))
     svc = app.state.service
     assert svc.runs_jobs and svc.db.backend == "sqlite" and svc.store.backend == "sqlite"
     _, key = svc.keys.add_key("root", "admin")

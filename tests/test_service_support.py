@@ -146,6 +146,8 @@ class Env:
         self.url = url
         self.base = base
         self.settings = Settings(database_url=url, embedder="none")
+        conf.setdefault("rate_limit", "")  # these tests send more than a production limit; test_service_limits
+        # tests the limit itself
         self.conf = ServiceSettings(stream_timeout=stream_timeout, request_timeout=request_timeout, job_lease=3,
                                     job_poll=0.1, **conf)
         self.app = create_app(self.settings, service=self.conf, model_factory=model_factory,

@@ -36,7 +36,8 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic_core import PydanticCustomError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -45,7 +46,8 @@ from repoctx.config import Settings
 from repoctx.service.auth import KeyStore, Principal
 from repoctx.service.config import ServiceSettings
 from repoctx.service.db import ServiceDB, service_db_target
-from repoctx.service.jobs import InProcessWorkers, Jobs
+from repoctx.service.jobs import InProcessWorkers, JobLimits, Jobs
+from repoctx.service.limits import BodyLimit, RateLimit, error_body, parse_rate_limit
 from repoctx.service.metrics import ServiceMetrics
 from repoctx.store.base import Scope, check_repo_name
 
@@ -62,8 +64,25 @@ QueryText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1
 
 
 # ------------------------------------------------------------------------------------ request models
+def _json_integer(value: Any) -> Any:
+    """A JSON number that is a whole number (``5`` or ``5.0``); never ``true`` or ``"5"``, which lax parsing
+    would have taken for 1 and 5."""
+    if value is None:  # an optional field's null: the type after this decides
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PydanticCustomError("int_type", "Input should be a valid integer (a JSON number)")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+OptionalJsonInt = Annotated[int | None, BeforeValidator(_json_integer)]  # (so Field's bounds reach the schema)
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: no coercion between JSON types (a string is not a number, a boolean is not an integer)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class SearchRequest(_Model):
@@ -71,7 +90,7 @@ class SearchRequest(_Model):
 
     query: QueryText = Field(description="A question or identifiers.")
     repos: list[RepoName] | None = Field(None, max_length=50, description="Repository names (default: all visible).")
-    k: int = Field(10, ge=1, le=50, description="How many units (symbol level) or files (file level).")
+    k: JsonInt = Field(10, ge=1, le=50, description="How many units (symbol level) or files (file level).")
     level: Literal["symbol", "file"] = "symbol"
     mode: Literal["auto", "standard", "agentic"] = Field("auto", description="auto: the router decides.")
 
@@ -85,7 +104,7 @@ class ContextRequest(_Model):
     repos: list[RepoName] | None = Field(None, max_length=50)
     task: Literal["code_query", "refactor", "code_gen", "search"] | None = Field(
         None, description="What the context is for (default: classified from the query).")
-    budget: int | None = Field(None, ge=100, le=16000, description="Token budget.")
+    budget: OptionalJsonInt = Field(None, ge=100, le=16000, description="Token budget.")
     mode: Literal["auto", "standard", "agentic"] = "standard"
 
 
@@ -120,8 +139,16 @@ def safe_detail(text: Any, limit: int = 200) -> str:
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
-def _error_body(error: str, detail: str) -> dict:
-    return {"error": error, "detail": detail}
+_error_body = error_body  # {"error": code, "detail": one line}: the shape of every error answer (limits.py)
+
+
+def under_roots(path: Path, roots) -> bool:
+    """Whether ``path`` (already resolved) is one of ``roots`` or inside one, each root resolved the same way."""
+    for r in roots:
+        base = Path(r).expanduser().resolve()
+        if path == base or path.is_relative_to(base):
+            return True
+    return False
 
 
 def _hit(h) -> dict:
@@ -267,7 +294,8 @@ class Service:
             n = 1 if inproc else 0
         self.workers = InProcessWorkers(settings, self.jobs, self.store, n, lease=service.job_lease,
                                         poll=service.job_poll, on_job=self.metrics.record_job,
-                                        embedder=lambda: self.index.embedder).start() if n else None
+                                        embedder=lambda: self.index.embedder,
+                                        limits=JobLimits.from_settings(service)).start() if n else None
 
     @property
     def runs_jobs(self) -> bool:
@@ -449,6 +477,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
     ``app.state.service.close()`` releases everything (also done at shutdown)."""
     settings = settings or Settings.from_env()
     conf = service or ServiceSettings.from_env()
+    parse_rate_limit(conf.rate_limit)  # a ConfigError naming REPOCTX_RATE_LIMIT now, not at the first request
     svc = Service(settings, conf, model_factory=model_factory, key_store=key_store, store=store,
                   tools_factory=tools_factory, inprocess_workers=inprocess_workers)
 
@@ -463,19 +492,33 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                   description="Repository context for a team: search, context, traced retrieval and a copilot "
                               "whose answers cite their sources, under per-key access rules.")
     app.state.service = svc
+    # outermost last: authentication (and latency), then the per-key rate limit (it needs the key), then the
+    # body's size and deadline (a body is read only for a request that got this far)
+    app.add_middleware(BodyLimit, max_body=conf.max_body, timeout=conf.body_timeout)
+    app.add_middleware(RateLimit, limit=conf.rate_limit)
     app.add_middleware(_Middleware, service=svc)
 
     # ---- errors: a reason, never a traceback or an echo of the input
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
-        problems = [{"field": ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body",
-                     "reason": e.get("msg", "invalid")} for e in exc.errors()]
-        return JSONResponse({"error": "invalid_request", "detail": problems}, status_code=422)
+        problems = []
+        for e in exc.errors():
+            if e.get("type") == "json_invalid":  # the body is not JSON at all: one problem, the body's
+                reason = f"not valid JSON ({(e.get('ctx') or {}).get('error') or 'decode error'})"
+                problems.append({"field": "body", "reason": reason})
+                continue
+            problems.append({"field": ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body",
+                             "reason": e.get("msg", "invalid")})
+        detail = safe_detail("; ".join(f"{p['field']}: {p['reason']}" for p in problems), 400)
+        return JSONResponse(_error_body("invalid_request", detail, fields=problems), status_code=422)
+
+    _codes = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+              405: "method_not_allowed", 408: "request_timeout", 413: "body_too_large", 429: "rate_limited"}
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         body = exc.detail if isinstance(exc.detail, dict) else _error_body(
-            {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "error"), str(exc.detail))
+            _codes.get(exc.status_code, "error"), str(exc.detail))
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
@@ -508,9 +551,14 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
             body["lexical"] = "memory" if await svc.call(svc.store.warm_lexical, timeout=5) else "building"
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    @app.get("/metrics", tags=["service"], summary="Prometheus metrics (key required unless REPOCTX_METRICS_PUBLIC)",
-             response_class=PlainTextResponse)
-    async def metrics():
+    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse,
+             summary="Prometheus metrics (an admin key, unless REPOCTX_METRICS_PUBLIC=1)")
+    async def metrics(request: Request):
+        # the service's whole traffic and job counts: not for a key scoped to some paths of some repositories
+        p = getattr(request.state, "principal", None)
+        if not conf.metrics_public and (p is None or not p.admin):
+            raise HTTPException(403, _error_body("forbidden", "/metrics needs an admin key (or REPOCTX_METRICS_PUBLIC=1 "
+                                                              "for a scraper on a private network)"))
         data = await svc.call(svc.metrics.render, timeout=30)
         return PlainTextResponse(data, media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -695,7 +743,13 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
             root = Path(req.path).expanduser()
             if not root.is_absolute():
                 raise HTTPException(400, _error_body("invalid_request", "path must be absolute"))
-            root = root.resolve() if root.exists() else root
+            root = root.resolve()  # symlinks and '..' first: the allow-list is about where the files really are
+            if not conf.repo_roots:
+                raise HTTPException(403, _error_body("forbidden", "registration by path needs REPOCTX_REPO_ROOTS on "
+                                                                  "the server (the folders repositories may come from)"))
+            if not under_roots(root, conf.repo_roots):
+                raise HTTPException(403, _error_body("forbidden", "path is outside the folders REPOCTX_REPO_ROOTS "
+                                                                  "allows"))
             if svc.runs_jobs and not root.is_dir():
                 raise HTTPException(400, _error_body("invalid_request", "path is not a directory on this server"))
             existing = svc.store.repo(req.name)

@@ -95,7 +95,7 @@ def worker(worker_id: Optional[str] = typer.Option(None, "--id", help="This work
                                                       help="Serve this worker's Prometheus metrics on this port.")):
     """Run index jobs from the shared queue (PostgreSQL: start as many as you like, on any machine)."""
     from repoctx.service.db import NotMigrated, ServiceDB, service_db_target
-    from repoctx.service.jobs import Jobs, Worker
+    from repoctx.service.jobs import JobLimits, Jobs, Worker
     from repoctx.service.metrics import ServiceMetrics
     from repoctx.store.base import StoreError
 
@@ -118,7 +118,7 @@ def worker(worker_id: Optional[str] = typer.Option(None, "--id", help="This work
         err.print(f"job {job.id} {job.repo}: {outcome} in {seconds:.1f}s")
 
     w = Worker(settings, jobs, worker=worker_id, lease=lease or conf.job_lease, poll=poll or conf.job_poll,
-               on_job=on_job)
+               on_job=on_job, limits=JobLimits.from_settings(conf))
     stop = threading.Event()
 
     def on_signal(signum, frame) -> None:  # finish the job in hand, then stop

@@ -82,4 +82,8 @@ class ServiceSettings:
             job_max_bytes=int(_float_env("REPOCTX_JOB_MAX_BYTES", float(4 << 30))),
             inprocess_jobs=None if inproc in (None, "") else _bool_env("REPOCTX_INPROCESS_JOBS", False),
         )
-        return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+        out = replace(base, **{k: v for k, v in overrides.items() if v is not None})
+        from repoctx.service.limits import parse_rate_limit
+
+        parse_rate_limit(out.rate_limit)  # a ConfigError naming REPOCTX_RATE_LIMIT at startup
+        return out

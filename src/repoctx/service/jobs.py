@@ -12,6 +12,13 @@
   process indexes the repository right now, the job goes back to the queue for a moment. So one
   repository is never indexed by two workers at once.
 * With the embedded SQLite store (one machine) the API server runs the same ``Worker`` in a thread.
+* Every job runs under ``JobLimits``: a time limit (``REPOCTX_JOB_TIMEOUT``) and size limits (``REPOCTX_JOB_MAX_FILES``,
+  ``REPOCTX_JOB_MAX_BYTES``). The sizes are surveyed (a walk that only stats files) before anything is read; the
+  time is checked during that walk and at each of the indexer's progress events (each stage, every 50 parsed
+  files, each batch of vectors), where ``JobLimit`` is raised from the progress callback. A job past a limit
+  fails at once (no retry: it would fail again) with the reason in its ``detail``, the indexer's transaction rolls
+  back (the last complete index stays as it was) and the worker takes the next job. Between two checks a stage
+  runs to its end (reading the changed files, linking them), so a job may overrun its time by that much.
 """
 from __future__ import annotations
 
@@ -31,7 +38,7 @@ from repoctx.store.base import IndexBusy
 
 log = logging.getLogger("repoctx.service.jobs")
 
-__all__ = ["Job", "Jobs", "Worker", "worker_id"]
+__all__ = ["Job", "Jobs", "Worker", "JobLimit", "JobLimits", "worker_id"]
 
 _COLS = "id, repo, root, status, attempts, max_attempts, worker, created, started, heartbeat, lease_until, " \
         "finished, progress, result, error, detail"
@@ -66,11 +73,13 @@ class Job:
                    json.loads(r[12]) if r[12] else None, json.loads(r[13]) if r[13] else None, r[14], r[15])
 
     def to_dict(self, admin: bool = False) -> dict[str, Any]:
+        """Everyone who sees the repository sees the job's state and times (and the failure's type). Its progress
+        and result count every file of the repository, those a principal's grant hides too: administrators only."""
         out = {"id": self.id, "status": self.status, "attempts": self.attempts, "created": self.created,
-               "started": self.started, "finished": self.finished, "progress": self.progress,
-               "result": self.result, "error": self.error}
+               "started": self.started, "finished": self.finished, "error": self.error}
         if admin:
-            out.update(worker=self.worker, detail=self.detail, lease_until=self.lease_until, root=self.root)
+            out.update(progress=self.progress, result=self.result, worker=self.worker, detail=self.detail,
+                       lease_until=self.lease_until, root=self.root)
         return out
 
 
@@ -173,6 +182,63 @@ class Jobs:
         return "queued"
 
 
+class JobLimit(Exception):
+    """An index job went past one of its ``JobLimits``; the message is the reason its record shows."""
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    timeout: float = 3600.0  # REPOCTX_JOB_TIMEOUT
+    max_files: int = 200_000  # REPOCTX_JOB_MAX_FILES
+    max_bytes: int = 4 << 30  # REPOCTX_JOB_MAX_BYTES
+
+    @classmethod
+    def from_settings(cls, conf) -> "JobLimits":
+        return cls(float(conf.job_timeout), int(conf.job_max_files), int(conf.job_max_bytes))
+
+
+class _JobGuard:
+    """One job's limits, checked by its worker thread (see the module docstring)."""
+
+    def __init__(self, limits: JobLimits):
+        self.limits = limits
+        self.t0 = time.monotonic()
+
+    def check_time(self) -> None:
+        if time.monotonic() - self.t0 > self.limits.timeout:
+            raise JobLimit(f"ran over {self.limits.timeout:g} s (REPOCTX_JOB_TIMEOUT)")
+
+    def check_files(self, n: int) -> None:
+        if n > self.limits.max_files:
+            raise JobLimit(f"more than {self.limits.max_files} files (REPOCTX_JOB_MAX_FILES)")
+
+    def check_bytes(self, n: int) -> None:
+        if n > self.limits.max_bytes:
+            raise JobLimit(f"more than {self.limits.max_bytes} bytes of source (REPOCTX_JOB_MAX_BYTES)")
+
+    def survey(self, root: Path, settings) -> None:
+        """Count the files the indexer would take in (and their bytes) before it reads any of them: the indexer
+        reads every changed file before its first progress event, so a limit found there would come too late."""
+        from repoctx.ingest.walk import WalkReport, walk
+
+        files = size = 0
+        for sf in walk(root, settings, WalkReport()):
+            files += 1
+            size += sf.size
+            self.check_files(files)
+            self.check_bytes(size)
+            if files % 256 == 0:
+                self.check_time()
+        self.check_time()
+
+    def on_event(self, ev: dict) -> None:
+        if ev.get("event") == "done":  # committed: the work is kept whatever the clock says
+            return
+        if ev.get("event") == "plan" and isinstance(ev.get("files"), int):
+            self.check_files(ev["files"])  # the files may have grown since the survey
+        self.check_time()
+
+
 def _summary(report) -> dict:
     """Counts only: a job's result is shown to principals whose scope may hide some paths."""
     return {"files_seen": report.files_seen, "added": len(report.added), "modified": len(report.modified),
@@ -184,8 +250,10 @@ class Worker:
     """Claims jobs and indexes their repositories into ``store`` (see the module docstring)."""
 
     def __init__(self, settings, jobs: Jobs, store=None, *, worker: str | None = None, lease: float = 30.0,
-                 poll: float = 1.0, on_job: Callable[[Job, str, float], None] | None = None, embedder=None):
+                 poll: float = 1.0, on_job: Callable[[Job, str, float], None] | None = None, embedder=None,
+                 limits: JobLimits | None = None):
         self.settings = settings
+        self.limits = limits or JobLimits()
         self.jobs = jobs
         self._store = store
         self._owns_store = store is None
@@ -254,6 +322,7 @@ class Worker:
         from repoctx.index import Index
 
         progress: dict = {"event": "claimed"}
+        guard = _JobGuard(self.limits)
         stop = threading.Event()
         lost = threading.Event()
 
@@ -266,6 +335,7 @@ class Worker:
                     pass
 
         def on_progress(ev: dict) -> None:
+            guard.on_event(ev)  # raises JobLimit: the indexer stops there and its transaction rolls back
             progress.clear()
             progress.update({k: v for k, v in ev.items() if isinstance(v, (int, float, str)) and k != "path"})
 
@@ -276,6 +346,7 @@ class Worker:
             if not root.is_dir():
                 return self.jobs.fail(job, self.id, "FileNotFoundError",
                                       f"{job.root} is not a directory on worker {self.id}", retry=False)
+            guard.survey(root, self.settings)
             ix = Index(root, self.settings, self._embedder_for(), name=job.repo, store=self.store)
             report = ix.update(progress=on_progress, wait=False)
             if lost.is_set():
@@ -284,6 +355,9 @@ class Worker:
             return "done"
         except IndexBusy:
             return "busy:" + self.jobs.release(job, self.id)
+        except JobLimit as e:
+            log.warning("job %s (%s) stopped: %s", job.id, job.repo, e)
+            return "limit:" + self.jobs.fail(job, self.id, "JobLimit", str(e), retry=False)
         except Exception as e:
             detail = (str(e).strip().splitlines() or [""])[0][:300]
             log.warning("job %s (%s) failed: %s: %s", job.id, job.repo, type(e).__name__, detail)
@@ -297,10 +371,10 @@ class InProcessWorkers:
     """``n`` worker threads inside the API process (the SQLite default; optional with PostgreSQL)."""
 
     def __init__(self, settings, jobs: Jobs, store, n: int = 1, *, lease: float = 30.0, poll: float = 1.0,
-                 on_job=None, embedder=None):
+                 on_job=None, embedder=None, limits: JobLimits | None = None):
         self.stop = threading.Event()
-        self.workers = [Worker(settings, jobs, store, lease=lease, poll=poll, on_job=on_job, embedder=embedder)
-                        for _ in range(n)]
+        self.workers = [Worker(settings, jobs, store, lease=lease, poll=poll, on_job=on_job, embedder=embedder,
+                               limits=limits) for _ in range(n)]
         self.threads: list[threading.Thread] = []
 
     def start(self) -> "InProcessWorkers":
