@@ -125,7 +125,7 @@ def _run_update(ix: Index, as_json: bool):
     then on, by any process); vectors fill after, with a rate and an estimate of the end."""
     interactive = sys.stderr.isatty() and not as_json
     if not interactive:
-        return ix.update()
+        return ix.update(by="`repoctx index` run")
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
@@ -151,7 +151,7 @@ def _run_update(ix: Index, as_json: bool):
                     bar.reset(task, description="embedding", total=max(e["total"], 1), rate="")
                 bar.update(task, description="embedding", total=max(e["total"], 1), completed=e["done"],
                            rate=f"{e.get('rate', 0):,.0f} units/s")
-        return ix.update(progress=on)
+        return ix.update(progress=on, by="`repoctx index` run")
 
 
 @app.command()
@@ -187,6 +187,10 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
         print(json.dumps(out))
         return
     counts = ix.store.counts(ix.scope())
+    if not report.changed and report.previous_change:  # e.g. an MCP server's background refresh got there first
+        from repoctx.indexer import describe_no_change
+
+        console.print(describe_no_change(report.previous_change), highlight=False)
     problems = len(report.skipped) + len(report.invalid_utf8) + len(report.syntax_errors)
     console.print(
         f"indexed {ix.repo}: {report.files_seen} files ({len(report.added)} added, {len(report.modified)} "

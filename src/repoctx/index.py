@@ -134,9 +134,10 @@ class Index:
 
     # ---- writing
     def update(self, progress: "ProgressFn | None" = None, wait: bool = True, embed: bool = True,
-               background: bool = False) -> "UpdateReport":
+               background: bool = False, by: str = "index update") -> "UpdateReport":
         """Refresh the lexical index and graph (one transaction), then fill dense vectors for what
-        changed. With ``background=True`` vectors fill in a thread while lexical search already answers."""
+        changed. With ``background=True`` vectors fill in a thread while lexical search already answers.
+        ``by`` names the updater in the store's record of the change (``UpdateReport.previous_change``)."""
         from repoctx.indexer import update_index
 
         if self.root is None:
@@ -152,7 +153,7 @@ class Index:
         self.store.register_repo(self.repo, str(self.root))
         writer = self.store.writer(self.repo)
         with writer.lock("index", wait=wait):
-            report = update_index(self.root, writer, self.settings, progress)
+            report = update_index(self.root, writer, self.settings, progress, by=by)
         report.notes += notes
         if embed and self.embedder is not None:
             if background:

@@ -6,6 +6,7 @@ update redoes what was lost. Only one indexer writes at a time (a lock file); re
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -47,6 +48,9 @@ class UpdateReport:
     git_head: str | None = None
     git_dirty: bool | None = None
     notes: list[str] = field(default_factory=list)  # what the user should hear about this update
+    # an update that changed nothing: the store's record of the last one that did (``last_change``), which
+    # may have been another process's (an MCP server's or the service's background refresh)
+    previous_change: dict | None = None
 
     @property
     def changed(self) -> bool:
@@ -223,8 +227,11 @@ def lexical_bodies(capsules: list) -> dict[str, str]:
     return {c.id: own_text(c, children.get(c.id, [])) for c in capsules if c.kind == "class"}
 
 
-def update_index(root: Path, store: RepoWriter, settings: Settings, progress: ProgressFn | None = None) -> UpdateReport:
-    """Bring the store up to date with the files under root. One transaction."""
+def update_index(root: Path, store: RepoWriter, settings: Settings, progress: ProgressFn | None = None, *,
+                 by: str = "index update") -> UpdateReport:
+    """Bring the store up to date with the files under root. One transaction. ``by`` names who updates
+    (e.g. "background refresh of the MCP server"): it is kept with a change, so an update that finds nothing
+    left to do can say which one applied it."""
     t0 = time.perf_counter()
     report = UpdateReport()
     walk_report = WalkReport()
@@ -266,6 +273,7 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
                     store.touch_file(sf.path, sf.size, sf.mtime_ns)
         report.skipped = walk_report.skipped
         _finish_meta_if_needed(store, report)
+        report.previous_change = last_change(store)
         report.seconds = time.perf_counter() - t0
         return report
 
@@ -352,7 +360,9 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
             gone = old_ids - {d[1] for d in new_defs}
             report.edges_reresolved = _reresolve(store, resolver, names, gone,
                                                  {sf.path for sf, _, _ in parsed} | set(deleted))
-        _write_meta(store, report)
+        _write_meta(store, report, by)
+    if not report.changed:
+        report.previous_change = last_change(store)
     report.skipped = walk_report.skipped
     report.seconds = time.perf_counter() - t0
     emit({"event": "done", "seconds": report.seconds})
@@ -411,7 +421,10 @@ def _reresolve(store: RepoWriter, resolver: Resolver, names: set[str], old_ids: 
     return changed
 
 
-def _write_meta(store: RepoWriter, report: UpdateReport) -> None:
+def _write_meta(store: RepoWriter, report: UpdateReport, by: str = "index update") -> None:
+    if report.changed:
+        store.set_meta("last_change", json.dumps({"at": time.time(), "by": by, "added": len(report.added),
+                                                  "modified": len(report.modified), "deleted": len(report.deleted)}))
     store.set_meta("indexed_at", str(time.time()))
     store.set_meta("git_head", report.git_head or "")
     store.set_meta("git_dirty", "" if report.git_dirty is None else str(int(report.git_dirty)))
@@ -426,6 +439,33 @@ def _finish_meta_if_needed(store: RepoWriter, report: UpdateReport) -> None:
             "" if report.git_dirty is None else str(int(report.git_dirty))):
         with store.transaction():
             _write_meta(store, report)
+
+
+def last_change(store: RepoWriter) -> dict | None:
+    """The last update that changed the repository's index: ``{"at", "by", "added", "modified", "deleted"}``."""
+    try:
+        rec = json.loads(store.meta("last_change") or "null")
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("at"), (int, float)) else None
+
+
+def describe_no_change(previous: dict | None, counts: bool = True, now: float | None = None) -> str:
+    """What an update that found nothing to do says: "no changes since the background refresh of the MCP server
+    at 10:42:03 UTC, which applied 3 files (2 changed, 1 added)". ``counts=False`` leaves the files out (a caller
+    whose scope hides some of them)."""
+    if not previous:
+        return "no changes"
+    at = float(previous["at"])
+    same_day = time.gmtime(at)[:3] == time.gmtime(now if now is not None else time.time())[:3]
+    when = time.strftime("%H:%M:%S UTC" if same_day else "%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+    out = f"no changes since the {previous.get('by') or 'index update'} at {when}"
+    parts = [f"{int(previous.get(k) or 0)} {word}" for k, word in
+             (("modified", "changed"), ("added", "added"), ("deleted", "deleted")) if previous.get(k)]
+    if counts and parts:
+        n = sum(int(previous.get(k) or 0) for k in ("modified", "added", "deleted"))
+        out += f", which applied {n} file{'s' if n != 1 else ''} ({', '.join(parts)})"
+    return out
 
 
 def stale_files(root: Path, store: RepoWriter, settings: Settings) -> dict:

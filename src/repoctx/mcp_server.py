@@ -301,7 +301,12 @@ def _render_status(r: dict) -> str:
 
 
 def _render_report(r: dict) -> str:
-    line = f"{r.get('repo')}: reindexed in {r.get('seconds')}s: {_changes(r, '_paths')}"
+    from repoctx.indexer import describe_no_change
+
+    changes = _changes(r, '_paths')
+    if changes == "no changes":  # say what an earlier refresh (this process's or another's) applied, and when
+        changes = describe_no_change(r.get("previous_change"), counts="added" in (r.get("previous_change") or {}))
+    line = f"{r.get('repo')}: reindexed in {r.get('seconds')}s: {changes}"
     if "files_seen" in r:
         line += f"; {r['files_seen']} files seen, {r['capsules_written']} units written"
     if r.get("vectors"):
@@ -474,7 +479,8 @@ class RepoctxMCP:
                     t0 = time.time()
                     first = r.building or not ix.indexed()
                     # vectors: on a first build, or once a search has loaded the model (never loaded just for this)
-                    rep = ix.update(wait=False, embed=first or self._model_loaded(r), background=True)
+                    rep = ix.update(wait=False, embed=first or self._model_loaded(r), background=True,
+                                    by="background refresh of the MCP server")
                     r.building = False
                     r.last_update = {"at": t0, "reason": reason, **_report_summary(rep, ix.repo, EVERYTHING)}
                     r.last_fresh = True
@@ -836,7 +842,7 @@ class RepoctxMCP:
                 raise _Refusal("reindex", "unavailable", f"the files of {n!r} are not on this machine")
             with r.lock:  # waits for a background refresh of the same repository
                 try:
-                    rep = r.index.update(wait=False, embed=True, background=True)
+                    rep = r.index.update(wait=False, embed=True, background=True, by="MCP reindex")
                 except IndexBusy:
                     raise _Refusal("reindex", "busy", f"another process is indexing {n!r}; try again shortly") \
                         from None
@@ -868,10 +874,15 @@ def _report_summary(rep, repo: str, scope: Scope) -> dict:
         out[f"{k}_paths"] = paths[:LIST_PREVIEW]
     out.update(files_seen=rep.files_seen, unchanged=rep.unchanged, capsules_written=rep.capsules_written,
                seconds=round(rep.seconds, 3), notes=list(rep.notes))
+    prev = getattr(rep, "previous_change", None)
+    if prev:
+        out["previous_change"] = dict(prev)
     if not scope.unrestricted:  # counts over every file would tell a restricted key what it cannot see
         out.pop("files_seen")
         out.pop("unchanged")
         out.pop("capsules_written")
+        if prev:
+            out["previous_change"] = {k: prev.get(k) for k in ("at", "by")}
     return out
 
 
@@ -883,6 +894,8 @@ def _scoped_update(u: dict | None, repo: str, scope: Scope) -> dict | None:
         paths = [p for p in u.get(f"{k}_paths", []) if scope.allows(repo, p)]
         out[f"{k}_paths"] = paths
         out[k] = len(paths)
+    if u.get("previous_change"):  # its counts are over every file
+        out["previous_change"] = {k: u["previous_change"].get(k) for k in ("at", "by")}
     return out
 
 
