@@ -19,7 +19,7 @@ from repoctx.config import ConfigError
 from repoctx.service.app import create_app
 from repoctx.service.config import ServiceSettings
 
-from test_service_support import LiveServer, write_tree
+from test_service_support import LiveServer, SlowModel, parse_sse, write_tree
 
 SHOP = {"src/cart.py": "def add_item(basket, item):\n    return basket + [item]\n",
         "src/price.py": "def total_price(items):\n    return sum(items)\n",
@@ -29,11 +29,11 @@ SHOP = {"src/cart.py": "def add_item(basket, item):\n    return basket + [item]\
 class App:
     """A SQLite app with one in-process index worker, an admin key and a key scoped to shop's src/."""
 
-    def __init__(self, tmp_path: Path, **conf):
+    def __init__(self, tmp_path: Path, model_factory=None, **conf):
         conf.setdefault("job_poll", 0.05)
         conf.setdefault("rate_limit", "")
         self.base = tmp_path
-        self.app = create_app(Settings(index_dir=tmp_path / "ix", embedder="none"),
+        self.app = create_app(Settings(index_dir=tmp_path / "ix", embedder="none"), model_factory=model_factory,
                               service=ServiceSettings(**conf), inprocess_workers=1)
         self.svc = self.app.state.service
         ks = self.svc.keys
@@ -246,6 +246,25 @@ def test_a_body_sent_byte_by_byte_is_cut_off_at_the_body_deadline(make_app):
     assert 0.9 < elapsed < 1.0 + 1.5, elapsed
     err = json.loads(rest.split(b"\r\n\r\n", 1)[1])
     assert err["error"] == "request_timeout" and "REPOCTX_BODY_TIMEOUT" in err["detail"]
+
+
+def test_a_stream_outlives_the_body_deadline(tmp_path):
+    """The deadline is for the body: a copilot turn that streams for longer than it ends as usual."""
+    slow = SlowModel(seconds=0.8)
+    a = App(tmp_path, body_timeout=0.3, model_factory=lambda: slow)
+
+    async def go():
+        async with a.client() as c:
+            r = await c.post("/chat", json={"session_id": "s1", "message": "hi"}, headers=a.dev)
+            assert r.status_code == 200
+            events = parse_sse(r.text)
+            assert events[-1][0] == "done" and events[-1][1]["stop_reason"] != "timeout", events[-3:]
+            assert slow.finished.is_set()
+
+    try:
+        asyncio.run(go())
+    finally:
+        a.close()
 
 
 def test_an_oversized_body_is_413_by_its_length_and_by_its_bytes(make_app):

@@ -7,8 +7,15 @@ not see answers 404, exactly as one that does not exist.
 
 Endpoints: ``POST /chat`` (SSE: token, tool, trace, citation, error, done), ``POST /search``,
 ``POST /context``, ``POST /retrieve`` (SSE: trace events, then results), ``GET /repos``,
-``POST /repos`` (admin: register and queue indexing), ``GET /repos/{name}`` (progress, freshness, vector
-coverage), ``GET /health``, ``GET /metrics`` (Prometheus).
+``POST /repos`` (admin: register and queue indexing, a path under ``REPOCTX_REPO_ROOTS`` only), ``GET
+/repos/{name}`` (job state for every key that sees the repository, its progress and counts for admin keys;
+freshness, vector coverage), ``GET /health``, ``GET /metrics`` (Prometheus; admin keys, unless
+``REPOCTX_METRICS_PUBLIC=1``).
+
+Limits (``limits.py``): a request body of at most ``REPOCTX_MAX_BODY`` bytes (413) that arrives within
+``REPOCTX_BODY_TIMEOUT`` seconds (408); ``REPOCTX_RATE_LIMIT`` requests per key in this process (429 with
+``Retry-After``); request fields take JSON types as they are (``true`` is not 1, ``"5"`` is not 5). Every error
+answer is ``{"error": code, "detail": one line}`` (a 422 adds ``fields``: ``[{field, reason}]``).
 
 Failure behaviour: blocking library calls run in worker threads (a copilot turn runs on its own event
 loop in its own thread), every stream has a deadline (``REPOCTX_STREAM_TIMEOUT``, default 60 s), and
