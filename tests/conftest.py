@@ -18,6 +18,13 @@ def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def _index_records(tmp_path_factory, monkeypatch):
+    """`repoctx index` records where each repository's index went (repoctx.index.remember_settings): under
+    the test session's folder, not the user's ~/.cache/repoctx."""
+    monkeypatch.setattr("repoctx.index.default_cache_dir", lambda: tmp_path_factory.getbasetemp() / "cache")
+
+
 @pytest.fixture
 def make_repo(tmp_path):
     def make(files: dict[str, str | bytes], name: str = "repo") -> Path:

@@ -179,7 +179,8 @@ def test_interrupted_vector_fill_is_not_called_a_model_change(tmp_path):
     status = partial.vectors_status()
     assert 8 <= status["count"] < status["total"] and not status["current"]  # what was embedded is searchable
     res = partial.retrieve("f3", mode="standard")
-    assert res.notes and "still being filled" in res.notes[0]
+    assert res.notes and "cover" in res.notes[0]
+    assert "still being filled" not in res.notes[0]  # the fill was killed: nothing is filling them
     again = Index(root, settings, embedder=HashEmbedder())
     again.update()
     assert again.last_embed is not None and again.last_embed.model_changed_from is None

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from repoctx.config import ConfigError, Settings
-from repoctx.index import Index, open_store
+from repoctx.index import Index, open_store, remember_settings, resolve_settings
 from repoctx.store.base import IndexBusy, SchemaMismatch, StoreError
 
 
@@ -64,9 +64,11 @@ def _why(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'failed'}"
 
 
-def _settings() -> Settings:
+def _settings(*roots) -> Settings:
+    """The settings for the repositories at ``roots``: the environment's, completed by what their last
+    ``repoctx index`` used (``resolve_settings``: the one rule the MCP server follows too)."""
     try:
-        return Settings.from_env()
+        return resolve_settings([r for r in roots if r is not None])
     except ConfigError as e:
         _fail(str(e))
 
@@ -74,7 +76,7 @@ def _settings() -> Settings:
 def _open(repo: Path) -> Index:
     """A repository on disk, for indexing (its store is created if missing)."""
     try:
-        return Index(repo, _settings())
+        return Index(repo, _settings(repo))
     except (FileNotFoundError, ConfigError, ValueError, StoreError) as e:
         _fail(str(e))
 
@@ -87,9 +89,9 @@ def _check_mode(mode: str) -> None:
 def _open_indexed(repos: list[str], all_repos: bool = False) -> Index:
     """The repositories a read names (paths or registered names; ``--all``: every one in the store),
     without ever creating an index."""
-    settings = _settings()
-    shared = bool(settings.database_url or settings.index_dir)
     repos = list(repos) or ([] if all_repos else ["."])
+    settings = _settings(*repos)
+    shared = bool(settings.database_url or settings.index_dir)
     try:
         if all_repos or len(repos) > 1 or not Path(repos[0]).is_dir():
             if not shared and (all_repos or len(repos) > 1):
@@ -160,7 +162,7 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
           verbose: bool = typer.Option(False, "-v", "--verbose", help="List skipped files.")):
     """Index (or incrementally re-index) a repository."""
-    settings = _settings()
+    settings = _settings(repo)
     try:
         ix = Index(repo, settings, name=name)
     except (FileNotFoundError, ValueError) as e:
@@ -180,6 +182,8 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
                   "another place)", highlight=False)
     for note in report.notes:
         err.print(f"note: {note}", highlight=False)
+    if ix.root is not None:
+        remember_settings(ix.root, settings)  # so a process started without REPOCTX_* finds this index
     emb = ix.last_embed
     if as_json:
         out = report.to_dict()
@@ -217,7 +221,7 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
 def status(repo: Path = typer.Argument(Path(".")), as_json: bool = typer.Option(False, "--json")):
     """Say whether the index is fresh or stale, and what changed."""
     try:
-        ix = Index(repo, _settings(), create=False)
+        ix = Index(repo, _settings(repo), create=False)
     except SchemaMismatch as e:
         _fail(str(e), 1)
     except StoreError:
@@ -347,7 +351,7 @@ def context(query: str = typer.Argument(...),
 def repos_cmd(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help="A repository whose store to list."),
               as_json: bool = typer.Option(False, "--json")):
     """List the repositories in the store (REPOCTX_DATABASE_URL, REPOCTX_INDEX_DIR, or a repository's own)."""
-    settings = _settings()
+    settings = _settings(repo or Path("."))
     try:
         store = open_store(settings, (repo or Path(".")).resolve(), create=False)
     except StoreError as e:
@@ -372,7 +376,7 @@ def db_migrate(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help="W
     PostgreSQL database of REPOCTX_DATABASE_URL, or the embedded sessions file. Never done on a request path."""
     from repoctx.copilot.sessions import migrate as migrate_sessions, sessions_target
 
-    settings = _settings()
+    settings = _settings(repo)
     done = []
     try:
         if settings.database_url:

@@ -4,16 +4,18 @@ view of some of them. ``retrieve`` returns one ``Retrieval`` (sync, streamed, or
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
+from typing import AsyncIterator, Callable, Iterable, Iterator
 
 from typing import TYPE_CHECKING
 
-from repoctx.config import Settings
+from repoctx.config import Settings, default_cache_dir, user_index_dir
 from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, is_doc_unit, search, to_files
 from repoctx.retrieve import rerank as rr
 from repoctx.retrieve.router import reads_as_report
@@ -30,6 +32,67 @@ MODES = ("auto", "standard", "agentic")
 
 class NotIndexed(StoreError):
     pass
+
+
+def resolve_settings(roots: Iterable[str | Path] = ()) -> Settings:
+    """The settings every command uses for the repositories at ``roots`` (``repoctx index``, ``search``,
+    ``status``, ``mcp``, ...): ``Settings.from_env()``, and for what the environment leaves unset of where an
+    index lives and how it was built (``REPOCTX_INDEX_DIR``, ``REPOCTX_EMBEDDER``), the values the last
+    ``repoctx index`` of those repositories used (``remember_settings``). An MCP client starts its server with
+    a few variables of its own (the SDK's default: HOME, PATH, SHELL, TERM, USER, LOGNAME): without this, the
+    server would not find the index ``repoctx index`` wrote and would build a second one in the repository.
+    Records that disagree (two repositories indexed into different folders) are not used."""
+    settings = Settings.from_env()
+    if settings.database_url:  # one database names one store for everything (and its URL is never recorded)
+        return settings
+    records = [r for r in (_recorded(Path(x)) for x in roots if Path(x).is_dir()) if r is not None]
+    overrides: dict = {}
+    for var, key in (("REPOCTX_INDEX_DIR", "index_dir"), ("REPOCTX_EMBEDDER", "embedder")):
+        if os.environ.get(var):
+            continue
+        values = {r.get(key) for r in records}
+        if len(values) == 1 and None not in values:
+            overrides[key] = Path(values.pop()) if key == "index_dir" else values.pop()
+    return replace(settings, **overrides) if overrides else settings
+
+
+def remember_settings(root: Path, settings: Settings) -> None:
+    """After ``repoctx index``: record where the index of ``root`` is and which embedder built it (for
+    ``resolve_settings`` in processes started without those variables). Nothing is recorded for the default
+    location and model (found without a record) or for PostgreSQL. Best effort: a record that cannot be
+    written only means the variables must be passed."""
+    root = Path(root).resolve()
+    path = _record_path(root)
+    if settings.database_url or (settings.index_dir is None and settings.embedder == Settings().embedder
+                                 and not path.exists()):
+        return
+    rec = {"root": str(root), "index_dir": str(Path(settings.index_dir).resolve()) if settings.index_dir else None,
+           "embedder": settings.embedder}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rec), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _record_path(root: Path) -> Path:
+    return default_cache_dir() / "locations" / f"{user_index_dir(root).name}.json"
+
+
+def _recorded(root: Path) -> dict | None:
+    """The record of ``root``'s last ``repoctx index``, when the index it names is still there."""
+    root = root.resolve()
+    try:
+        rec = json.loads(_record_path(root).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("root") != str(root):
+        return None
+    if rec.get("index_dir") and not (Path(rec["index_dir"]) / "index.sqlite").exists():
+        return None  # moved or deleted since: the usual places apply
+    return rec
 
 
 def open_store(settings: Settings, root: Path | None = None, create: bool = True, long_lived: bool = False):
@@ -385,16 +448,41 @@ class Index:
             yield ev
 
     def _notes(self, scope: Scope) -> list[str]:
+        """What a caller should know about the vectors behind an answer: nothing when no embedder is configured
+        or they are complete; "still being filled" only while a fill runs (here or in another process)."""
         emb = self.embedder
         if emb is None:
             return []
         repos = scope.repos or tuple(r.name for r in self.store.repos())
-        states = [self.store.vector_state(r, emb.model_id) for r in repos]
-        count, total = sum(s.count for s in states), sum(s.total for s in states)
-        if total and count < total:
+        states = [(r, self.store.vector_state(r, emb.model_id)) for r in repos]
+        count, total = sum(s.count for _, s in states), sum(s.total for _, s in states)
+        if not total or count >= total:
+            return []
+        if self._filling([r for r, s in states if s.count < s.total]):
             return [f"dense vectors cover {count} of {total} units ({100 * count / total:.0f}%): they are still being "
                     f"filled, so this answer uses lexical search for the rest"]
-        return []
+        if not count:
+            return [f"dense search is off: this index holds no vectors of {emb.model_id} (`repoctx index` builds "
+                    f"them), so this answer is lexical"]
+        return [f"dense vectors cover {count} of {total} units ({100 * count / total:.0f}%) and none are being "
+                f"filled (`repoctx index` completes them): this answer uses lexical search for the rest"]
+
+    def _filling(self, repos: list[str]) -> bool:
+        """Whether vectors of ``repos`` are being filled now: by this view's thread, or by whoever holds a
+        repository's vectors lock (another process, another view's thread)."""
+        if self._bg is not None and self._bg.is_alive():
+            return True
+        from repoctx.store.base import IndexBusy
+
+        for repo in repos:
+            try:
+                with self.store.writer(repo).lock("vectors", wait=False):
+                    pass
+            except IndexBusy:
+                return True
+            except Exception:  # noqa: BLE001 - a lock that cannot be probed (read-only index) says nothing
+                continue
+        return False
 
     def context(self, query: str, task: str | None = None, budget: int | None = None, mode: str = "standard",
                 scope: Scope | None = None) -> Context:

@@ -27,6 +27,10 @@ Several repositories: ``--repo`` repeated. With a shared store (``REPOCTX_INDEX_
 results are merged. Tools then take an optional ``repo`` argument (default: all of them; ``get_context`` needs
 one when it would be ambiguous).
 
+Without explicit settings the server resolves them as every command does (``repoctx.index.resolve_settings``):
+the store and embedder ``repoctx index`` used for these repositories, even when the client passes none of the
+user's REPOCTX_* variables.
+
 Entry points: ``build_server``, ``http_app``, ``mcp_command`` (the ``repoctx mcp`` command),
 ``register(app)`` (adds that command to a Typer app) and ``python -m repoctx.mcp_server``.
 """
@@ -53,7 +57,7 @@ from pydantic import Field
 
 from repoctx.config import ConfigError, Settings
 from repoctx.copilot.tools import MAX_K, RepoTools
-from repoctx.index import Index, open_store
+from repoctx.index import Index, open_store, resolve_settings
 from repoctx.store.base import EVERYTHING, IndexBusy, SchemaMismatch, Scope, StoreError
 
 __all__ = ["build_server", "http_app", "mcp_command", "register", "RepoctxMCP", "ScopeForKey", "keys_file_scope_for_key",
@@ -340,7 +344,7 @@ class RepoctxMCP:
     def __init__(self, repos: list[Path | str], settings: Settings | None = None, *,
                  max_tokens: int = DEFAULT_MAX_TOKENS, refresh: bool = True,
                  refresh_interval: float = REFRESH_INTERVAL):
-        self.settings = settings or Settings.from_env()
+        self.settings = settings or resolve_settings(r for r in repos if Path(r).is_dir())
         if max_tokens < MIN_MAX_TOKENS:
             raise ValueError(f"max_tokens must be at least {MIN_MAX_TOKENS}, not {max_tokens}")
         self.max_tokens = int(max_tokens)
@@ -954,7 +958,7 @@ def build_server(repos: list[Path], settings: Settings | None = None, scope_for_
     """The MCP server for ``repos`` (paths, or names in a shared store). With ``scope_for_key`` the server
     requires a bearer key over HTTP and reads through that key's Scope; without it, it serves everything (stdio).
     The repoctx state is ``server.repoctx`` (a ``RepoctxMCP``)."""
-    settings = settings or Settings.from_env()
+    settings = settings or resolve_settings(r for r in repos if Path(r).is_dir())
     if max_tokens is None:
         env = os.environ.get("REPOCTX_MCP_MAX_TOKENS", "").strip()
         max_tokens = int(env) if env else DEFAULT_MAX_TOKENS
@@ -1217,12 +1221,12 @@ def mcp_command(
     if transport not in ("stdio", "http"):
         err("--transport must be stdio or http")
         raise typer.Exit(2)
-    try:
-        settings = Settings.from_env()
+    paths: list[Path | str] = [Path(r) if Path(r).is_dir() else r for r in (repo or ["."])]
+    try:  # the store and embedder `repoctx index` and `repoctx search` would use for these repositories
+        settings = resolve_settings(p for p in paths if isinstance(p, Path))
     except ConfigError as e:
         err(str(e))
         raise typer.Exit(2)
-    paths: list[Path | str] = [Path(r) if Path(r).is_dir() else r for r in (repo or ["."])]
     scope_for_key = None
     if transport == "http":
         try:
