@@ -24,9 +24,19 @@ FILES = {"pkg/dates.py": "def parse_http_date(value):\n    \"\"\"Parse an HTTP d
 REPOCTX = str(Path(sys.executable).with_name("repoctx"))
 
 
+_CACHE: list[Path] = []  # the session's stand-in for ~/.cache/repoctx (set by _session_cache)
+
+
+@pytest.fixture(autouse=True)
+def _session_cache(tmp_path_factory):
+    _CACHE[:] = [tmp_path_factory.getbasetemp() / "cache"]
+
+
 def _env(**kw) -> dict:
+    """A subprocess's environment: the caller's without REPOCTX_*, lexical only, and a cache of the test session's
+    own (`repoctx index` records where each index went under it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("REPOCTX_")}
-    env.update({"REPOCTX_EMBEDDER": "none", **kw})
+    env.update({"REPOCTX_EMBEDDER": "none", "REPOCTX_CACHE": str(_CACHE[0]), **kw})
     return env
 
 
