@@ -133,7 +133,8 @@ def test_serve_starts_uvicorn_on_loopback(tmp_path):
                 time.sleep(0.1)
         body = r.json()
         assert body.pop("lexical") in ("memory", "building")  # BM25 in memory, built in the background
-        assert body == {"status": "ok", "backend": "sqlite", "jobs": "in-process"}
+        assert body == {"status": "ok", "backend": "sqlite", "jobs": "in-process",
+                        "components": {"store": "ok", "service_db": "ok"}, "failing": []}
         assert httpx.post(f"http://127.0.0.1:{port}/search", json={"query": "x"}).status_code == 401
     finally:
         proc.terminate()

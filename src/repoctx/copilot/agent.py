@@ -501,7 +501,11 @@ async def stream_turn(copilot: Copilot, question: str) -> AsyncIterator[dict]:
         last = agent.messages[-1] if agent.messages else None
         result = _Partial(last if last and last.get("role") == "assistant" else None)
     except Exception as e:  # provider unreachable, bad credentials, ...: data, not a traceback
-        error = {"error": type(e).__name__, "detail": str(e).strip().splitlines()[0] if str(e).strip() else ""}
+        from repoctx.store.availability import store_unavailable
+
+        # the session store (or the index) went away: the name the HTTP service gives every outage
+        name = "store_unavailable" if store_unavailable(e) else type(e).__name__
+        error = {"error": name, "detail": str(e).strip().splitlines()[0] if str(e).strip() else ""}
         yield {"type": "error", **error}
 
     began = copilot.guard.turn is not None and copilot.guard.turn is not previous_turn

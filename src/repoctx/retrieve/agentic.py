@@ -16,6 +16,7 @@ from repoctx.retrieve.hybrid import RRF_K, SearchOptions, search
 from repoctx.retrieve.planner import OfflinePlanner, Planner, SubQuery
 from repoctx.retrieve.rerank import (DEPTH, LinearReranker, embedder_id, features_for_lanes, load_reranker, rerank,
                                      trained_dense)
+from repoctx.store.availability import store_unavailable
 from repoctx.store.base import EVERYTHING, Scope
 from repoctx.tokens import code_tokens, name_tokens, term_in
 from repoctx.types import DEFS, Capsule, Hit, TraceEvent, iterate_in_thread, outermost_def
@@ -173,6 +174,8 @@ class AgenticRetriever:
             try:
                 hits = self._search(text, self.depth)
             except Exception as e:
+                if store_unavailable(e):  # no search can succeed: an outage, not an empty answer
+                    raise
                 yield TraceEvent("Retrieval", FAILED, _err(e), text, 0)
                 return None
             record(text, hits)
@@ -184,6 +187,8 @@ class AgenticRetriever:
             record(query, spec)
             yield TraceEvent("SpeculativeRetrieval", SUCCEEDED, f"{len(spec)} hits", query, len(spec))
         except Exception as e:
+            if store_unavailable(e):
+                raise
             yield TraceEvent("SpeculativeRetrieval", FAILED, _err(e), query, 0)
 
         yield TraceEvent("Planning", IN_PROGRESS, "splitting the question into intents")
@@ -264,6 +269,8 @@ class AgenticRetriever:
                                  data={"aligned": aligned, "top": {s.text: [h.capsule.citation for h in best_for[s.intent][:3]]
                                                                    for s in subs if s.intent in best_for}})
             except Exception as e:  # the first stage's order stands
+                if store_unavailable(e):
+                    raise
                 yield TraceEvent("Retrieval", FAILED, f"second-stage ranking failed: {_err(e)}")
             if self.judge is not None:
                 yield TraceEvent("Retrieval", IN_PROGRESS, "a model judges each intent's candidates")
@@ -300,6 +307,8 @@ class AgenticRetriever:
             yield TraceEvent("FullDocumentExpansion", SUCCEEDED, f"{len(extra)} enclosing units added", hits=len(extra),
                              data={"added": expanded})
         except Exception as e:
+            if store_unavailable(e):
+                raise
             yield TraceEvent("FullDocumentExpansion", FAILED, _err(e))
 
         result = AgenticResult(query, merged, [s.text for s in subs], iterations, sufficient, coverage, expanded,

@@ -41,7 +41,7 @@ from typing import Annotated, Any, AsyncIterator, Callable, Literal
 from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 from pydantic_core import PydanticCustomError
@@ -56,6 +56,7 @@ from repoctx.service.db import ServiceDB, service_db_target
 from repoctx.service.jobs import InProcessWorkers, JobLimits, Jobs
 from repoctx.service.limits import BodyLimit, RateLimit, error_body, parse_rate_limit
 from repoctx.service.metrics import ServiceMetrics
+from repoctx.store.availability import StoreUnavailable, store_unavailable
 from repoctx.store.base import Scope, check_repo_name
 
 log = logging.getLogger("repoctx.service")
@@ -156,6 +157,34 @@ def under_roots(path: Path, roots) -> bool:
         if path == base or path.is_relative_to(base):
             return True
     return False
+
+
+STORE_UNAVAILABLE = "store_unavailable"  # the error of every answer given while the store is away
+
+
+def _outage_cause(exc: BaseException | None) -> str:
+    while isinstance(exc, StoreUnavailable) and (exc.__cause__ or exc.__context__) is not None:
+        exc = exc.__cause__ or exc.__context__
+    return type(exc).__name__ if exc is not None and not isinstance(exc, StoreUnavailable) else ""
+
+
+def unavailable_body(exc: BaseException | None, retry_after: int) -> dict:
+    """The error body of an answer given while the store cannot be reached (503, or a stream's error event)."""
+    cause = _outage_cause(exc)
+    return _error_body(STORE_UNAVAILABLE, f"the store is unavailable{f' ({cause})' if cause else ''}: "
+                                          f"try again in {retry_after} s")
+
+
+def unavailable_response(exc: BaseException | None, retry_after: int) -> JSONResponse:
+    return JSONResponse(unavailable_body(exc, retry_after), status_code=503,
+                        headers={"Retry-After": str(retry_after)})
+
+
+def stream_error(exc: BaseException, retry_after: int) -> dict:
+    """An ``error`` event's data for a failure once a stream has begun."""
+    if store_unavailable(exc):
+        return unavailable_body(exc, retry_after)
+    return _error_body(type(exc).__name__, safe_detail(exc))
 
 
 def _hit(h) -> dict:
@@ -264,9 +293,11 @@ class Service:
                  inprocess_workers: int | None = None):
         from repoctx.index import Index, open_store
 
+        if settings.store_timeout is None:  # reaching the store fails within this (then 503), never hangs
+            settings = replace(settings, store_timeout=service.store_timeout)
         self.settings = settings
         self.conf = service
-        self.db = ServiceDB(service_db_target(settings))
+        self.db = ServiceDB(service_db_target(settings), connect_timeout=settings.store_timeout)
         try:
             self.keys = key_store or KeyStore(self.db, roles_file=service.roles_file,
                                               cache_seconds=service.key_cache_seconds)
@@ -320,10 +351,10 @@ class Service:
         try:
             if self._postgres_sessions():
                 if self._sessions_pool is None:
-                    from psycopg_pool import ConnectionPool
+                    from repoctx.store.availability import connection_pool
 
-                    self._sessions_pool = ConnectionPool(self._sessions_target, min_size=1, max_size=8, open=True,
-                                                         timeout=15.0, name="repoctx-service-sessions")
+                    self._sessions_pool = connection_pool(self._sessions_target, timeout=self.settings.store_timeout,
+                                                          max_size=8, name="repoctx-service-sessions")
                 sessions.PostgresSessionRepository(self._sessions_pool, "probe")
             else:
                 sessions.migrate_sqlite(self._sessions_target)  # embedded: created beside the index
@@ -354,6 +385,25 @@ class Service:
 
                 self._default_model = model_from_env()
             return self._default_model
+
+    # ---- health
+    def health_probes(self) -> dict[str, Callable[[], Any]]:
+        """One cheap read of each component the answers need: the index store, the service tables (keys,
+        roles, jobs) and, on PostgreSQL, the copilot's sessions."""
+        def store() -> None:
+            present = getattr(self.store, "check_present", None)  # SQLite: the file is still the one opened
+            if callable(present):
+                present()
+            self.store.meta("schema_version")
+
+        def sessions() -> None:
+            with self._sessions_pool.connection() as conn:
+                conn.execute("SELECT 1")
+
+        probes: dict[str, Callable[[], Any]] = {"store": store, "service_db": lambda: self.db.q("SELECT 1")}
+        if self._sessions_pool is not None:
+            probes["sessions"] = sessions
+        return probes
 
     # ---- scope
     def visible(self, p: Principal, name: str) -> bool:
@@ -417,7 +467,17 @@ class _Middleware:
             path = scope.get("path", "")
             public = path in PUBLIC_PATHS or (path == "/metrics" and svc.conf.metrics_public)
             if not public:
-                principal = await self._authenticate(scope)
+                try:
+                    principal = await self._authenticate(scope)
+                except StoreUnavailable as e:  # a valid key is never refused for an outage: 503, retry
+                    await unavailable_response(e, svc.conf.retry_after)(scope, receive, send_wrapper)
+                    return
+                except Exception as e:  # a failing check is the server's fault, not the key's: never a 401
+                    log.error("key check failed: %s", type(e).__name__, exc_info=e)
+                    response = JSONResponse(_error_body(type(e).__name__, "internal error; the server log has the "
+                                                                          "details"), status_code=500)
+                    await response(scope, receive, send_wrapper)
+                    return
                 if principal is None:
                     svc.metrics.auth_failures.inc()
                     response = JSONResponse(
@@ -448,11 +508,13 @@ class _Middleware:
         cached = keys.peek(key) if hasattr(keys, "peek") else None
         if cached is not None:
             return cached
-        try:
-            return await self.svc.call(keys.authenticate, key, timeout=30)
+        try:  # the pools give up after store_timeout; this deadline is the backstop
+            return await self.svc.call(keys.authenticate, key, timeout=self.svc.conf.store_timeout + 1.0)
         except Exception as e:
-            log.warning("key check failed: %s", type(e).__name__)
-            return None
+            if isinstance(e, asyncio.TimeoutError) or store_unavailable(e):
+                log.warning("key check: the store is unavailable (%s)", type(e).__name__)
+                raise StoreUnavailable("the key check could not reach the store") from e
+            raise
 
 
 _bearer = HTTPBearer(auto_error=False, description="An API key from `repoctx keys add NAME --role ROLE`.")
@@ -530,6 +592,9 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
 
     @app.exception_handler(Exception)
     async def _crash(request: Request, exc: Exception):
+        if store_unavailable(exc):  # raised outside `threaded` (which makes it a StoreUnavailable): still a 503
+            log.warning("%s on %s: the store is unavailable", type(exc).__name__, request.url.path)
+            return unavailable_response(exc, conf.retry_after)
         log.error("unhandled %s on %s", type(exc).__name__, request.url.path, exc_info=exc)
         return JSONResponse(_error_body(type(exc).__name__, "internal error; the server log has the details"),
                             status_code=500)
@@ -542,21 +607,55 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
             raise HTTPException(504, _error_body("Timeout", f"no answer within {conf.request_timeout:g} s")) from None
         except ValueError as e:
             raise HTTPException(400, _error_body("invalid_request", safe_detail(e))) from None
+        except StoreUnavailable:
+            raise
+        except Exception as e:
+            if store_unavailable(e):  # the one place an outage becomes a 503 (the handler below)
+                raise StoreUnavailable(f"the store is unavailable: {type(e).__name__}") from e
+            raise
+
+    @app.exception_handler(StoreUnavailable)
+    async def _store_unavailable(request: Request, exc: StoreUnavailable):
+        return unavailable_response(exc, conf.retry_after)
 
     # ---- public
-    @app.get("/health", tags=["service"], summary="Liveness and the store's backend (no key needed)")
-    async def health():
-        try:
-            await svc.call(svc.db.q, "SELECT 1", timeout=5)
-            ok = True
-        except Exception:
-            ok = False
-        body = {"status": "ok" if ok else "degraded", "backend": svc.store.backend,
-                "jobs": "in-process" if svc.runs_jobs else "workers"}
-        if getattr(svc.store, "memory_enabled", False):
+    async def _health(head: bool) -> Response:
+        async def probe(fn: Callable[[], Any]) -> str:
+            try:
+                await svc.call(fn, timeout=conf.store_timeout + 1.0)
+                return "ok"
+            except asyncio.TimeoutError:
+                return "timeout"
+            except Exception as e:  # noqa: BLE001 - a component's state, not a crash of /health
+                return "unavailable" if store_unavailable(e) else type(e).__name__
+
+        probes = svc.health_probes()
+        components = dict(zip(probes, await asyncio.gather(*(probe(fn) for fn in probes.values()))))
+        failing = [name for name, state in components.items() if state != "ok"]
+        body: dict[str, Any] = {"status": "degraded" if failing else "ok", "backend": svc.store.backend,
+                                "jobs": "in-process" if svc.runs_jobs else "workers", "components": components,
+                                "failing": failing}
+        if not failing and getattr(svc.store, "memory_enabled", False):
             # BM25 in memory, built in the background at start and after each index change
-            body["lexical"] = "memory" if await svc.call(svc.store.warm_lexical, timeout=5) else "building"
-        return JSONResponse(body, status_code=200 if ok else 503)
+            try:
+                ready = await svc.call(svc.store.warm_lexical, timeout=conf.store_timeout + 1.0)
+                body["lexical"] = "memory" if ready else "building"
+            except Exception:  # noqa: BLE001 - the store answered a moment ago; this is only a detail
+                body["lexical"] = "unknown"
+        status = 503 if failing else 200
+        headers = {"Retry-After": str(conf.retry_after)} if failing else None
+        if head:
+            return Response(status_code=status, headers=headers)
+        return JSONResponse(body, status_code=status, headers=headers)
+
+    @app.get("/health", tags=["service"], summary="Liveness and each component's state (no key needed): 200 ok, "
+                                                  "or 503 degraded with the failing components and Retry-After")
+    async def health():
+        return await _health(head=False)
+
+    @app.head("/health", include_in_schema=False)
+    async def health_head():
+        return await _health(head=True)
 
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse,
              summary="Prometheus metrics (an admin key, unless REPOCTX_METRICS_PUBLIC=1)")
@@ -618,9 +717,10 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                 svc.metrics.disconnects.labels("/retrieve").inc()
                 raise
             except Exception as e:  # noqa: BLE001 - the stream has begun: an error event, then close
-                log.warning("retrieve failed: %s", type(e).__name__, exc_info=True)
-                svc.metrics.stream_errors.labels("/retrieve", type(e).__name__).inc()
-                yield _sse("error", _error_body(type(e).__name__, safe_detail(e)), n + 1)
+                log.warning("retrieve failed: %s", type(e).__name__, exc_info=not store_unavailable(e))
+                data = stream_error(e, conf.retry_after)
+                svc.metrics.stream_errors.labels("/retrieve", data["error"]).inc()
+                yield _sse("error", data, n + 1)
 
         return EventSourceResponse(events(), ping=15, send_timeout=30)
 
@@ -685,8 +785,9 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                         return
                     n += 1
                     if kind == "error":
-                        svc.metrics.stream_errors.labels("/chat", type(item).__name__).inc()
-                        yield _sse("error", _error_body(type(item).__name__, safe_detail(item)), n)
+                        data = stream_error(item, conf.retry_after)
+                        svc.metrics.stream_errors.labels("/chat", data["error"]).inc()
+                        yield _sse("error", data, n)
                         yield _sse("done", {"text": "", "stop_reason": "error"}, n + 1)
                         return
                     typ = item.get("type")

@@ -8,7 +8,7 @@
 * ``connection_pool(...)`` opens a psycopg_pool ``ConnectionPool`` that fails within ``timeout`` while the
   database is away and heals by itself once it is back: every connection is checked as it leaves the pool,
   the first dead one drains the whole pool (a restarted server killed them all), and reconnection attempts
-  give up after ``timeout`` so the next request starts a fresh one instead of waiting out a long backoff.
+  give up after ``timeout`` so a fresh one starts (at once if callers wait) instead of a long backoff.
 """
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ def _one_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, sqlite3.OperationalError):
         text = str(exc).lower()
         return any(t in text for t in _SQLITE_TRANSIENT)
-    if isinstance(exc, ConnectionError):  # refused, reset, aborted on the way to the database
-        return True
     try:
         import psycopg
     except ImportError:  # the embedded default needs no PostgreSQL driver
         return False
-    # OperationalError: the connection failed or was lost (AdminShutdown, CannotConnectNow, ConnectionTimeout,
-    # TooManyConnections, ...); psycopg_pool's PoolTimeout, PoolClosed and TooManyRequests derive from it
+    # OperationalError: the connection failed or was lost (refused, AdminShutdown, CannotConnectNow,
+    # ConnectionTimeout, TooManyConnections, ...); psycopg_pool's PoolTimeout, PoolClosed and TooManyRequests
+    # derive from it. (A bare ConnectionError is not the store's: psycopg wraps its own, and a model provider
+    # that cannot be reached raises one.)
     return isinstance(exc, psycopg.OperationalError)
 
 
@@ -79,11 +79,17 @@ def connection_pool(conninfo: str, *, timeout: float | None = None, min_size: in
                 pool.drain()  # its siblings died with it: replace them all now, not one failed request each
             raise
 
+    def reconnect_failed(p) -> None:
+        if p.get_stats().get("requests_waiting"):
+            p.check()  # callers are waiting: a fresh attempt now (check() grows an empty pool), not at their deadline
+
     options: dict[str, Any] = {}
     if timeout:
-        # a reconnection loop that gave up lets the next request start a fresh attempt at once, so a store
-        # that is back is found within about a second, not after a backoff grown during a long outage
-        options = {"timeout": float(timeout), "reconnect_timeout": max(float(timeout), 2.0)}
+        # a reconnection loop gives up after a short while: the next attempt starts afresh, for the next request
+        # (or at once, for the ones waiting), so a store that is back is found within about a second rather than
+        # after a backoff grown through a long outage
+        options = {"timeout": float(timeout), "reconnect_timeout": max(float(timeout), 2.0),
+                   "reconnect_failed": reconnect_failed}
     pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=True, check=check,
                           kwargs={**(kwargs or {}), **connect_kwargs(timeout)}, configure=configure, name=name,
                           **options)
