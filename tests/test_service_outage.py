@@ -347,3 +347,35 @@ async def test_a_key_check_that_cannot_reach_the_store_is_503_never_401(tmp_path
                 assert (await c.get("/repos")).status_code == 401
         finally:
             app.state.service.close()
+
+
+class _AwaySessions:
+    """A session repository whose database went away (every read and write: AdminShutdown)."""
+
+    def __getattr__(self, name):
+        import psycopg
+
+        def away(*a, **kw):
+            raise psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+        return away
+
+
+@pytest.mark.asyncio
+async def test_chat_ends_with_a_store_unavailable_event_when_the_session_store_goes_away(tmp_path):
+    from scripted_model import ScriptedModel
+
+    app = _sqlite_app(tmp_path, model_factory=lambda: ScriptedModel(["Hello."]))
+    svc = app.state.service
+    try:
+        key = svc.keys.add_key("u1", "admin")[1]
+        svc.session_repository = lambda principal: _AwaySessions()
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=30) as c:
+            r = await c.post("/chat", json={"session_id": "s1", "message": "hi"},
+                             headers={"Authorization": f"Bearer {key}"})
+            assert r.status_code == 200, r.text
+            events = parse_sse(r.text)
+            errors = [d for e, d in events if e == "error"]
+            assert errors and errors[0]["error"] == "store_unavailable", events
+            assert events[-1][0] == "done"
+    finally:
+        svc.close()
