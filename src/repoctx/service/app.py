@@ -22,6 +22,12 @@ loop in its own thread), every stream has a deadline (``REPOCTX_STREAM_TIMEOUT``
 once a stream has begun any failure is an ``error`` event followed by a clean close. A client that
 disconnects cancels the copilot's run. Error texts name the failure's type; they carry no stack trace
 and pass through the secret redactor.
+
+The store going away (``store/availability.py`` decides what is an outage): reaching it gives up after
+``REPOCTX_STORE_TIMEOUT`` seconds (default 5), and the answer is 503 ``store_unavailable`` with ``Retry-After:
+REPOCTX_RETRY_AFTER`` -- also when the key check is what could not reach it (a valid key is never refused for an
+outage) -- or, once a stream has begun, an ``error`` event of that name. ``GET``/``HEAD /health`` answers 503
+``degraded`` with the failing components. The pools drop dead connections and reconnect by themselves.
 """
 from __future__ import annotations
 
