@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import zipfile
@@ -258,3 +259,86 @@ def test_markdown_table_has_function_acc1_and_skips():
     row = dict(zip(cols, vals))
     assert row["fn Acc@1"] == "50.0" and row["fn MRR"] == "75.0" and row["skipped"] == "1"
     assert "1 of 4 rows skipped (x-1)" in table
+
+
+# --------------------------------------------------------------------------- a file of the snapshot that cannot be read
+
+BIG = 4 << 20  # the red team's 4 MiB data file
+
+
+def test_eval_keeps_a_row_whose_git_snapshot_lacks_one_blob(env, repo, tmp_path, caplog):
+    """A partial clone that never fetched a 4 MiB data file, its origin gone: git cannot write that one file.
+    The row is scored on the rest (files after it included), and the file is reported, not the row lost."""
+    r, c1, _ = repo
+    (r / "data").mkdir()
+    (r / "data" / "big.csv").write_text(("1,2,3,4,5,6,7\n" * (BIG // 14 + 1))[:BIG])
+    _git(r, "add", "-A")
+    _git(r, "commit", "-q", "-m", "data")
+    c3 = _git(r, "rev-parse", "HEAD")
+    _git(r, "config", "uploadpack.allowFilter", "true")
+    partial = tmp_path / "partial.git"
+    _git(tmp_path, "clone", "-q", "--bare", "--filter=blob:limit=1m", r.as_uri(), str(partial))
+    r.rename(tmp_path / "origin-gone")  # the promisor remote cannot hand the blob over any more
+    ds = _dataset(tmp_path, [_git_row("partial", str(partial), c3)])
+    with caplog.at_level(logging.WARNING, logger="repoctx.eval"):  # (stderr, where pytest does not catch logs)
+        res = runner.invoke(app, ["eval", str(ds), "--json", "--config", "bm25", "-q"])
+    assert res.exit_code == 0, res.output
+    b = json.loads(res.stdout)["bm25"]
+    assert b["n"] == 1 and b["skipped"] == 0 and b["errors"] == [], b["errors"]
+    row = b["rows"][0]
+    assert row["gold_file_ranks"] == {"pkg/dates.py": 1}  # (pkg/ comes after data/: git was asked again)
+    assert [u["path"] for u in row["unread_files"]] == ["data/big.csv"]
+    assert "git checkout-index" in row["unread_files"][0]["reason"]
+    assert b["warnings"] == [{"instance_id": "partial", "warning": b["warnings"][0]["warning"],
+                              "unread_files": row["unread_files"]}]
+    assert "partial: scored without 1 file" in caplog.text and "data/big.csv" in caplog.text
+    tree = materialize(_git_row("partial", str(partial), c3))
+    assert sorted(_files(tree)) == ["pkg/__init__.py", "pkg/cache.py", "pkg/dates.py", "pkg/new.py"]
+    assert corpus_mod.unread_files(tree) == row["unread_files"]
+    # the table says it too
+    res = runner.invoke(app, ["eval", str(ds), "--config", "bm25", "-q"])
+    assert res.exit_code == 0 and "1 of 1 rows scored without files that could not be read (partial)" in res.stdout
+
+
+def _break_member(wheel: Path, name: str, how: str) -> None:
+    """Corrupt one stored member of a zip in place: its bytes (a bad CRC) or its compression method
+    (9, Deflate64, which zipfile cannot read)."""
+    data = bytearray(wheel.read_bytes())
+    with zipfile.ZipFile(wheel) as zf:
+        info = zf.getinfo(name)
+    start = info.header_offset + 30 + len(name.encode()) + len(info.extra)
+    if how == "crc":
+        data[start + 100] ^= 0xFF
+    else:
+        at = data.rfind(name.encode()) - 46  # the central directory's entry, which zipfile trusts
+        assert data[at:at + 4] == b"PK\x01\x02"
+        data[at + 10:at + 12] = (9).to_bytes(2, "little")
+    wheel.write_bytes(bytes(data))
+
+
+def test_eval_keeps_a_row_whose_wheel_has_unreadable_members(env, tmp_path, caplog):
+    wheels = env / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    whl = wheels / "toypkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as zf:
+        zf.writestr("toypkg/__init__.py", "")
+        zf.writestr("toypkg/data/big.csv", b"7" * BIG, compress_type=zipfile.ZIP_STORED)
+        zf.writestr("toypkg/data/table.bin", b"\x01" * 4096, compress_type=zipfile.ZIP_STORED)
+        zf.writestr("toypkg/dates.py", DATES_V1)
+        zf.writestr("toypkg-1.0.dist-info/METADATA", "Name: toypkg\nVersion: 1.0\n")
+    _break_member(whl, "toypkg/data/big.csv", "crc")
+    _break_member(whl, "toypkg/data/table.bin", "method")
+    ds = _dataset(tmp_path, [_pypi_row("pypi-bad-member")])
+    with caplog.at_level(logging.WARNING, logger="repoctx.eval"):
+        res = runner.invoke(app, ["eval", str(ds), "--json", "--config", "bm25", "-q"])
+    assert res.exit_code == 0, res.output
+    b = json.loads(res.stdout)["bm25"]
+    assert b["n"] == 1 and b["skipped"] == 0, b["errors"]
+    row = b["rows"][0]
+    assert row["gold_file_ranks"] == {"src/toypkg/dates.py": 1}
+    reasons = {u["path"]: u["reason"] for u in row["unread_files"]}
+    assert set(reasons) == {"src/toypkg/data/big.csv", "src/toypkg/data/table.bin"}
+    assert "CRC" in reasons["src/toypkg/data/big.csv"] and "compression" in reasons["src/toypkg/data/table.bin"]
+    tree = materialize(_pypi_row("pypi-bad-member"))
+    assert not (tree / "src/toypkg/data/big.csv").exists() and (tree / "src/toypkg/dates.py").is_file()
+    assert "pypi-bad-member: scored without 2 files" in caplog.text

@@ -25,6 +25,11 @@ Layout of the cache (``$REPOCTX_CACHE`` or ``~/.cache/repoctx``)::
 Trees only ever appear by an atomic rename of a fully written temporary directory, so the
 existence of a tree directory means it is complete. No package code is ever run: wheels and
 sdists are only unpacked (``pip download`` is used for wheels only, which never builds anything).
+
+One file of a snapshot that cannot be read (a wheel member with a bad checksum or a compression
+method zipfile lacks, a tar member cut short, a git blob a partial clone never fetched) is left out
+of the tree rather than failing it: the tree is built from everything else and the files left out
+are listed, with why, in ``TREE.unread.json`` beside it (:func:`unread_files`).
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ import tarfile
 import tempfile
 import urllib.request
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -49,6 +55,7 @@ __all__ = [
     "fetch_wheel",
     "materialize",
     "load_rows",
+    "unread_files",
 ]
 
 _SDIST_EXTS = (".tar.gz", ".tgz", ".tar.bz2", ".zip")
@@ -76,6 +83,39 @@ _PURE_PYTHONS = ("3.11", "3.9", "3.8", "3.7", "3.10")
 
 class CorpusError(RuntimeError):
     """A corpus could not be fetched or materialized."""
+
+
+# what reading one member of an archive can raise when that member (not the disk) is at fault
+_UNREADABLE = (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, NotImplementedError, RuntimeError,
+               OSError, ValueError)
+_CHUNK = 1 << 20
+
+
+def _copy_member(opener, dest: Path, name: str, unread: list[tuple[str, str]]) -> None:
+    """Copy one archive member to ``dest``; a member that cannot be read is left out and listed in
+    ``unread`` as (repository path, reason). Errors writing ``dest`` (a full disk) still fail the tree."""
+    def read_error(exc: BaseException) -> None:
+        dest.unlink(missing_ok=True)
+        unread.append((name, _one_line(f"{type(exc).__name__}: {exc}", 300)))
+
+    try:
+        src = opener()
+    except _UNREADABLE as exc:
+        read_error(exc)
+        return
+    if src is None:  # (tarfile: not a regular file after all)
+        return
+    with src, open(dest, "wb") as out:
+        while True:
+            try:
+                chunk = src.read(_CHUNK)
+            except _UNREADABLE as exc:
+                out.close()
+                read_error(exc)
+                return
+            if not chunk:
+                return
+            out.write(chunk)
 
 
 # --------------------------------------------------------------------------- paths / names
@@ -247,8 +287,10 @@ def _is_wheel_metadata(first: str) -> bool:
     return first.endswith(".dist-info") or first.endswith(".data")
 
 
-def _unpack_wheel(wheel: Path, root: Path, prefix: str) -> None:
+def _unpack_wheel(wheel: Path, root: Path, prefix: str) -> list[tuple[str, str]]:
+    """Unpack; returns the members that could not be read (repository path, reason)."""
     base = root / prefix if prefix else root
+    unread: list[tuple[str, str]] = []
     with zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
             if info.is_dir():
@@ -258,12 +300,13 @@ def _unpack_wheel(wheel: Path, root: Path, prefix: str) -> None:
                 continue
             dest = base.joinpath(*rel.parts)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(dest, "wb") as out:
-                shutil.copyfileobj(src, out)
+            _copy_member(lambda i=info: zf.open(i), dest, prefix + rel.as_posix(), unread)
+    return unread
 
 
-def _unpack_sdist(sdist: Path, root: Path) -> None:
-    """An sdist already mirrors the repository: strip its top directory, drop build metadata."""
+def _unpack_sdist(sdist: Path, root: Path) -> list[tuple[str, str]]:
+    """An sdist already mirrors the repository: strip its top directory, drop build metadata. Returns the
+    members that could not be read (repository path, reason)."""
 
     def members() -> list[tuple[PurePosixPath, Any]]:
         out = []
@@ -279,6 +322,7 @@ def _unpack_sdist(sdist: Path, root: Path) -> None:
                     out.append((m.name, lambda m=m: tf.extractfile(m)))
         return out
 
+    unread: list[tuple[str, str]] = []
     for name, opener in members():
         rel = _safe_rel(name)
         if rel is None or len(rel.parts) < 2:
@@ -288,8 +332,8 @@ def _unpack_sdist(sdist: Path, root: Path) -> None:
             continue
         dest = root.joinpath(*rel.parts)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        with opener() as src, open(dest, "wb") as out:
-            shutil.copyfileobj(src, out)
+        _copy_member(opener, dest, rel.as_posix(), unread)
+    return unread
 
 
 def _publish(tmp: Path, final: Path) -> Path:
@@ -304,13 +348,36 @@ def _publish(tmp: Path, final: Path) -> Path:
     return final
 
 
+def _unread_path(tree: Path) -> Path:
+    return tree.with_name(tree.name + ".unread.json")
+
+
+def unread_files(tree: str | os.PathLike[str]) -> list[dict[str, str]]:
+    """The files of a materialized tree's snapshot that could not be read and were left out of it:
+    ``[{"path": repository path, "reason": ...}]`` (empty when the tree is whole)."""
+    try:
+        data = json.loads(_unread_path(Path(tree)).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [{"path": str(d["path"]), "reason": str(d["reason"])} for d in data if isinstance(d, dict) and "path" in d]
+
+
 def _build_atomically(final: Path, build) -> Path:
+    """``build(tmp)`` fills a temporary tree and returns the files it had to leave out, if any: listed
+    beside the tree before the tree appears, so a tree is never seen without its list."""
     if final.is_dir():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{final.name}-"))
     try:
-        build(tmp)
+        unread = build(tmp) or []
+        side = _unread_path(final)
+        if unread:
+            part = side.with_name(f".{side.name}.{os.getpid()}")
+            part.write_text(json.dumps([{"path": p, "reason": r} for p, r in unread], indent=1), encoding="utf-8")
+            os.replace(part, side)
+        else:
+            side.unlink(missing_ok=True)
         return _publish(tmp, final)
     finally:
         if tmp.exists():
@@ -402,13 +469,14 @@ _FULL_SHA_RE = re.compile(r"^[0-9a-fA-F]{40}$")
 
 
 def _git(args: list[str], cwd: Path | None = None, timeout: float = 600, env_extra: dict | None = None,
-         ) -> subprocess.CompletedProcess:
+         input: str | None = None) -> subprocess.CompletedProcess:
     env = _clean_git_env()
     if env_extra:
         env.update(env_extra)
+    feed = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
     try:
         return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+                              timeout=timeout, **feed)
     except subprocess.TimeoutExpired as exc:
         raise CorpusError(f"git {args[0]} timed out after {timeout:.0f}s") from exc
     except OSError as exc:  # git not installed
@@ -476,8 +544,12 @@ def _find_commit(git_dir: Path, commit: str, is_clone: bool, source: str) -> str
     return sha
 
 
-def _checkout(git_dir: Path, sha: str, dest: Path) -> None:
-    """Write the files of commit ``sha`` under ``dest`` (a private index; the repository is not touched)."""
+def _checkout(git_dir: Path, sha: str, dest: Path, prefix: str = "") -> list[tuple[str, str]]:
+    """Write the files of commit ``sha`` under ``dest`` (a private index; the repository is not touched).
+    Returns the files git could not write (repository path with ``prefix``, reason): one blob that cannot
+    be read (a partial clone that never fetched it, a corrupt object) costs that file, not the commit.
+    git stops at such a file, naming its blob or path: it is left out and the files not yet written are
+    checked out again."""
     with tempfile.TemporaryDirectory(prefix="repoctx-gitidx-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         base = ["--git-dir", str(git_dir), "--work-tree", str(dest)]
@@ -485,10 +557,35 @@ def _checkout(git_dir: Path, sha: str, dest: Path) -> None:
         if proc.returncode != 0:
             raise CorpusError(f"git read-tree {sha[:12]} failed: {_git_err(proc)}")
         dest.mkdir(parents=True, exist_ok=True)
-        proc = _git([*base, "checkout-index", "--all", "--force", f"--prefix={dest}/"], env_extra=env,
-                    timeout=3600)
-        if proc.returncode != 0:
-            raise CorpusError(f"git checkout-index {sha[:12]} failed: {_git_err(proc)}")
+        checkout = [*base, "checkout-index", "--force", f"--prefix={dest}/"]
+        proc = _git([*checkout, "--all"], env_extra=env, timeout=3600)
+        if proc.returncode == 0:
+            return []
+        listed = _git([*base, "ls-files", "-z", "--stage"], env_extra=env)
+        entries = []  # (blob, path) of every file but submodules (mode 160000: never written)
+        for e in listed.stdout.split("\0"):
+            meta, _, path = e.partition("\t")
+            parts = meta.split()
+            if path and len(parts) == 3 and parts[0] != "160000":
+                entries.append((parts[1], path))
+        unread: dict[str, str] = {}
+        while proc.returncode != 0:
+            lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
+            bad = [(blob, path) for blob, path in entries if path not in unread and any(
+                blob in ln or re.search(rf"(?<![\w./-]){re.escape(path)}(?![\w./-])", ln) for ln in lines)]
+            if listed.returncode != 0 or not bad or len(unread) + len(bad) >= len(entries):
+                raise CorpusError(f"git checkout-index {sha[:12]} failed: {_git_err(proc)}")
+            for blob, path in bad:
+                said = [ln for ln in lines if blob in ln or path in ln]
+                unread[path] = "git checkout-index: " + _one_line(" / ".join(dict.fromkeys(lines[:1] + said)), 300)
+                target = dest / path
+                if target.is_file() or target.is_symlink():
+                    target.unlink()  # (git leaves the file it could not fill empty)
+            rest = [p for _, p in entries if p not in unread and not os.path.lexists(dest / p)]
+            if not rest:
+                break
+            proc = _git([*checkout, "--stdin", "-z"], env_extra=env, timeout=3600, input="\0".join(rest) + "\0")
+        return [(prefix + path, reason) for path, reason in unread.items()]
 
 
 def _git_base(corpus: dict, prefix: str, cache: Path) -> tuple[str, Path, Any]:
@@ -516,10 +613,10 @@ def _git_base(corpus: dict, prefix: str, cache: Path) -> tuple[str, Path, Any]:
     key = f"{_repo_name(source)}-{hashlib.sha256(ident.encode()).hexdigest()[:8]}-{sha[:12]}" + (
         f"--{_slug(prefix.replace('/', '_'))}" if prefix else "")
 
-    def build(tmp: Path) -> None:
+    def build(tmp: Path) -> list[tuple[str, str]]:
         git_dir, _, is_clone = locate()
         full = _find_commit(git_dir, sha, is_clone, source)
-        _checkout(git_dir, full, tmp / prefix if prefix else tmp)
+        return _checkout(git_dir, full, tmp / prefix if prefix else tmp, prefix)
 
     return key, cache / "trees" / "git" / key, build
 
@@ -568,13 +665,12 @@ def materialize(row: dict, cache: Path | None = None) -> Path:
         base_final = trees / key
         what = f"{name}=={version}"
 
-        def build_base(tmp: Path) -> None:
+        def build_base(tmp: Path) -> list[tuple[str, str]]:
             dist = fetch_wheel(name, version, cache)
             try:
                 if dist.name.endswith(".whl"):
-                    _unpack_wheel(dist, tmp, prefix)
-                else:
-                    _unpack_sdist(dist, tmp)
+                    return _unpack_wheel(dist, tmp, prefix)
+                return _unpack_sdist(dist, tmp)
             except (zipfile.BadZipFile, tarfile.TarError, OSError) as exc:
                 raise CorpusError(f"cannot unpack {dist.name} for {name}=={version}: {exc}") from exc
 
@@ -589,13 +685,14 @@ def materialize(row: dict, cache: Path | None = None) -> Path:
     if not revert:
         return base
 
-    def build_reverted(tmp: Path) -> None:
+    def build_reverted(tmp: Path) -> list[tuple[str, str]]:
         _link_tree(base, tmp)
         for rel in _patched_paths(revert):
             _unshare(tmp / rel)
         ok, err = _reverse_apply(tmp, revert)
         if not ok:
             raise CorpusError(f"revert patch does not apply for {iid} ({what}): {err}")
+        return [(d["path"], d["reason"]) for d in unread_files(base)]  # what the release lacks, this tree lacks
 
     return _build_atomically(final, build_reverted)
 

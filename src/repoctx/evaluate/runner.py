@@ -3,9 +3,13 @@ corpus (cached, reused between rows), ask the issue text, and score ranked files
 
 A row that cannot be built (no usable corpus, a wheel that cannot be fetched, a commit that does not
 exist, a revert patch that does not apply, an index that fails) is reported and skipped: it lands in
-the result's ``errors`` and the run goes on."""
+the result's ``errors`` and the run goes on. A row whose snapshot has a file that cannot be read (a
+corrupt archive member, a blob a partial clone lacks, a file the indexer cannot open) keeps its place:
+it is scored on the other files, the files left out are listed in its row (``unread_files``) and the
+config's ``warnings``, and a warning says so."""
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from dataclasses import dataclass, field, replace
@@ -13,13 +17,14 @@ from pathlib import Path
 from typing import Callable
 
 from repoctx.config import Settings
-from repoctx.evaluate.corpus import CorpusError, cache_dir, load_rows, materialize
+from repoctx.evaluate.corpus import CorpusError, cache_dir, load_rows, materialize, unread_files
 from repoctx.index import Index
 from repoctx.evaluate.metrics import aggregate, function_key, rank_metrics
 from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, to_files
 from repoctx.types import DEFS, Hit, outermost_def
 
 KS = (1, 3, 5, 10)
+log = logging.getLogger("repoctx.eval")
 
 
 @dataclass(frozen=True)
@@ -131,16 +136,31 @@ def _reason(exc: BaseException, stage: str) -> str:
     return f"{stage} failed: {type(exc).__name__}" + (f": {msg[0][:300]}" if msg else "")
 
 
+def _unread(ix: Index, reports: list) -> list[dict[str, str]]:
+    """The files of a row's snapshot left out: those the corpus could not read, then those the indexer
+    could not open."""
+    out = {d["path"]: d for d in unread_files(ix.root)} if ix.root is not None else {}
+    for report in reports:
+        for path, reason in getattr(report, "skipped", None) or ():
+            if reason.startswith("unreadable"):
+                out.setdefault(path, {"path": path, "reason": reason})
+    return list(out.values())
+
+
 def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, ...] = (DEFAULT,),
              settings: Settings | None = None, progress: Callable[[str], None] | None = None,
-             repos: tuple[str, ...] = (), on_error: Callable[[str, str, str], None] | None = None) -> dict:
+             repos: tuple[str, ...] = (), on_error: Callable[[str, str, str], None] | None = None,
+             on_warning: Callable[[str, str, str], None] | None = None) -> dict:
     """Run the configs over the dataset (rows of ``repos`` if given, then the first ``limit`` of them).
 
-    Returns ``{config: {"name", "n", "rows_total", "skipped", "errors", "file", "function", "by_repo",
-    "query_ms_p50", "index_seconds", "rows"}}`` whatever the number of configs. ``n`` counts the
-    scored rows; ``errors`` lists ``{"instance_id", "reason"}`` of the rows skipped for that config
+    Returns ``{config: {"name", "n", "rows_total", "skipped", "errors", "warnings", "file", "function",
+    "by_repo", "query_ms_p50", "index_seconds", "rows"}}`` whatever the number of configs. ``n`` counts
+    the scored rows; ``errors`` lists ``{"instance_id", "reason"}`` of the rows skipped for that config
     (a corpus that cannot be built is tried once and skipped in every config); ``on_error(config,
-    instance_id, reason)`` is called as each row is skipped.
+    instance_id, reason)`` is called as each row is skipped. ``warnings`` lists ``{"instance_id",
+    "warning", "unread_files"}`` of the rows scored without some files of their snapshot (each row
+    lists them as ``unread_files``); ``on_warning(config, instance_id, warning)`` is called for each,
+    else the warning is logged (``repoctx.eval``) once per row and message.
     """
     settings = settings or Settings.from_env()
     say = progress or (lambda s: None)
@@ -150,6 +170,7 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
     if limit is not None:
         rows = rows[:limit]
     corpus_failed: dict[int, str] = {}  # row position -> reason, shared by the configs
+    warned: set[tuple[str, str]] = set()
     results: dict[str, dict] = {}
     for cname in configs:
         cfg = CONFIGS[cname]
@@ -157,7 +178,7 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
         by_repo: dict[str, dict[str, list]] = {}
         times, index_s = [], 0.0
         cfg_settings = settings if cfg.dense else replace(settings, embedder="none")
-        rows_out, errors = [], []
+        rows_out, errors, warnings = [], [], []
         for i, row in enumerate(rows, 1):
             iid = str(row.get("instance_id") or f"row-{i}")
 
@@ -181,10 +202,11 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
             stage = "index"
             try:
                 ix = open_corpus_index(row, cfg.windows, cfg_settings)
-                ix.update()
+                reports = [ix.update()]
                 if cfg.windows:
                     cap_ix = open_corpus_index(row, False, replace(cfg_settings, embedder="none"))
-                    cap_ix.update(embed=False)
+                    reports.append(cap_ix.update(embed=False))
+                unread = _unread(ix, reports)
                 index_s += time.perf_counter() - t0
                 stage = "search"
                 t1 = time.perf_counter()
@@ -222,13 +244,24 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
                              "file_rank": _first_rank(files, gold_files),
                              "function_rank": _first_rank(funcs, gold_funcs),
                              "gold_file_ranks": _ranks(files, gold_files),
-                             "gold_function_ranks": _ranks(funcs, gold_funcs)})
+                             "gold_function_ranks": _ranks(funcs, gold_funcs),
+                             "unread_files": unread})
+            if unread:
+                shown = ", ".join(f"{d['path']} ({d['reason']})" for d in unread[:3])
+                message = (f"scored without {len(unread)} file{'s' if len(unread) != 1 else ''} of its snapshot "
+                           f"that could not be read: {shown}{', ...' if len(unread) > 3 else ''}")
+                warnings.append({"instance_id": iid, "warning": message, "unread_files": unread})
+                if on_warning is not None:
+                    on_warning(cname, iid, message)
+                elif (iid, message) not in warned:
+                    warned.add((iid, message))
+                    log.warning("%s: %s", iid, message)
             say(f"[{cname}] {i}/{len(rows)} {iid}: file acc@5={fm['acc@5']:.0f} "
                 f"func acc@10={fn['acc@10'] if fn else float('nan'):.0f} ({time.perf_counter() - t0:.1f}s)")
         times.sort()
         results[cname] = {
             "name": cfg.name, "n": len(rows_out), "rows_total": len(rows), "skipped": len(errors),
-            "errors": errors, "file": _summary(per_file), "function": _summary(per_func),
+            "errors": errors, "warnings": warnings, "file": _summary(per_file), "function": _summary(per_func),
             "by_repo": {repo: {"n": len(v["file"]), "file": _summary(v["file"]), "function": _summary(v["function"])}
                         for repo, v in sorted(by_repo.items())},
             "query_ms_p50": round(1000 * times[len(times) // 2], 1) if times else None,
@@ -274,4 +307,9 @@ def markdown_table(results: dict) -> str:
             ids = ", ".join(e["instance_id"] for e in r.get("errors", [])[:5])
             more = ", ..." if skipped > 5 else ""
             notes.append(f"{r['name']}: {skipped} of {total} rows skipped ({ids}{more})")
+        warned = r.get("warnings") or []
+        if warned:
+            ids = ", ".join(w["instance_id"] for w in warned[:5]) + (", ..." if len(warned) > 5 else "")
+            notes.append(f"{r['name']}: {len(warned)} of {r['n']} rows scored without files that could not be "
+                         f"read ({ids})")
     return "\n".join(lines + ([""] + notes if notes else []))
