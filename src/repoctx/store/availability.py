@@ -57,8 +57,12 @@ def store_unavailable(exc: BaseException | None) -> bool:
 
 
 def connect_kwargs(timeout: float | None) -> dict[str, Any]:
-    """``psycopg.connect`` keyword arguments for a connection attempt that gives up after ``timeout`` s."""
-    return {} if not timeout else {"connect_timeout": max(1, round(timeout))}
+    """``psycopg.connect`` keyword arguments for a connection attempt that gives up after ``timeout`` s, and
+    (over TCP) a connection whose sent data goes unacknowledged that long is dropped: a database behind a
+    network that went silent fails the check of a pooled connection instead of hanging it for minutes."""
+    if not timeout:
+        return {}
+    return {"connect_timeout": max(1, round(timeout)), "tcp_user_timeout": max(1000, int(timeout * 1000))}
 
 
 def connection_pool(conninfo: str, *, timeout: float | None = None, min_size: int = 1, max_size: int = 8,
