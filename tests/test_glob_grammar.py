@@ -401,6 +401,19 @@ def test_mcp_keys_file_refuses_a_pattern_it_cannot_translate(tmp_path):
     assert "k-secret-value" not in str(e.value)  # a key is a secret: named by its place
 
 
+def test_mcp_keys_file_reads_one_string_as_one_pattern(tmp_path):
+    """'exclude': "secret/*" (a string, not a list) was read as eight one-character patterns: it hid nothing."""
+    from repoctx.mcp_server import keys_file_scope_for_key
+
+    f = tmp_path / "keys.json"
+    f.write_text(json.dumps({"k-one-0123456789": {"exclude": "secret/*"},
+                             "k-two-0123456789": {"grants": [{"repo": "r", "exclude": "s[!x]cret/*"}]}}))
+    scope_for_key = keys_file_scope_for_key(f)
+    for key in ("k-one-0123456789", "k-two-0123456789"):
+        sc = scope_for_key(key)
+        assert not sc.allows("r", "secret/a.py") and sc.allows("r", "src/a.py"), key
+
+
 def test_list_files_reads_its_glob_with_the_same_grammar(tmp_path):
     from repoctx.copilot.tools import RepoTools
 

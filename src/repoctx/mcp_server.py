@@ -1154,16 +1154,21 @@ def keys_file_scope_for_key(path: str | Path) -> ScopeForKey:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected an object of key -> scope")
     table: list[tuple[bytes, Scope]] = []
+
+    def listed(v) -> tuple:
+        # one string is one entry: tuple("secret/*") would be eight one-character patterns, an exclude of nothing
+        return (v,) if isinstance(v, str) else tuple(v or ())
+
     for n, (key, spec) in enumerate(data.items(), 1):
         if not spec or spec == "admin":
             sc = EVERYTHING
         else:
             grants = spec.get("grants")
             try:
-                sc = Scope(repos=tuple(spec.get("repos") or ()), include=tuple(spec.get("include") or ()),
-                           exclude=tuple(spec.get("exclude") or ()),
+                sc = Scope(repos=listed(spec.get("repos")), include=listed(spec.get("include")),
+                           exclude=listed(spec.get("exclude")),
                            grants=None if grants is None else tuple(
-                               Grant(g.get("repo", "*"), tuple(g.get("include") or ()), tuple(g.get("exclude") or ()))
+                               Grant(g.get("repo", "*"), listed(g.get("include")), listed(g.get("exclude")))
                                for g in grants))
             except GlobError as e:  # (the key itself is a secret: named by its place in the file)
                 raise ConfigError(f"{path}: key #{n}: {e}") from None
