@@ -10,7 +10,7 @@ events (what the HTTP /chat service forwards as SSE)::
     {"type": "tool_result", "name": str, "status": "success" | "error", "id": str}
     {"type": "citation", "citation": str, "path": str, "start": int, "end": int, "qualname": str,
      "verified": bool}                                      # cited in the answer; verified = a tool returned it
-    {"type": "error", "error": str, "detail": str}          # the turn failed (provider down, ...)
+    {"type": "error", "error": str, "detail": str}          # the turn failed (provider down, "Timeout", ...)
     {"type": "done", "text": str, "stop_reason": str, "metrics": dict}   # always last
 
 Limits are enforced with Strands hooks: past ``Limits.tool_calls`` tool calls a further call is cancelled
@@ -46,12 +46,22 @@ from strands.hooks import (
 )
 from strands.types.exceptions import MaxTokensReachedException
 
+from repoctx.copilot.tools import error_detail
+
 __all__ = ["Limits", "TurnMetrics", "TurnResult", "MetricsSink", "JsonlMetricsSink", "CallbackSink",
-           "MetricsAggregate", "Copilot", "build_agent", "ask", "stream_turn", "parse_citations",
-           "SYSTEM_PROMPT", "AGENT_ID"]
+           "MetricsAggregate", "Copilot", "build_agent", "ask", "stream_turn", "parse_citations", "tool_citations",
+           "repair_history", "turn_timeout_from_env", "SYSTEM_PROMPT", "AGENT_ID", "INTERRUPTED_NOTE",
+           "TIMEOUT_ENV", "DEFAULT_TURN_TIMEOUT"]
 
 AGENT_ID = "copilot"
 WINDOW_SIZE = 20
+# the deadline of one turn: the same variable and default as the HTTP service's stream timeout
+# (ServiceSettings.stream_timeout), read here because the service is built on the copilot, not the reverse
+TIMEOUT_ENV = "REPOCTX_STREAM_TIMEOUT"
+DEFAULT_TURN_TIMEOUT = 60.0
+# what an interrupted turn leaves in the history in place of the answer it never got, so roles alternate
+INTERRUPTED_NOTE = "(interrupted: no answer)"
+INTERRUPTED_TOOL = "interrupted: the turn ended before this tool returned"
 DEFAULT_TOOL_NAMES = ("search_code", "get_context", "find_symbol", "callers", "callees", "read_file", "list_files")
 
 SYSTEM_PROMPT = """You are the repoctx copilot. You answer questions about the code repository {repo} using \
@@ -65,8 +75,13 @@ citation, a path or a line range.
 instead of guessing.
 - Be concise: answer first, then the citations."""
 
-# path:start-end :: qualname  (paths and qualnames as repoctx writes them; trailing punctuation dropped)
-_CITATION = re.compile(r"(?P<path>[\w.+@~/-][\w.+@~/-]*):(?P<start>\d+)-(?P<end>\d+) :: (?P<qual>[^\s`'\"\\,;()]+)")
+# path:start-end :: qualname in prose: a qualname runs to whitespace, a quote, a backtick, a comma, a semicolon or
+# a parenthesis; what prose may glue to its end (a full stop, a colon, emphasis) is trimmed afterwards
+_CITATION = re.compile(r"(?P<path>[\w.+@~/-]+):(?P<start>\d+)-(?P<end>\d+) :: (?P<qual>[^\s`'\"\\,;()]+)")
+# one whole string that is a citation (a tool's "citation" field): nothing to trim
+_EXACT_CITATION = re.compile(r"(?P<path>\S+?):(?P<start>\d+)-(?P<end>\d+) :: (?P<qual>\S+)")
+_PROSE_TAIL = ".:!?*"  # never the last character of a qualname repoctx writes, but prose ends sentences with them
+_CLOSERS = {"]": "[", ">": "<"}  # dropped only when unbalanced: `path[1-20]` and `f.<locals>` keep theirs
 
 
 # ----------------------------------------------------------------------------------------- data
@@ -179,30 +194,93 @@ class MetricsAggregate:
 
 
 # ----------------------------------------------------------------------------------------- citations
-def parse_citations(text: str) -> list[dict[str, Any]]:
-    """Every distinct ``path:start-end :: qualname`` in ``text``, in order of appearance."""
+def _trim_variants(qual: str) -> list[str]:
+    """``qual`` and then each shorter form with one more trailing prose character dropped, longest first."""
+    out = [qual]
+    while qual:
+        last = qual[-1]
+        if last in _PROSE_TAIL or (last in _CLOSERS and qual.count(last) > qual.count(_CLOSERS[last])):
+            qual = qual[:-1]
+            if qual:
+                out.append(qual)
+        else:
+            break
+    return out
+
+
+def _cite(path: str, start: str, end: str, qual: str) -> dict[str, Any]:
+    cite = f"{path}:{start}-{end} :: {qual}"
+    return {"citation": cite, "path": path, "start": int(start), "end": int(end), "qualname": qual}
+
+
+def parse_citations(text: str, known: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Every distinct ``path:start-end :: qualname`` in ``text``, in order of appearance.
+
+    A qualname keeps every character an identifier may end with (``Session.__init__``, ``name_``); what prose
+    glues to it (a full stop, a colon, ``**``, an unbalanced ``]``) is dropped. Where that is ambiguous
+    (Ruby's ``valid?``, a path in ``__underscore emphasis__``), the form among ``known`` -- the citations the
+    tools returned -- wins."""
+    known = set(known)
     out: dict[str, dict[str, Any]] = {}
     for m in _CITATION.finditer(text or ""):
-        qual = m.group("qual")
-        while qual and (qual[-1] in ".:!?>*_" or (qual[-1] == "]" and qual.count("]") > qual.count("["))):
-            qual = qual[:-1]
-        if not qual:
-            continue
-        path = m.group("path").lstrip("*_")
-        cite = f"{path}:{m.group('start')}-{m.group('end')} :: {qual}"
-        out.setdefault(cite, {"citation": cite, "path": path, "start": int(m.group("start")),
-                              "end": int(m.group("end")), "qualname": qual})
+        path, start, end = m.group("path"), m.group("start"), m.group("end")
+        variants = _trim_variants(m.group("qual"))
+        candidates = [(path, q) for q in variants]
+        opener = len(path) - len(path.lstrip("_"))
+        if 0 < opener <= 2 and (m.start() == 0 or not text[m.start() - 1].isalnum()):
+            run = "_" * opener  # `__path:1-2 :: qual__` may be emphasis: tried only against known citations
+            candidates += [(path[opener:], q[:-opener]) for q in variants if q.endswith(run) and len(q) > opener]
+        chosen = next((c for c in candidates if f"{c[0]}:{start}-{end} :: {c[1]}" in known), None)
+        if chosen is None:
+            chosen = (path, variants[-1])
+        cite = _cite(chosen[0], start, end, chosen[1])
+        out.setdefault(cite["citation"], cite)
     return list(out.values())
 
 
-def _tool_result_text(result: dict) -> str:
-    parts = []
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if k not in ("note", "notes", "snippet_note"):  # guidance ("cite as a.py:1-3 :: <symbol>"), not sources
+                yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def tool_citations(value: Any) -> list[str]:
+    """The citations in a tool's output (a JSON value, or text that may be JSON): a string that is a whole
+    citation is taken exactly as the tool wrote it; citations inside longer text are parsed from the prose."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return [c["citation"] for c in parse_citations(value)]
+    seen: dict[str, None] = {}
+    for s in _strings(value):
+        m = _EXACT_CITATION.fullmatch(s.strip())
+        if m:
+            seen.setdefault(s.strip())
+        else:
+            for c in parse_citations(s):
+                seen.setdefault(c["citation"])
+    return list(seen)
+
+
+def _tool_result_citations(result: dict) -> list[str]:
+    seen: dict[str, None] = {}
     for block in result.get("content") or []:
         if "text" in block:
-            parts.append(str(block["text"]))
+            found = tool_citations(str(block["text"]))
         elif "json" in block:
-            parts.append(json.dumps(block["json"], ensure_ascii=False, default=str))
-    return "\n".join(parts)
+            found = tool_citations(block["json"])
+        else:
+            continue
+        for c in found:
+            seen.setdefault(c)
+    return list(seen)
 
 
 def _history_sources(messages: Iterable[dict]) -> list[str]:
@@ -211,8 +289,8 @@ def _history_sources(messages: Iterable[dict]) -> list[str]:
     for msg in messages:
         for block in msg.get("content") or []:
             if "toolResult" in block:
-                for c in parse_citations(_tool_result_text(block["toolResult"])):
-                    seen.setdefault(c["citation"])
+                for c in _tool_result_citations(block["toolResult"]):
+                    seen.setdefault(c)
     return list(seen)
 
 
@@ -220,6 +298,78 @@ def _final_text(message: dict | None) -> str:
     if not message:
         return ""
     return "".join(str(b["text"]) for b in message.get("content") or [] if "text" in b).strip()
+
+
+def turn_timeout_from_env(env: "os._Environ[str] | dict[str, str] | None" = None) -> float:
+    """Seconds one turn may take: ``REPOCTX_STREAM_TIMEOUT`` (a number > 0; ``inf`` for no deadline), default 60;
+    ``ConfigError`` when it is not a positive number. Parsed like the service's ``ServiceSettings.stream_timeout``."""
+    from repoctx.config import ConfigError
+
+    raw = (os.environ if env is None else env).get(TIMEOUT_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_TURN_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{TIMEOUT_ENV} must be a number, got {raw!r}") from None
+    if not value > 0:  # zero, negative or NaN
+        raise ConfigError(f"{TIMEOUT_ENV} must be greater than 0, got {value:g}")
+    return value
+
+
+# ----------------------------------------------------------------------------------------- history
+def _blocks(message: dict, kind: str) -> list[dict]:
+    return [b for b in message.get("content") or [] if kind in b]
+
+
+def _add_message(agent, message: dict) -> None:
+    """Append to the agent's history the way the SDK does, so its session manager stores the message."""
+    from strands.hooks import MessageAddedEvent
+
+    try:
+        from strands.types.content import _ensure_tracking_id  # the SDK's own id for messages it appends
+        _ensure_tracking_id(message)
+    except ImportError:  # pragma: no cover - an SDK without tracking ids
+        pass
+    agent.messages.append(message)
+    try:
+        agent.hooks.invoke_callbacks(MessageAddedEvent(agent=agent, message=message))
+    except RuntimeError:  # an async callback: the history is repaired in memory, and again at the next load
+        pass
+
+
+def repair_history(agent) -> int:
+    """Make the conversation one a provider accepts after an interrupted turn (timeout, provider failure,
+    Ctrl-C, a killed process): roles alternate and every tool call has its result.
+
+    A dangling question keeps the user's words and gets the assistant's ``INTERRUPTED_NOTE``; a dangling tool
+    call gets an error result for each call, then the note. These are appended through the SDK's
+    ``MessageAddedEvent``, so a session stores them and the next load finds an alternating history. Two user
+    messages in a row further up (histories saved before this repair existed) get the note between them in
+    memory only: the stored rows keep their numbers. Returns how many messages were added."""
+    messages = agent.messages
+    added = 0
+    i = 1
+    while i < len(messages):
+        prev, cur = messages[i - 1], messages[i]
+        if prev.get("role") == "user" and cur.get("role") == "user" and not _blocks(cur, "toolResult"):
+            messages.insert(i, {"role": "assistant", "content": [{"text": INTERRUPTED_NOTE}]})
+            added += 1
+            i += 1
+        i += 1
+    if not messages:
+        return added
+    last = messages[-1]
+    if last.get("role") == "assistant" and _blocks(last, "toolUse"):
+        _add_message(agent, {"role": "user", "content": [
+            {"toolResult": {"toolUseId": b["toolUse"]["toolUseId"], "status": "error",
+                            "content": [{"text": INTERRUPTED_TOOL}]}} for b in _blocks(last, "toolUse")]})
+        added += 1
+        last = messages[-1]
+    if last.get("role") == "user":
+        _add_message(agent, {"role": "assistant", "content": [{"text": INTERRUPTED_NOTE}]})
+        added += 1
+    return added
 
 
 # ----------------------------------------------------------------------------------------- hooks
@@ -314,7 +464,7 @@ class TurnGuard(HookProvider):
         if event.exception is not None:
             exc = event.exception
             error = "unknown_tool" if event.selected_tool is None else type(exc).__name__
-            detail = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:300]
+            detail = error_detail(str(exc)) or type(exc).__name__
             event.result = {"toolUseId": event.result.get("toolUseId", event.tool_use.get("toolUseId")),
                             "status": "error",
                             "content": [{"json": {"error": error, "detail": detail, "tool": name}}]}
@@ -322,8 +472,8 @@ class TurnGuard(HookProvider):
         if result.get("status") == "error" or any(
                 isinstance(b.get("json"), dict) and "error" in b["json"] for b in result.get("content") or []):
             turn.metrics.tool_errors += 1
-        for c in parse_citations(_tool_result_text(result)):
-            turn.turn_sources.setdefault(c["citation"])
+        for c in _tool_result_citations(result):
+            turn.turn_sources.setdefault(c)
 
     def _after_tools(self, event: AfterToolsEvent) -> None:
         turn = self._cur()
@@ -371,11 +521,11 @@ class Copilot:
     def messages(self) -> list[dict]:
         return self.agent.messages
 
-    def ask(self, question: str) -> TurnResult:
-        return ask(self, question)
+    def ask(self, question: str, *, timeout: float | None = None) -> TurnResult:
+        return ask(self, question, timeout=timeout)
 
-    def stream(self, question: str) -> AsyncIterator[dict]:
-        return stream_turn(self, question)
+    def stream(self, question: str, *, timeout: float | None = None) -> AsyncIterator[dict]:
+        return stream_turn(self, question, timeout=timeout)
 
     def close(self) -> None:
         if self._owns_repository and hasattr(self.session_repository, "close"):
@@ -464,21 +614,57 @@ def build_agent(index, session_id: str | None = None, principal: str = "local", 
         agent_id=AGENT_ID,
         name="repoctx-copilot",
     )
+    if session_manager is not None:
+        repair_history(agent)  # a resumed session whose last turn was interrupted
     return Copilot(agent, guard, session_id=session_id, principal=principal, session_repository=session_repository,
                    owns_repository=owns_repo, model=model, owns_model=owns_model)
 
 
 # ----------------------------------------------------------------------------------------- turns
-async def stream_turn(copilot: Copilot, question: str) -> AsyncIterator[dict]:
-    """One turn as events (see the module docstring); never raises for a failing model or tool."""
+class _Deadline(Exception):
+    """The turn's deadline passed (the step in flight was cancelled and has unwound)."""
+
+
+async def _next_event(stream, deadline: float | None):
+    """The stream's next event, or ``_Deadline`` once ``deadline`` (loop time) passes. The step runs in the
+    caller's task, so the SDK's context (tracing spans) stays whole; the deadline covers only the wait for
+    the SDK, never the caller's handling of an event."""
+    if deadline is None:
+        return await stream.__anext__()
+    scope = asyncio.timeout_at(deadline)
+    try:
+        async with scope:
+            return await stream.__anext__()
+    except TimeoutError:
+        if scope.expired():
+            raise _Deadline() from None
+        raise  # the provider's own timeout: an error like any other
+
+
+async def stream_turn(copilot: Copilot, question: str, *, timeout: float | None = None) -> AsyncIterator[dict]:
+    """One turn as events (see the module docstring); never raises for a failing model or tool.
+
+    ``timeout``: seconds the whole turn may take (the CLI passes ``REPOCTX_STREAM_TIMEOUT``); past it the
+    model call or tool in flight is cancelled and the turn ends with ``{"type": "error", "error": "Timeout"}``
+    and ``stop_reason`` ``"timeout"``. An interrupted turn leaves the history repaired (``repair_history``)."""
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, not {timeout!r}")
     agent = copilot.agent
     previous_turn = copilot.guard.turn
     names: dict[str, str] = {}
     streamed = False
     result = None
     error: dict[str, str] | None = None
+    deadline = None if timeout is None or timeout == float("inf") else asyncio.get_running_loop().time() + timeout
+    timed_out: _Deadline | None = None
     try:
-        async for ev in agent.stream_async(question):
+        repair_history(agent)  # a previous turn of this conversation that never got its answer
+        stream = agent.stream_async(question)
+        while True:
+            try:
+                ev = await _next_event(stream, deadline)
+            except StopAsyncIteration:
+                break
             if "data" in ev and not ev.get("reasoning"):
                 if ev["data"]:
                     streamed = True
@@ -497,6 +683,10 @@ async def stream_turn(copilot: Copilot, question: str) -> AsyncIterator[dict]:
                                "status": tr.get("status", "success"), "id": tr["toolUseId"]}
             elif "result" in ev:
                 result = ev["result"]
+    except _Deadline as e:
+        timed_out = e
+        error = {"error": "Timeout", "detail": f"the turn took longer than {timeout:g} s and was stopped"}
+        yield {"type": "error", **error}
     except MaxTokensReachedException:  # the partial answer stays in the conversation; a note says so
         last = agent.messages[-1] if agent.messages else None
         result = _Partial(last if last and last.get("role") == "assistant" else None)
@@ -507,6 +697,11 @@ async def stream_turn(copilot: Copilot, question: str) -> AsyncIterator[dict]:
         name = "store_unavailable" if store_unavailable(e) else type(e).__name__
         error = {"error": name, "detail": str(e).strip().splitlines()[0] if str(e).strip() else ""}
         yield {"type": "error", **error}
+    if error is not None and error["error"] != "store_unavailable":
+        try:  # the question stays in the history, with a note for its missing answer
+            repair_history(agent)
+        except Exception:  # the session store failed too: the next load repairs it
+            pass
 
     began = copilot.guard.turn is not None and copilot.guard.turn is not previous_turn
     metrics = copilot.guard.turn.metrics if began else TurnMetrics(session_id=copilot.session_id,
@@ -514,7 +709,7 @@ async def stream_turn(copilot: Copilot, question: str) -> AsyncIterator[dict]:
     if error and metrics.error in (None, "turn failed"):
         metrics.error = f"{error['error']}: {error['detail']}"
     text = _final_text(result.message) if result is not None else ""
-    stop_reason = str(result.stop_reason) if result is not None else "error"
+    stop_reason = str(result.stop_reason) if result is not None else ("timeout" if timed_out else "error")
     if metrics.limit_cut:
         note = copilot.guard.note(metrics.limit_cut)
         stop_reason = "max_tokens" if metrics.limit_cut == "max_tokens" else f"limit_{metrics.limit_cut}"
@@ -524,8 +719,8 @@ async def stream_turn(copilot: Copilot, question: str) -> AsyncIterator[dict]:
     elif result is not None and not streamed and text:
         yield {"type": "token", "text": text}  # a provider that does not stream
 
-    sources = _history_sources(agent.messages)
-    for c in parse_citations(text):
+    sources = set(_history_sources(agent.messages))
+    for c in parse_citations(text, known=sources):
         yield {"type": "citation", **c, "verified": c["citation"] in sources}
     yield {"type": "done", "text": text, "stop_reason": stop_reason, "metrics": metrics.to_dict(),
            **({"error": error} if error else {})}
@@ -562,12 +757,13 @@ def _run_sync(coro):
     return box["value"]
 
 
-def ask(copilot: Copilot, question: str) -> TurnResult:
+def ask(copilot: Copilot, question: str, *, timeout: float | None = None) -> TurnResult:
     """One turn, blocking: the answer, its citations (verified against tool results), the sources the
-    tools returned this turn, and the turn's metrics. Failures come back in ``TurnResult.error``."""
+    tools returned this turn, and the turn's metrics. Failures come back in ``TurnResult.error`` (a turn
+    longer than ``timeout`` seconds as ``{"error": "Timeout", ...}``, stop reason ``"timeout"``)."""
 
     async def collect() -> list[dict]:
-        return [ev async for ev in stream_turn(copilot, question)]
+        return [ev async for ev in stream_turn(copilot, question, timeout=timeout)]
 
     events = _run_sync(collect())
     done = events[-1]

@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import os
 import re
 import sys
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -24,11 +27,15 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def parse_duration(text: str) -> float:
-    """'7d', '12h', '30m', '45s', '2w' or plain seconds -> seconds."""
+    """'7d', '12h', '30m', '45s', '2w' or plain seconds -> seconds. Any finite size: ``prune_sessions`` reads an
+    age beyond the epoch as the epoch (no session is that old, so nothing goes)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text or "")
     if not m:
         raise typer.BadParameter(f"{text!r} is not a duration: use e.g. 7d, 12h, 30m or 45s")
-    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if not math.isfinite(seconds):
+        raise typer.BadParameter(f"{text!r} is too long a duration")
+    return seconds
 
 
 def _consoles() -> tuple[Console, Console]:
@@ -48,6 +55,67 @@ def _quiet_logs() -> None:
 def _fail(err: Console, message: str, code: int) -> typer.Exit:
     err.print(f"[red]error:[/] {escape(message)}")
     return typer.Exit(code)
+
+
+def _why(e: BaseException) -> str:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def _turn_timeout(err: Console) -> float:
+    from repoctx.config import ConfigError
+    from repoctx.copilot.agent import turn_timeout_from_env
+
+    try:
+        return turn_timeout_from_env()
+    except ConfigError as e:
+        raise _fail(err, str(e), 2)
+
+
+def _timeout_message(seconds: float) -> str:
+    from repoctx.copilot.agent import TIMEOUT_ENV
+
+    return (f"no answer within {seconds:g} s, so the turn was stopped: the model stalled or is slow "
+            f"({TIMEOUT_ENV}={seconds:g}; raise it for a slow model)")
+
+
+class _Watchdog:
+    """The last resort behind a turn's deadline: the turn is cancelled at ``timeout``, but a provider or tool
+    that blocks its thread cannot be cancelled, and the process would wait for it. Past ``timeout`` plus a
+    grace this prints the timeout's one line, releases an in-process model and ends the process."""
+
+    def __init__(self, timeout: float, copilot):
+        self.timeout = timeout
+        self.copilot = copilot
+        self.grace = min(10.0, max(2.0, timeout / 4))
+        self._timer: threading.Timer | None = None
+
+    def _fire(self) -> None:
+        try:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            sys.stderr.write(f"error: {_timeout_message(self.timeout)}\n")
+            sys.stderr.flush()
+            if self.copilot.owns_model:  # an in-process llama.cpp server is stopped, if it stops promptly
+                from repoctx.copilot.providers import close_model
+
+                closer = threading.Thread(target=close_model, args=(self.copilot._model,), daemon=True)
+                closer.start()
+                closer.join(2.0)
+        finally:
+            os._exit(1)
+
+    def __enter__(self) -> "_Watchdog":
+        if not math.isfinite(self.timeout):  # REPOCTX_STREAM_TIMEOUT=inf: no deadline
+            return self
+        self._timer = threading.Timer(self.timeout + self.grace, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 def _open_copilot(repo: Path, session: str | None, err: Console, principal: str = "local"):
@@ -103,8 +171,9 @@ def _open_copilot(repo: Path, session: str | None, err: Console, principal: str 
 class _Renderer:
     """Tokens as they arrive, one dim line per tool call, citations after the answer."""
 
-    def __init__(self, out: Console, err: Console):
+    def __init__(self, out: Console, err: Console, timeout: float | None = None):
         self.out, self.err = out, err
+        self.timeout = timeout
         self.at_line_start = True
 
     def _newline(self) -> None:
@@ -128,10 +197,15 @@ class _Renderer:
                 self.out.print(f"[dim]  ✗ {escape(ev['name'])} failed[/]")
         elif kind == "error":
             self._newline()
-            self.err.print(f"[red]error:[/] {escape(ev['error'])}: {escape(ev.get('detail', ''))}")
+            if ev["error"] == "Timeout" and self.timeout is not None:
+                self.err.print(f"[red]error:[/] {escape(_timeout_message(self.timeout))}")
+            else:
+                self.err.print(f"[red]error:[/] {escape(ev['error'])}: {escape(ev.get('detail', ''))}")
 
     def finish(self, events: list[dict], sources: list[str]) -> None:
         self._newline()
+        if events[-1].get("stop_reason") == "timeout":
+            return  # the error line already said it all
         cites = [e for e in events if e["type"] == "citation"]
         if cites:
             self.out.print("[bold]sources[/]")
@@ -150,11 +224,11 @@ class _Renderer:
                        f"{m['latency_s']:.2f}s{cut}[/]")
 
 
-async def _turn(copilot, question: str, renderer: _Renderer | None) -> list[dict]:
+async def _turn(copilot, question: str, renderer: _Renderer | None, timeout: float | None = None) -> list[dict]:
     from repoctx.copilot.agent import stream_turn
 
     events = []
-    async for ev in stream_turn(copilot, question):
+    async for ev in stream_turn(copilot, question, timeout=timeout):
         events.append(ev)
         if renderer is not None:
             renderer.event(ev)
@@ -171,17 +245,21 @@ def ask_cmd(question: str = typer.Argument(..., help="The question."),
     """Ask one question about a repository."""
     _quiet_logs()
     out, err = _consoles()
+    timeout = _turn_timeout(err)
     copilot = _open_copilot(repo, session, err)
     try:
-        if as_json:
-            from repoctx.copilot.agent import ask
+        with _Watchdog(timeout, copilot):
+            if as_json:
+                from repoctx.copilot.agent import ask
 
-            result = ask(copilot, question)
-            out.print_json(json.dumps(result.to_dict(), default=str))
-            failed = result.error is not None
-        else:
-            events = asyncio.run(_turn(copilot, question, _Renderer(out, err)))
-            failed = "error" in events[-1]
+                result = ask(copilot, question, timeout=timeout)
+                out.print_json(json.dumps(result.to_dict(), default=str))
+                failed = result.error is not None
+                if result.stop_reason == "timeout":
+                    err.print(f"[red]error:[/] {escape(_timeout_message(timeout))}")
+            else:
+                events = asyncio.run(_turn(copilot, question, _Renderer(out, err, timeout), timeout))
+                failed = "error" in events[-1]
     finally:
         copilot.close()
     if failed:
@@ -194,8 +272,9 @@ def chat_cmd(repo: Path = typer.Option(Path("."), "--repo", "-r", help="Reposito
     """A conversation about a repository (Ctrl-D or `exit` to leave)."""
     _quiet_logs()
     out, err = _consoles()
+    timeout = _turn_timeout(err)
     copilot = _open_copilot(repo, session, err)
-    renderer = _Renderer(out, err)
+    renderer = _Renderer(out, err, timeout)
     if session:
         n = len(copilot.agent.messages)
         err.print(f"[dim]session {escape(session)}" + (f" resumed ({n} messages)" if n else " (new)") + "[/]")
@@ -212,7 +291,8 @@ def chat_cmd(repo: Path = typer.Option(Path("."), "--repo", "-r", help="Reposito
                 return
             if not q:
                 continue
-            await _turn(copilot, q, renderer)
+            with _Watchdog(timeout, copilot):
+                await _turn(copilot, q, renderer, timeout)
 
     try:
         asyncio.run(repl())
@@ -223,15 +303,20 @@ def chat_cmd(repo: Path = typer.Option(Path("."), "--repo", "-r", help="Reposito
 
 
 # ------------------------------------------------------------------------------------------ sessions
-def _target(repo: Optional[Path], url: Optional[str]) -> str:
-    from repoctx.config import Settings
+def _target(repo: Optional[Path], url: Optional[str], err: Console) -> str:
+    """--url, else where ``repoctx ask`` keeps them: REPOCTX_SESSIONS_URL / REPOCTX_DATABASE_URL, else the
+    sessions file in REPOCTX_INDEX_DIR (the shared index folder) or in the --repo's index folder."""
+    from repoctx.config import ConfigError, Settings
     from repoctx.copilot.sessions import sessions_target
 
     if url:
         return url
-    if repo is not None:
-        return sessions_target(Settings.from_env().index_dir_for(Path(repo).resolve()))
-    return sessions_target(None)
+    try:
+        settings = Settings.from_env()
+    except ConfigError as e:
+        raise _fail(err, str(e), 2)
+    index_dir = settings.index_dir or (settings.index_dir_for(Path(repo).resolve()) if repo is not None else None)
+    return sessions_target(index_dir)
 
 
 def _redact(target: str) -> str:
@@ -247,11 +332,13 @@ def sessions_list(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help
     from repoctx.copilot.sessions import SessionStoreNotMigrated, list_sessions
 
     out, err = _consoles()
-    target = _target(repo, url)
+    target = _target(repo, url, err)
     try:
         rows = list_sessions(target, principal)
     except (SessionStoreNotMigrated, ValueError) as e:
         raise _fail(err, str(e), 2)
+    except Exception as e:  # the database refused or is down: named, never a traceback
+        raise _fail(err, f"could not list the sessions in {_redact(target)}: {_why(e)}", 1)
     if as_json:
         out.print_json(json.dumps(rows))
         return
@@ -272,10 +359,13 @@ def sessions_prune(older_than: str = typer.Option("7d", "--older-than", help="Ag
 
     out, err = _consoles()
     seconds = parse_duration(older_than)
+    target = _target(repo, url, err)
     try:
-        n = prune_sessions(_target(repo, url), seconds, principal)
+        n = prune_sessions(target, seconds, principal)
     except (SessionStoreNotMigrated, ValueError) as e:
         raise _fail(err, str(e), 2)
+    except Exception as e:  # the database refused or is down: named, never a traceback
+        raise _fail(err, f"could not prune the sessions in {_redact(target)}: {_why(e)}", 1)
     out.print(f"pruned {n} session{'s' if n != 1 else ''}")
 
 
@@ -285,9 +375,12 @@ def sessions_migrate(repo: Optional[Path] = typer.Option(None, "--repo", "-r"),
     """Create or upgrade the session store's schema (what `repoctx db migrate` does for sessions)."""
     from repoctx.copilot.sessions import migrate
 
-    out, _ = _consoles()
-    target = _target(repo, url)
-    version = migrate(target)
+    out, err = _consoles()
+    target = _target(repo, url, err)
+    try:
+        version = migrate(target)
+    except Exception as e:  # the database refused or is down: named, never a traceback
+        raise _fail(err, f"could not migrate the sessions in {_redact(target)}: {_why(e)}", 1)
     out.print(f"sessions schema v{version} at {escape(_redact(target))}")
 
 

@@ -299,7 +299,8 @@ class SQLiteSessionRepository(_Base):
                 for r in rows]
 
     def prune(self, older_than_seconds: float, every_principal: bool = False, now: float | None = None) -> int:
-        cutoff = (time.time() if now is None else now) - float(older_than_seconds)
+        # no session predates the epoch: an older cutoff means the same (and stays a number)
+        cutoff = max((time.time() if now is None else now) - float(older_than_seconds), 0.0)
         where, args = ("", ()) if every_principal else (" AND principal=?", (self.principal,))
         with self._db:
             keys = [tuple(r) for r in self._db.execute(
@@ -517,10 +518,13 @@ class PostgresSessionRepository(_Base):
         where, args = ("", ()) if every_principal else (" AND principal=%s", (self.principal,))
         ref = "now()" if now is None else "to_timestamp(%s)"
         ref_args = () if now is None else (float(now),)
+        # the age is clamped to the time since the epoch: no session predates it, and an older cutoff is past
+        # what a timestamp can hold (DatetimeFieldOverflow)
         with self.pool.connection() as conn:
             return conn.execute(
-                f"DELETE FROM copilot_sessions WHERE updated_at < {ref} - make_interval(secs => %s){where}",
-                (*ref_args, float(older_than_seconds), *args)).rowcount
+                f"DELETE FROM copilot_sessions WHERE updated_at < {ref} - make_interval(secs => "
+                f"LEAST(%s::float8, EXTRACT(EPOCH FROM {ref})::float8)){where}",
+                (*ref_args, float(older_than_seconds), *ref_args, *args)).rowcount
 
 
 # ------------------------------------------------------------------------------------------ targets
@@ -578,9 +582,10 @@ def list_sessions(repo_or_url, principal: str | None = None) -> list[dict]:
 
 def prune_sessions(repo_or_url, older_than_seconds: float, principal: str | None = None,
                    now: float | None = None) -> int:
-    """Delete sessions not updated for ``older_than_seconds``; returns how many were deleted."""
-    if older_than_seconds < 0:
-        raise ValueError("older_than_seconds must be >= 0")
+    """Delete sessions not updated for ``older_than_seconds``; returns how many were deleted. Any age is
+    accepted (an age beyond the epoch deletes nothing: no session is that old)."""
+    if not older_than_seconds >= 0:  # negative, or NaN
+        raise ValueError(f"older_than_seconds must be a number >= 0, not {older_than_seconds!r}")
     repo, owned, every = _resolve(repo_or_url, principal)
     try:
         return repo.prune(older_than_seconds, every_principal=every, now=now)

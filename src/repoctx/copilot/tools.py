@@ -2,7 +2,7 @@
 
 ``RepoTools(index, scope)`` is the single implementation: each method takes plain arguments and returns a
 plain dict (JSON-ready), never raises, and answers a failure with
-``{"error": <code or exception type>, "detail": <one line>, "tool": <name>}``. The HTTP service and the MCP
+``{"error": <code or exception type>, "detail": <the message, bounded>, "tool": <name>}``. The HTTP service and the MCP
 server call those methods directly; ``make_tools(index, scope)`` wraps the same methods as Strands tools for
 the agent (an error dict becomes a tool result with status ``error``, so the turn goes on).
 
@@ -28,8 +28,8 @@ from typing import Any, Callable
 from repoctx.store.base import Scope
 from repoctx.store.globs import GlobError, parse as parse_glob
 
-__all__ = ["RepoTools", "make_tools", "TOOL_NAMES", "ToolError", "MAX_K", "MAX_READ_LINES", "MAX_LIST_FILES",
-           "MIN_BUDGET", "MAX_BUDGET"]
+__all__ = ["RepoTools", "make_tools", "TOOL_NAMES", "ToolError", "error_detail", "MAX_K", "MAX_READ_LINES",
+           "MAX_LIST_FILES", "MIN_BUDGET", "MAX_BUDGET", "MAX_DETAIL"]
 
 TOOL_NAMES = ("search_code", "get_context", "find_symbol", "callers", "callees", "read_file", "list_files")
 LEVELS = ("symbol", "file")
@@ -43,6 +43,7 @@ MAX_EDGES = 50
 MIN_BUDGET, MAX_BUDGET = 100, 16000
 SNIPPET_LINES = 30
 DOC_LINES = 3
+MAX_DETAIL = 1000  # characters of an error's message the model reads
 
 
 class ToolError(Exception):
@@ -52,6 +53,20 @@ class ToolError(Exception):
         super().__init__(detail)
         self.code = code
         self.detail = detail
+
+
+def error_detail(message: str, limit: int = MAX_DETAIL) -> str:
+    """An exception's whole message for the model, bounded: every line (a validation error names the field on
+    its second line), without a traceback or pydantic's documentation links."""
+    lines = []
+    for ln in str(message).splitlines():
+        ln = ln.rstrip()
+        if ln.lstrip().startswith("Traceback (most recent call last)"):
+            break
+        if ln.strip() and not ln.lstrip().startswith("For further information visit"):
+            lines.append(ln)
+    out = "\n".join(lines).strip()
+    return out if len(out) <= limit else out[:limit - 1] + "…"
 
 
 def _redact_line(text: str) -> str:
@@ -159,14 +174,11 @@ class RepoTools:
 
     # ------------------------------------------------------------------ helpers
     def _error(self, tool: str, error: str, detail: str) -> dict:
-        line = next((ln.strip() for ln in str(detail).splitlines() if ln.strip()), "") or error
+        text = error_detail(detail, limit=4 * MAX_DETAIL) or error
         root = getattr(self.index, "root", None)
         if root is not None:
-            line = line.replace(str(root) + os.sep, "").replace(str(root), "<repository root>")
-        line = _redact_line(line)
-        if len(line) > 300:
-            line = line[:299] + "…"
-        return {"error": error, "detail": line, "tool": tool}
+            text = text.replace(str(root) + os.sep, "").replace(str(root), "<repository root>")
+        return {"error": error, "detail": error_detail(_redact_line(text)) or error, "tool": tool}
 
     def _resolve(self, symbol: str) -> list:
         """Capsules a symbol names: a capsule id, a qualname or a name (then the last dotted part)."""
