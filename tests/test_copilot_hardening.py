@@ -167,7 +167,7 @@ def test_the_turn_timeout_reads_the_variable_the_service_reads(monkeypatch):
     for raw in ("", "5", "0.25", "90"):
         monkeypatch.setenv("REPOCTX_STREAM_TIMEOUT", raw)
         assert turn_timeout_from_env() == ServiceSettings.from_env().stream_timeout
-    for raw in ("0", "-1", "abc"):
+    for raw in ("0", "-1", "abc", "nan"):
         monkeypatch.setenv("REPOCTX_STREAM_TIMEOUT", raw)
         with pytest.raises(ConfigError, match="REPOCTX_STREAM_TIMEOUT"):
             turn_timeout_from_env()

@@ -55,6 +55,21 @@ def _int_env(name: str, default: int) -> int:
     return value
 
 
+def float_env(name: str, default: float, lo: float = 0.0, env=None) -> float:
+    """A number from the environment, greater than ``lo`` (NaN refused; ``inf`` allowed), else ``default``;
+    ``ConfigError`` naming the variable when it is not. One reading for the library, the copilot and the service."""
+    raw = (os.environ if env is None else env).get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if not value > lo:  # also NaN
+        raise ConfigError(f"{name} must be greater than {lo:g}, got {value:g}")
+    return value
+
+
 def _bool_env(name: str) -> bool | None:
     raw = os.environ.get(name, "").strip().lower()
     if not raw:

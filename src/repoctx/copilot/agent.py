@@ -302,19 +302,10 @@ def _final_text(message: dict | None) -> str:
 
 def turn_timeout_from_env(env: "os._Environ[str] | dict[str, str] | None" = None) -> float:
     """Seconds one turn may take: ``REPOCTX_STREAM_TIMEOUT`` (a number > 0; ``inf`` for no deadline), default 60;
-    ``ConfigError`` when it is not a positive number. Parsed like the service's ``ServiceSettings.stream_timeout``."""
-    from repoctx.config import ConfigError
+    ``ConfigError`` when it is not a positive number. Read by the same ``float_env`` as the service's ``ServiceSettings.stream_timeout``."""
+    from repoctx.config import float_env
 
-    raw = (os.environ if env is None else env).get(TIMEOUT_ENV)
-    if raw is None or raw.strip() == "":
-        return DEFAULT_TURN_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{TIMEOUT_ENV} must be a number, got {raw!r}") from None
-    if not value > 0:  # zero, negative or NaN
-        raise ConfigError(f"{TIMEOUT_ENV} must be greater than 0, got {value:g}")
-    return value
+    return float_env(TIMEOUT_ENV, DEFAULT_TURN_TIMEOUT, env=env)
 
 
 # ----------------------------------------------------------------------------------------- history

@@ -7,20 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from repoctx.config import ConfigError
-
-
-def _float_env(name: str, default: float, lo: float = 0.0) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if value <= lo:
-        raise ConfigError(f"{name} must be greater than {lo:g}, got {value:g}")
-    return value
+from repoctx.config import float_env
 
 
 def _bool_env(name: str, default: bool) -> bool:
@@ -62,24 +49,24 @@ class ServiceSettings:
     def from_env(cls, **overrides) -> "ServiceSettings":
         inproc = os.environ.get("REPOCTX_INPROCESS_JOBS")
         base = cls(
-            stream_timeout=_float_env("REPOCTX_STREAM_TIMEOUT", 60.0),
-            request_timeout=_float_env("REPOCTX_REQUEST_TIMEOUT", 60.0),
+            stream_timeout=float_env("REPOCTX_STREAM_TIMEOUT", 60.0),
+            request_timeout=float_env("REPOCTX_REQUEST_TIMEOUT", 60.0),
             metrics_public=_bool_env("REPOCTX_METRICS_PUBLIC", False),
             roles_file=os.environ.get("REPOCTX_ROLES") or None,
-            key_cache_seconds=_float_env("REPOCTX_KEY_CACHE", 5.0, lo=-1e-9),
-            job_lease=_float_env("REPOCTX_JOB_LEASE", 30.0),
-            job_poll=_float_env("REPOCTX_JOB_POLL", 1.0),
-            job_attempts=int(_float_env("REPOCTX_JOB_ATTEMPTS", 3)),
-            max_turns=int(_float_env("REPOCTX_MAX_TURNS", 32)),
-            store_timeout=_float_env("REPOCTX_STORE_TIMEOUT", 5.0),
-            retry_after=int(_float_env("REPOCTX_RETRY_AFTER", 5.0)),
+            key_cache_seconds=float_env("REPOCTX_KEY_CACHE", 5.0, lo=-1e-9),
+            job_lease=float_env("REPOCTX_JOB_LEASE", 30.0),
+            job_poll=float_env("REPOCTX_JOB_POLL", 1.0),
+            job_attempts=int(float_env("REPOCTX_JOB_ATTEMPTS", 3)),
+            max_turns=int(float_env("REPOCTX_MAX_TURNS", 32)),
+            store_timeout=float_env("REPOCTX_STORE_TIMEOUT", 5.0),
+            retry_after=int(float_env("REPOCTX_RETRY_AFTER", 5.0)),
             rate_limit=os.environ.get("REPOCTX_RATE_LIMIT", "300/minute").strip(),
-            max_body=int(_float_env("REPOCTX_MAX_BODY", float(1 << 20))),
-            body_timeout=_float_env("REPOCTX_BODY_TIMEOUT", 10.0),
+            max_body=int(float_env("REPOCTX_MAX_BODY", float(1 << 20))),
+            body_timeout=float_env("REPOCTX_BODY_TIMEOUT", 10.0),
             repo_roots=tuple(p for p in os.environ.get("REPOCTX_REPO_ROOTS", "").split(os.pathsep) if p.strip()),
-            job_timeout=_float_env("REPOCTX_JOB_TIMEOUT", 3600.0),
-            job_max_files=int(_float_env("REPOCTX_JOB_MAX_FILES", 200_000.0)),
-            job_max_bytes=int(_float_env("REPOCTX_JOB_MAX_BYTES", float(4 << 30))),
+            job_timeout=float_env("REPOCTX_JOB_TIMEOUT", 3600.0),
+            job_max_files=int(float_env("REPOCTX_JOB_MAX_FILES", 200_000.0)),
+            job_max_bytes=int(float_env("REPOCTX_JOB_MAX_BYTES", float(4 << 30))),
             inprocess_jobs=None if inproc in (None, "") else _bool_env("REPOCTX_INPROCESS_JOBS", False),
         )
         out = replace(base, **{k: v for k, v in overrides.items() if v is not None})
