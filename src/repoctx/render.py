@@ -1,0 +1,342 @@
+"""What every surface returns for a search: one renderer, three levels of detail.
+
+An agent pays for every token a tool returns, so a search answers compactly unless asked for more. The
+CLI (text and ``--json``), the MCP server, the copilot's tools and the HTTP service all shape hits here,
+so a ``detail`` level means the same thing everywhere. Levels are cumulative: each adds fields to the one
+before and never changes the meaning of a field it shares.
+
+``brief`` (the default): one line per hit, ``path:start-end :: qualname(params) -> returns — why``; as a
+    dict ``citation`` (``path:start-end :: qualname``: quote it as given), ``repo``, ``sig`` (the signature
+    shortened: parameters by name, long lists cut with ``…``) and ``why`` (which signals found it: ``exact
+    name``, ``lexical #1``, ``dense #3``, ``callee of X``, ...). Results come best first.
+``signatures``: brief + ``path``, ``start_line``, ``end_line``, ``symbol`` (the qualname), ``kind``,
+    ``score``, ``signature`` (whole), ``docstring`` (its first line), and ``callers``/``callees`` (how many
+    units call it and it calls, in the caller's scope, when the renderer is given the index).
+``full``: signatures + ``docstring`` up to three lines, ``snippet`` (the first 30 lines of the body) and,
+    when cut, ``snippet_note``: every field the surfaces answered before levels existed.
+
+File-level results (``level="file"``) carry ``repo``, ``path``, ``score``, ``units`` (how many units of the
+file were found) and ``citations`` (theirs) at every level; ``signatures`` and ``full`` add ``symbols``:
+the first five units with their whole signatures and docstrings' first lines.
+
+The dict form (``retrieval_dict``, ``hit_dict``, ``file_dict``) is what ``--json``, the service and the
+MCP server's structured content carry; the text form (``item_text``, ``retrieval_text``) is rendered from
+the same dicts, for the CLI and the MCP server's text content.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any, Iterable
+
+__all__ = ["DETAILS", "DEFAULT_DETAIL", "check_detail", "why_text", "short_signature", "hit_dict", "file_dict",
+           "result_dicts", "retrieval_dict", "item_text", "items_text", "retrieval_text", "call_counts"]
+
+DETAILS = ("brief", "signatures", "full")
+DEFAULT_DETAIL = "brief"
+SIG_CHARS = 56  # a brief signature's parameters and return type, at most (characters)
+DOC_CHARS = 160
+SNIPPET_LINES = 30
+FULL_DOC_LINES = 3
+FILE_SYMBOLS = 5  # units shown with their signatures per file (signatures, full)
+BRIEF_FILE_UNITS = 3  # units named on a file's line at brief
+
+
+def check_detail(detail: Any) -> str:
+    """``detail`` as one of ``DETAILS`` (case and spaces forgiven); ValueError naming the choices otherwise."""
+    d = detail.strip().lower() if isinstance(detail, str) else detail
+    if d in (None, ""):
+        return DEFAULT_DETAIL
+    if d not in DETAILS:
+        raise ValueError(f"detail must be one of {', '.join(DETAILS)}, not {detail!r}")
+    return d
+
+
+# ---------------------------------------------------------------------------------------------- why
+WHY_RANKS = 50  # a ranked signal past this rank is not named: it barely found the unit
+
+
+def _ranked(v: Any) -> int | None:
+    """The rank a signal gave, or None when it gave none worth naming."""
+    rank = v.get("rank") if isinstance(v, dict) else None
+    return rank if isinstance(rank, int) and rank <= WHY_RANKS else None
+
+
+def _seed_name(seed: str) -> str:
+    """A capsule id (``repo:path#qualname``) as the short name a reader recognises (its last part)."""
+    name = seed.rsplit("#", 1)[-1] if "#" in seed else seed
+    return name.rsplit(".", 1)[-1] or name
+
+
+def why_text(why: dict | None) -> str:
+    """A hit's explanation in a few words: which signals found it and at which rank (ranks past ``WHY_RANKS``
+    left out), a graph step (``callee of commit``: it calls or is called by a better hit), demotions."""
+    if not why:
+        return ""
+    parts: list[str] = []
+    ex = why.get("exact")
+    if ex:
+        matched = ex.get("matched", "") if isinstance(ex, dict) else ""
+        parts.append("exact path" if "/" in str(matched) else "exact name")
+    for signal, label in (("lexical", "lexical"), ("dense", "dense"), ("summary_lexical", "title lexical"),
+                          ("summary_dense", "title dense")):
+        rank = _ranked(why.get(signal))
+        if rank is not None:
+            parts.append(f"{label} #{rank}")
+    g = why.get("graph")
+    if isinstance(g, dict):
+        rel = g.get("relation") or "neighbour"
+        parts.append(f"{rel} of {_seed_name(str(g.get('from', '')))}" if g.get("from") else rel)
+    subs = why.get("sub_queries")
+    if subs:
+        parts.append(f"{len(subs)} sub-quer{'y' if len(subs) == 1 else 'ies'}")
+    if "judge" in why:
+        parts.append("judged relevant")
+    if why.get("test_demoted"):
+        parts.append("test")
+    if why.get("doc_demoted"):
+        parts.append("docs")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------- signatures
+def _split_top(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside brackets and quotes."""
+    out, depth, quote, cur = [], 0, "", []
+    for ch in text:
+        if quote:
+            cur.append(ch)
+            if ch == quote:
+                quote = ""
+            continue
+        if ch in "\"'":
+            quote = ch
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth = max(depth - 1, 0)
+        elif ch == sep and depth == 0:
+            out.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    out.append("".join(cur))
+    return out
+
+
+_RECEIVERS = {"self", "cls", "&self", "&mut self", "mut self", "this"}
+_COLON_TYPED = {"python", "typescript", "tsx", "javascript", "rust", "kotlin", "swift", "scala", "php", "ruby"}
+
+
+def _param_name(p: str, language: str) -> str:
+    """One parameter as its name alone (``timeout: int = 5`` -> ``timeout``; Java's ``String[] args`` ->
+    ``args``; Go's ``w http.ResponseWriter`` -> ``w``)."""
+    p = " ".join(p.split())
+    if p in ("*", "/", "...") or p in _RECEIVERS:
+        return p
+    head = _split_top(p, "=")[0].strip()
+    if ":" in head and (language in _COLON_TYPED or language not in ("go", "c", "cpp", "java", "csharp")):
+        return head.split(":", 1)[0].strip()
+    words = head.split()
+    if not words:
+        return head
+    return words[0] if language == "go" else words[-1]
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+def short_signature(c, limit: int = SIG_CHARS) -> str:
+    """What follows a unit's citation on its brief line: ``(params) -> returns`` for a function or method
+    (parameters by name, without ``self``/``cls``, cut with ``…`` past ``limit``); ``class``/``class (Base)``,
+    ``module``, or a text window's first line."""
+    kind = getattr(c, "kind", "")
+    sig = (getattr(c, "signature", "") or "").strip()
+    if kind in ("function", "method"):
+        params = [p for p in (getattr(c, "params", None) or []) if p.strip()]
+        ret = _cut(getattr(c, "returns", "") or "", 28)
+        tail = f" -> {ret}" if ret else ""
+        if not params and "(" not in sig:
+            return _cut(sig, limit) if sig else "()"
+        if not params:  # the parser kept no parameter list: the declaration's own, from its first '('
+            inner = sig[sig.find("("):]
+            return _cut(inner, limit)
+        names = [n for n in (_param_name(p, getattr(c, "language", "")) for p in params) if n not in _RECEIVERS]
+        room = max(limit - len(tail) - 2, 8)
+        shown: list[str] = []
+        for n in names:
+            if len(", ".join(shown + [n])) > room - 2:
+                shown.append("…")
+                break
+            shown.append(n)
+        return "(" + ", ".join(shown) + ")" + tail
+    if kind == "class":
+        i = sig.find("(")
+        bases = sig[i:].rstrip(":{ ") if i >= 0 else ""
+        return "class" + (f" {_cut(bases, limit - 6)}" if bases else "")
+    if kind == "module":
+        return "module"
+    first = next((ln.strip() for ln in sig.splitlines() if ln.strip()), "")
+    return _cut(first, min(limit, 48)) if first else kind
+
+
+def _doc_line(doc: str) -> str:
+    first = next((ln.strip() for ln in inspect.cleandoc(doc or "").splitlines() if ln.strip()), "")
+    return _cut(first, DOC_CHARS)
+
+
+def _doc_lines(doc: str, n: int = FULL_DOC_LINES, max_chars: int = 400) -> str:
+    out = "\n".join(inspect.cleandoc(doc or "").splitlines()[:n])
+    return out if len(out) <= max_chars else out[:max_chars - 1] + "…"
+
+
+# ---------------------------------------------------------------------------------------------- dicts
+def call_counts(index, ids: Iterable[str], scope=None) -> dict[str, tuple[int, int]]:
+    """``{id: (callers, callees)}`` for units ``ids``, counted in ``scope`` with two reads of the graph:
+    distinct calling units, distinct called units (a callee known only by name counts once per name)."""
+    ids = list(dict.fromkeys(ids))
+    if not ids:
+        return {}
+    sc = index.scope(scope)
+    callers: dict[str, set] = {i: set() for i in ids}
+    callees: dict[str, set] = {i: set() for i in ids}
+    for e in index.store.edges_to(ids, ("calls",), sc):
+        if e.dst in callers:
+            callers[e.dst].add(e.src)
+    for e in index.store.edges_from(ids, ("calls",), sc):
+        if e.src in callees:
+            callees[e.src].add(e.dst or ("name", e.dst_name))
+    return {i: (len(callers[i]), len(callees[i])) for i in ids}
+
+
+def hit_dict(hit, detail: str = DEFAULT_DETAIL, counts: tuple[int, int] | None = None) -> dict:
+    """One unit hit at ``detail`` (see the module's docstring for the fields of each level)."""
+    c = hit.capsule
+    out: dict[str, Any] = {"citation": c.citation, "repo": c.repo, "sig": short_signature(c), "why": why_text(hit.why)}
+    if detail == "brief":
+        return out
+    out.update(path=c.path, start_line=c.start_line, end_line=c.end_line, symbol=c.qualname, kind=c.kind,
+               score=round(float(hit.score), 4), signature=c.signature,
+               docstring=_doc_line(c.docstring) if detail == "signatures" else _doc_lines(c.docstring))
+    if counts is not None:
+        out["callers"], out["callees"] = counts
+    if detail == "full":
+        lines = (c.text or "").split("\n")
+        out["snippet"] = "\n".join(lines[:SNIPPET_LINES])
+        if len(lines) > SNIPPET_LINES:
+            out["snippet_note"] = (f"first {SNIPPET_LINES} of {len(lines)} lines; read the range "
+                                   f"{c.start_line}-{c.end_line} for the rest")
+    return out
+
+
+def file_dict(f, detail: str = DEFAULT_DETAIL) -> dict:
+    """One file hit at ``detail``."""
+    caps = [h.capsule for h in f.capsules]
+    out: dict[str, Any] = {"repo": caps[0].repo if caps else "", "path": f.path, "score": round(float(f.score), 4),
+                           "units": len(caps), "citations": [c.citation for c in caps]}
+    if detail != "brief":
+        out["symbols"] = [{"citation": c.citation, "kind": c.kind, "signature": c.signature,
+                           "docstring": _doc_line(c.docstring)} for c in caps[:FILE_SYMBOLS]]
+    return out
+
+
+def result_dicts(r, detail: str = DEFAULT_DETAIL, *, index=None, scope=None) -> list[dict]:
+    """The results of a ``Retrieval`` (or a list of hits, or of file hits) at ``detail``. With ``index``,
+    ``signatures`` and ``full`` count each unit's callers and callees in ``scope``."""
+    detail = check_detail(detail)
+    level = getattr(r, "level", None)
+    items = r.files if level == "file" else getattr(r, "hits", r)
+    items = list(items)
+    if level == "file" or (items and hasattr(items[0], "capsules")):
+        return [file_dict(f, detail) for f in items]
+    counts: dict[str, tuple[int, int]] = {}
+    if detail != "brief" and index is not None and items:
+        try:
+            counts = call_counts(index, [h.capsule.id for h in items], scope)
+        except Exception:  # noqa: BLE001 - counts are a courtesy: the hits stand without them
+            counts = {}
+    return [hit_dict(h, detail, counts.get(h.capsule.id)) for h in items]
+
+
+def retrieval_dict(r, detail: str = DEFAULT_DETAIL, *, index=None, scope=None, trace: bool = False) -> dict:
+    """A ``Retrieval`` as every surface's JSON: the query, the path it took, notes, and its ``results`` at
+    ``detail`` (``trace``: the trace events too)."""
+    detail = check_detail(detail)
+    results = result_dicts(r, detail, index=index, scope=scope)
+    out = {"query": r.query, "mode": r.mode, "route": r.route, "level": r.level, "k": r.k, "detail": detail,
+           "notes": list(r.notes), "seconds": round(r.seconds, 4), "count": len(results), "results": results}
+    for key in ("sub_queries", "iterations", "sufficient"):
+        if key in r.details:
+            out[key] = r.details[key]
+    if trace:
+        out["trace"] = [e.to_dict() for e in r.events]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- text
+def _indent(text: str, pad: str = "    ") -> str:
+    return "\n".join(pad + ln for ln in text.split("\n"))
+
+
+def item_text(item: dict, detail: str = DEFAULT_DETAIL, *, with_repo: bool = False) -> str:
+    """One result dict (from ``hit_dict``/``file_dict``) as text: its line, and at ``signatures``/``full``
+    the indented lines under it. ``with_repo``: prefix the repository (several are served)."""
+    repo = f"{item['repo']}:" if with_repo and item.get("repo") else ""
+    if "citation" not in item:  # a file
+        cites = item.get("citations") or []
+        line = f"{repo}{item['path']}"
+        if cites:
+            names = [c.split(" :: ", 1)[-1] + ":" + c.split(" :: ", 1)[0].rsplit(":", 1)[-1] for c in cites]
+            shown = names[:BRIEF_FILE_UNITS]
+            more = f" +{len(names) - len(shown)} more" if len(names) > len(shown) else ""
+            line += f" — {', '.join(shown)}{more}"
+        if detail == "brief" or not item.get("symbols"):
+            return line
+        lines = [line]
+        for s in item["symbols"]:
+            lines.append(f"    {s['citation']}")
+            if s.get("signature"):
+                lines.append(f"        {_cut(s['signature'], 200)}")
+            if s.get("docstring"):
+                lines.append(f"        {s['docstring']}")
+        return "\n".join(lines)
+    why = f" — {item['why']}" if item.get("why") else ""
+    sig = str(item.get("sig") or "")
+    line = f"{repo}{item['citation']}{sig if sig.startswith('(') else f'  {sig}' if sig else ''}{why}"
+    if detail == "brief":
+        return line
+    lines = [line]
+    if item.get("signature"):
+        lines.append(_indent(item["signature"]))
+    if item.get("docstring"):
+        lines.append(_indent(item["docstring"]))
+    if "callers" in item:
+        lines.append(f"    callers {item['callers']}, callees {item['callees']}")
+    if detail == "full" and item.get("snippet"):
+        lines += ["    ```", _indent(item["snippet"]), "    ```"]
+        if item.get("snippet_note"):
+            lines.append(f"    ({item['snippet_note']})")
+    return "\n".join(lines)
+
+
+def items_text(items: list[dict], detail: str = DEFAULT_DETAIL, *, with_repo: bool = False) -> str:
+    sep = "\n" if detail == "brief" else "\n\n"
+    return sep.join(item_text(it, detail, with_repo=with_repo) for it in items)
+
+
+def retrieval_text(r, detail: str = DEFAULT_DETAIL, *, index=None, scope=None) -> str:
+    """A ``Retrieval`` (or its ``retrieval_dict``) as text: a header line, notes, then one entry per result."""
+    d = r if isinstance(r, dict) else retrieval_dict(r, detail, index=index, scope=scope)
+    detail = d.get("detail", detail)
+    items = d.get("results") or []
+    several = len({it.get("repo") for it in items}) > 1
+    noun = "files" if d.get("level") == "file" else "results"
+    head = f"{len(items)} {noun} for {d.get('query')!r} ({d.get('mode')}, detail {detail})"
+    parts = [head, *(f"note: {n}" for n in d.get("notes") or [])]
+    if items:
+        parts.append(items_text(items, detail, with_repo=several))
+    else:
+        parts.append("no matches in scope")
+    return "\n".join(parts)
