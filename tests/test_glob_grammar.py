@@ -383,6 +383,9 @@ def test_cli_roles_add_refuses_with_a_message_and_no_traceback(tmp_path, monkeyp
     assert "trailing lone backslash" in said and "src/secret" in said, said
     assert r.exception is None or isinstance(r.exception, SystemExit)
     assert "Traceback" not in said
+    r = run(service_app, ["roles", "add", "dev", "--repo", "shop", "--exclude", "[red]x[/]["])
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "'[red]x[/][': unclosed" in said and "write '\\[' for a literal" in said, said
     r = run(service_app, ["roles", "list", "--json"])
     assert "dev" not in {x["name"] for x in json.loads(r.stdout)}
     r = run(service_app, ["roles", "add", "dev", "--repo", "shop", "--exclude", "s[!x]cret/*"])

@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from repoctx.config import ConfigError, Settings
 from repoctx.index import Index, open_store, remember_settings, resolve_settings
@@ -45,7 +46,7 @@ err = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(message: str, code: int = 2):
-    err.print(f"[red]error:[/] {message}", highlight=False)
+    err.print(Text.assemble(("error:", "red"), " ", message), highlight=False)  # plain text: markup would eat a glob's backslash
     raise typer.Exit(code)
 
 

@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 service_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The repoctx HTTP service.")
 keys_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -27,7 +27,7 @@ def _consoles() -> tuple[Console, Console]:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    _consoles()[1].print(f"[red]error:[/] {escape(message)}")
+    _consoles()[1].print(Text.assemble(("error:", "red"), " ", message), highlight=False)  # plain text: markup would eat a glob's backslash
     return typer.Exit(code)
 
 
