@@ -1,5 +1,5 @@
 """MCP server latency on a real repository: Django 4.2 (the PyPI wheel, unpacked; never run), over stdio,
-driven by the official MCP SDK client exactly as an agent would (``python -m repoctx.mcp_server --repo ...``).
+driven by the official MCP SDK client exactly as an agent would (``python -m repoctx.mcp --repo ...``).
 
     python bench/mcp_latency.py            # lexical only (REPOCTX_EMBEDDER=none)
     python bench/mcp_latency.py --dense    # also with dense vectors (REPOCTX_EMBEDDER=local)
@@ -90,7 +90,7 @@ def _client(root: Path, idx: Path, embedder: str):
     env = {"REPOCTX_INDEX_DIR": str(idx), "REPOCTX_EMBEDDER": embedder}
     if os.environ.get("REPOCTX_CACHE"):
         env["REPOCTX_CACHE"] = os.environ["REPOCTX_CACHE"]
-    params = StdioServerParameters(command=sys.executable, args=["-m", "repoctx.mcp_server", "--repo", str(root)],
+    params = StdioServerParameters(command=sys.executable, args=["-m", "repoctx.mcp", "--repo", str(root)],
                                    env=env)
     return Client(params, read_timeout_seconds=300)
 

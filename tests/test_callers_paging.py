@@ -58,7 +58,7 @@ def test_the_library_and_the_copilot_tool_report_the_true_total(indexed):
 
 @pytest.mark.parametrize("tool,symbol,total", [("callers", "echo", N_CALLERS), ("callees", "run_all", N_CALLEES)])
 def test_mcp_pages_every_caller_exactly_once(indexed, tool, symbol, total):
-    from repoctx.mcp_server import RepoctxMCP
+    from repoctx.mcp import RepoctxMCP
 
     root, settings = indexed
     state = RepoctxMCP([root], settings, max_tokens=1500, refresh=False)
@@ -84,7 +84,7 @@ def test_mcp_pages_every_caller_exactly_once(indexed, tool, symbol, total):
 def test_mcp_protocol_reports_the_total(indexed):
     from mcp import Client
 
-    from repoctx.mcp_server import build_server
+    from repoctx.mcp import build_server
 
     root, settings = indexed
     server = build_server([root], settings, refresh=False)

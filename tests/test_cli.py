@@ -21,9 +21,15 @@ def test_index_search_status_context(tmp_path, monkeypatch):
     assert res.exit_code == 0 and "2 files" in res.output
     res = runner.invoke(app, ["search", "parse_http_date", "--repo", str(root), "-k", "3"])
     assert res.exit_code == 0
-    assert re.search(r"1\. pkg/dates\.py:1-3 :: parse_http_date", res.output)
+    assert re.search(r"^pkg/dates\.py:1-3 :: parse_http_date\(value\) — exact name", res.output, re.M)
     res = runner.invoke(app, ["search", "stale entries", "--repo", str(root), "--json", "--level", "file"])
-    assert json.loads(res.output)["files"][0]["path"] == "pkg/cache.py"
+    assert json.loads(res.output)["results"][0]["path"] == "pkg/cache.py"
+    res = runner.invoke(app, ["search", "parse_http_date", "--repo", str(root), "--detail", "full", "--json"])
+    top = json.loads(res.output)["results"][0]
+    assert top["citation"] == "pkg/dates.py:1-3 :: parse_http_date" and top["snippet"].startswith("def parse_http_date")
+    res = runner.invoke(app, ["search", "parse_http_date", "--repo", str(root), "--detail", "signatures"])
+    assert "    Parse an HTTP date header." in res.output and "callers 1, callees 0" in res.output
+    assert runner.invoke(app, ["search", "x", "--repo", str(root), "--detail", "everything"]).exit_code == 2
     res = runner.invoke(app, ["status", str(root), "--json"])
     assert json.loads(res.output)["fresh"] is True
     (root / "pkg/new.py").write_text("def n():\n    pass\n")

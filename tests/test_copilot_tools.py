@@ -80,25 +80,36 @@ def is_error(out: dict, code: str | None = None, tool: str | None = None) -> boo
 # ----------------------------------------------------------------------------------------- (1) each tool
 def test_search_code_returns_the_function_with_its_citation(rt):
     out = rt.search_code("open database connection", k=5)
-    assert out["level"] == "symbol" and out["route"]["mode"] in ("standard", "agentic")
+    assert out["level"] == "symbol" and out["route"]["mode"] in ("standard", "agentic") and out["detail"] == "brief"
     top = {r["citation"]: r for r in out["results"]}
     assert OPEN_CONN in top
-    r = top[OPEN_CONN]
+    brief = top[OPEN_CONN]  # one line's worth: the citation, a short signature and why it was found
+    assert set(brief) == {"citation", "repo", "sig", "why"}
+    assert brief["repo"] and brief["sig"] == "(dsn)" and "lexical" in brief["why"]
+
+    out = rt.search_code("open database connection", k=5, detail="signatures")
+    r = {x["citation"]: x for x in out["results"]}[OPEN_CONN]
     assert (r["path"], r["start_line"], r["end_line"], r["symbol"], r["kind"]) == ("app/db.py", 11, 13, "open_conn",
                                                                                     "function")
+    assert r["signature"].startswith("def open_conn") and "database connection" in r["docstring"]
+    assert isinstance(r["callers"], int) and isinstance(r["callees"], int) and "snippet" not in r
+
+    out = rt.search_code("open database connection", k=5, detail="full")
+    r = {x["citation"]: x for x in out["results"]}[OPEN_CONN]
     assert r["repo"] and r["signature"].startswith("def open_conn") and "database connection" in r["docstring"]
     assert r["snippet"].startswith("def open_conn(dsn):")
     json.dumps(out)  # plain data
 
     files = rt.search_code("open database connection", k=3, level="file", mode="standard")
     assert files["results"][0]["path"] == "app/db.py" and OPEN_CONN in files["results"][0]["citations"]
+    assert rt.search_code("x", detail="everything")["error"] == "invalid_argument"
 
 
 def test_snippet_is_capped(rt):
     out = rt.find_symbol("f3")
     assert out["definitions"][0]["citation"] == "app/long.py:13-14 :: f3"
     big = RepoTools(rt.index)  # a long capsule: the module
-    res = big.search_code("app.long", k=10)
+    res = big.search_code("app.long", k=10, detail="full")
     for r in res["results"]:
         assert len(r["snippet"].split("\n")) <= 30
 

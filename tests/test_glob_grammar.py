@@ -394,7 +394,7 @@ def test_cli_roles_add_refuses_with_a_message_and_no_traceback(tmp_path, monkeyp
 
 def test_mcp_keys_file_refuses_a_pattern_it_cannot_translate(tmp_path):
     from repoctx.config import ConfigError
-    from repoctx.mcp_server import keys_file_scope_for_key
+    from repoctx.mcp import keys_file_scope_for_key
 
     f = tmp_path / "keys.json"
     f.write_text(json.dumps({"k-ok-0123456789": {"exclude": ["s[!x]cret/*"]},
@@ -406,7 +406,7 @@ def test_mcp_keys_file_refuses_a_pattern_it_cannot_translate(tmp_path):
 
 def test_mcp_keys_file_reads_one_string_as_one_pattern(tmp_path):
     """'exclude': "secret/*" (a string, not a list) was read as eight one-character patterns: it hid nothing."""
-    from repoctx.mcp_server import keys_file_scope_for_key
+    from repoctx.mcp import keys_file_scope_for_key
 
     f = tmp_path / "keys.json"
     f.write_text(json.dumps({"k-one-0123456789": {"exclude": "secret/*"},

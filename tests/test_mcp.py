@@ -1,5 +1,5 @@
 """The MCP server, driven by the official SDK's own client: over stdio (a spawned ``python -m
-repoctx.mcp_server``) and over streamable HTTP (uvicorn in a thread, bearer keys with scopes)."""
+repoctx.mcp``) and over streamable HTTP (uvicorn in a thread, bearer keys with scopes)."""
 from __future__ import annotations
 
 import asyncio
@@ -89,7 +89,7 @@ def _env(idx: Path) -> dict:
 
 def _stdio(root: Path, idx: Path, *extra: str) -> Client:
     params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "repoctx.mcp_server", "--repo", str(root), *extra], env=_env(idx))
+                                   args=["-m", "repoctx.mcp", "--repo", str(root), *extra], env=_env(idx))
     return Client(params, read_timeout_seconds=60)
 
 
@@ -178,7 +178,7 @@ def test_stdio_paging_and_budget(indexed):
 
     async def go():
         async with _stdio(root, idx, "--max-tokens", str(budget)) as client:
-            args = {"query": "handle webhook event payload", "k": 50, "mode": "standard"}
+            args = {"query": "handle webhook event payload", "k": 50, "mode": "standard", "detail": "signatures"}
             seen: list[str] = []
             scores: list[float] = []
             cursor, pages = "", 0
@@ -282,7 +282,7 @@ KEYS = {
 def http_server(indexed):
     import uvicorn
 
-    from repoctx.mcp_server import build_server, http_app
+    from repoctx.mcp import build_server, http_app
 
     root, idx = indexed
     server = build_server([root], Settings(index_dir=idx, embedder="none"), KEYS.get, refresh=False)
@@ -309,11 +309,16 @@ def _http(url: str, key: str) -> Client:
     return Client(streamable_http_client(url, http_client=hc))
 
 
+def _path(result: dict) -> str:
+    """The file of a search result (a brief one names it in its citation, 'path:start-end :: qualname')."""
+    return result.get("path") or result["citation"].split(" :: ", 1)[0].rsplit(":", 1)[0]
+
+
 async def _see(url: str, key: str) -> dict:
     async with _http(url, key) as client:
         out = {}
         r = await client.call_tool("search_code", {"query": "classified launch codes and the database connection", "k": 20})
-        out["search"] = {x["path"] for x in r.structured_content["results"]}
+        out["search"] = {_path(x) for x in r.structured_content["results"]}
         r = await client.call_tool("search_code", {"query": "launch codes vault", "k": 20, "level": "file"})
         out["search_files"] = {x["path"] for x in r.structured_content["results"]}
         r = await client.call_tool("list_files", {})
@@ -388,7 +393,7 @@ def test_http_a_session_stays_with_its_key(http_server):
 # ---------------------------------------------------------------------------------------------- in process
 def test_in_process_several_repositories(indexed, tmp_path):
     """Two repositories, each with its own index: tools take ``repo``; search merges, get_context asks."""
-    from repoctx.mcp_server import build_server
+    from repoctx.mcp import build_server
 
     root, _ = indexed
     other = tmp_path / "billing"
@@ -435,7 +440,7 @@ def test_in_process_several_repositories(indexed, tmp_path):
 
 def test_start_is_fast_and_loads_no_model(indexed):
     """Opening an indexed repository does no indexing and never builds the embedder (REPOCTX_EMBEDDER=local)."""
-    from repoctx.mcp_server import RepoctxMCP
+    from repoctx.mcp import RepoctxMCP
 
     root, idx = indexed
     t0 = time.perf_counter()
@@ -451,7 +456,7 @@ def test_start_is_fast_and_loads_no_model(indexed):
 def test_service_keys(indexed, tmp_path):
     """The HTTP service's keys (repoctx.service.auth) give the scope, when that module is installed."""
     auth = pytest.importorskip("repoctx.service.auth")
-    from repoctx.mcp_server import service_scope_for_key
+    from repoctx.mcp import service_scope_for_key
 
     root, idx = indexed
     ks = auth.KeyStore(tmp_path / "service.sqlite")
@@ -465,7 +470,7 @@ def test_service_keys(indexed, tmp_path):
 
 
 def test_unindexed_repository_is_built_in_the_background(tmp_path):
-    from repoctx.mcp_server import RepoctxMCP
+    from repoctx.mcp import RepoctxMCP
 
     repo = tmp_path / "fresh"
     (repo / "pkg").mkdir(parents=True)
@@ -485,7 +490,7 @@ def test_keys_file_and_register(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from repoctx.mcp_server import keys_file_scope_for_key, register
+    from repoctx.mcp import keys_file_scope_for_key, register
 
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps({"root-key": "admin", "ops-key": {"grants": [{"repo": "*", "exclude": ["internal/*"]}]},

@@ -23,7 +23,7 @@ def _indexed(root, idx=None):
 
 
 def test_one_repository_refuses_repo_and_other_unknown_arguments(tmp_path):
-    from repoctx.mcp_server import build_server
+    from repoctx.mcp import build_server
 
     root = _indexed(tmp_path / "shop", tmp_path / "idx")
     server = build_server([root], Settings(index_dir=tmp_path / "idx", embedder="none"), refresh=False)
@@ -49,7 +49,7 @@ def test_one_repository_refuses_repo_and_other_unknown_arguments(tmp_path):
 
 
 def test_several_repositories_refuse_an_unknown_repo_and_unknown_arguments(tmp_path):
-    from repoctx.mcp_server import build_server
+    from repoctx.mcp import build_server
 
     a = _indexed(tmp_path / "shop")
     b = _indexed(tmp_path / "billing")

@@ -69,7 +69,7 @@ def _search_and_status(server) -> tuple[dict, dict]:
 
 @pytest.mark.parametrize("environment", ["the shell's", "an MCP client's"])
 def test_mcp_answers_from_the_index_repoctx_index_wrote(shell, monkeypatch, environment):
-    from repoctx.mcp_server import build_server
+    from repoctx.mcp import build_server
 
     root = shell
     if environment == "an MCP client's":

@@ -33,7 +33,7 @@ def _edit(root) -> None:
 
 def _refreshed_by_a_server(root, settings):
     """A long-lived MCP server notices the edits and refreshes the index in its background thread."""
-    from repoctx.mcp_server import RepoctxMCP
+    from repoctx.mcp import RepoctxMCP
 
     state = RepoctxMCP([root], settings)
     state.wait_refresh(60)

@@ -24,7 +24,7 @@ class _Surfaces(typer.core.TyperGroup):
 
     LAZY = {"ask": "repoctx.copilot.cli", "chat": "repoctx.copilot.cli", "sessions": "repoctx.copilot.cli",
             "serve": "repoctx.service.cli", "worker": "repoctx.service.cli", "keys": "repoctx.service.cli",
-            "roles": "repoctx.service.cli", "mcp": "repoctx.mcp_server"}
+            "roles": "repoctx.service.cli", "mcp": "repoctx.mcp"}
 
     def list_commands(self, ctx) -> list[str]:
         return super().list_commands(ctx) + [n for n in self.LAZY if n not in self.commands]
@@ -270,10 +270,20 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
            mode: str = typer.Option("auto", "--mode", help="auto (router decides) | standard | agentic (multi-part questions)"),
            trace: bool = typer.Option(False, "--trace", help="Print the retrieval trace live (with --json: include it)."),
            llm: bool = typer.Option(False, "--llm", help="Agentic path: plan and judge relevance with REPOCTX_LLM's model."),
-           as_json: bool = typer.Option(False, "--json")):
+           detail: str = typer.Option("brief", "--detail", "-d",
+                                      help="brief (one line per hit) | signatures (+ whole signature, docstring, "
+                                           "caller/callee counts) | full (+ the code's first lines)"),
+           as_json: bool = typer.Option(False, "--json", help="The same fields as the service and MCP answer "
+                                                             "(repoctx.render), at --detail.")):
     """Search the index: exact identifiers and paths first, then ranked matches."""
+    from repoctx import render
+
     if level not in ("symbol", "file"):
         _fail("--level must be symbol or file")
+    try:
+        detail = render.check_detail(detail)
+    except ValueError as e:
+        _fail(f"--{e}")
     _check_mode(mode)
     if not query.strip():
         _fail("the query is empty: ask a question or name a symbol")
@@ -297,26 +307,22 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
                           planner=planner, judge=judge)
     except (StoreError, sqlite3.Error) as e:
         _fail(_why(e), 1)
+    try:
+        out = render.retrieval_dict(res, detail, index=ix, trace=trace)
+    except (StoreError, sqlite3.Error) as e:
+        _fail(_why(e), 1)
     if as_json:
-        print(json.dumps(res.to_dict(trace=trace)))
+        print(json.dumps(out))
         return
     route = res.route
     console.print(f"[dim]route: {route['mode']} ({route['reason']})[/]", highlight=False)
     for note in res.notes:
         err.print(f"[yellow]note:[/] {note}", highlight=False)
-    many = len({h.capsule.repo for h in res.hits}) > 1 or not ix.root
-    if not (res.files if level == "file" else res.hits):
+    if not out["results"]:
         console.print("no matches: nothing indexed matches this query", highlight=False)
-    if level == "file":
-        for i, f in enumerate(res.files, 1):
-            where = f"{f.capsules[0].capsule.repo}:" if many and f.capsules else ""
-            console.print(f"{i:>3}. {where}{f.path}  [dim]{f.score:.4f}[/]", highlight=False)
         return
-    for i, h in enumerate(res.hits, 1):
-        sig = ", ".join(f"{k}#{v.get('rank', '')}" if isinstance(v, dict) and "rank" in v else k
-                        for k, v in h.why.items() if k != "sub_queries")
-        where = f"{h.capsule.repo}:" if many else ""
-        console.print(f"{i:>3}. {where}{h.capsule.citation}  [dim]{h.score:.4f} {sig}[/]", highlight=False)
+    many = len({r.get("repo") for r in out["results"]}) > 1 or not ix.root
+    console.print(render.items_text(out["results"], detail, with_repo=many), highlight=False, markup=False)
 
 
 @app.command()

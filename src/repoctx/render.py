@@ -26,7 +26,6 @@ the same dicts, for the CLI and the MCP server's text content.
 from __future__ import annotations
 
 import inspect
-import re
 from typing import Any, Iterable
 
 __all__ = ["DETAILS", "DEFAULT_DETAIL", "check_detail", "why_text", "short_signature", "hit_dict", "file_dict",

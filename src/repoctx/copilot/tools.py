@@ -25,6 +25,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
+from repoctx.render import DEFAULT_DETAIL, DETAILS, retrieval_dict
 from repoctx.store.base import Scope
 from repoctx.store.globs import GlobError, parse as parse_glob
 
@@ -153,10 +154,12 @@ _WIN_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 class RepoTools:
     """The copilot's operations over ``index`` seen through ``scope``; each returns a JSON-ready dict.
 
-    ``search_code(query, k=8, level="symbol", mode="auto")``
-        -> {"query", "mode", "route", "level", "notes", "count", "results": [...]}; symbol level results are
-        {"citation", "repo", "path", "start_line", "end_line", "symbol", "kind", "signature", "docstring",
-        "snippet"}, file level results {"repo", "path", "score", "citations", "symbols"}.
+    ``search_code(query, k=8, level="symbol", mode="auto", detail="brief")``
+        -> ``repoctx.render.retrieval_dict``: {"query", "mode", "route", "level", "k", "detail", "notes",
+        "seconds", "count", "results": [...]}; a symbol level result at ``brief`` is {"citation", "repo", "sig",
+        "why"}, ``signatures`` adds "path", "start_line", "end_line", "symbol", "kind", "score", "signature",
+        "docstring", "callers", "callees", ``full`` the "snippet"; file level results are {"repo", "path",
+        "score", "units", "citations"} (+ "symbols" past brief).
     ``get_context(query, task="", budget=2000)`` -> {"task", "text", "citations", "tokens", "budget", "left_out"}.
     ``find_symbol(name)`` -> {"name", "count", "definitions": [capsule dicts with citations], "truncated"}.
     ``callers(symbol, limit=50)`` / ``callees(symbol, limit=50)`` -> {"symbol", "resolved": [citations], "ambiguous",
@@ -215,28 +218,33 @@ class RepoTools:
         return Path(rec.root).resolve()
 
     # ------------------------------------------------------------------ tools
-    @_guarded("search_code")
-    def search_code(self, query: str, k: int = 8, level: str = "symbol", mode: str = "auto") -> dict:
+    def _retrieve(self, query: str, k: int, level: str, mode: str, detail: str):
         query = _text_arg("query", query)
         k = _int_arg("k", k, 1, MAX_K)
         level = _choice("level", level, LEVELS)
         mode = _choice("mode", mode, MODES)
-        r = self.index.retrieve(query, k=k, level=level, mode=mode, scope=self.scope)
-        if level == "file":
-            results = []
-            for f in r.files:
-                caps = [h.capsule for h in f.capsules]
-                results.append({"repo": caps[0].repo if caps else "", "path": f.path, "score": round(f.score, 4),
-                                "citations": [c.citation for c in caps],
-                                "symbols": [{"citation": c.citation, "kind": c.kind, "signature": c.signature}
-                                            for c in caps[:5]]})
-        else:
-            results = [dict(_capsule_dict(h.capsule), score=round(h.score, 4)) for h in r.hits]
-        notes = list(r.notes)
-        if not results:
-            notes.append("nothing found in scope for this query: say so rather than guess, or try other words")
-        return {"query": query, "mode": r.mode, "route": r.route, "level": level, "notes": notes,
-                "count": len(results), "results": results}
+        detail = _choice("detail", detail, DETAILS)
+        return self.index.retrieve(query, k=k, level=level, mode=mode, scope=self.scope), detail
+
+    @_guarded("search_code")
+    def search_retrieval(self, query: str, k: int = 8, level: str = "symbol", mode: str = "auto",
+                         detail: str = DEFAULT_DETAIL):
+        """``search_code``'s arguments checked and its ``(Retrieval, detail)``, or the same error dict: for a
+        server that merges several views' hits by score before rendering them (``search_answer``)."""
+        return self._retrieve(query, k, level, mode, detail)
+
+    def search_answer(self, r, detail: str = DEFAULT_DETAIL) -> dict:
+        """A ``Retrieval`` as ``search_code`` answers it (``repoctx.render.retrieval_dict`` at ``detail``)."""
+        out = retrieval_dict(r, detail, index=self.index, scope=self.scope)
+        if not out["results"]:
+            out["notes"].append("nothing found in scope for this query: say so rather than guess, or try other words")
+        return out
+
+    @_guarded("search_code")
+    def search_code(self, query: str, k: int = 8, level: str = "symbol", mode: str = "auto",
+                    detail: str = DEFAULT_DETAIL) -> dict:
+        r, detail = self._retrieve(query, k, level, mode, detail)
+        return self.search_answer(r, detail)
 
     @_guarded("get_context")
     def get_context(self, query: str, task: str = "", budget: int = 2000) -> dict:
@@ -436,19 +444,21 @@ def make_tools(index, scope: Scope | None = None) -> list:
     rt = index if isinstance(index, RepoTools) else RepoTools(index, scope)
 
     @tool
-    def search_code(query: str, k: int = 8, level: str = "symbol", mode: str = "auto") -> dict:
+    def search_code(query: str, k: int = 8, level: str = "symbol", mode: str = "auto", detail: str = "brief") -> dict:
         """Search the indexed repository for code relevant to a question or a name. Call this first for any
-        question about the code. Returns the best matching functions, methods and classes, each with its
-        citation 'path:start-end :: qualname', signature, docstring and the first lines of its code. Quote the
-        citations exactly as given when you rely on a result; never invent one.
+        question about the code. Returns the best functions, methods and classes, best first, each with its
+        citation 'path:start-end :: qualname', a short signature and why it was found. Quote the citations
+        exactly as given when you rely on a result; never invent one.
 
         Args:
             query: what to look for, in words or identifiers (e.g. "where is the CSRF token verified").
             k: how many results, 1 to 50 (default 8).
             level: "symbol" for functions/classes, or "file" for the best files with their units' citations.
             mode: "auto" (let the router decide), "standard" (one hybrid search) or "agentic" (multi-step).
+            detail: "brief" (default: one line each), "signatures" (adds whole signatures, the docstring's first
+                line, caller/callee counts) or "full" (adds the first 30 lines of code; costs many tokens).
         """
-        return _as_tool_result(rt.search_code(query, k=k, level=level, mode=mode))
+        return _as_tool_result(rt.search_code(query, k=k, level=level, mode=mode, detail=detail))
 
     @tool
     def get_context(query: str, task: str = "", budget: int = 2000) -> dict:
