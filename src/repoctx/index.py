@@ -176,6 +176,9 @@ class Index:
         self._bg: threading.Thread | None = None
         self.last_embed: EmbedReport | None = None
         self.embed_error: str | None = None
+        from repoctx.store.grep import GrepLimits
+
+        self.grep_limits = GrepLimits()  # grep's bounds for this view (a service may set its own)
 
     def _name_for(self, root: Path, name: str | None) -> str:
         known = self.store.repo_by_root(str(root))
@@ -499,6 +502,149 @@ class Index:
             hits = self.retrieve(query, k=k, mode=mode, scope=scope).hits
         return build_context(self, query, task=task, budget=budget, scope=scope, hits=hits)
 
+    # ---- grep, outline, symbol: what an agent reaches for by habit, over the indexed snapshot (no checkout)
+    def grep(self, pattern: str, *, fixed: bool = False, ignore_case: bool = False,
+             paths: Iterable[str] | str = (), repos: Iterable[str] | str | None = None, scope: Scope | None = None,
+             limit: int = 100, offset: int = 0, context: int = 0) -> dict:
+        """Lines of the indexed files that match ``pattern``, like ``git grep -n`` over the snapshot the index
+        holds (it works on a service without a checkout).
+
+        ``pattern`` is a Python ``re`` regular expression (``fixed=True``: a literal string), matched against
+        each line on its own: ``^``/``$`` are the line's start and end, a match never spans lines.
+        ``ignore_case`` is ``re.IGNORECASE``. ``paths``: path globs of the access-rule grammar
+        (``repoctx.store.globs``: ``*`` crosses ``/``, so ``src/*.py`` is every Python file under ``src``), any
+        of which a file must match; ``repos`` narrows to repositories. Neither widens ``scope``, which the
+        store applies in its query: a file the scope hides is never read.
+
+        Files are narrowed by a trigram index, then searched with the regex; a pattern without a literal of
+        3 characters (``\\w+_id`` still has ``_id``; ``^\\s*$`` has none) searches every file in scope,
+        within bounds (``self.grep_limits``: time, text searched, matching lines per file and in all).
+
+        Returns ``{"pattern", "fixed", "ignore_case", "paths", "matches": [{"repo", "path", "line", "text"}
+        (+ "before"/"after": up to ``context`` lines each side)], "total", "total_exact", "files_scanned",
+        "files_matched", "offset", "limit", "next_offset", "truncated", "cut", "prefilter", "seconds"}``.
+        Matches are ordered by repository, path and line; ``offset``/``limit`` page through them
+        (``next_offset`` is the next page's offset, None at the end). ``total`` counts every matching line
+        in scope unless a bound stopped the count (``total_exact`` false, ``cut`` says which bound and what
+        was left). Raises :class:`repoctx.store.grep.PatternError` (a ``ValueError``) for a bad regex, naming
+        the problem and its position, and ``ValueError`` for bad arguments."""
+        from repoctx.store.grep import compile_pattern, scan
+
+        t0 = time.perf_counter()
+        limits = self.grep_limits
+        if not isinstance(limit, int) or not 1 <= limit <= limits.max_limit:
+            raise ValueError(f"limit must be a whole number from 1 to {limits.max_limit}, not {limit!r}")
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be a whole number of 0 or more, not {offset!r}")
+        if not isinstance(context, int) or not 0 <= context <= limits.max_context:
+            raise ValueError(f"context must be a whole number from 0 to {limits.max_context}, not {context!r}")
+        plan = compile_pattern(pattern, fixed=fixed, ignore_case=ignore_case)
+        paths = (paths,) if isinstance(paths, str) else tuple(paths or ())
+        scopes = [self.scope(scope)]
+        if paths:
+            scopes.append(Scope(include=paths))  # a GlobError (ValueError) names a pattern the grammar refuses
+        if repos is not None:
+            scopes.append(Scope(repos=(repos,) if isinstance(repos, str) else tuple(repos)) if repos else
+                          Scope(grants=()))  # an empty list of repositories: nothing
+        self.check_store()
+        res = scan(plan, self.store.grep_texts(plan, scopes), limit=limit, offset=offset, context=context,
+                   limits=limits)
+        end = offset + len(res.matches)
+        more = res.total > end
+        return {"pattern": pattern, "fixed": fixed, "ignore_case": ignore_case, "paths": list(paths),
+                "matches": res.matches, "total": res.total, "total_exact": not res.cut,
+                "files_scanned": res.files_scanned, "files_matched": res.files_matched, "offset": offset,
+                "limit": limit, "next_offset": end if more else None, "truncated": more or bool(res.cut),
+                "cut": res.cut, "prefilter": plan.describe(), "seconds": round(time.perf_counter() - t0, 4)}
+
+    def outline(self, path: str, *, repo: str | None = None, scope: Scope | None = None) -> dict:
+        """A file's units (classes, functions, methods, nested ones) in line order: ``{"repo", "path",
+        "language", "units": [{"qualname", "name", "kind", "signature", "start_line", "end_line", "depth",
+        "parent", "callers", "citation"}], "hint"}``. ``depth`` is 0 at the top level; ``parent`` the qualname
+        of the enclosing unit (None at the top); ``callers`` the number of distinct units in scope with a
+        resolved call into the unit. A path the index does not hold, or the scope hides, gives no units and a
+        ``hint`` (the same answer for both); ``repo`` is needed only when several repositories hold the path."""
+        scope = self.scope(scope)
+        self.check_store()
+        path = _clean_path(path)
+        empty = {"repo": repo, "path": path, "language": None, "units": []}
+        if not path:
+            return {**empty, "hint": "give a file path, relative to the repository root"}
+        held = []
+        for name in ([repo] if repo else (scope.repos or [r.name for r in self.store.repos(scope)])):
+            caps = self.store.file_capsules(name, path, scope) if scope.allows_repo(name) else []
+            if caps:
+                held.append((name, caps))
+        if not held:
+            near = self.store.by_path_suffix([path.rsplit("/", 1)[-1]], scope)[:5]
+            near_paths = [c.path for c in self.store.capsules(near, scope)]
+            hint = f"no indexed file {path!r} in scope" + (f"; files with that name: {', '.join(near_paths)}"
+                                                           if near_paths else "; grep or search can find it")
+            return {**empty, "hint": hint}
+        if len(held) > 1:
+            raise ValueError(f"{path!r} is in several repositories ({', '.join(n for n, _ in held)}): pass repo")
+        name, caps = held[0]
+        units = [c for c in caps if c.kind not in ("module", "window")]
+        by_id = {c.id: c for c in units}
+        callers: dict[str, set[str]] = {}
+        for e in self.store.edges_to([c.id for c in units], ("calls",), scope) if units else []:
+            if e.dst is not None:
+                callers.setdefault(e.dst, set()).add(e.src)
+
+        def depth(c: Capsule) -> int:
+            d, p = 0, by_id.get(c.parent or "")
+            while p is not None and d < 100:
+                d, p = d + 1, by_id.get(p.parent or "")
+            return d
+
+        out = [{"qualname": c.qualname, "name": c.name, "kind": c.kind, "signature": c.signature,
+                "start_line": c.start_line, "end_line": c.end_line, "depth": depth(c),
+                "parent": by_id[c.parent].qualname if c.parent in by_id else None,
+                "callers": len(callers.get(c.id, ())), "citation": c.citation} for c in units]
+        hint = None if out else (f"no classes or functions parsed in {path!r} ({caps[0].language}); grep reads its "
+                                 "lines")
+        return {"repo": name, "path": path, "language": caps[0].language, "units": out, "hint": hint}
+
+    def symbol(self, name: str, *, scope: Scope | None = None, limit: int = 10) -> dict:
+        """The whole body of every definition named ``name``: a qualified name (``ModelAdmin.get_search_results``),
+        a plain one (``get_search_results``: every definition so named), one prefixed by its module
+        (``django.contrib.admin.options.ModelAdmin``) or its file (``path.py:Class.method``, or a citation
+        ``path:10-20 :: qualname``). Several matches are all listed, none guessed: ``{"name", "matches": [{"repo",
+        "path", "qualname", "kind", "signature", "start_line", "end_line", "citation", "text"}], "total",
+        "truncated", "hint", "did_you_mean"}``, exact qualified names first. No match: an empty list, a
+        ``hint`` and ``did_you_mean`` (qualified names that end with the last part of ``name``)."""
+        if not isinstance(limit, int) or not 1 <= limit <= 50:
+            raise ValueError(f"limit must be a whole number from 1 to 50, not {limit!r}")
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError("name is empty: give a function, class or method name")
+        scope = self.scope(scope)
+        self.check_store()
+        name = name.strip()
+        path, qual = _split_symbol(name)
+        found = [c for c in self.store.by_names([qual], scope) if c.kind != "module" or c.qualname == qual]
+        if path is not None:
+            found = [c for c in found if c.path == path]
+        elif not found and "." in qual:  # a module-qualified name: module.path.Class.method
+            parts = qual.split(".")
+            cands = [".".join(parts[i:]) for i in range(1, len(parts))]
+            found = [c for c in self.store.by_names(cands, scope) if c.kind != "module"
+                     and _module_matches(c.path, qual[: len(qual) - len(c.qualname) - 1]) and qual.endswith("." + c.qualname)]
+        found.sort(key=lambda c: (c.qualname != qual, c.repo, c.path, c.start_line))
+        matches = [{"repo": c.repo, "path": c.path, "qualname": c.qualname, "kind": c.kind, "signature": c.signature,
+                    "start_line": c.start_line, "end_line": c.end_line, "citation": c.citation, "text": c.text}
+                   for c in found[:limit]]
+        hint, near = None, []
+        if not found:
+            last = qual.rsplit(".", 1)[-1]
+            near = sorted({c.qualname for c in self.store.by_names([last], scope) if c.kind != "module"})[:10]
+            hint = (f"no definition named {name!r} in scope" +
+                    ("; definitions with that last name are in did_you_mean" if near else
+                     "; search finds it by description, grep by the text it contains"))
+        elif len(found) > limit:
+            hint = f"{len(found)} definitions match; give a qualified name or path:qualname to pick one"
+        return {"name": name, "matches": matches, "total": len(found), "truncated": len(found) > limit,
+                "hint": hint, "did_you_mean": near}
+
     def capsule(self, capsule_id: str, scope: Scope | None = None) -> Capsule | None:
         got = self.store.capsules([capsule_id], self.scope(scope))
         return got[0] if got else None
@@ -543,6 +689,39 @@ def second_stage_keeps(query: str, hits: list[Hit], report: bool | None = None) 
 def _first_by_both(h: Hit) -> bool:
     lex, dense = h.why.get("lexical"), h.why.get("dense")
     return isinstance(lex, dict) and isinstance(dense, dict) and lex.get("rank") == 1 and dense.get("rank") == 1
+
+
+_CITATION = re.compile(r"^(?P<path>.+?):\d+-\d+\s*::\s*(?P<qual>\S+)$")
+
+
+def _clean_path(path: str) -> str:
+    path = (path or "").strip().replace("\\", "/")
+    while path.startswith("./"):
+        path = path[2:]
+    return path.lstrip("/")
+
+
+def _split_symbol(name: str) -> tuple[str | None, str]:
+    """(path or None, qualified name) of what ``symbol`` was given: a citation ``path:1-9 :: qual``,
+    ``path::qual``, ``path:qual`` (a path has a ``/`` or an extension), or a name."""
+    m = _CITATION.match(name)
+    if m:
+        return _clean_path(m["path"]), m["qual"]
+    for sep in ("::", ":"):
+        if sep in name:
+            left, right = (x.strip() for x in name.rsplit(sep, 1))
+            if left and right and ("/" in left or re.search(r"\.\w+$", left)):
+                return _clean_path(left), right
+    return None, name
+
+
+def _module_matches(path: str, module: str) -> bool:
+    """Whether a file is the module a dotted name starts with (``a/b/c.py``, ``src/a/b/c.py`` or
+    ``a/b/c/__init__.py`` for ``a.b.c``; ``b.c`` too)."""
+    stem = path.rsplit(".", 1)[0].replace("/", ".")
+    if stem.endswith(".__init__"):
+        stem = stem[: -len(".__init__")]
+    return bool(module) and (stem == module or stem.endswith("." + module))
 
 
 def _check_query(query: str) -> str:

@@ -193,7 +193,7 @@ def _parse_one(sf: SourceFile, data: bytes, settings: Settings, repo: str) -> tu
         return None, "binary", {}
     if loaded.minified:
         return None, "minified", {}
-    flags = {"invalid_utf8": loaded.invalid_utf8, "redactions": loaded.redactions}
+    flags = {"invalid_utf8": loaded.invalid_utf8, "redactions": loaded.redactions, "text": grep_text(loaded.text)}
     from repoctx.capsules.fallback import windows
 
     try:
@@ -205,6 +205,30 @@ def _parse_one(sf: SourceFile, data: bytes, settings: Settings, repo: str) -> tu
         pf = windows(sf.path, loaded.text, sf.language, settings.window_chunk_size, settings.window_overlap)
         flags["parse_failed"] = f"{type(e).__name__}"
     return namespaced(pf, repo), "", flags
+
+
+def grep_text(text: str) -> str:
+    """The text kept for grep: the parsed text itself (decoded, line ends made ``\n``, secrets redacted as in the
+    capsules), with NUL characters as U+FFFD, which PostgreSQL's text cannot hold (both backends keep the same)."""
+    return text.replace("\x00", "\ufffd")
+
+
+def _texts_to_keep(files: list[SourceFile], stored: dict[str, FileRecord], changed: set[str],
+                   settings: Settings) -> list[tuple[str, str]]:
+    """(path, text) of the unchanged files the store keeps no text of (indexed before grep existed): read and
+    redacted as an update reads them, so grep covers every indexed file without parsing them again."""
+    out = []
+    for sf in files:
+        rec = stored.get(sf.path)
+        if rec is None or rec.text_hash or sf.path in changed:
+            continue
+        try:
+            loaded = load_text(sf.abspath.read_bytes(), redact_secrets=not settings.index_secrets, path=sf.path)
+        except OSError:
+            continue
+        if loaded is not None:
+            out.append((sf.path, grep_text(loaded.text)))
+    return out
 
 
 def namespaced(pf: ParsedFile, repo: str) -> ParsedFile:
@@ -265,12 +289,18 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
     deleted = sorted(set(stored) - seen_paths)
     emit({"event": "plan", "files": len(files), "to_parse": len(to_parse), "deleted": len(deleted)})
     report.git_head, report.git_dirty = git_state(root)
+    backfill = _texts_to_keep(files, stored, {sf.path for sf, _, _ in to_parse}, settings)
+    if backfill:
+        report.notes.append(f"kept the text of {len(backfill)} file{'s' if len(backfill) != 1 else ''} indexed "
+                            "before grep, for grep")
 
     if not to_parse and not deleted:
-        if touched:
+        if touched or backfill:
             with store.transaction():
                 for sf in touched:
                     store.touch_file(sf.path, sf.size, sf.mtime_ns)
+                for path, text in backfill:
+                    store.put_text(path, text)
         report.skipped = walk_report.skipped
         _finish_meta_if_needed(store, report)
         report.previous_change = last_change(store)
@@ -295,6 +325,7 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
     old_bases = dict.fromkeys(old_classes, []) | (store.bases_of(sorted(old_classes)) if old_classes else {})
 
     parsed: list[tuple[SourceFile, str, ParsedFile]] = []
+    texts: dict[str, str] = {}
     done = 0
     for sf, data, h in to_parse:
         pf, note, flags = _parse_one(sf, data, settings, store.repo)
@@ -309,6 +340,7 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
             if pf.syntax_errors or flags.get("parse_failed"):
                 report.syntax_errors.append(sf.path)
             parsed.append((sf, h, pf))
+            texts[sf.path] = flags.get("text")
             (report.modified if sf.path in stored else report.added).append(sf.path)
         if done % 50 == 0 or done == len(to_parse):
             emit({"event": "parse", "done": done, "total": len(to_parse)})
@@ -326,12 +358,14 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
         for sf, h, pf in parsed:
             store.put_file(FileRecord(sf.path, sf.language, sf.size, sf.mtime_ns, h, pf.module, pf.imports,
                                       pf.method, f"syntax errors: {pf.syntax_errors}" if pf.syntax_errors else ""),
-                           pf.capsules, lexical_bodies(pf.capsules))
+                           pf.capsules, lexical_bodies(pf.capsules), texts.pop(sf.path, None))
             report.capsules_written += len(pf.capsules)
             for c in pf.capsules:
                 new_defs.add(_def_key(c.id, c.path, c.qualname, c.kind, pf.module, c.name))
         for sf in touched:
             store.touch_file(sf.path, sf.size, sf.mtime_ns)
+        for path, text in backfill:
+            store.put_text(path, text)
         emit({"event": "link", "files": len(parsed)})
         if cold:
             from repoctx.graph import MemoryLookup

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, ContextManager, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
 from repoctx.store.globs import Dialect, GlobError, dialect as glob_dialect, parse as parse_glob
 from repoctx.types import Capsule, Edge
 
-SCHEMA_VERSION = 2  # bump when a backend's tables change; an older index is rebuilt or migrated, never misread
+if TYPE_CHECKING:
+    from repoctx.store.grep import GrepPlan
+
+SCHEMA_VERSION = 3  # bump when a backend's tables change; an older index is rebuilt or migrated, never misread
 _REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -169,6 +172,26 @@ class Scope:
                 "grants": None if self.grants is None else [g.__dict__ for g in self.grants]}
 
 
+def compile_all(scopes: Sequence[Scope], repo_col: str, path_col: str, placeholder: str,
+                dialect: Dialect | str) -> tuple[str, list]:
+    """Several scopes that must all allow a row (a caller's scope and a request's own narrowing), as one WHERE
+    fragment: a request narrows what its caller may see, it never widens it."""
+    wheres, args = [], []
+    for s in scopes:
+        w, a = s.compile(repo_col, path_col, placeholder, dialect)
+        if w != "1=1":
+            wheres.append(f"({w})")
+            args += a
+    return (" AND ".join(wheres) or "1=1"), args
+
+
+def text_key(text: str) -> str:
+    """The key a file's indexed text is stored under (per repository): its content hash."""
+    import hashlib
+
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
 def like_suffix(fragment: str) -> str:
     """A LIKE pattern (escape character ``\\``) for paths ending in ``/fragment``."""
     return "%/" + fragment.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -195,6 +218,7 @@ class FileRecord:
     imports: dict[str, str]
     method: str
     note: str = ""
+    text_hash: str = ""  # the key of the file's indexed text (grep); "" when the store has none for it
 
 
 @dataclass(slots=True)
@@ -266,6 +290,10 @@ class StoreReader(Protocol):
     def edges_from(self, ids: list[str], kinds: tuple[str, ...] = (), scope: Scope = EVERYTHING) -> list[Edge]: ...
     def edges_to(self, ids: list[str], kinds: tuple[str, ...] = (), scope: Scope = EVERYTHING) -> list[Edge]: ...
     def all_edges(self, scope: Scope = EVERYTHING) -> list[tuple]: ...
+    # grep: (repo, path, text key, text) of the indexed files all ``scopes`` allow whose text the plan's trigram
+    # prefilter admits, ordered by repository then path (code point order); streamed
+    def grep_texts(self, plan: "GrepPlan", scopes: Sequence[Scope]) -> Iterator[tuple[str, str, Any, str]]: ...
+    def file_text(self, repo: str, path: str, scope: Scope = EVERYTHING) -> str | None: ...
     def close(self) -> None: ...
 
 
@@ -288,7 +316,10 @@ class RepoWriter(Protocol):
     def meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str) -> None: ...
     def clear(self) -> None: ...
-    def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str]) -> None: ...
+    # ``text``: the file's indexed text (decoded, redacted) kept for grep, written with its capsules
+    def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str],
+                 text: str | None = None) -> None: ...
+    def put_text(self, path: str, text: str) -> None: ...  # the text of a file indexed before texts were kept
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None: ...
     def delete_file(self, path: str) -> None: ...
     def put_edges(self, edges: Iterable[tuple[Edge, str | None]], src_path: str) -> None: ...  # (edge, dst_key)

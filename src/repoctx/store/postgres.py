@@ -571,7 +571,8 @@ class PostgresRepoWriter:
                 conn.execute(f"DELETE FROM {table} WHERE repo=%s", (self.repo,))
             conn.execute("UPDATE repoctx_repos SET n_docs = 0, total_len = 0 WHERE name=%s", (self.repo,))
 
-    def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str]) -> None:
+    def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str],
+                 text: str | None = None) -> None:
         if not self._cold:
             self.delete_file(rec.path)
         self._files.append((self.repo, rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
@@ -594,6 +595,9 @@ class PostgresRepoWriter:
             self._df.update(tf.keys())
             self._docs += 1
             self._len += dl
+
+    def put_text(self, path: str, text: str) -> None:
+        pass  # grep's texts on PostgreSQL: next commit
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
         with self._c() as conn:

@@ -9,28 +9,43 @@ import os
 import sqlite3
 import threading
 import time
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from repoctx.store.base import (EMBED_KINDS, EVERYTHING, SCHEMA_VERSION, EmbedRow, FileRecord, RepoRecord,
-                                IndexBusy, SchemaMismatch, Scope, StoreError, VectorState, check_repo_name, like_suffix)
+                                IndexBusy, SchemaMismatch, Scope, StoreError, VectorState, check_repo_name, compile_all,
+                                like_suffix, text_key)
 from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
 from repoctx.store.faiss_index import FaissIndex
 from repoctx.types import Capsule, Edge
 
+if TYPE_CHECKING:
+    from repoctx.store.grep import GrepPlan
+
 # BM25 column weights: name, qualname, path, signature, docstring, body
 BM25_WEIGHTS = (10.0, 6.0, 3.0, 4.0, 2.0, 1.0)
+
+# grep's texts (schema 3): each indexed file's text once per repository and content (zlib), and a contentless
+# FTS5 trigram index over it (detail=none: which texts hold a trigram, not where; the regular expression
+# confirms). Contentless, so the text is not stored twice; a row leaves it by 'delete' with its text.
+_TEXT_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS texts(id INTEGER PRIMARY KEY, repo TEXT NOT NULL, hash TEXT NOT NULL, "
+    "data BLOB NOT NULL, UNIQUE(repo, hash))",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS text_fts USING fts5(text, content='', tokenize='trigram', detail='none')",
+    "CREATE INDEX IF NOT EXISTS files_text ON files(repo, text_hash)",
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(repo TEXT NOT NULL, key TEXT NOT NULL, value TEXT, PRIMARY KEY(repo, key));
 CREATE TABLE IF NOT EXISTS repos(name TEXT PRIMARY KEY, root TEXT, created REAL);
 CREATE TABLE IF NOT EXISTS files(
   repo TEXT NOT NULL, path TEXT NOT NULL, language TEXT, size INTEGER, mtime_ns INTEGER, hash TEXT, module TEXT,
-  imports TEXT, method TEXT, note TEXT, PRIMARY KEY(repo, path));
+  imports TEXT, method TEXT, note TEXT, text_hash TEXT, PRIMARY KEY(repo, path));
 CREATE TABLE IF NOT EXISTS capsules(
   rowid INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, repo TEXT NOT NULL, path TEXT, language TEXT, kind TEXT,
   name TEXT, qualname TEXT, signature TEXT, params TEXT, returns TEXT, docstring TEXT, decorators TEXT,
@@ -49,7 +64,7 @@ CREATE INDEX IF NOT EXISTS edges_path ON edges(repo, src_path);
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
   name, qualname, path, signature, docstring, body, tokenize = "unicode61 tokenchars '_'");
 CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, 'row');
-"""
+""" + "\n".join(f"{stmt};" for stmt in _TEXT_SCHEMA)
 
 _COLS = ("c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
          "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent")
@@ -64,6 +79,10 @@ def row_to_capsule(r) -> Capsule:
                    signature=r[7], params=_json_list(r[8]), returns=r[9] or "", docstring=r[10] or "",
                    decorators=_json_list(r[11]), start_line=r[12], end_line=r[13], text=r[14],
                    content_hash=r[15], parent=r[16])
+
+
+def _unpack(data: bytes) -> str:
+    return zlib.decompress(data).decode("utf-8", "surrogatepass")
 
 
 def _ph(n: int) -> str:
@@ -102,6 +121,8 @@ class SQLiteStore(MemoryReads):
                 raise StoreError(f"no index at {self.path}")
             db.executescript(_SCHEMA)
             db.execute("INSERT OR REPLACE INTO meta VALUES('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif version == 2:
+            self._migrate_2_3(db)
         elif version != SCHEMA_VERSION:
             if not create:
                 raise SchemaMismatch(f"the index at {self.dir} was built by another repoctx version (schema {version}, "
@@ -149,10 +170,31 @@ class SQLiteStore(MemoryReads):
         r = db.execute("SELECT value FROM meta WHERE repo='' AND key='schema_version'").fetchone()
         return int(r[0]) if r else 1
 
+    def _migrate_2_3(self, db) -> None:
+        """Schema 3 adds grep's texts beside what schema 2 holds, in place (any open, read-only ones too: the
+        tables are new and empty). Files indexed before are given their text by the next update."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if self._schema_version(db) == 2:  # another process may have migrated while this one waited
+                if "text_hash" not in [r[1] for r in db.execute("PRAGMA table_info(files)")]:
+                    db.execute("ALTER TABLE files ADD COLUMN text_hash TEXT")
+                for stmt in _TEXT_SCHEMA:
+                    db.execute(stmt)
+                db.execute("INSERT OR REPLACE INTO meta VALUES('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
     def _rebuild_schema(self, db) -> None:
         """An index is derived data: an older layout is dropped and rebuilt by the next update."""
         db.execute("BEGIN IMMEDIATE")
         try:
+            # virtual tables first: dropping one drops its shadow tables (which may not be dropped alone)
+            for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL%' "
+                                      "AND name NOT LIKE 'fts\\_%' ESCAPE '\\'").fetchall():
+                db.execute(f"DROP TABLE IF EXISTS {name}")
             for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' "
                                       "AND name NOT LIKE 'fts_%'").fetchall():
                 db.execute(f"DROP TABLE IF EXISTS {name}")
@@ -433,6 +475,32 @@ class SQLiteStore(MemoryReads):
                 f"{scope_sql}", chunk + list(kinds) + scope_args)]
         return out
 
+    # ---- grep: the files' texts, narrowed by the trigram index
+    def grep_texts(self, plan: "GrepPlan", scopes: Sequence[Scope]) -> Iterator[tuple[str, str, int, str]]:
+        from repoctx.store.grep import fts5_query
+
+        where, args = compile_all(scopes, "+f.repo", "f.path", "?", "sqlite")
+        match = fts5_query(plan.prefilter)
+        sql = (f"SELECT f.repo, f.path, t.id, t.data FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
+               f"WHERE {where}")
+        if match is not None:
+            sql += " AND t.id IN (SELECT rowid FROM text_fts WHERE text_fts MATCH ?)"
+            args = args + [match]
+        cur = self.db.execute(sql + " ORDER BY f.repo, f.path", args)
+        try:  # rows stream from one statement (one read snapshot); closing the generator ends it
+            for repo, path, tid, data in cur:
+                yield repo, path, tid, _unpack(data)
+        finally:
+            cur.close()
+
+    def file_text(self, repo: str, path: str, scope: Scope = EVERYTHING) -> str | None:
+        """The indexed text of one file (decoded, secrets redacted), or None when the scope hides it or the
+        store holds none for it."""
+        where, args = self._scope(scope, "f")
+        row = self.db.execute(f"SELECT t.data FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
+                              f"WHERE f.repo=? AND f.path=? AND {where}", [repo, path] + args).fetchone()
+        return _unpack(row[0]) if row else None
+
     # ---- dense
     def faiss_for(self, repo: str) -> FaissIndex:
         fx = self._faiss.get(repo)
@@ -517,9 +585,10 @@ class SQLiteRepoWriter:
         return file_lock(self.store.dir / "locks" / f"{self.repo}.{kind}.lock", wait)
 
     def files(self) -> dict[str, FileRecord]:
-        return {r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), r[7], r[8] or "")
-                for r in self.db.execute("SELECT path, language, size, mtime_ns, hash, module, imports, method, note "
-                                         "FROM files WHERE repo=?", (self.repo,))}
+        return {r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), r[7], r[8] or "",
+                                 r[9] or "")
+                for r in self.db.execute("SELECT path, language, size, mtime_ns, hash, module, imports, method, note, "
+                                         "text_hash FROM files WHERE repo=?", (self.repo,))}
 
     def meta(self, key: str) -> str | None:
         return self.store.meta(key, self.repo)
@@ -531,14 +600,54 @@ class SQLiteRepoWriter:
         self.db.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM capsules WHERE repo=?)", (self.repo,))
         for table in ("capsules", "edges", "files"):
             self.db.execute(f"DELETE FROM {table} WHERE repo=?", (self.repo,))
+        if self.db.execute("SELECT EXISTS (SELECT 1 FROM texts WHERE repo != ?)", (self.repo,)).fetchone()[0]:
+            for tid, data in self.db.execute("SELECT id, data FROM texts WHERE repo=?", (self.repo,)).fetchall():
+                self._unindex_text(tid, data)
+        else:
+            self.db.execute("INSERT INTO text_fts(text_fts) VALUES('delete-all')")
+        self.db.execute("DELETE FROM texts WHERE repo=?", (self.repo,))
 
-    def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str]) -> None:
+    # ---- texts (grep): one row per repository and content, referenced by files.text_hash
+    def _keep_text(self, text: str) -> str:
+        key = text_key(text)
+        cur = self.db.execute("INSERT OR IGNORE INTO texts(repo, hash, data) VALUES(?,?,?)",
+                              (self.repo, key, zlib.compress(text.encode("utf-8", "surrogatepass"), 6)))
+        if cur.rowcount:
+            self.db.execute("INSERT INTO text_fts(rowid, text) VALUES(?,?)", (cur.lastrowid, text))
+        return key
+
+    def _unindex_text(self, tid: int, data: bytes) -> None:
+        self.db.execute("INSERT INTO text_fts(text_fts, rowid, text) VALUES('delete', ?, ?)", (tid, _unpack(data)))
+
+    def _release_text(self, key: str | None) -> None:
+        """Drop a text no file of the repository refers to any more."""
+        if not key or self.db.execute("SELECT EXISTS (SELECT 1 FROM files WHERE repo=? AND text_hash=?)",
+                                      (self.repo, key)).fetchone()[0]:
+            return
+        row = self.db.execute("SELECT id, data FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()
+        if row is not None:
+            self._unindex_text(*row)
+            self.db.execute("DELETE FROM texts WHERE id=?", (row[0],))
+
+    def put_text(self, path: str, text: str) -> None:
+        old = self.db.execute("SELECT text_hash FROM files WHERE repo=? AND path=?", (self.repo, path)).fetchone()
+        if old is None:
+            return
+        key = self._keep_text(text)
+        if old[0] != key:
+            self.db.execute("UPDATE files SET text_hash=? WHERE repo=? AND path=?", (key, self.repo, path))
+            self._release_text(old[0])
+
+    def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str],
+                 text: str | None = None) -> None:
         from repoctx.tokens import fts_text
 
         self.delete_file(rec.path)
-        self.db.execute("INSERT INTO files VALUES(?,?,?,?,?,?,?,?,?,?)",
+        key = self._keep_text(text) if text is not None else None
+        self.db.execute("INSERT INTO files(repo, path, language, size, mtime_ns, hash, module, imports, method, note, "
+                        "text_hash) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
                         (self.repo, rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
-                         json.dumps(rec.imports), rec.method, rec.note))
+                         json.dumps(rec.imports), rec.method, rec.note, key))
         for c in capsules:
             cur = self.db.execute(
                 "INSERT INTO capsules(id, repo, path, language, kind, name, qualname, signature, params, returns, "
@@ -558,10 +667,13 @@ class SQLiteRepoWriter:
 
     def delete_file(self, path: str) -> None:
         args = (self.repo, path)
+        old = self.db.execute("SELECT text_hash FROM files WHERE repo=? AND path=?", args).fetchone()
         self.db.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM capsules WHERE repo=? AND path=?)", args)
         self.db.execute("DELETE FROM capsules WHERE repo=? AND path=?", args)
         self.db.execute("DELETE FROM edges WHERE repo=? AND src_path=?", args)
         self.db.execute("DELETE FROM files WHERE repo=? AND path=?", args)
+        if old is not None:
+            self._release_text(old[0])
 
     def put_edges(self, edges: Iterable[tuple[Edge, str | None]], src_path: str) -> None:
         self.db.executemany("INSERT INTO edges VALUES(?,?,?,?,?,?,?)",
