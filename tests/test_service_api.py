@@ -84,7 +84,7 @@ async def test_bad_requests_are_4xx_with_a_reason(env):
 async def test_search_context_and_retrieve_see_only_the_keys_scope(env):
     async with env.client() as c:
         ha, hd = env.auth(env.admin_key), env.auth(env.dev_key)
-        q = {"query": "verify token signature", "k": 10}
+        q = {"query": "verify token signature", "k": 10, "detail": "signatures"}
         admin = (await c.post("/search", json=q, headers=ha)).json()
         dev = (await c.post("/search", json=q, headers=hd)).json()
         admin_repos = {h["repo"] for h in admin["results"]}
@@ -115,7 +115,11 @@ async def test_search_context_and_retrieve_see_only_the_keys_scope(env):
         kinds = [e for e, _ in events]
         assert kinds[0] == "trace" and events[0][1]["step"] == "Routing" and kinds[-1] == "results"
         assert set(kinds[:-1]) == {"trace"}
-        assert events[-1][1]["results"][0]["symbol"] == "Basket.total_price"
+        assert events[-1][1]["detail"] == "brief" and events[-1][1]["results"][0]["citation"].endswith(
+            ":: Basket.total_price")
+        r = await c.post("/retrieve", json={"query": "basket total price", "mode": "standard", "detail": "full"},
+                         headers=hd)
+        assert parse_sse(r.text)[-1][1]["results"][0]["snippet"].lstrip().startswith("def total_price")
         # agentic retrieval streams its plan
         r = await c.post("/retrieve", json={"query": "How are tokens verified and how does the basket add items?",
                                             "mode": "agentic"}, headers=hd)

@@ -56,6 +56,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from repoctx.config import Settings
+from repoctx.render import retrieval_dict
 from repoctx.service.auth import KeyStore, Principal
 from repoctx.service.config import ServiceSettings
 from repoctx.service.db import ServiceDB, service_db_target
@@ -107,6 +108,10 @@ class SearchRequest(_Model):
     k: JsonInt = Field(10, ge=1, le=50, description="How many units (symbol level) or files (file level).")
     level: Literal["symbol", "file"] = "symbol"
     mode: Literal["auto", "standard", "agentic"] = Field("auto", description="auto: the router decides.")
+    detail: Literal["brief", "signatures", "full"] = Field(
+        "brief", description="brief: citation, short signature and why per hit; signatures: + path, lines, score, "
+                             "whole signature, docstring line, caller/callee counts; full: + the code's first lines "
+                             "(repoctx.render).")
 
 
 class RetrieveRequest(SearchRequest):
@@ -191,29 +196,6 @@ def stream_error(exc: BaseException, retry_after: int) -> dict:
     if store_unavailable(exc):
         return unavailable_body(exc, retry_after)
     return _error_body(type(exc).__name__, safe_detail(exc))
-
-
-def _hit(h) -> dict:
-    c = h.capsule
-    return {"citation": c.citation, "repo": c.repo, "path": c.path, "start_line": c.start_line,
-            "end_line": c.end_line, "symbol": c.qualname, "kind": c.kind, "signature": c.signature,
-            "score": round(float(h.score), 4)}
-
-
-def _file(f) -> dict:
-    caps = [h.capsule for h in f.capsules]
-    return {"repo": caps[0].repo if caps else "", "path": f.path, "score": round(float(f.score), 4),
-            "citations": [c.citation for c in caps]}
-
-
-def retrieval_dict(r) -> dict:
-    results = [_file(f) for f in r.files] if r.level == "file" else [_hit(h) for h in r.hits]
-    out = {"query": r.query, "mode": r.mode, "route": r.route, "level": r.level, "k": r.k, "notes": r.notes,
-           "seconds": round(r.seconds, 4), "count": len(results), "results": results}
-    for key in ("sub_queries", "iterations", "sufficient"):
-        if key in r.details:
-            out[key] = r.details[key]
-    return out
 
 
 def _json(data: Any) -> str:
@@ -680,7 +662,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
         def work():
             scope = svc.scope_for(p, req.repos)
             r = svc.index.retrieve(req.query, k=req.k, level=req.level, mode=req.mode, scope=scope)
-            return retrieval_dict(r)
+            return retrieval_dict(r, req.detail, index=svc.index, scope=scope)
         return await threaded(work)
 
     @app.post("/context", tags=["retrieval"], summary="Context compressed to a task inside a token budget")
@@ -712,7 +694,10 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                         return
                     n += 1
                     if ev.step == "Result":
-                        yield _sse("results", retrieval_dict(ev.data["retrieval"]), n)
+                        results = await svc.call(functools.partial(retrieval_dict, ev.data["retrieval"], req.detail,
+                                                                   index=svc.index, scope=scope),
+                                                 timeout=deadline - loop.time())
+                        yield _sse("results", results, n)
                         return
                     yield _sse("trace", ev.to_dict(), n)
             except asyncio.TimeoutError:
