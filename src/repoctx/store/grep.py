@@ -128,8 +128,16 @@ def _usable(items: tuple) -> bool:
     return False
 
 
+def _order(items: tuple) -> tuple:
+    """A sort key for literals (sets have no order; queries are built the same way every time)."""
+    return tuple((0, i) if isinstance(i, str) else (1, "".join(sorted(i))) if i is not None else (2, "")
+                 for i in items)
+
+
 def _exact_query(strings: set | None) -> Query:
-    return None if strings is None else _or(Lit(s) if _usable(s) else None for s in strings)
+    if strings is None:
+        return None
+    return _or(Lit(s) if _usable(s) else None for s in sorted(strings, key=_order))
 
 
 def _ic_item(ch: str) -> Item:

@@ -18,17 +18,20 @@ import time
 import zlib
 from collections import Counter
 from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
 from repoctx.store.base import (EMBED_KINDS, EVERYTHING, EmbedRow, FileRecord, IndexBusy, RepoRecord, Scope,
-                                StoreError, VectorState, check_repo_name, like_suffix)
+                                StoreError, VectorState, check_repo_name, compile_all, like_suffix, text_key)
 from repoctx.store.sqlite import BM25_WEIGHTS
 from repoctx.types import Capsule, Edge
 
-PG_SCHEMA_VERSION = 2
+if TYPE_CHECKING:
+    from repoctx.store.grep import GrepPlan
+
+PG_SCHEMA_VERSION = 3
 DEFAULT_DIM = 384  # the embedded default model's; other dimensions are searched exactly, without HNSW
 EXACT_DENSE_MAX = 200_000  # units a scope's repositories may hold for an exact vector scan
 K1, B = 1.2, 0.75
@@ -69,6 +72,21 @@ CREATE INDEX IF NOT EXISTS repoctx_vectors_hnsw ON repoctx_vectors
 """,
     # document frequencies are read by term across every repository: the (repo, term) key cannot serve that
     2: "CREATE INDEX IF NOT EXISTS repoctx_term_df_term ON repoctx_term_df(term) INCLUDE (df);",
+    # grep (issue 40): each indexed file's text once per repository and content (TOAST compresses it), with a
+    # pg_trgm GIN index that narrows the files a LIKE names before the regular expression confirms
+    3: """
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE TABLE IF NOT EXISTS repoctx_texts(repo TEXT NOT NULL, hash TEXT NOT NULL, text TEXT NOT NULL,
+  PRIMARY KEY(repo, hash));
+CREATE INDEX IF NOT EXISTS repoctx_texts_trgm ON repoctx_texts USING gin (text gin_trgm_ops);
+ALTER TABLE repoctx_files ADD COLUMN IF NOT EXISTS text_hash TEXT;
+CREATE INDEX IF NOT EXISTS repoctx_files_text ON repoctx_files(repo, text_hash);
+""",
+}
+# extensions a migration creates: checked first, so a server without one is named, not a driver error
+_EXTENSIONS: dict[int, tuple[tuple[str, str], ...]] = {
+    1: (("vector", "dense search (pgvector)"),),
+    3: (("pg_trgm", "grep's trigram index"),),
 }
 
 # what the in-memory reads are valid for (memory_bm25.py): rids are never reused, the counters move with
@@ -106,12 +124,33 @@ def migrate(url: str) -> dict:
             conn.execute("CREATE TABLE IF NOT EXISTS repoctx_schema(version INT PRIMARY KEY, applied DOUBLE PRECISION)")
             start = _schema_version(conn) or 0
             for version in sorted(v for v in _MIGRATIONS if v > start):
+                for name, why in _EXTENSIONS.get(version, ()):
+                    require_extension(conn, name, why)
                 conn.execute(_MIGRATIONS[version])
                 conn.execute("INSERT INTO repoctx_schema VALUES(%s, %s)", (version, time.time()))
             conn.commit()
     except psycopg.Error as e:
         raise StoreError(f"could not migrate the database: {type(e).__name__}: {str(e).splitlines()[0]}") from None
     return {"version": PG_SCHEMA_VERSION, "from": start or None}
+
+
+def require_extension(conn, name: str, why: str) -> None:
+    """Create extension ``name`` unless it exists; a server that does not ship it is a StoreError naming it."""
+    import psycopg
+
+    if conn.execute("SELECT 1 FROM pg_extension WHERE extname = %s", (name,)).fetchone():
+        return
+    if not conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = %s", (name,)).fetchone():
+        raise StoreError(f"the PostgreSQL server does not have the extension {name} ({why} needs it): install it on "
+                         f"the server (for {name}: the postgresql-contrib package, or a managed PostgreSQL that offers "
+                         f"it), then run `repoctx db migrate` again")
+    try:
+        with conn.transaction():
+            conn.execute(f'CREATE EXTENSION IF NOT EXISTS "{name}"')
+    except psycopg.Error as e:
+        raise StoreError(f"could not create the PostgreSQL extension {name} ({why} needs it): {type(e).__name__}: "
+                         f"{str(e).splitlines()[0]} (a superuser can run CREATE EXTENSION {name} in this database)") \
+            from None
 
 
 def _tokens(text: str) -> list[str]:
@@ -404,6 +443,32 @@ class PostgresStore(MemoryReads):
             args += s_args + d_args
         return [Edge(*r) for r in self._q(sql + " ORDER BY e.eid", args)]
 
+    # ---- grep: the files' texts, narrowed by pg_trgm
+    def grep_texts(self, plan: "GrepPlan", scopes: Sequence[Scope]) -> Iterator[tuple[str, str, str, str]]:
+        from repoctx.store.grep import postgres_filter
+
+        where, args = compile_all(scopes, "f.repo", "f.path", "%s", "postgres")
+        pre = postgres_filter(plan.prefilter, "t.text", plan.ignore_case)
+        if pre is not None:
+            where, args = f"{where} AND {pre[0]}", args + pre[1]
+        sql = (f"SELECT f.repo, f.path, t.hash, t.text FROM repoctx_files f JOIN repoctx_texts t ON t.repo = f.repo "
+               f"AND t.hash = f.text_hash WHERE {where} ORDER BY f.repo COLLATE \"C\", f.path COLLATE \"C\"")
+        with self._conn() as conn, conn.transaction():
+            # a server-side cursor: texts stream in batches, and a scan cut short by its bounds reads no more
+            with conn.cursor(name="repoctx_grep") as cur:
+                cur.itersize = 64
+                cur.execute(sql, args)
+                for repo, path, key, text in cur:
+                    yield repo, path, (repo, key), text
+
+    def file_text(self, repo: str, path: str, scope: Scope = EVERYTHING) -> str | None:
+        """The indexed text of one file (decoded, secrets redacted), or None when the scope hides it or the
+        store holds none for it."""
+        where, args = self._scope(scope, "f")
+        rows = self._q(f"SELECT t.text FROM repoctx_files f JOIN repoctx_texts t ON t.repo = f.repo AND t.hash = "
+                       f"f.text_hash WHERE f.repo=%s AND f.path=%s AND {where}", [repo, path] + args)
+        return rows[0][0] if rows else None
+
     # ---- dense
     def _exact_dense(self, scope: Scope) -> bool:
         """Whether the scope's repositories are few enough units to scan exactly. An HNSW graph over many
@@ -453,6 +518,7 @@ class PostgresRepoWriter:
         self._caps: list[tuple] = []
         self._post: list[str] = []  # COPY text lines
         self._files: list[tuple] = []
+        self._texts: dict[str, str] = {}  # grep's texts to write, by key
         self._edges: list[tuple] = []
         self._df: Counter = Counter()
         self._docs = 0
@@ -491,7 +557,7 @@ class PostgresRepoWriter:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
     def _reset(self) -> None:
-        self._caps, self._post, self._files, self._edges = [], [], [], []
+        self._caps, self._post, self._files, self._edges, self._texts = [], [], [], [], {}
         self._df, self._docs, self._len, self._rids = Counter(), 0, 0.0, []
 
     @contextmanager
@@ -507,9 +573,22 @@ class PostgresRepoWriter:
         conn = self.conn
         if conn is None:
             return
+        if self._texts:  # new texts only: one the repository holds already stays
+            batch: list[tuple[str, str]] = []
+            size = 0
+            for key, text in [*self._texts.items(), (None, "")]:
+                if key is not None:
+                    batch.append((key, text))
+                    size += len(text)
+                if batch and (key is None or size > 8 << 20):
+                    conn.execute("INSERT INTO repoctx_texts(repo, hash, text) SELECT %s, h, t FROM unnest(%s::text[], "
+                                 "%s::text[]) AS x(h, t) ON CONFLICT (repo, hash) DO NOTHING",
+                                 (self.repo, [b[0] for b in batch], [b[1] for b in batch]))
+                    batch, size = [], 0
+            self._texts = {}
         if self._files:
             with conn.cursor().copy("COPY repoctx_files(repo, path, language, size, mtime_ns, hash, module, imports, "
-                                    "method, note) FROM STDIN") as cp:
+                                    "method, note, text_hash) FROM STDIN") as cp:
                 for r in self._files:
                     cp.write_row(r)
         if self._caps:
@@ -549,9 +628,10 @@ class PostgresRepoWriter:
     # ---- reads of the repository's own state
     def files(self) -> dict[str, FileRecord]:
         with self._c() as conn:
-            rows = conn.execute("SELECT path, language, size, mtime_ns, hash, module, imports, method, note "
+            rows = conn.execute("SELECT path, language, size, mtime_ns, hash, module, imports, method, note, text_hash "
                                 "FROM repoctx_files WHERE repo=%s", (self.repo,)).fetchall()
-        return {r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), r[7], r[8] or "")
+        return {r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), r[7], r[8] or "",
+                                 r[9] or "")
                 for r in rows}
 
     def meta(self, key: str) -> str | None:
@@ -567,7 +647,8 @@ class PostgresRepoWriter:
     # ---- writes
     def clear(self) -> None:
         with self._c() as conn:
-            for table in ("repoctx_postings", "repoctx_capsules", "repoctx_edges", "repoctx_files", "repoctx_term_df"):
+            for table in ("repoctx_postings", "repoctx_capsules", "repoctx_edges", "repoctx_files", "repoctx_term_df",
+                          "repoctx_texts"):
                 conn.execute(f"DELETE FROM {table} WHERE repo=%s", (self.repo,))
             conn.execute("UPDATE repoctx_repos SET n_docs = 0, total_len = 0 WHERE name=%s", (self.repo,))
 
@@ -575,8 +656,12 @@ class PostgresRepoWriter:
                  text: str | None = None) -> None:
         if not self._cold:
             self.delete_file(rec.path)
+        key = None
+        if text is not None:
+            key = text_key(text)
+            self._texts[key] = text
         self._files.append((self.repo, rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
-                            json.dumps(rec.imports), rec.method, rec.note))
+                            json.dumps(rec.imports), rec.method, rec.note, key))
         for c in capsules:
             rid = self._next_rid()
             cols = (c.name, c.qualname, c.path, c.signature, c.docstring, lexical_bodies.get(c.id, c.text)[:200_000])
@@ -597,7 +682,21 @@ class PostgresRepoWriter:
             self._len += dl
 
     def put_text(self, path: str, text: str) -> None:
-        pass  # grep's texts on PostgreSQL: next commit
+        key = text_key(text)
+        with self._c() as conn:
+            old = conn.execute("SELECT text_hash FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path)).fetchone()
+            if old is None or old[0] == key:
+                return
+            self._texts[key] = text
+            conn.execute("UPDATE repoctx_files SET text_hash=%s WHERE repo=%s AND path=%s", (key, self.repo, path))
+            self._release_text(conn, old[0])
+
+    def _release_text(self, conn, key: str | None) -> None:
+        """Drop a text no file of the repository refers to any more (a text still waiting in the buffer is
+        written by the next flush whatever happens here)."""
+        if key:
+            conn.execute("DELETE FROM repoctx_texts t WHERE t.repo=%s AND t.hash=%s AND NOT EXISTS (SELECT 1 FROM "
+                         "repoctx_files f WHERE f.repo=%s AND f.text_hash=%s)", (self.repo, key, self.repo, key))
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
         with self._c() as conn:
@@ -610,11 +709,14 @@ class PostgresRepoWriter:
         if any(f[1] == path for f in self._files):
             self._flush()
         conn = self.conn
+        old = conn.execute("SELECT text_hash FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path)).fetchone()
         gone = conn.execute("SELECT count(*), coalesce(sum(dl), 0) FROM repoctx_capsules WHERE repo=%s AND path=%s",
                             (self.repo, path)).fetchone()
         if not gone[0]:
             conn.execute("DELETE FROM repoctx_edges WHERE repo=%s AND src_path=%s", (self.repo, path))
             conn.execute("DELETE FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path))
+            if old is not None:
+                self._release_text(conn, old[0])
             return
         dfs = conn.execute("SELECT p.term, count(*) FROM repoctx_postings p JOIN repoctx_capsules c ON c.rid = p.rid "
                            "WHERE c.repo=%s AND c.path=%s GROUP BY p.term", (self.repo, path)).fetchall()
@@ -623,6 +725,8 @@ class PostgresRepoWriter:
         conn.execute("DELETE FROM repoctx_capsules WHERE repo=%s AND path=%s", (self.repo, path))
         conn.execute("DELETE FROM repoctx_edges WHERE repo=%s AND src_path=%s", (self.repo, path))
         conn.execute("DELETE FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path))
+        if old is not None:
+            self._release_text(conn, old[0])
         self._apply_counts(conn, Counter({t: -int(n) for t, n in dfs}), -int(gone[0]), -float(gone[1]))
 
     def put_edges(self, edges: Iterable[tuple[Edge, str | None]], src_path: str) -> None:
