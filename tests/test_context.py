@@ -152,6 +152,23 @@ def headed(text: str, cite: str) -> bool:
     return f"### {cite}\n" in text
 
 
+def sliced(text: str, c) -> bool:
+    """``c`` is shown cut: headed by its name and span, not by a citation."""
+    return f"### {c.path} :: {c.qualname} (lines {c.start_line}-{c.end_line}, sliced)\n" in text
+
+
+def covers(ctx, c) -> bool:
+    """Some lines of ``c`` are cited."""
+    return any(x.startswith(f"{c.path}:") and x.endswith(f" :: {c.qualname}") for x in ctx.citations)
+
+
+def head_only(ctx, c, lines: int = 2) -> bool:
+    """``c`` shows its signature and docstring line only: those lines cited, the rest left out."""
+    a = c.start_line
+    return (f"{c.path}:{a}-{a + lines - 1} :: {c.qualname}" in ctx.citations
+            and f"{c.path}:{a + lines}-{c.end_line} :: {c.qualname}" in ctx.left_out)
+
+
 # ---------------------------------------------------------------- classification
 
 @pytest.mark.parametrize("query, task", [
@@ -196,15 +213,18 @@ def test_code_query_gives_target_whole_and_callee_signatures(index):
     ctx = build_context(index, "how does Cart.total compute the total price?")
     assert ctx.task == "code_query"
     assert_well_formed(ctx, 2000)
-    total, tax = one(index, "Cart.total"), one(index, "compute_tax")
+    total, tax, discount = one(index, "Cart.total"), one(index, "compute_tax"), one(index, "apply_discount")
     assert ctx.citations[0] == total.citation and headed(ctx.text, total.citation)
     assert textwrap.dedent(total.text) in ctx.text  # the target whole
-    assert headed(ctx.text, tax.citation)
+    # callees: their signature and docstring line, as the file has them; their bodies stay out
+    assert sliced(ctx.text, tax) and head_only(ctx, tax)
     assert tax.signature in ctx.text and "Return the tax owed on an amount for a region." in ctx.text
-    assert "rate = _rate_for(region)" not in ctx.text  # callee bodies stay out
+    assert "rate = _rate_for(region)" not in ctx.text
     assert "Unknown regions pay the fallback rate." not in ctx.text  # only the docstring's first line
-    assert one(index, "apply_discount").signature in ctx.text
+    assert sliced(ctx.text, discount) and head_only(ctx, discount) and discount.signature in ctx.text
     assert "lookup_code(code)" not in ctx.text
+    assert covers(ctx, one(index, "checkout"))  # a caller, where it calls the target
+    assert "return cart.total(code)" in ctx.text
 
 
 def test_code_query_class_target_whole_when_it_fits(index):
@@ -217,36 +237,54 @@ def test_code_query_class_target_whole_when_it_fits(index):
     assert "return amount * rate" not in ctx.text
 
 
-def test_code_query_class_too_big_gives_outline_and_best_method(index):
+def test_code_query_class_and_its_method_gives_the_method_and_the_class_outline(index):
+    """A top class whose method is also a hit: the method is the target, the class an outline (its signature,
+    docstring line and the headers of its methods), whatever the budget."""
     cart, total = one(index, "Cart"), one(index, "Cart.total")
-    budget = count_tokens(cart.text) * 3 // 4
-    assert count_tokens(one(index, "Cart.receipt").text) > count_tokens(cart.text) // 3
-    ctx = build_context(index, "what is a Cart", task="code_query", budget=budget,
-                        hits=[Hit(cart, 1.0), Hit(total, 0.5)])
-    assert_well_formed(ctx, budget)
-    assert ctx.citations[:2] == [cart.citation, total.citation]
-    assert "def add_item(self, name: str, price: float) -> None" in ctx.text  # outline
-    assert "self.items.append" not in ctx.text
-    assert textwrap.dedent(total.text) in ctx.text
+    for budget in (count_tokens(cart.text) * 3 // 4, 2000):
+        ctx = build_context(index, "what is a Cart", task="code_query", budget=budget,
+                            hits=[Hit(cart, 1.0), Hit(total, 0.5)])
+        assert_well_formed(ctx, budget)
+        assert ctx.citations[0] == total.citation
+        assert textwrap.dedent(total.text) in ctx.text
+        assert "## Target class (outline)" in ctx.text and sliced(ctx.text, cart)
+        assert any(x.startswith(f"{cart.path}:{cart.start_line}-") and x.endswith(":: Cart") for x in ctx.citations)
+        assert "def add_item(self, name: str, price: float) -> None:" in ctx.text  # outline
+        assert f"{cart.path}:13-13 :: Cart" in ctx.citations  # ... cited by its own line
+        assert "self.items.append" not in ctx.text
 
 
-def test_code_query_cuts_a_target_too_long_for_the_budget(index):
+def test_code_query_slices_a_target_too_long_for_the_budget(index):
+    """reconcile_ledger is 243 lines: at 400 tokens it is cut to its signature and the lines that mention the
+    question's terms, with markers for what is left out and every run of shown lines cited by its real lines."""
     ledger = one(index, "reconcile_ledger")
     assert count_tokens(ledger.text) > 2000  # the fixture's long function really is long
     ctx = build_context(index, "how does reconcile_ledger reconcile accounts", task="code_query", budget=400)
     assert_well_formed(ctx, 400)
-    first = ctx.citations[0]
-    path, rng = first.split(" :: ")[0].rsplit(":", 1)
-    start, shown_end = map(int, rng.split("-"))
-    assert path == ledger.path and start == ledger.start_line and shown_end < ledger.end_line
-    assert f"... [truncated: lines {shown_end + 1}-{ledger.end_line} not shown]" in ctx.text
-    assert f"{ledger.path}:{shown_end + 1}-{ledger.end_line} :: reconcile_ledger" in ctx.left_out
-    assert ctx.tokens > 300  # the cut uses the budget, it does not throw the target away
+    assert sliced(ctx.text, ledger) and ctx.citations[0].startswith(f"{ledger.path}:{ledger.start_line}-")
+    assert "def reconcile_ledger(ledger: dict, weights: list, adjustments: dict, discounts: list) -> float:" \
+        in ctx.text
+    assert "ledger.get('account_0', 0)" in ctx.text  # a line that names the question's terms
+    assert "… lines " in ctx.text
+    # what is shown and what is left out are the unit's lines, each once
+    spans = sorted(tuple(map(int, x.split(" :: ")[0].rsplit(":", 1)[1].split("-")))
+                   for x in ctx.citations + ctx.left_out if x.startswith(f"{ledger.path}:"))
+    assert spans[0][0] == ledger.start_line and spans[-1][1] == ledger.end_line
+    assert all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:]))
+    assert len([x for x in ctx.left_out if x.startswith(f"{ledger.path}:")]) >= 1
+    assert ctx.tokens > 200  # the cut keeps what the question needs, it does not throw the target away
+
+
+def test_code_query_with_room_shows_the_returns_of_a_long_target(index):
+    ledger = one(index, "reconcile_ledger")
+    ctx = build_context(index, "how does reconcile_ledger reconcile accounts", task="code_query", budget=1000)
+    assert "return sum(v for k, v in locals().items() if k.startswith('total_'))" in ctx.text
+    assert f"{ledger.path}:{ledger.end_line}-{ledger.end_line} :: reconcile_ledger" in ctx.citations
 
 
 # ---------------------------------------------------------------- refactor
 
-def test_refactor_gives_callee_bodies_and_caller_signatures(index):
+def test_refactor_gives_callee_bodies_and_caller_call_sites(index):
     ctx = build_context(index, "rename compute_tax to calculate_tax")
     assert ctx.task == "refactor"
     assert_well_formed(ctx, 1500)
@@ -255,9 +293,12 @@ def test_refactor_gives_callee_bodies_and_caller_signatures(index):
     assert ctx.citations[0] == tax.citation
     assert textwrap.dedent(tax.text) in ctx.text
     assert headed(ctx.text, rate.citation) and textwrap.dedent(rate.text) in ctx.text  # callee body
-    for caller in (total, report):
-        assert headed(ctx.text, caller.citation) and caller.signature in ctx.text  # caller signature
-    assert "discounted = apply_discount(subtotal, code)" not in ctx.text  # ... not its body
+    for caller in (total, report):  # caller signature and the line that calls the target
+        assert sliced(ctx.text, caller) and caller.signature in ctx.text
+    assert "    return round_money(discounted + compute_tax(discounted, self.region))" in ctx.text
+    assert f"{total.path}:21-21 :: Cart.total" in ctx.citations
+    assert '    return {"balance": balance, "tax": compute_tax(balance)}' in ctx.text
+    assert "discounted = apply_discount(subtotal, code)" not in ctx.text  # ... not the rest of its body
     assert "reconcile_ledger(ledger, [1.0] * 7" not in ctx.text
 
 
@@ -265,7 +306,7 @@ def test_refactor_respects_scope(index):
     ctx = build_context(index, "rename compute_tax to calculate_tax",
                         scope=Scope(exclude=("shop/reports.py",)))
     assert_well_formed(ctx, 1500)
-    assert one(index, "Cart.total").citation in ctx.citations
+    assert covers(ctx, one(index, "Cart.total"))
     assert not any("reports.py" in c for c in ctx.citations + ctx.left_out)
     assert "monthly_report" not in ctx.text
 
@@ -382,13 +423,16 @@ def test_refactor_rename_targets_the_real_definition_and_its_callers(tmp_path):
     ctx = ix.context("rename resolve_command", task="refactor", budget=1500)
     assert ctx.citations[0] == "src/click/core.py:2-8 :: Group.resolve_command"
     assert "cmd = self.get_command(ctx, cmd_name)" in ctx.text  # whole
-    assert "src/click/core.py:13-15 :: Group.invoke" in ctx.citations  # callers
+    assert "src/click/core.py:13-15 :: Group.invoke" in ctx.citations  # callers (short: whole)
     assert "src/click/core.py:17-19 :: Group.shell_complete" in ctx.citations
-    assert "examples/aliases/aliases.py:4-6 :: AliasedGroup.resolve_command" in ctx.citations  # the override, too
+    assert "examples/aliases/aliases.py:4-4 :: AliasedGroup.resolve_command" in ctx.citations  # the override's signature
+    assert "examples/aliases/aliases.py:5-6 :: AliasedGroup.resolve_command" in ctx.left_out
     assert ctx.tokens <= 1500
 
 
-def test_a_large_budget_is_filled_with_relevant_code(tmp_path):
+def test_a_large_budget_covers_more_units_not_more_of_each(tmp_path):
+    """A budget is a ceiling, not a target: more budget brings more units, each cut to what the question needs
+    (a function's twelve lines that all say the same thing are not all shown)."""
     from repoctx import Index, Settings
     from tests.conftest import write_tree
 
@@ -399,7 +443,13 @@ def test_a_large_budget_is_filled_with_relevant_code(tmp_path):
     root = write_tree(tmp_path / "r", files)
     ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
     ix.update()
-    for task in ("code_query", "refactor"):
-        ctx = ix.context("how are dates parsed from text?", task=task, budget=6000)
-        assert ctx.tokens <= 6000 and ctx.tokens >= 0.6 * 6000, (task, ctx.tokens)
-        assert len(ctx.citations) >= 8
+    small = ix.context("how are dates parsed from text?", task="code_query", budget=1500)
+    ctx = ix.context("how are dates parsed from text?", task="code_query", budget=6000)
+    units = {c.split(" :: ")[1] for c in ctx.citations}
+    assert ctx.tokens <= 6000 and len(units) >= 12
+    assert {c.split(" :: ")[1] for c in small.citations} < units
+    assert ctx.text.count("    return part_0") >= 12  # each shows its return ...
+    assert "part_11 = " not in ctx.text.split("## Related")[1]  # ... not every repeated line
+    assert ctx.tokens < 0.6 * 6000
+    refactor = ix.context("how are dates parsed from text?", task="refactor", budget=6000)
+    assert refactor.tokens <= 6000 and len(refactor.citations) >= 8

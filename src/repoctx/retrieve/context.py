@@ -4,10 +4,21 @@ into a token budget.
 ``build_context`` is the I/O edge (search, then graph reads through one ``Scope``); ``assemble`` is
 the pure core that turns hits plus a small graph reader into a ``Context``.
 
-Budget rule: every piece is all-or-nothing, except the code_query/refactor *target*, which is cut at
-a line boundary with a visible marker when it alone does not fit. Whatever is not shown is listed in
-``Context.left_out`` as a citation (for a cut target: the omitted line range), so ``citations`` and
-``left_out`` never overlap.
+code_query and refactor cut long units to what the question needs (``slices.py``): the signature, the lines that
+mention the question's terms with the blocks around them, returns and raises, ``… lines a-b`` where lines are left
+out. A citation ``path:a-b :: qualname`` names exactly the lines shown under it (a sliced unit has one per run of
+shown lines) and each gap is listed in ``Context.left_out`` the same way, so ``citations`` and ``left_out`` never
+overlap. The budget is spread: first the head (signature, first docstring line) of each unit in a fixed order of
+priority, up to the first that does not fit in a share of the budget (so more budget never covers fewer units);
+then the units' slices grow, then whole, in rounds.
+
+What each task shows:
+- code_query: the target, sliced (whole when the budget allows); its callees' signatures; the lines of its callers
+  and of the tests that name it where they call it; the other hits, sliced, then whole.
+- refactor: the target whole (sliced only when it alone does not fit: a refactor edits all of it); every caller's
+  call sites; the other definitions of the name; the callees' bodies; then the other hits.
+- code_gen: the layout of the hit directories and the names (signatures) of the hit files and their neighbours.
+- search: a mini index of the hits, names and line spans grouped by file.
 """
 from __future__ import annotations
 
@@ -17,8 +28,13 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import math
+
 from repoctx.embed import count_tokens
+from repoctx.retrieve import slices
+from repoctx.retrieve.hybrid import is_test_unit, query_terms
 from repoctx.store.base import EVERYTHING, Scope
+from repoctx.tokens import code_tokens
 from repoctx.types import Capsule, Context, FileHit, Hit
 
 TASKS = ("code_query", "refactor", "code_gen", "search")
@@ -26,7 +42,18 @@ DEFAULT_BUDGETS = {"code_query": 2000, "refactor": 1500, "code_gen": 600, "searc
 SEARCH_K = {"code_query": 10, "refactor": 10, "code_gen": 10, "search": 30}
 
 CODE_KINDS = ("function", "method", "class")
-MAX_RELATED = 5  # code_query: other top hits shown as signatures, after the callees
+# code_query/refactor: how the budget is spread (see _Plan)
+SKELETON_SHARE = 0.5  # the heads of the units (after the first) stop at half the budget: the rest is for depth
+TARGET_CEILING = 0.45  # code_query: the target's slice, before the last round (whole when it fits in that)
+RELATED_CEILING = 0.15  # each of the first hits after the target; later hits half that
+SITE_CEILING = 0.06  # a caller's or a test's call sites
+CALLEE_CEILING = 0.15  # refactor: each callee's body
+TARGET_WHOLE = 600  # code_query: a target of at most this many tokens is shown whole (within its ceiling)
+SMALL_WHOLE = 150  # another unit of at most this many tokens is shown whole rather than cut
+EARLY_RELATED = 4  # code_query: hits whose heads come before the graph's neighbours
+MAX_CALLEES, MAX_CALLERS, MAX_TESTS = 6, 4, 3
+MAX_REFACTOR_SITES = 40  # refactor: callers and other definitions (a rename touches them all)
+MAX_TERM_SHARE = 0.25  # a term in more than this share of the units says nothing about which lines matter
 MAX_LAYOUT_DIRS = 5
 MAX_DIR_FILES = 25
 MAX_NAME_FILES = 8
@@ -112,6 +139,8 @@ class GraphReader(Protocol):
     def file_capsules(self, repo: str, path: str) -> list[Capsule]: ...
     def visible_paths(self, repo: str, dirs: list[str]) -> list[str]: ...
     def namesakes(self, c: Capsule) -> list[Capsule]: ...
+    def tests_naming(self, c: Capsule, limit: int) -> list[Capsule]: ...
+    def term_weights(self, query: str) -> dict[str, float]: ...
 
 
 class StoreReader:
@@ -136,6 +165,26 @@ class StoreReader:
         """Other functions, methods and classes with the same name, in the same repository."""
         return [d for d in self.store.by_names([c.name], self.scope.with_repos((c.repo,)) if c.repo else self.scope)
                 if d.id != c.id and d.name == c.name and d.kind in CODE_KINDS]
+
+    def tests_naming(self, c: Capsule, limit: int) -> list[Capsule]:
+        """Test functions that call ``c`` (the graph), then those whose text names it (the lexical index)."""
+        if len(c.name) < 3:
+            return []
+        out = [d for d in self.callers([c.id]) if is_test_unit(d) and d.kind in CODE_KINDS]
+        ids = [cid for cid, _ in self.store.lexical([c.name.lower()], 50, self.scope)]
+        named = {d.id: d for d in self.store.capsules(ids, self.scope)}
+        word = re.compile(rf"\b{re.escape(c.name)}\b")
+        out += [named[i] for i in ids if i in named and named[i].kind in CODE_KINDS and is_test_unit(named[i])
+                and word.search(named[i].text)]
+        return list({d.id: d for d in out if d.id != c.id}.values())[:limit]
+
+    def term_weights(self, query: str) -> dict[str, float]:
+        """The question's terms (as the lexical search takes them) weighed by rarity (IDF); terms in more than
+        ``MAX_TERM_SHARE`` of the units are left out."""
+        terms = query_terms(self.store, query, 48, self.scope)
+        df = self.store.doc_freqs(terms, self.scope)
+        n = max(self.store.n_capsules(self.scope), 1)
+        return {t: math.log(1 + n / (1 + df[t])) for t in terms if 0 < df.get(t, 0) <= MAX_TERM_SHARE * n}
 
     def visible_paths(self, repo: str, dirs: list[str]) -> list[str]:
         """The files directly in ``dirs``, plus one file under each of their subdirectories, that the
@@ -193,19 +242,6 @@ class _Packer:
         self.used += n
         return True
 
-    def upgrade(self, old: str, new: str) -> bool:
-        """Swap a piece already added (a signature) for a fuller one (the whole body) if the difference fits."""
-        for i, (text, cites) in enumerate(self.parts):
-            if old in text:
-                grown = text.replace(old, new, 1)
-                delta = count_tokens(grown) - count_tokens(text)
-                if delta > self.room():
-                    return False
-                self.parts[i] = (grown, cites)
-                self.used += delta
-                return True
-        return False
-
     def finish(self, task: str, budget: int) -> Context:
         text = "".join(t for t, _ in self.parts).rstrip() + "\n" if self.parts else ""
         tokens = count_tokens(text)
@@ -221,13 +257,6 @@ class _Packer:
 
 # ---------------------------------------------------------------- rendering pieces
 
-def _fence(text: str) -> str:
-    fence = "```"
-    while fence in text:
-        fence += "`"
-    return fence
-
-
 def _doc_first_line(c: Capsule) -> str:
     for line in c.docstring.splitlines():
         if line.strip():
@@ -235,151 +264,240 @@ def _doc_first_line(c: Capsule) -> str:
     return ""
 
 
-def _doc_comment(c: Capsule, doc: str) -> str:
-    if c.language == "python":
-        return f'"""{doc}"""'
-    if c.language in ("ruby", "bash", "shell", "r", "perl", "elixir", "yaml", "toml", "makefile"):
-        return f"# {doc}"
-    return f"// {doc}"
-
-
-def _signature_piece(c: Capsule) -> str:
-    sig = c.signature or c.qualname
-    doc = _doc_first_line(c)
-    out = f"### {c.citation}\n{sig}\n"
-    if doc:
-        out += f"    {_doc_comment(c, doc)}\n"
-    return out + "\n"
-
-
 def _whole_piece(c: Capsule) -> str:
     body = textwrap.dedent(c.text).rstrip("\n")
-    fence = _fence(body)
+    fence = slices._fence(body)
     return f"### {c.citation}\n{fence}{c.language}\n{body}\n{fence}\n\n"
 
 
-def _cite(c: Capsule, start: int, end: int) -> str:
-    return f"{c.path}:{start}-{end} :: {c.qualname}"
+# ---------------------------------------------------------------- code_query and refactor: sliced units
+
+@dataclass
+class _Unit:
+    """One unit of a code_query/refactor context: its place (section), how far it may grow, what is shown."""
+
+    capsule: Capsule
+    section: str
+    ceiling: float  # the share of the budget it may take (twice that in the second round); 0: its head only
+    whole_ok: bool = True  # may be shown whole (an outline or a call-site slice stays what it is)
+    # "core": grows to what the question needs of it (whole only when that is most of it, or it is small);
+    # "full": grows to the whole unit, and in a last round takes what is left (refactor: what is being edited)
+    depth: str = "core"
+    small: int = 0  # tokens under which a "core" unit is shown whole
+    sl: slices.Sliceable | None = None
+    lines: frozenset[int] | None = None  # shown lines (None: not shown); a unit that cannot be cut: all or nothing
+    cost: int = 0
+
+    def piece(self) -> slices.Piece:
+        if self.sl is None:
+            text = _whole_piece(self.capsule)
+            return slices.Piece(text, (self.capsule.citation,), (), count_tokens(text), True)
+        return slices.render(self.sl, self.lines)
+
+    def cost_of(self, lines: frozenset[int] | None) -> int:
+        if self.sl is None:
+            return count_tokens(_whole_piece(self.capsule))
+        return slices.cost(self.sl, lines)
 
 
-def _add_truncated(packer: _Packer, c: Capsule, section: str) -> None:
-    """Show the first lines of ``c`` that fit, a marker, and list the omitted range as left out."""
-    body_lines = textwrap.dedent(c.text).rstrip("\n").split("\n")
-    fence = _fence(c.text)
+class _Plan:
+    """Units in a fixed order of priority, shown in sections.
 
-    def render(n: int) -> str:
-        shown_end = c.start_line + n - 1
-        marker = f"... [truncated: lines {shown_end + 1}-{c.end_line} not shown]"
-        return (f"### {_cite(c, c.start_line, shown_end)}\n{fence}{c.language}\n"
-                + "".join(line + "\n" for line in body_lines[:n]) + f"{marker}\n{fence}\n\n")
+    Coverage first, then depth. The skeleton shows each unit's head (signature and first docstring line) in
+    priority order and stops at the first that does not fit in ``SKELETON_SHARE`` of the budget (the first unit
+    may take all of it): which units a context cites depends on the budget only through that prefix, so more
+    budget never covers less. Then rounds of growth: each unit's slice grows (matching lines with their blocks,
+    returns and raises; the whole unit when that is most of it) up to its ceiling, then twice that, then, in a last round,
+    as far as what is left allows (only the units a task reads whole), always in priority order. A unit grows to
+    what the question needs of it, not to fill the budget: an agent pays for every token it is given."""
 
-    room = packer.room() - packer.heading_cost(section)
-    # Prefix sums of per-line counts give the candidate; the real count of the rendering decides.
-    sizes = [count_tokens(line + "\n") for line in body_lines]
-    overhead = count_tokens(render(0))
-    n, total = 0, overhead
-    while n < len(body_lines) - 1 and total + sizes[n] <= room:
-        total += sizes[n]
-        n += 1
-    while n > 0 and count_tokens(render(n)) > room:
-        n -= 1
-    if n == 0:
-        packer.left_out.append(c.citation)
-        return
-    shown_end = c.start_line + n - 1
-    packer.add(render(n), [_cite(c, c.start_line, shown_end)], section=section)
-    packer.left_out.append(_cite(c, shown_end + 1, c.end_line))
+    def __init__(self, budget: int, sections: tuple[str, ...]):
+        self.budget = budget
+        self.sections = sections
+        self.units: list[_Unit] = []
+        self.left_out: list[str] = []
+        self.used = 0
+        self._headed: set[str] = set()
 
+    def room(self) -> int:
+        return self.budget - self.used
 
-def _members(reader: GraphReader, cls: Capsule) -> list[Capsule]:
-    return [m for m in reader.file_capsules(cls.repo, cls.path) if m.parent == cls.id]
+    def _heading(self, section: str) -> int:
+        return 0 if section in self._headed else count_tokens(f"## {section}\n")
 
+    def skeleton(self, cands: list[_Unit], weights: dict[str, float], focus: dict[str, tuple[str, ...]]) -> None:
+        for i, u in enumerate(cands):
+            if u.capsule.kind in CODE_KINDS:
+                u.sl = slices.prepare(u.capsule, weights, focus.get(u.capsule.id, ()))
+            head = u.sl.head if u.sl is not None else None
+            need = u.cost_of(head) + self._heading(u.section)
+            cap = self.budget if i == 0 else int(SKELETON_SHARE * self.budget)
+            if self.used + need > cap:
+                self.left_out.extend(c.capsule.citation for c in cands[i:])
+                return
+            u.lines = head
+            u.cost = u.cost_of(head)
+            self.used += need
+            self._headed.add(u.section)
+            self.units.append(u)
 
-def _outline_piece(cls: Capsule, members: list[Capsule]) -> str:
-    lines = [cls.signature or cls.qualname]
-    doc = _doc_first_line(cls)
-    if doc:
-        lines.append("    " + _doc_comment(cls, doc))
-    lines += ["    " + (m.signature or m.name) for m in members if m.kind in CODE_KINDS]
-    return f"### {cls.citation}\n" + "\n".join(lines) + "\n\n"
+    def grow(self) -> None:
+        for factor in (1.0, 2.0, None):
+            for u in self.units:
+                if u.sl is None or not u.ceiling or (factor is None and u.depth != "full"):
+                    continue
+                limit = u.cost + self.room()
+                if factor is not None:
+                    limit = min(limit, max(u.cost, int(u.ceiling * factor * self.budget)))
+                lines = slices.grow(u.sl, u.lines, limit, u.whole_ok, core_only=u.depth == "core", small=u.small)
+                if lines != u.lines:
+                    new = u.cost_of(lines)
+                    if new - u.cost <= self.room():
+                        self.used += new - u.cost
+                        u.lines, u.cost = lines, new
 
+    def finish(self, task: str) -> Context:
+        parts: list[tuple[str, slices.Piece]] = []
+        for section in self.sections:
+            for u in self.units:
+                if u.section == section:
+                    parts.append((section, u.piece()))
+        text, cites, left, seen = "", [], list(), set()
+        for section, p in parts:
+            if section not in seen:
+                seen.add(section)
+                text += f"## {section}\n"
+            text += p.text
+            cites.extend(p.citations)
+            left.extend(p.left_out)
+        text = text.rstrip() + "\n" if text else ""
+        tokens = count_tokens(text)
+        assert tokens <= self.budget, (tokens, self.budget)  # the counts add up: a plan that fits renders within
+        citations = list(dict.fromkeys(cites))
+        left_out = [c for c in dict.fromkeys(left + self.left_out) if c not in citations]
+        return Context(task=task, text=text, citations=citations, tokens=tokens, budget=self.budget, left_out=left_out)
 
-# ---------------------------------------------------------------- per-task assembly
 
 def _code_hits(hits: list[Hit]) -> list[Capsule]:
     caps = [h.capsule for h in hits]
     return [c for c in caps if c.kind in CODE_KINDS] or caps
 
 
-def _target(packer: _Packer, hits: list[Hit], reader: GraphReader) -> tuple[Capsule, list[Capsule]]:
-    """Add the target piece (whole, or cut when it alone exceeds the budget). A top class too big
-    to show whole gives way to an outline plus its best-ranked method (else the best function)."""
+def _members(reader: GraphReader, cls: Capsule) -> list[Capsule]:
+    return [m for m in reader.file_capsules(cls.repo, cls.path) if m.parent == cls.id]
+
+
+def _target(hits: list[Hit], reader: GraphReader) -> tuple[Capsule, Capsule | None, list[Capsule]]:
+    """(target, its class shown as an outline or None, the units the target's text holds). A top class gives way
+    to its best-ranked method among the hits (the class is then an outline: its signature, docstring line and
+    the headers of its methods); a class none of whose methods is a hit is the target itself. Decided from the
+    hits alone, never from the budget, so every budget cites the same units in the same order."""
     cands = _code_hits(hits)
     top = cands[0]
     if top.kind == "class":
         members = _members(reader, top)
-        if packer.add(_whole_piece(top), [top.citation], section="Target", record=False):
-            return top, members
-        fallback = next((c for c in cands[1:] if c.kind == "method" and c.parent == top.id), None) \
-            or next((c for c in cands[1:] if c.kind in ("function", "method")), None)
-        if fallback is None:
-            _add_truncated(packer, top, "Target")
-            return top, members
-        packer.add(_outline_piece(top, members), [top.citation], section="Target class (outline)")
-        top = fallback
-    if not packer.add(_whole_piece(top), [top.citation], section="Target", record=False):
-        _add_truncated(packer, top, "Target")
-    return top, []
+        method = next((c for c in cands[1:] if c.kind == "method" and c.parent == top.id), None)
+        if method is not None:
+            return method, top, [m for m in members if m.id != method.id]
+        return top, None, members
+    return top, None, []
 
 
-def _add_unseen(packer: _Packer, caps: list[Capsule], shown: set[str], piece, section: str) -> None:
-    for c in caps:
-        if c.id not in shown:
-            shown.add(c.id)
-            packer.add(piece(c), [c.citation], section=section)
+def _outline(u: _Unit) -> None:
+    """An outline unit grows only to the headers of its methods."""
+    if u.sl is not None:
+        u.sl.groups = list(u.sl.outline)
+        u.sl.n_core, u.sl._core_cost = len(u.sl.groups), None
 
 
-def _fill(packer: _Packer, signed: list[Capsule], more: list[Capsule], shown: set[str]) -> None:
-    """With budget left, related hits shown as signatures are shown whole (in rank order), then further
-    hits whole: a large budget is filled with relevant code, not left empty. Callee and caller
-    signatures stay signatures: that is the task's shape."""
-    for c in signed:
-        if packer.room() <= 0:
-            return
-        packer.upgrade(_signature_piece(c), _whole_piece(c))
-    for c in more:
-        if packer.room() <= 0:
-            return
-        if c.id not in shown:
-            shown.add(c.id)
-            packer.add(_whole_piece(c), [c.citation], section="More relevant code", record=False)
+def _dedupe(cands: list[_Unit], skip: set[str]) -> list[_Unit]:
+    out: list[_Unit] = []
+    for u in cands:
+        if u.capsule.id not in skip:
+            skip.add(u.capsule.id)
+            out.append(u)
+    return out
 
 
-def _assemble_code_query(packer: _Packer, hits: list[Hit], reader: GraphReader) -> None:
-    target, members = _target(packer, hits, reader)
-    own = {target.id} | {m.id for m in members}
-    shown = set(own)
-    callees = [c for c in reader.callees(list(own)) if c.id not in shown]
-    _add_unseen(packer, callees, shown, _signature_piece, "Callees (signatures)")
-    code = [c for c in _code_hits(hits) if c.parent not in own]
-    related = [c for c in code if c.id not in shown][:MAX_RELATED]
-    for c in related:
-        shown.add(c.id)
-        packer.add(_signature_piece(c), [c.citation], section="Related (signatures)")
-    _fill(packer, related, code, shown)
+def _focus_on(target: Capsule, units: list[Capsule]) -> dict[str, tuple[str, ...]]:
+    """Callers and tests show the lines that name the target first (its call sites), in whatever section."""
+    return {c.id: (target.name,) for c in units}
 
 
-def _assemble_refactor(packer: _Packer, hits: list[Hit], reader: GraphReader) -> None:
-    target, members = _target(packer, hits, reader)
-    own = {target.id} | {m.id for m in members}
-    shown = set(own)
-    callers = [c for c in reader.callers(list(own)) if c.id not in shown]
-    _add_unseen(packer, callers, shown, _signature_piece, "Callers (signatures)")
+TARGET, OUTLINE, CALLEES, CALLERS, TESTS, RELATED = (
+    "Target", "Target class (outline)", "Callees (signatures)", "Callers (call sites)", "Tests that name it", "Related")
+NAMESAKES, CALLEE_BODIES = "Other definitions of the name (signatures)", "Callees (bodies)"
+
+
+def _assemble_code_query(query: str, hits: list[Hit], reader: GraphReader, budget: int) -> Context:
+    """The target sliced to what the question asks (whole when the budget allows), its callees' signatures, the
+    lines of its callers and tests that call it, and the other hits sliced, then whole."""
+    target, cls, inner = _target(hits, reader)
+    own = {target.id} | {m.id for m in inner} | ({cls.id} if cls else set())
+    callees = [c for c in reader.callees([target.id] + [m.id for m in inner]) if c.id not in own]
+    callers = [c for c in reader.callers([target.id]) if c.id not in own and not is_test_unit(c)]
+    tests = _tests_naming(reader, target)
+    related = [c for c in _code_hits(hits) if c.parent not in own and c.id not in own]
+    cands = [_Unit(target, TARGET, TARGET_CEILING, small=TARGET_WHOLE)]
+    if cls is not None:
+        cands.append(_Unit(cls, OUTLINE, 1.0, whole_ok=False))
+    # a hit that the target calls is shown among the callees, as a signature, where its rank puts it
+    callee_ids, test_ids = {c.id for c in callees}, {c.id for c in tests}
+
+    def hit(c: Capsule, ceiling: float) -> _Unit:
+        if c.id in callee_ids:
+            return _Unit(c, CALLEES, 0.0)
+        return _Unit(c, TESTS if c.id in test_ids else RELATED, ceiling, small=SMALL_WHOLE)
+
+    cands += [hit(c, RELATED_CEILING) for c in related[:EARLY_RELATED]]
+    cands += [_Unit(c, CALLEES, 0.0) for c in callees[:MAX_CALLEES]]
+    cands += [_Unit(c, CALLERS, SITE_CEILING, whole_ok=False) for c in callers[:MAX_CALLERS]]
+    cands += [_Unit(c, TESTS, SITE_CEILING, whole_ok=False) for c in tests[:MAX_TESTS]]
+    cands += [hit(c, RELATED_CEILING / 2) for c in related[EARLY_RELATED:]]
+    cands = _dedupe(cands, set())
+    plan = _Plan(budget, (TARGET, OUTLINE, CALLEES, CALLERS, TESTS, RELATED))
+    plan.skeleton(cands, reader_weights(reader, query), _focus_on(target, callers + tests))
+    for u in plan.units:
+        if u.section == OUTLINE:
+            _outline(u)
+    plan.grow()
+    return plan.finish("code_query")
+
+
+def _assemble_refactor(query: str, hits: list[Hit], reader: GraphReader, budget: int) -> Context:
+    """The target whole (a refactor edits all of it; sliced only when it alone does not fit), every caller's call
+    sites, the other definitions of its name, its callees' bodies, then the other hits."""
+    target, cls, inner = _target(hits, reader)
+    if cls is not None:  # a refactor of a class is about the class
+        target, inner = cls, _members(reader, cls)
+    own = {target.id} | {m.id for m in inner}
+    callers = [c for c in reader.callers(list(own)) if c.id not in own]
     # a rename or signature change touches every definition of the name (overrides, other implementations)
-    namesakes = [c for c in reader.namesakes(target) if c.id not in shown]
-    _add_unseen(packer, namesakes, shown, _signature_piece, "Other definitions of the name (signatures)")
-    _add_unseen(packer, reader.callees(list(own)), shown, _whole_piece, "Callees (bodies)")
-    _fill(packer, [], _code_hits(hits), shown)
+    namesakes = [c for c in reader.namesakes(target) if c.id not in own]
+    callees = [c for c in reader.callees(list(own)) if c.id not in own]
+    tests = [c for c in _tests_naming(reader, target) if c.id not in own]
+    cands = [_Unit(target, TARGET, 1.0, depth="full")]
+    cands += [_Unit(c, CALLERS, SITE_CEILING, whole_ok=False) for c in callers[:MAX_REFACTOR_SITES]]
+    cands += [_Unit(c, TESTS, SITE_CEILING, whole_ok=False) for c in tests]
+    cands += [_Unit(c, NAMESAKES, 0.0) for c in namesakes[:MAX_REFACTOR_SITES]]
+    cands += [_Unit(c, CALLEE_BODIES, CALLEE_CEILING, depth="full") for c in callees]
+    cands += [_Unit(c, RELATED, RELATED_CEILING / 2, small=SMALL_WHOLE) for c in _code_hits(hits)
+              if c.parent not in own]
+    cands = _dedupe(cands, set())
+    plan = _Plan(budget, (TARGET, CALLERS, TESTS, NAMESAKES, CALLEE_BODIES, RELATED))
+    plan.skeleton(cands, reader_weights(reader, query), _focus_on(target, callers + tests + namesakes))
+    plan.grow()
+    return plan.finish("refactor")
+
+
+def _tests_naming(reader: GraphReader, target: Capsule) -> list[Capsule]:
+    fn = getattr(reader, "tests_naming", None)
+    return fn(target, MAX_TESTS) if fn is not None else []
+
+
+def reader_weights(reader: GraphReader, query: str) -> dict[str, float]:
+    fn = getattr(reader, "term_weights", None)
+    return fn(query) if fn is not None else {t: 1.0 for t in code_tokens(query, keep_stopwords=False)}
 
 
 def _layout_lines(paths: list[str], dirs: list[str], hit_files: set[str]) -> list[str]:
@@ -432,29 +550,24 @@ def _names_lines(caps: list[Capsule]) -> list[tuple[str, Capsule]]:
     return out
 
 
-def _assemble_code_gen(packer: _Packer, hits: list[Hit], reader: GraphReader) -> None:
+def _assemble_code_gen(query: str, hits: list[Hit], reader: GraphReader, budget: int) -> Context:
+    """The layout of the hit files' directories and the names (signatures) of the hit files and their
+    neighbours: where new code goes and the conventions it follows, no bodies."""
     repo = hits[0].capsule.repo  # the layout of the repository the best hit is in
     hit_files = list(dict.fromkeys(h.capsule.path for h in hits if h.capsule.repo == repo))
     dirs = list(dict.fromkeys(posixpath.dirname(p) for p in hit_files))[:MAX_LAYOUT_DIRS]
     paths = reader.visible_paths(repo, dirs)
-    lines = _layout_lines(paths, dirs, set(hit_files))
-    # The layout may take at most half the budget; the names of the hit files use the rest.
-    cap = packer.budget // 2
-    text = "## Layout (* = file with hits)\n"
-    if count_tokens(text) <= cap:
-        for i, line in enumerate(lines):
-            more = f"... {len(lines) - i} more entries\n"
-            if count_tokens(text + line + "\n" + (more if i < len(lines) - 1 else "")) > cap:
-                if count_tokens(text + more) <= cap:
-                    text += more
-                break
-            text += line + "\n"
-        if text.count("\n") > 1:
-            packer.add(text + "\n")
 
+    # The layout may take at most half the budget, the names the rest: the names are placed first, in a fixed
+    # order, up to the first that does not fit in what the whole layout would leave of the budget (so more budget
+    # never names fewer files); the layout then takes what the names left.
     # Hit files first, then their neighbours in the same directories: conventions to follow.
+    lines = _layout_lines(paths, dirs, set(hit_files))
+    layout_all = count_tokens("## Layout (* = file with hits)\n" + "".join(line + "\n" for line in lines) + "\n")
+    names_part = _Packer(budget - min(layout_all, budget // 2))
     neighbours = [p for p in paths if posixpath.dirname(p) in dirs and p not in hit_files]
-    for path in (hit_files + neighbours)[:MAX_NAME_FILES]:
+    files = (hit_files + neighbours)[:MAX_NAME_FILES]
+    for n, path in enumerate(files):
         caps = reader.file_capsules(repo, path)
         module = next((c for c in caps if c.kind == "module"), None)
         if module is None and not caps:
@@ -465,27 +578,65 @@ def _assemble_code_gen(packer: _Packer, hits: list[Hit], reader: GraphReader) ->
         if not names:
             continue
         head = f"### {cite}\n"
-        if not packer.add(head + names[0][0] + "\n", [cite], section="Existing names"):
-            continue  # the file's citation, now in left_out, stands for all its names
+        if not names_part.add(head + names[0][0] + "\n", [cite], section="Existing names"):
+            names_part.left_out.extend(_file_cite(reader, repo, p) for p in files[n + 1:])
+            break
+        full = True
         for i, (line, c) in enumerate(names[1:], 1):
-            if not packer.add(line + "\n"):
-                packer.left_out.extend(c.citation for _, c in names[i:])
+            if not names_part.add(line + "\n"):
+                names_part.left_out.extend(c.citation for _, c in names[i:])
+                full = False
                 break
-        packer.add("\n")
+        if not full or not names_part.add("\n"):
+            names_part.left_out.extend(_file_cite(reader, repo, p) for p in files[n + 1:])
+            break
+
+    cap = budget - names_part.used
+    text = "## Layout (* = file with hits)\n"
+    packer = _Packer(budget)
+    if count_tokens(text) <= cap:
+        for i, line in enumerate(lines):
+            more = f"... {len(lines) - i} more entries\n"
+            if count_tokens(text + line + "\n" + (more if i < len(lines) - 1 else "")) > cap:
+                if count_tokens(text + more) <= cap:
+                    text += more
+                break
+            text += line + "\n"
+        if text.count("\n") > 1:
+            packer.add(text + "\n")
+    for part, cites in names_part.parts:
+        packer.parts.append((part, cites))
+        packer.used += count_tokens(part)
+    packer.left_out += [c for c in names_part.left_out if c]
+    return packer.finish("code_gen", budget)
 
 
-def _assemble_search(packer: _Packer, hits: list[Hit], reader: GraphReader) -> None:
+def _file_cite(reader: GraphReader, repo: str, path: str) -> str:
+    caps = reader.file_capsules(repo, path)
+    module = next((c for c in caps if c.kind == "module"), None)
+    if module is not None:
+        return module.citation
+    return f"{path}:{min(c.start_line for c in caps)}-{max(c.end_line for c in caps)} :: {path}" if caps else ""
+
+
+def _assemble_search(query: str, hits: list[Hit], reader: GraphReader, budget: int) -> Context:
+    """A mini index: the hits' names and line spans grouped by file, in rank order of the files, until the first
+    that does not fit (so more budget never lists fewer)."""
+    packer = _Packer(budget)
     by_file: dict[str, list[Capsule]] = {}
     for h in hits:
         by_file.setdefault(h.capsule.path, []).append(h.capsule)
-    for path, caps in by_file.items():
-        symbols = [c for c in caps if c.kind != "module"] or caps
-        headed = False
-        for c in {c.id: c for c in symbols}.values():
-            doc = _doc_first_line(c)
-            line = f"  {c.qualname} (lines {c.start_line}-{c.end_line})" + (f" — {doc}" if doc else "") + "\n"
-            if packer.add(("" if headed else f"{path}\n") + line, [c.citation]):
-                headed = True
+    listed = [(path, c) for path, caps in by_file.items()
+              for c in {c.id: c for c in ([c for c in caps if c.kind != "module"] or caps)}.values()]
+    headed: set[str] = set()
+    for n, (path, c) in enumerate(listed):
+        doc = _doc_first_line(c)
+        line = f"  {c.qualname} (lines {c.start_line}-{c.end_line})" + (f" — {doc}" if doc else "") + "\n"
+        if not packer.add(("" if path in headed else f"{path}\n") + line, [c.citation]):
+            packer.left_out.extend(x.citation for _, x in listed[n + 1:])
+            break
+        headed.add(path)
+    return packer.finish("search", budget)
 
 
 _ASSEMBLERS = {"code_query": _assemble_code_query, "refactor": _assemble_refactor,
@@ -503,14 +654,13 @@ def assemble(task: str, query: str, hits: list[Hit], reader: GraphReader, budget
     """The pure core: compress ``hits`` for ``task`` into ``budget`` tokens, reading the graph via ``reader``."""
     if not hits:
         return _nothing_found(task, query, budget)
-    packer = _Packer(budget)
-    _ASSEMBLERS[task](packer, hits, reader)
-    return packer.finish(task, budget)
+    return _ASSEMBLERS[task](query, hits, reader, budget)
 
 
 def hits_for(task: str, budget: int) -> int:
-    """How many hits a budget can use: the task's few, more when the budget has room (~250 tokens a unit)."""
-    return max(SEARCH_K[task], min(100, budget // 250))
+    """How many hits a budget can use: the task's few, more when the budget has room (~400 tokens a unit: its head,
+    its slice and a share of the graph's neighbours)."""
+    return max(SEARCH_K[task], min(100, budget // 400))
 
 
 def build_context(index, query: str, task: str | None = None, budget: int | None = None,
