@@ -22,7 +22,9 @@ from repoctx.embed import count_tokens
 from repoctx.tokens import code_tokens
 from repoctx.types import Capsule, printable
 
-MAX_HEADER_LINES = 12  # a signature longer than this is cut at its first line
+MAX_HEADER_LINES = 60  # where a signature's end is looked for (past this: its first line is the signature)
+MAX_STATEMENT_LINES = 4  # a matching line that opens brackets brings up to this many lines that close them
+MAX_HEAD_LINES = 8  # a longer signature shows its first lines and its last, its other lines being left to the slice
 FOCUS_WEIGHT = 1000.0  # a line naming a focus name (a call site of the target) comes before any other match
 MAX_REPEATS = 2  # lines matching the same terms as this many earlier ones come last
 WHOLE_OVER_CORE = 1.5  # a unit whose whole costs at most this times what the question needs of it is shown whole
@@ -150,14 +152,15 @@ def prepare(c: Capsule, weights: dict[str, float], focus: tuple[str, ...] = ()) 
     shown = textwrap.dedent(c.text).split("\n")
     lang = c.language
     h = header_end(raw, lang)
-    head = set(range(h + 1))
+    head = set(range(h + 1)) if h < MAX_HEAD_LINES else set(range(MAX_HEAD_LINES - 1)) | {h}
     doc = docstring_span(raw, h, lang)
     excluded = set(range(doc[0], doc[1] + 1)) if doc else set()
     if doc:
         head.add(doc[0])
         if raw[doc[0]].strip() in ('"""', "'''", 'r"""') and doc[0] + 1 <= doc[1]:
             head.add(doc[0] + 1)  # the text of a docstring that opens on a line of its own
-    body = [i for i in range(h + 1, len(raw)) if i not in excluded and raw[i].strip()]
+    # the body, and the lines of a long signature the head leaves out (a parameter the question names)
+    body = [i for i in range(len(raw)) if i not in head and i not in excluded and raw[i].strip()]
     indents = {i: _indent(raw[i]) for i in body}
 
     def enclosing(i: int) -> set[int]:
@@ -176,6 +179,12 @@ def prepare(c: Capsule, weights: dict[str, float], focus: tuple[str, ...] = ()) 
                     k -= 1
                 if k > h and k in indents and indents[k] == indents[j]:
                     out.add(k)
+        depth = _depth_change(_strip_comment(raw[i], lang))
+        k = i
+        while depth > 0 and k + 1 < len(raw) and k - i < MAX_STATEMENT_LINES:  # the rest of a statement it opens
+            k += 1
+            out.add(k)
+            depth += _depth_change(_strip_comment(raw[k], lang))
         stripped = _strip_comment(raw[i], lang).rstrip()
         if stripped.endswith(":") or stripped.endswith("{"):
             nxt = next((k for k in body if k > i), None)
