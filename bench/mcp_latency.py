@@ -11,7 +11,7 @@ Django is indexed once per configuration into a temporary directory (default set
   (process start, imports, MCP initialize, opening the index, the search; with dense, loading the model),
   median of ``--starts`` fresh processes; "ready" is the same up to the end of the MCP handshake;
 * per call: ``search_code`` over 30 fixed questions (k=10, mode standard), then ``get_context``,
-  ``find_symbol``, ``callers`` and ``read_file`` over 10 calls each, in one session after the first answer;
+  ``symbol``, ``callers`` and ``read_file`` over 10 calls each, in one session after the first answer;
   p50 / p95 of the client-side round trip (JSON-RPC over pipes included).
 
 The table is printed and written to ``bench/results/mcp_latency.md``.
@@ -122,7 +122,7 @@ async def _calls(root: Path, idx: Path, embedder: str) -> dict[str, list[float]]
         for q in CONTEXT_Q:
             await timed(c, "get_context", {"query": q, "budget": 2000})
         for s in SYMBOLS:
-            await timed(c, "find_symbol", {"name": s})
+            await timed(c, "symbol", {"name": s})
             await timed(c, "callers", {"symbol": s})
         for f in FILES:
             await timed(c, "read_file", {"path": f, "start": 1, "end": 120})

@@ -81,3 +81,36 @@ def test_eval_end_to_end_on_a_local_wheel(tmp_path, monkeypatch):
     out = json.loads(res.stdout)["bm25"]  # always keyed by config name
     assert out["n"] == 1 and out["file"]["acc@1"] == 100.0 and out["function"]["acc@1"] == 100.0
     assert set(out["by_repo"]) == {"toy/toypkg"}
+
+
+def test_grep_outline_and_symbol(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPOCTX_EMBEDDER", "none")
+    root = write_tree(tmp_path / "r", FILES)
+    assert runner.invoke(app, ["index", str(root)]).exit_code == 0
+    res = runner.invoke(app, ["grep", r"parse_\w+", "--repo", str(root)])
+    assert res.exit_code == 0
+    assert "pkg/cache.py:4:         return parse_http_date(1)" in res.output
+    assert "pkg/dates.py:1: def parse_http_date(value):" in res.output
+    res = runner.invoke(app, ["grep", "PARSE_HTTP", "-F", "-i", "--path", "pkg/dates.py", "--repo", str(root), "--json"])
+    out = json.loads(res.output)
+    assert [(m["path"], m["line"]) for m in out["matches"]] == [("pkg/dates.py", 1)] and out["total"] == 1
+    res = runner.invoke(app, ["grep", "parse", "-n", "1", "--repo", str(root)])
+    assert "more: --offset 1" in res.output
+    assert runner.invoke(app, ["grep", "nothing_like_this", "--repo", str(root)]).exit_code == 1
+    res = runner.invoke(app, ["grep", "parse_(", "--repo", str(root)])
+    assert res.exit_code == 2 and "missing ), unterminated subpattern" in res.output and "Traceback" not in res.output
+
+    res = runner.invoke(app, ["outline", "pkg/cache.py", "--repo", str(root)])
+    assert res.exit_code == 0
+    assert "1-4 Cache: class Cache · 0 callers" in res.output and "  2-4 Cache.expire: def expire(self)" in res.output
+    res = runner.invoke(app, ["outline", "pkg/cache.py", "--repo", str(root), "--json"])
+    assert [u["qualname"] for u in json.loads(res.output)["units"]] == ["Cache", "Cache.expire"]
+    assert runner.invoke(app, ["outline", "pkg/none.py", "--repo", str(root)]).exit_code == 1
+
+    res = runner.invoke(app, ["symbol", "Cache.expire", "--repo", str(root)])
+    assert res.exit_code == 0 and "pkg/cache.py:2-4 :: Cache.expire (method)" in res.output
+    assert "return parse_http_date(1)" in res.output
+    res = runner.invoke(app, ["symbol", "parse_http_date", "--no-body", "--json", "--repo", str(root)])
+    assert "text" not in json.loads(res.output)["matches"][0]
+    res = runner.invoke(app, ["symbol", "Cache.flush", "--repo", str(root)])
+    assert res.exit_code == 1 and "no definition" in res.output

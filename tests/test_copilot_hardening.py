@@ -257,8 +257,8 @@ def test_ask_json_keeps_the_trailing_underscore_end_to_end(cli_env, ix):
         assert INIT in found and CLOSE in found, found
         return f"The user is stored by {INIT}. It is cleared by {CLOSE}."
 
-    use_model(cli_env, ScriptedToolModel([{"tool": "find_symbol", "input": {"name": "__init__"}},
-                                          {"tool": "find_symbol", "input": {"name": "close_"}}, answer]))
+    use_model(cli_env, ScriptedToolModel([{"tool": "symbol", "input": {"name": "__init__"}},
+                                          {"tool": "symbol", "input": {"name": "close_"}}, answer]))
     res = CliRunner().invoke(copilot_app, ["ask", "Where is the user stored?", "--repo", str(ix.root), "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
@@ -270,7 +270,7 @@ def test_ask_json_keeps_the_trailing_underscore_end_to_end(cli_env, ix):
 @pytest.mark.asyncio
 async def test_stream_citation_events_keep_the_trailing_underscore(ix):
     """The events the HTTP /chat forwards as SSE citation frames."""
-    model = ScriptedToolModel([{"tool": "find_symbol", "input": {"name": "__init__"}}, f"See {INIT}."])
+    model = ScriptedToolModel([{"tool": "symbol", "input": {"name": "__init__"}}, f"See {INIT}."])
     copilot = build_agent(ix, model=model, tools=make_tools(ix))
     events = [ev async for ev in stream_turn(copilot, "where?")]
     assert [(e["citation"], e["verified"]) for e in events if e["type"] == "citation"] == [(INIT, True)]

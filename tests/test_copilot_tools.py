@@ -106,24 +106,26 @@ def test_search_code_returns_the_function_with_its_citation(rt):
 
 
 def test_snippet_is_capped(rt):
-    out = rt.find_symbol("f3")
-    assert out["definitions"][0]["citation"] == "app/long.py:13-14 :: f3"
+    out = rt.symbol("f3")
+    assert out["matches"][0]["citation"] == "app/long.py:13-14 :: f3"
     big = RepoTools(rt.index)  # a long capsule: the module
     res = big.search_code("app.long", k=10, detail="full")
     for r in res["results"]:
         assert len(r["snippet"].split("\n")) <= 30
 
 
-def test_get_context_find_symbol_callers_callees(rt):
+def test_get_context_symbol_callers_callees(rt):
     ctx = rt.get_context("how is a database connection opened", task="code_query", budget=800)
     assert ctx["task"] == "code_query" and ctx["budget"] == 800 and ctx["tokens"] <= 800
     assert OPEN_CONN in ctx["citations"] and "def open_conn" in ctx["text"]
 
-    found = rt.find_symbol("open_conn")
-    assert [d["citation"] for d in found["definitions"]] == [OPEN_CONN]
-    assert rt.find_symbol("Pool.connect")["definitions"][0]["citation"] == CONNECT
-    assert rt.find_symbol("app.db.open_conn")["definitions"][0]["citation"] == OPEN_CONN  # module-qualified
-    assert rt.find_symbol("no_such_thing")["definitions"] == []
+    found = rt.symbol("open_conn")
+    assert [d["citation"] for d in found["matches"]] == [OPEN_CONN]
+    assert found["matches"][0]["text"].startswith("def open_conn(dsn):")  # the whole body
+    assert "text" not in rt.symbol("open_conn", body=False)["matches"][0]
+    assert rt.symbol("Pool.connect")["matches"][0]["citation"] == CONNECT
+    assert rt.symbol("app.db.open_conn")["matches"][0]["citation"] == OPEN_CONN  # module-qualified
+    assert rt.symbol("no_such_thing")["matches"] == []
 
     callers = rt.callers("open_conn")
     assert callers["resolved"] == [OPEN_CONN] and callers["ambiguous"] is False
@@ -237,7 +239,9 @@ def test_scope_excludes_a_path_everywhere(ix):
         assert "secret/" not in dump(scoped.search_code("rotate master key vault", k=20, mode=mode))
     assert "secret/" not in dump(scoped.search_code("rotate master key", k=20, level="file"))
     assert "secret/" not in dump(scoped.get_context("rotate the master key"))
-    assert scoped.find_symbol("rotate_master_key")["definitions"] == []
+    assert scoped.symbol("rotate_master_key")["matches"] == []
+    assert scoped.grep("rotate_master_key")["matches"] == [] and RepoTools(ix).grep("rotate_master_key")["total"]
+    assert scoped.outline("secret/keys.py")["units"] == [] and RepoTools(ix).outline("secret/keys.py")["units"]
     callers = scoped.callers("open_conn")
     assert CONNECT in {c["citation"] for c in callers["callers"]} and "secret/" not in dump(callers)
     assert scoped.callees("rotate_master_key")["resolved"] == []
@@ -296,13 +300,13 @@ def test_bad_arguments_are_error_dicts(rt):
         rt.search_code("x", k=0), rt.search_code("x", k=51), rt.search_code("x", level="module"),
         rt.search_code("x", mode="psychic"), rt.search_code("   "), rt.search_code("x", k="many"),
         rt.get_context("x", task="poetry"), rt.get_context("x", budget=10), rt.get_context("x", budget=10 ** 6),
-        rt.get_context(""), rt.find_symbol(""), rt.callers(""), rt.callees(" "), rt.list_files(glob=None),
+        rt.get_context(""), rt.symbol(""), rt.callers(""), rt.callees(" "), rt.list_files(glob=None),
     ]
     for out in bad:
         assert is_error(out, "invalid_argument"), out
     assert is_error(rt.call("rm_rf", {}), "unknown_tool")
     assert is_error(rt.call("search_code", {"qeury": "x"}), "invalid_argument", "search_code")
-    assert rt.call("find_symbol", {"name": "open_conn"})["count"] == 1
+    assert rt.call("symbol", {"name": "open_conn"})["total"] == 1
 
 
 def test_make_tools_specs(ix):

@@ -19,7 +19,8 @@ from repoctx.store.base import Grant, Scope
 mcp = pytest.importorskip("mcp")
 from mcp import Client, StdioServerParameters  # noqa: E402
 
-EXPECTED_TOOLS = {"search_code", "get_context", "find_symbol", "callers", "callees", "read_file", "list_files",
+EXPECTED_TOOLS = {"search_code", "get_context", "symbol", "grep", "outline", "callers", "callees", "read_file",
+                  "list_files",
                   "index_status", "reindex"}
 
 DB = '''"""Database helpers."""
@@ -127,8 +128,8 @@ def test_stdio_tools_search_and_errors(indexed):
             assert "app/db.py:4-6 :: connect_database" in cites
             assert "app/db.py:4-6 :: connect_database" in _text(r)
 
-            r = await client.call_tool("find_symbol", {"name": "run_query"})
-            assert r.structured_content["definitions"][0]["citation"] == "app/db.py:9-12 :: run_query"
+            r = await client.call_tool("symbol", {"name": "run_query"})
+            assert r.structured_content["matches"][0]["citation"] == "app/db.py:9-12 :: run_query"
 
             r = await client.call_tool("callers", {"symbol": "connect_database"})
             assert {c["citation"] for c in r.structured_content["callers"]} == {
@@ -224,7 +225,7 @@ def test_stdio_paging_and_budget(indexed):
             # every other tool holds the budget too
             for name, a in [("list_files", {}), ("get_context", {"query": "webhook dispatch", "budget": 16000}),
                             ("callees", {"symbol": "handle_webhook_event_3"}), ("index_status", {}),
-                            ("find_symbol", {"name": "dispatch_webhook"}), ("callers", {"symbol": "dispatch_webhook"})]:
+                            ("symbol", {"name": "dispatch_webhook"}), ("callers", {"symbol": "dispatch_webhook"})]:
                 r = await client.call_tool(name, a)
                 assert not r.is_error, (name, _text(r))
                 _tokens_ok(r, budget)
@@ -259,12 +260,12 @@ def test_stdio_refreshes_a_stale_index(indexed, tmp_path):
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.3)
             assert st["refresh"]["last_update"]["added_paths"] == ["app/payments.py"]
-            r = await client.call_tool("find_symbol", {"name": "refund_payment"})
-            assert r.structured_content["definitions"][0]["citation"] == "app/payments.py:1-3 :: refund_payment"
+            r = await client.call_tool("symbol", {"name": "refund_payment"})
+            assert r.structured_content["matches"][0]["citation"] == "app/payments.py:1-3 :: refund_payment"
             (repo / "app/payments.py").unlink()
             r = await client.call_tool("reindex", {})
             assert not r.is_error and r.structured_content["reports"][0]["deleted"] == 1
-            r = await client.call_tool("find_symbol", {"name": "refund_payment"})
+            r = await client.call_tool("symbol", {"name": "refund_payment"})
             assert r.structured_content["count"] == 0
 
     asyncio.run(go())
@@ -323,7 +324,7 @@ async def _see(url: str, key: str) -> dict:
         out["search_files"] = {x["path"] for x in r.structured_content["results"]}
         r = await client.call_tool("list_files", {})
         out["files"] = set(r.structured_content["files"])
-        r = await client.call_tool("find_symbol", {"name": "launch_codes"})
+        r = await client.call_tool("symbol", {"name": "launch_codes"})
         out["find"] = r.structured_content["count"]
         r = await client.call_tool("callers", {"symbol": "connect_database"})
         out["callers"] = {c["path"] for c in r.structured_content["callers"]}
@@ -448,7 +449,7 @@ def test_start_is_fast_and_loads_no_model(indexed):
     assert time.perf_counter() - t0 < 2.0
     ix = state.repos["shop"].index
     assert ix._embedder is None and ix._dense is None
-    r = state.call("find_symbol", {"name": "run_query"})
+    r = state.call("symbol", {"name": "run_query"})
     assert r["count"] == 1 and ix._embedder is None  # a lexical tool still loads nothing
     state.close()
 
@@ -476,12 +477,12 @@ def test_unindexed_repository_is_built_in_the_background(tmp_path):
     (repo / "pkg").mkdir(parents=True)
     (repo / "pkg/mod.py").write_text('def brand_new():\n    """Never indexed before."""\n    return 1\n')
     state = RepoctxMCP([repo], Settings(index_dir=tmp_path / "idx", embedder="none"))
-    r = state.call("find_symbol", {"name": "brand_new"})
+    r = state.call("symbol", {"name": "brand_new"})
     if "error" in r:  # the first build may already be done on a fast machine
         assert r["error"] == "not_indexed" and "index_status" in r["detail"]
     state.wait_refresh(30)
-    r = state.call("find_symbol", {"name": "brand_new"})
-    assert r["definitions"][0]["citation"] == "pkg/mod.py:1-3 :: brand_new"
+    r = state.call("symbol", {"name": "brand_new"})
+    assert r["matches"][0]["citation"] == "pkg/mod.py:1-3 :: brand_new"
     assert "fresh" in state.call("index_status", {})["_text"]
     state.close()
 

@@ -33,7 +33,7 @@ def test_one_repository_refuses_repo_and_other_unknown_arguments(tmp_path):
             r = await client.call_tool("search_code", {"query": "connect database"})
             assert not r.is_error and r.structured_content["results"]
             for tool, args in [("search_code", {"query": "connect database", "repo": "nope"}),
-                               ("find_symbol", {"name": "connect_database", "repo": "shop"}),
+                               ("symbol", {"name": "connect_database", "repo": "shop"}),
                                ("index_status", {"repo": "nope"}), ("reindex", {"repo": "nope"})]:
                 r = await client.call_tool(tool, args)
                 assert r.is_error, (tool, r)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from test_service_support import PUBLIC_REPO, VAULT_REPO, Env, parse_sse, write_tree
+from test_service_support import MARKERS, PUBLIC_REPO, VAULT_REPO, Env, parse_sse, write_tree
 
 pytestmark = pytest.mark.asyncio
 
@@ -22,7 +22,9 @@ def env(pg_url, tmp_path):
 ENDPOINTS = [("POST", "/search", {"query": "token"}), ("POST", "/context", {"query": "token"}),
              ("POST", "/retrieve", {"query": "token"}), ("POST", "/chat", {"session_id": "s1", "message": "hi"}),
              ("GET", "/repos", None), ("GET", f"/repos/{PUBLIC_REPO}", None),
-             ("POST", "/repos", {"name": "x", "path": "/tmp"}), ("GET", "/metrics", None)]
+             ("POST", "/repos", {"name": "x", "path": "/tmp"}), ("GET", "/metrics", None),
+             ("POST", "/grep", {"pattern": "token"}), ("GET", "/outline?path=src/auth/tokens.py", None),
+             ("POST", "/symbol", {"name": "sign"})]
 
 
 async def test_every_endpoint_but_health_needs_a_valid_key(env):
@@ -218,3 +220,60 @@ async def test_slow_reads_end_at_their_deadline(pg_url, tmp_path):
             assert (await c.get("/health")).status_code == 200  # the server is not stuck behind the hung calls
     finally:
         e.close()
+
+
+async def test_grep_outline_and_symbol_see_only_the_keys_scope(env):
+    """The tools agents reach for by habit, over the indexed snapshot: one library call each, scoped by the key,
+    validated like every request, a bad regex a 400 naming the problem."""
+    async with env.client() as c:
+        ha, hd = env.auth(env.admin_key), env.auth(env.dev_key)
+        # grep
+        admin = (await c.post("/grep", json={"pattern": r"ZQ_CANARY_\d+|def verify_\w+"}, headers=ha)).json()
+        dev = (await c.post("/grep", json={"pattern": r"ZQ_CANARY_\d+|def verify_\w+"}, headers=hd)).json()
+        assert {m["repo"] for m in admin["matches"]} == {PUBLIC_REPO, VAULT_REPO}
+        assert [(m["path"], m["line"]) for m in dev["matches"]] == [("src/auth/tokens.py", 4)]
+        assert dev["total"] == 1 and dev["matches"][0]["text"] == "def verify_session_token(token, now):"
+        assert not any(mark in str(dev) for mark in MARKERS)
+        r = (await c.post("/grep", json={"pattern": "TOKEN", "fixed": True, "ignore_case": True, "paths": ["docs/*"],
+                                         "context": 1}, headers=hd)).json()
+        assert [(m["path"], m["line"]) for m in r["matches"]] == [("docs/guide.md", 3)] and r["matches"][0]["before"]
+        page = (await c.post("/grep", json={"pattern": "token", "limit": 2}, headers=hd)).json()
+        rest = (await c.post("/grep", json={"pattern": "token", "offset": page["next_offset"]}, headers=hd)).json()
+        every = (await c.post("/grep", json={"pattern": "token"}, headers=hd)).json()
+        assert page["matches"] + rest["matches"] == every["matches"] and every["total"] > 2
+        r = await c.post("/grep", json={"pattern": "ZQ_CANARY", "repos": [VAULT_REPO]}, headers=hd)
+        assert r.status_code == 404 and r.json() == {"error": "not_found", "detail": "repository not found"}
+        r = await c.post("/grep", json={"pattern": "def (verify"}, headers=hd)
+        assert r.status_code == 400 and r.json()["error"] == "invalid_request"
+        assert "missing ), unterminated subpattern at position 4" in r.json()["detail"]
+        assert r.json()["fields"][0]["field"] == "pattern"
+        for bad in ({"pattern": ""}, {"pattern": "x", "limit": 0}, {"pattern": "x", "fixed": "yes"},
+                    {"pattern": "x", "context": 21}, {"pattern": "x", "paths": "src/*"}, {"pattern": "x", "nope": 1}):
+            r = await c.post("/grep", json=bad, headers=hd)
+            assert r.status_code == 422 and r.json()["error"] == "invalid_request", (bad, r.text)
+        # outline
+        r = (await c.get("/outline", params={"path": "src/cart/basket.py"}, headers=hd)).json()
+        assert [u["qualname"] for u in r["units"]] == ["Basket", "Basket.add_item", "Basket.total_price",
+                                                       "rotate_ledger"]
+        assert {u["qualname"]: u["callers"] for u in r["units"]}["rotate_ledger"] == 1
+        hidden = (await c.get("/outline", params={"path": "src/zq_private_keys.py"}, headers=hd)).json()
+        missing = (await c.get("/outline", params={"path": "src/zq_nothing_here.py"}, headers=hd)).json()
+        assert hidden["units"] == missing["units"] == []  # a hidden file answers as one that does not exist
+        assert str(hidden).replace("zq_private_keys", "X") == str(missing).replace("zq_nothing_here", "X")
+        assert (await c.get("/outline", params={"path": "src/zq_private_keys.py"}, headers=ha)).json()["units"]
+        r = await c.get("/outline", params={"path": "README.md", "repo": VAULT_REPO}, headers=hd)
+        assert r.status_code == 404
+        assert (await c.get("/outline", headers=hd)).status_code == 422
+        # symbol
+        r = (await c.post("/symbol", json={"name": "Basket.total_price"}, headers=hd)).json()
+        assert [m["citation"] for m in r["matches"]] == ["src/cart/basket.py:8-9 :: Basket.total_price"]
+        assert "return sum(prices[i] * q" in r["matches"][0]["text"]
+        r = (await c.post("/symbol", json={"name": "Basket.total_price", "body": False}, headers=hd)).json()
+        assert "text" not in r["matches"][0]
+        for name in ("zq_load_private_keys", "seal_entries", "combine_shares"):
+            dev = (await c.post("/symbol", json={"name": name}, headers=hd)).json()
+            assert dev["matches"] == [] and dev["total"] == 0 and dev["did_you_mean"] == [], name
+            assert not any(m in str(dev).replace(name, "NAME") for m in MARKERS), dev  # (its own name echoed)
+            assert (await c.post("/symbol", json={"name": name}, headers=ha)).json()["total"] == 1
+        r = await c.post("/symbol", json={"name": "sign", "limit": 51}, headers=hd)
+        assert r.status_code == 422 and r.json()["fields"][0]["field"] == "limit"

@@ -325,6 +325,89 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
     console.print(render.items_text(out["results"], detail, with_repo=many), highlight=False, markup=False)
 
 
+def _library_call(fn, *args, **kwargs):
+    """One library call of a read command: a bad argument (a regex, a glob) exits 2 naming it, a store failure 1."""
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as e:
+        _fail(str(e))
+    except (StoreError, sqlite3.Error) as e:
+        _fail(_why(e), 1)
+
+
+@app.command()
+def grep(pattern: str = typer.Argument(..., help="A Python regular expression, matched against each line."),
+         fixed: bool = typer.Option(False, "--fixed", "-F", help="The pattern is a literal string."),
+         ignore_case: bool = typer.Option(False, "--ignore-case", "-i"),
+         path: list[str] = typer.Option([], "--path", "-p", help="Only files matching this glob ('*' crosses '/'; "
+                                                                  "repeatable: any of them)."),
+         repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
+         all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
+         limit: int = typer.Option(200, "--limit", "-n", min=1, max=1000, help="Matching lines shown."),
+         offset: int = typer.Option(0, "--offset", min=0, help="Matching lines skipped (paging)."),
+         context_lines: int = typer.Option(0, "--context", "-C", min=0, max=20, help="Lines shown around each match."),
+         as_json: bool = typer.Option(False, "--json")):
+    """Lines of the indexed files that match a pattern, like `git grep -n` over the indexed snapshot. Exits 1
+    when nothing matches."""
+    if not pattern:
+        _fail("the pattern is empty")
+    ix = _open_indexed(repo, all_repos)
+    out = _library_call(ix.grep, pattern, fixed=fixed, ignore_case=ignore_case, paths=tuple(path), limit=limit,
+                        offset=offset, context=context_lines)
+    if as_json:
+        print(json.dumps(out))
+    else:
+        from repoctx import render
+
+        many = not ix.root or len({m["repo"] for m in out["matches"]}) > 1
+        print(render.grep_text(out, with_repo=many, more="more: --offset {}"))
+    if not out["total"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def outline(path: str = typer.Argument(..., help="A file's path, relative to its repository's root."),
+            repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
+            all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
+            as_json: bool = typer.Option(False, "--json")):
+    """A file's classes, functions and methods: signatures, line spans, how many units call each."""
+    ix = _open_indexed(repo, all_repos)
+    out = _library_call(ix.outline, path)
+    if as_json:
+        print(json.dumps(out))
+    else:
+        from repoctx import render
+
+        print(render.outline_text(out))
+    if not out["units"] and not out.get("language"):
+        raise typer.Exit(1)
+
+
+@app.command()
+def symbol(name: str = typer.Argument(..., help="A name: plain, qualified (Class.method), module-qualified, or "
+                                                "path:qualname."),
+           repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
+           all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
+           body: bool = typer.Option(True, "--body/--no-body", help="Print each definition's code, or only where "
+                                                                    "it is."),
+           limit: int = typer.Option(10, "--limit", "-n", min=1, max=50, help="Definitions shown."),
+           as_json: bool = typer.Option(False, "--json")):
+    """Every definition of a name with its whole code (several are listed, none guessed). Exits 1 when none."""
+    ix = _open_indexed(repo, all_repos)
+    out = _library_call(ix.symbol, name, limit=limit)
+    if not body:
+        for m in out["matches"]:
+            m.pop("text", None)
+    if as_json:
+        print(json.dumps(out))
+    else:
+        from repoctx import render
+
+        print(render.symbol_text(out, body=body))
+    if not out["matches"]:
+        raise typer.Exit(1)
+
+
 @app.command()
 def context(query: str = typer.Argument(...),
             repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),

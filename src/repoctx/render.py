@@ -22,6 +22,10 @@ the first five units with their whole signatures and docstrings' first lines.
 The dict form (``retrieval_dict``, ``hit_dict``, ``file_dict``) is what ``--json``, the service and the
 MCP server's structured content carry; the text form (``item_text``, ``retrieval_text``) is rendered from
 the same dicts, for the CLI and the MCP server's text content.
+
+``grep``, ``outline`` and ``symbol`` answer with the dicts of ``Index.grep``/``outline``/``symbol`` on every
+surface; their text forms are here too (``grep_text``: ``path:line: text`` as ``git grep -n`` prints it,
+``outline_text``: one line per unit, ``symbol_text``: each definition's citation and body).
 """
 from __future__ import annotations
 
@@ -29,7 +33,8 @@ import inspect
 from typing import Any, Iterable
 
 __all__ = ["DETAILS", "DEFAULT_DETAIL", "check_detail", "why_text", "short_signature", "hit_dict", "file_dict",
-           "result_dicts", "retrieval_dict", "item_text", "items_text", "retrieval_text", "call_counts"]
+           "result_dicts", "retrieval_dict", "item_text", "items_text", "retrieval_text", "call_counts",
+           "grep_match_text", "grep_text", "outline_unit_text", "outline_text", "symbol_match_text", "symbol_text"]
 
 DETAILS = ("brief", "signatures", "full")
 DEFAULT_DETAIL = "brief"
@@ -339,3 +344,107 @@ def retrieval_text(r, detail: str = DEFAULT_DETAIL, *, index=None, scope=None) -
     else:
         parts.append("no matches in scope")
     return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------- grep, outline, symbol
+def grep_match_text(m: dict, *, with_repo: bool = False) -> str:
+    """One match of ``Index.grep`` as ``git grep -n`` prints it: ``path:line: text``, its context lines as
+    ``path-line- text``."""
+    where = f"{m['repo']}:{m['path']}" if with_repo and m.get("repo") else m["path"]
+    before, after = m.get("before") or [], m.get("after") or []
+    first = m["line"] - len(before)
+    lines = [f"{where}-{first + i}- {t}" for i, t in enumerate(before)]
+    lines.append(f"{where}:{m['line']}: {m['text']}")
+    lines += [f"{where}-{m['line'] + 1 + i}- {t}" for i, t in enumerate(after)]
+    return "\n".join(lines)
+
+
+def grep_head(d: dict, shown: int | None = None) -> str:
+    """The first line of a grep answer: what was searched and how many lines matched."""
+    n = len(d.get("matches") or []) if shown is None else shown
+    total = f"{d.get('total')}" + ("" if d.get("total_exact", True) else "+")
+    how = ("literal" if d.get("fixed") else "regex") + (", ignoring case" if d.get("ignore_case") else "")
+    paths = f" in {', '.join(d['paths'])}" if d.get("paths") else ""
+    off = int(d.get("offset") or 0)
+    files, scanned = d.get("files_matched"), d.get("files_scanned")
+    head = f"grep {d.get('pattern')!r} ({how}){paths}: "
+    if not d.get("total"):
+        return head + f"no matching line ({scanned} file{'' if scanned == 1 else 's'} searched)"
+    rng = f"{off + 1}-{off + n} of {total}" if n else f"none of {total} past offset {off}"
+    return head + f"matching lines {rng}, in {files} file{'' if files == 1 else 's'} of {scanned} searched"
+
+
+def grep_text(d: dict, *, with_repo: bool | None = None, more: str = "more: offset {}") -> str:
+    """An ``Index.grep`` answer as text: a head line, the matches, what stopped a count, how to get more."""
+    matches = d.get("matches") or []
+    several = len({m.get("repo") for m in matches}) > 1 if with_repo is None else with_repo
+    parts = [grep_head(d)]
+    sep = "--" if any(m.get("before") or m.get("after") for m in matches) else None
+    for i, m in enumerate(matches):
+        if sep and i:
+            parts.append(sep)
+        parts.append(grep_match_text(m, with_repo=several))
+    for c in d.get("cut") or []:
+        parts.append(f"note: {c}")
+    if d.get("next_offset") is not None:
+        parts.append(more.format(d["next_offset"]))
+    return "\n".join(parts)
+
+
+def outline_unit_text(u: dict) -> str:
+    """One unit of ``Index.outline``: ``start-end qualname: signature · N callers``, indented by depth."""
+    sig = " ".join(str(u.get("signature") or "").split())
+    sig = sig if len(sig) <= 200 else sig[:199] + "…"
+    n = u.get("callers")
+    callers = f" · {n} caller{'' if n == 1 else 's'}" if isinstance(n, int) else ""
+    return f"{'  ' * int(u.get('depth') or 0)}{u['start_line']}-{u['end_line']} {u['qualname']}: {sig}{callers}"
+
+
+def outline_head(d: dict, total: int | None = None, *, with_repo: bool = False) -> str:
+    n = len(d.get("units") or []) if total is None else total
+    where = f"{d['repo']}:{d['path']}" if d.get("repo") and with_repo else d.get("path")
+    if not d.get("language"):
+        return f"outline {where}: not an indexed file in scope"
+    return (f"outline {where} ({d['language']}): {n} unit{'' if n == 1 else 's'}"
+            + (f"; cite as {d.get('path')}:start-end :: qualname" if n else ""))
+
+
+def outline_text(d: dict) -> str:
+    """An ``Index.outline`` answer as text: a head line, then one line per unit in line order."""
+    parts = [outline_head(d), *(outline_unit_text(u) for u in d.get("units") or [])]
+    if d.get("hint"):
+        parts.append(f"note: {d['hint']}")
+    return "\n".join(parts)
+
+
+def symbol_match_text(m: dict, *, body: bool = True, with_repo: bool = False) -> str:
+    """One definition of ``Index.symbol``: its citation and kind, then its whole text (``body``) or its
+    signature."""
+    repo = f"{m['repo']}:" if with_repo and m.get("repo") else ""
+    head = f"{repo}{m['citation']} ({m.get('kind')})"
+    text = m.get("text") if body else None
+    if text is None:
+        return f"{head}\n{' '.join(str(m.get('signature') or '').split())}"
+    out = f"{head}\n{text}"
+    if m.get("text_note"):
+        out += f"\n({m['text_note']})"
+    return out
+
+
+def symbol_head(d: dict) -> str:
+    total, n = d.get("total", 0), len(d.get("matches") or [])
+    if not n:
+        return f"symbol {d.get('name')!r}: no definition"
+    return f"symbol {d.get('name')!r}: definitions 1-{n} of {total}"
+
+
+def symbol_text(d: dict, *, body: bool = True) -> str:
+    """An ``Index.symbol`` answer as text: every definition listed (none guessed), then the hint."""
+    matches = d.get("matches") or []
+    several = len({m.get("repo") for m in matches}) > 1
+    notes = [f"note: {d['hint']}"] if d.get("hint") else []
+    if d.get("did_you_mean"):
+        notes.append(f"did you mean: {', '.join(d['did_you_mean'])}")
+    head = "\n".join([symbol_head(d), *notes])
+    return ("\n\n" if body else "\n").join([head, *(symbol_match_text(m, body=body, with_repo=several)
+                                                      for m in matches)])

@@ -32,18 +32,20 @@ from repoctx.store.globs import GlobError, parse as parse_glob
 __all__ = ["RepoTools", "make_tools", "TOOL_NAMES", "ToolError", "error_detail", "MAX_K", "MAX_READ_LINES",
            "MAX_LIST_FILES", "MIN_BUDGET", "MAX_BUDGET", "MAX_DETAIL"]
 
-TOOL_NAMES = ("search_code", "get_context", "find_symbol", "callers", "callees", "read_file", "list_files")
+TOOL_NAMES = ("search_code", "get_context", "symbol", "callers", "callees", "outline", "grep", "read_file", "list_files")
 LEVELS = ("symbol", "file")
 MODES = ("auto", "standard", "agentic")
 TASKS = ("code_query", "refactor", "code_gen", "search")
 MAX_K = 50
 MAX_READ_LINES = 400
 MAX_LIST_FILES = 200
-MAX_SYMBOLS = 25  # definitions listed by find_symbol, candidates resolved by callers/callees
+MAX_SYMBOLS = 25  # definitions listed by symbol at most, candidates resolved by callers/callees
+MAX_BODIES = 10  # definitions symbol lists by default
+GREP_LIMIT = 50  # matching lines grep lists by default
+MAX_GREP = 200
+MAX_GREP_CONTEXT = 5
 MAX_EDGES = 50
 MIN_BUDGET, MAX_BUDGET = 100, 16000
-SNIPPET_LINES = 30
-DOC_LINES = 3
 MAX_DETAIL = 1000  # characters of an error's message the model reads
 
 
@@ -124,25 +126,6 @@ def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     return v
 
 
-def _first_lines(text: str, n: int, max_chars: int = 400) -> str:
-    lines = inspect.cleandoc(text or "").splitlines()[:n]
-    out = "\n".join(lines)
-    return out if len(out) <= max_chars else out[:max_chars - 1] + "…"
-
-
-def _capsule_dict(c, *, snippet: bool = True) -> dict:
-    out = {"citation": c.citation, "repo": c.repo, "path": c.path, "start_line": c.start_line,
-           "end_line": c.end_line, "symbol": c.qualname, "kind": c.kind, "signature": c.signature,
-           "docstring": _first_lines(c.docstring, DOC_LINES)}
-    if snippet:
-        lines = (c.text or "").split("\n")
-        out["snippet"] = "\n".join(lines[:SNIPPET_LINES])
-        if len(lines) > SNIPPET_LINES:
-            out["snippet_note"] = (f"first {SNIPPET_LINES} of {len(lines)} lines; read_file the range "
-                                   f"{c.start_line}-{c.end_line} for the rest")
-    return out
-
-
 def _module_of(path: str) -> str:
     stem = path.rsplit(".", 1)[0] if "." in path.rsplit("/", 1)[-1] else path
     return stem.replace("/", ".")
@@ -161,7 +144,15 @@ class RepoTools:
         "docstring", "callers", "callees", ``full`` the "snippet"; file level results are {"repo", "path",
         "score", "units", "citations"} (+ "symbols" past brief).
     ``get_context(query, task="", budget=2000)`` -> {"task", "text", "citations", "tokens", "budget", "left_out"}.
-    ``find_symbol(name)`` -> {"name", "count", "definitions": [capsule dicts with citations], "truncated"}.
+    ``symbol(name, body=True, limit=10)`` -> ``Index.symbol``: {"name", "matches": [{"repo", "path", "qualname",
+        "kind", "signature", "start_line", "end_line", "citation", "text"}], "total", "truncated", "hint",
+        "did_you_mean"}; every definition listed, none guessed; ``body=False`` leaves "text" out; a body past 400
+        lines is cut (``text_note``).
+    ``grep(pattern, fixed=False, ignore_case=False, paths=(), limit=50, offset=0, context=0)`` -> ``Index.grep``:
+        {"pattern", "matches": [{"repo", "path", "line", "text"}], "total", "next_offset", "truncated", "cut", ...}
+        over the indexed snapshot; a bad regex is ``invalid_argument`` naming the problem.
+    ``outline(path, repo="")`` -> ``Index.outline``: {"repo", "path", "language", "units": [{"qualname", "kind",
+        "signature", "start_line", "end_line", "depth", "parent", "callers", "citation"}], "hint"}.
     ``callers(symbol, limit=50)`` / ``callees(symbol, limit=50)`` -> {"symbol", "resolved": [citations], "ambiguous",
         "count" (listed), "total" (all in scope), "truncated", "callers" | "callees": [{"citation", "repo", "path",
         "symbol", "signature", "of", "resolved"}]} (the first ``limit`` listed; ``limit=0``: all of them)
@@ -257,15 +248,63 @@ class RepoTools:
             out["note"] = "nothing relevant found in scope: say so rather than guess"
         return out
 
-    @_guarded("find_symbol")
-    def find_symbol(self, name: str) -> dict:
-        name = _text_arg("name", name)
-        caps = self._resolve(name)
-        out = {"name": name, "count": len(caps), "truncated": len(caps) > MAX_SYMBOLS,
-               "definitions": [_capsule_dict(c, snippet=False) for c in caps[:MAX_SYMBOLS]]}
-        if not caps:
-            out["note"] = f"no definition named {name!r} in scope; try search_code"
+    @_guarded("symbol")
+    def symbol(self, name: str, body: bool = True, limit: int = MAX_BODIES) -> dict:
+        if not isinstance(body, bool):
+            raise ToolError("invalid_argument", f"body must be true or false, not {body!r}")
+        limit = _int_arg("limit", limit, 1, MAX_SYMBOLS)
+        try:
+            out = self.index.symbol(_text_arg("name", name), scope=self.scope, limit=limit)
+        except ValueError as e:
+            raise ToolError("invalid_argument", str(e)) from None
+        for m in out["matches"]:
+            if not body:
+                m.pop("text", None)
+                continue
+            lines = (m.get("text") or "").split("\n")
+            if len(lines) > MAX_READ_LINES:
+                m["text"] = "\n".join(lines[:MAX_READ_LINES])
+                m["text_note"] = (f"first {MAX_READ_LINES} of {len(lines)} lines; read_file {m['path']} from line "
+                                  f"{m['start_line'] + MAX_READ_LINES} for the rest")
         return out
+
+    @_guarded("grep")
+    def grep(self, pattern: str, fixed: bool = False, ignore_case: bool = False, paths: list[str] | str | None = None,
+             limit: int = GREP_LIMIT, offset: int = 0, context: int = 0) -> dict:
+        if not isinstance(pattern, str) or not pattern:
+            raise ToolError("invalid_argument", "pattern is empty: give a regular expression or, with fixed, a string")
+        for flag, v in (("fixed", fixed), ("ignore_case", ignore_case)):
+            if not isinstance(v, bool):
+                raise ToolError("invalid_argument", f"{flag} must be true or false, not {v!r}")
+        if paths is None or paths == "":
+            paths = ()
+        elif isinstance(paths, str):
+            paths = (paths,)
+        elif not (isinstance(paths, (list, tuple)) and all(isinstance(x, str) and x for x in paths)):
+            raise ToolError("invalid_argument", f"paths must be a list of path globs, not {paths!r}")
+        limit = _int_arg("limit", limit, 1, MAX_GREP)
+        offset = _int_arg("offset", offset, 0)
+        context = _int_arg("context", context, 0, MAX_GREP_CONTEXT)
+        try:  # a bad regex or path glob: the library's message names the problem and where
+            return self.index.grep(pattern, fixed=fixed, ignore_case=ignore_case, paths=tuple(paths), scope=self.scope,
+                                   limit=limit, offset=offset, context=context)
+        except ValueError as e:
+            raise ToolError("invalid_argument", str(e)) from None
+
+    @_guarded("outline")
+    def outline(self, path: str, repo: str = "") -> dict:
+        path = _text_arg("path", path)
+        repo = (repo or "").strip() if isinstance(repo, str) else repo
+        if not isinstance(repo, str):
+            raise ToolError("invalid_argument", f"repo must be a repository name, not {repo!r}")
+        if not repo and ":" in path and not _WIN_DRIVE.match(path):
+            head, _, rest = path.partition(":")
+            if head in {r for r, _ in self.index.files(self.scope)}:
+                repo, path = head, rest
+        try:
+            return self.index.outline(path, repo=repo or None, scope=self.scope)
+        except ValueError as e:
+            raise ToolError("ambiguous" if "several repositories" in str(e) else "invalid_argument", str(e)) from None
 
     def _edges(self, tool: str, symbol: str, incoming: bool, limit: int = MAX_EDGES) -> dict:
         """Every caller (callee) in scope is counted in ``total``; the first ``limit`` are listed (0: all)."""
@@ -275,7 +314,7 @@ class RepoTools:
         out: dict[str, Any] = {"symbol": symbol, "resolved": [c.citation for c in targets[:MAX_SYMBOLS]],
                                "ambiguous": len(targets) > 1, "count": 0, "total": 0, key: []}
         if not targets:
-            out["note"] = f"no symbol {symbol!r} in scope; find it with find_symbol or search_code first"
+            out["note"] = f"no symbol {symbol!r} in scope; find it with symbol or search_code first"
             return out
         if len(targets) > 1:
             out["note"] = (f"{len(targets)} definitions are named {symbol!r}: the {key} of all of them are listed "
@@ -438,7 +477,7 @@ def _as_tool_result(result: dict) -> Any:
 
 
 def make_tools(index, scope: Scope | None = None) -> list:
-    """The seven copilot tools as Strands tools bound to ``index`` and ``scope`` (no globals)."""
+    """The copilot's tools (``TOOL_NAMES``) as Strands tools bound to ``index`` and ``scope`` (no globals)."""
     from strands import tool
 
     rt = index if isinstance(index, RepoTools) else RepoTools(index, scope)
@@ -474,15 +513,49 @@ def make_tools(index, scope: Scope | None = None) -> list:
         return _as_tool_result(rt.get_context(query, task=task, budget=budget))
 
     @tool
-    def find_symbol(name: str) -> dict:
-        """Find where a function, method or class is defined, by exact name or qualified name (e.g. "connect"
-        or "app.db.Pool.connect"). Returns every definition with its citation 'path:start-end :: qualname',
-        kind, signature and docstring. Quote the citations exactly.
+    def symbol(name: str, body: bool = True) -> dict:
+        """Fetch a function, method or class you know by name: every definition of that name, each with its
+        citation 'path:start-end :: qualname' and its whole code. Use it instead of search_code when you know the
+        name (e.g. "connect", "Pool.connect", "app.db.Pool.connect" or "src/app/db.py:Pool.connect"). Several
+        definitions are all listed, none guessed: pass a qualified name to pick one. With body=false you get only
+        where each one is (citation, kind, signature), cheap for a common name.
 
         Args:
-            name: the symbol's name or qualified name.
+            name: the symbol's name, qualified name, module-qualified name or path:qualname.
+            body: include each definition's code (default true).
         """
-        return _as_tool_result(rt.find_symbol(name))
+        return _as_tool_result(rt.symbol(name, body=body))
+
+    @tool
+    def grep(pattern: str, fixed: bool = False, ignore_case: bool = False, paths: list[str] | None = None,
+             offset: int = 0) -> dict:
+        """Find every line of the indexed code that matches a regular expression (or, with fixed=true, an exact
+        string), like `git grep -n`: each match with its path and line number. Use it for exact text: all the
+        usages of a name, a string literal, an error message, a setting, an import. Unlike search_code it is
+        complete and unranked, and finds nothing by meaning. 50 lines per call; 'total' counts them all and
+        'next_offset' asks for the next ones. A line is not a citation: cite the unit around it, whose citation
+        outline or symbol gives.
+
+        Args:
+            pattern: a Python regular expression matched against each line (e.g. "def get_search_results\\b",
+                "raise \\w+Error"), or the exact text with fixed=true.
+            fixed: treat the pattern as a literal string.
+            ignore_case: match regardless of case.
+            paths: path globs a file must match, e.g. ["*.py"] or ["src/api/*"] ('*' also matches '/').
+            offset: how many matching lines to skip (next_offset of the previous call).
+        """
+        return _as_tool_result(rt.grep(pattern, fixed=fixed, ignore_case=ignore_case, paths=paths, offset=offset))
+
+    @tool
+    def outline(path: str) -> dict:
+        """The outline of one indexed file: its classes, functions and methods in line order, each with its
+        signature, line span, nesting, how many units call it and its citation 'path:start-end :: qualname'
+        (quote it exactly). Use it to see what a file holds before reading it, then read_file the lines you need.
+
+        Args:
+            path: repository-relative path, e.g. "src/app/db.py" (or "repo:path" when several repositories).
+        """
+        return _as_tool_result(rt.outline(path))
 
     @tool
     def callers(symbol: str) -> dict:
@@ -534,4 +607,4 @@ def make_tools(index, scope: Scope | None = None) -> list:
         """
         return _as_tool_result(rt.list_files(glob))
 
-    return [search_code, get_context, find_symbol, callers, callees, read_file, list_files]
+    return [search_code, get_context, symbol, callers, callees, outline, grep, read_file, list_files]

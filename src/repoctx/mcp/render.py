@@ -65,13 +65,10 @@ def render_item(tool: str, item: Any, detail: str = shared.DEFAULT_DETAIL, sever
     """One item of a paged list as text (``several``: more than one repository is served, so name it)."""
     if tool == "search_code":
         return shared.item_text(item, detail or shared.DEFAULT_DETAIL, with_repo=several)
-    if tool == "find_symbol":
-        s = f"- {item['citation']}  ({item.get('kind')})"
-        if item.get("signature"):
-            s += f"\n    {item['signature']}"
-        if item.get("docstring"):
-            s += "\n    " + item["docstring"].split("\n")[0]
-        return s
+    if tool == "symbol":
+        return shared.symbol_match_text(item, with_repo=several)
+    if tool == "outline":
+        return shared.outline_unit_text(item)
     if tool in ("callers", "callees"):
         if not item.get("resolved"):
             return f"- {item.get('name')}  (not defined in the indexed code; called from {item.get('of')})"
@@ -86,8 +83,17 @@ def header(tool: str, d: dict, shown: tuple[int, int], total: int) -> str:
     if tool == "search_code":
         lines = [f"search_code {d.get('query')!r}: {rng} ({d.get('level')}, {d.get('mode')}, "
                  f"detail {d.get('detail') or shared.DEFAULT_DETAIL}); cite as given (path:start-end :: qualname)"]
-    elif tool == "find_symbol":
-        lines = [f"find_symbol {d.get('name')!r}: definitions {rng}."]
+    elif tool == "symbol":
+        lines = [f"symbol {d.get('name')!r}: definitions {a}-{b} of {d.get('total', total)}" if total
+                 else f"symbol {d.get('name')!r}: no definition"]
+        if d.get("hint"):
+            lines.append(f"note: {d['hint']}")
+        if d.get("did_you_mean"):
+            lines.append(f"did you mean: {', '.join(d['did_you_mean'])}")
+    elif tool == "outline":
+        lines = [shared.outline_head(d, total) + (f"; units {rng}" if total and (a > 1 or b < total) else "")]
+        if d.get("hint"):
+            lines.append(f"note: {d['hint']}")
     elif tool in ("callers", "callees"):
         resolved = ", ".join(d.get("resolved") or []) or "nothing"
         lines = [f"{tool} of {d.get('symbol')!r} (resolved to {resolved}): {rng}."]
@@ -198,7 +204,17 @@ def render_error(d: dict) -> str:
 
 
 def shrink(item: Any, room: int) -> Any:
-    """One search result shortened to fit ``room`` tokens (its snippet cut)."""
+    """One result shortened to fit ``room`` tokens: a search hit's snippet or a definition's body cut."""
+    if isinstance(item, dict) and item.get("text") and "citation" in item:  # a definition (symbol)
+        item = dict(item)
+        lines = item["text"].split("\n")
+        while len(lines) > 1 and max(count(shared.symbol_match_text({**item, "text": "\n".join(lines)})),
+                                     count(to_json({**item, "text": "\n".join(lines)}))) > room:
+            lines = lines[: max(1, len(lines) * 2 // 3)]
+        item["text"] = "\n".join(lines)
+        item["text_note"] = (f"body cut to its first {len(lines)} lines to fit the token budget; read_file "
+                             f"{item.get('path')} from line {item.get('start_line', 1) + len(lines)} for the rest")
+        return item
     if not isinstance(item, dict) or not item.get("snippet"):
         return item
     item = dict(item)

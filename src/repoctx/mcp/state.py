@@ -29,10 +29,12 @@ DEFAULT_MAX_TOKENS = 20_000
 MIN_MAX_TOKENS = 200
 REFRESH_INTERVAL = 60.0  # seconds between freshness checks noticed by tool calls
 LIST_PREVIEW = 20  # changed paths shown by index_status / reindex
-TOOLS = ("search_code", "get_context", "find_symbol", "callers", "callees", "read_file", "list_files",
+TOOLS = ("search_code", "get_context", "symbol", "grep", "outline", "callers", "callees", "read_file", "list_files",
          "index_status", "reindex")
-PAGED = {"search_code": "results", "find_symbol": "definitions", "callers": "callers", "callees": "callees",
-         "list_files": "files"}
+PAGED = {"search_code": "results", "symbol": "matches", "outline": "units", "callers": "callers",
+         "callees": "callees", "list_files": "files"}
+GREP_PAGE = 200  # matching lines asked of the library per grep call (then cut to the token budget)
+SYMBOL_LIMIT = 25  # definitions symbol lists (in pages)
 
 
 class Refusal(Exception):
@@ -307,6 +309,8 @@ class RepoctxMCP:
             offset = _decode_cursor(tool, h, cursor)
             if tool == "read_file":
                 return self._read_file(args, repo, scope, h, offset)
+            if tool == "grep":
+                return self._grep(args, repo, scope, h, offset)
             if tool == "get_context":
                 return self._get_context(args, repo, scope)
             if tool in PAGED:
@@ -326,8 +330,12 @@ class RepoctxMCP:
         targets = self._targets(tool, repo, scope)
         if tool in ("callers", "callees"):
             args = {**args, "limit": 0}  # every one of them: pages carry what one result cannot
+        if tool == "symbol":
+            args = {**args, "limit": SYMBOL_LIMIT}
         if tool == "search_code" and len(targets) > 1:
             return self._search_views(args, targets)
+        if tool == "outline" and len(targets) > 1:
+            return self._outline_views(args, targets)
         results = [getattr(RepoTools(view, sc), tool)(**args) for view, sc, _ in targets]
         if len(results) == 1:
             out = results[0]
@@ -350,7 +358,11 @@ class RepoctxMCP:
         if tool in ("callers", "callees"):
             base["resolved"] = [c for r, _ in ok for c in r.get("resolved", [])]
             base["ambiguous"] = len(base["resolved"]) > 1
-        if tool in ("find_symbol", "list_files"):
+        if tool == "symbol":
+            base["total"] = sum(r.get("total", 0) for r, _ in ok)
+            base["did_you_mean"] = sorted({n for r, _ in ok for n in r.get("did_you_mean") or []})[:10]
+            base["hint"] = None if items else next((r["hint"] for r, _ in ok if r.get("hint")), None)
+        if tool in ("symbol", "list_files"):
             base["truncated"] = any(r.get("truncated") for r, _ in ok)
         if tool == "list_files":
             base["total"] = sum(r.get("total", 0) for r, _ in ok)
@@ -384,6 +396,90 @@ class RepoctxMCP:
         out["notes"] = list(dict.fromkeys(n for a in answers for n in a.get("notes", [])))
         if out["results"]:
             out["notes"] = [n for n in out["notes"] if not n.startswith("nothing found")]
+        return out
+
+    def _outline_views(self, args: dict, targets: list) -> dict:
+        """A file's outline when each repository has its own view: the one repository that holds the path."""
+        results = [RepoTools(view, sc).outline(**args) for view, sc, _ in targets]
+        ok = [r for r in results if not is_error(r)]
+        held = [r for r in ok if r.get("units") or r.get("language")]
+        if len(held) > 1:
+            where = ", ".join(r["repo"] for r in held)
+            return {"error": "ambiguous", "detail": f"{args.get('path')!r} is in several repositories ({where}): "
+                                                    "pass repo", "tool": "outline"}
+        return held[0] if held else (ok[0] if ok else results[0])
+
+    def _grep(self, args: dict, repo: str, scope: Scope, h: str, offset: int) -> dict:
+        """Matching lines from ``offset`` on, as many as the token budget holds; the library pages (its offset),
+        each view in turn when repositories have views of their own. The cursor carries the next offset."""
+        targets = self._targets("grep", repo, scope)
+        skip, room = offset, GREP_PAGE
+        base: dict | None = None
+        matches: list[dict] = []
+        errors: list[dict] = []
+        total, exact, scanned, matched, cut = 0, True, 0, 0, []
+        for view, sc, _ in targets:
+            d = RepoTools(view, sc).grep(**args, limit=max(room, 1), offset=skip)
+            if is_error(d):
+                errors.append(d)
+                continue
+            base = base or d
+            if room > 0:
+                take = d["matches"][:room]
+                matches += take
+                room -= len(take)
+            skip = max(skip - d["total"], 0)
+            total += d["total"]
+            exact = exact and d["total_exact"]
+            scanned += d["files_scanned"]
+            matched += d["files_matched"]
+            cut += d["cut"]
+        if base is None:
+            return errors[0]
+        if offset and offset >= total and total:
+            raise Refusal("grep", "invalid_argument", f"the cursor points past the last of {total} matching lines")
+        out = {k: v for k, v in base.items() if k not in ("limit", "next_offset")}
+        out.update(total=total, total_exact=exact, files_scanned=scanned, files_matched=matched, cut=cut,
+                   offset=offset)
+        budget = self.max_tokens
+        reserve = mr.count(mr.footer("grep", _encode_cursor("grep", h, 10 ** 7))) + 60
+        head_cost = mr.count(mr.to_json({**out, "matches": []})) + mr.count(shared.grep_head(out)) + \
+            sum(mr.count(f"note: {c}") for c in cut)
+        room_tokens = budget - reserve - head_cost
+        several = self.several
+        keep: list[dict] = []
+        if sum(len(shared.grep_match_text(m, with_repo=several)) + len(mr.to_json(m)) + 2 for m in matches) \
+                > room_tokens:
+            used = 0
+            for j in range(0, len(matches), 32):
+                chunk = matches[j:j + 32]
+                costs = [max(a, b) + 2 for a, b in zip(
+                    mr.counts([shared.grep_match_text(m, with_repo=several) for m in chunk]),
+                    mr.counts([mr.to_json(m) for m in chunk]))]
+                full = False
+                for m, c in zip(chunk, costs):
+                    if used + c > room_tokens and keep:
+                        full = True
+                        break
+                    keep.append(m)
+                    used += c
+                if full:
+                    break
+        else:
+            keep = matches
+        end = offset + len(keep)
+        more = end < total
+        cursor = _encode_cursor("grep", h, end) if more else None
+        out["matches"] = keep
+        out["count"] = len(keep)
+        out["truncated"] = more or bool(cut)
+        out["next_cursor"] = cursor
+        text = shared.grep_text({**out, "next_offset": None}, with_repo=several)
+        if cursor:
+            text += "\n" + mr.footer("grep", cursor)
+        if not mr.fits(text, budget):
+            text = mr.clip(text, budget)
+        out["_text"] = text
         return out
 
     def _page(self, tool: str, full: dict, key: str, offset: int, h: str) -> dict:
@@ -440,7 +536,7 @@ class RepoctxMCP:
         out[key] = [{k: v for k, v in it.items() if not k.startswith("_")} if isinstance(it, dict) else it
                     for it in page]
         out["count"] = len(page)
-        out["total"] = total if tool != "list_files" else base.get("total", total)
+        out["total"] = total if tool not in ("list_files", "symbol") else base.get("total", total)
         out["offset"] = offset
         out["next_cursor"] = cursor
         return out
@@ -448,6 +544,8 @@ class RepoctxMCP:
     def _text_of(self, tool, out, page, offset, total, cursor) -> str:
         parts = [mr.header(tool, out, (offset + 1, offset + len(page)), total)]
         parts += [mr.render_item(tool, it, out.get("detail") or shared.DEFAULT_DETAIL, self.several) for it in page]
+        if tool == "symbol" and any(isinstance(it, dict) and "text" in it for it in page):  # a blank line between bodies
+            parts = [parts[0], "\n\n".join(parts[1:])] if len(parts) > 1 else parts
         if tool == "list_files" and out.get("truncated"):
             parts.append(f"(the index holds {out.get('total')} matching files; only the first {total} are listed: "
                          "narrow the glob)")

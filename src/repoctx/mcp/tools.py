@@ -56,11 +56,41 @@ def tool_functions(run: Callable[..., CallToolResult]) -> list[Callable]:
         compressed to a token budget, with the citations it contains. Use it when search snippets are not enough."""
         return run("get_context", ctx, query=query, task=task, budget=budget, repo=repo)
 
-    def find_symbol(name: Annotated[str, Field(description="A function, method or class name, plain or qualified "
-                                                           "(e.g. 'connect' or 'app.db.Pool.connect').")],
-                    repo: Repo = "", cursor: Cursor = "", ctx: Context = None) -> CallToolResult:
-        """Where a symbol is defined: every definition with its citation, kind, signature and docstring."""
-        return run("find_symbol", ctx, name=name, repo=repo, cursor=cursor)
+    def symbol(name: Annotated[str, Field(description="A function, method or class name: plain ('connect'), qualified "
+                                                      "('Pool.connect'), module-qualified ('app.db.Pool.connect') or "
+                                                      "with its file ('src/app/db.py:Pool.connect').")],
+               body: Annotated[bool, Field(description="Include each definition's code; false: only where each one "
+                                                       "is (citation, kind, signature).")] = True,
+               repo: Repo = "", cursor: Cursor = "", ctx: Context = None) -> CallToolResult:
+        """Fetch a symbol you know by name: every definition of that name, each with its citation and its whole code.
+        Use it instead of search_code when you know the name; several definitions are all listed, none guessed
+        (give a qualified name to pick one); with body=false only where each is, cheap for a common name."""
+        return run("symbol", ctx, name=name, body=body, repo=repo, cursor=cursor)
+
+    def grep(pattern: Annotated[str, Field(description="A Python regular expression matched against each line (e.g. "
+                                                       "'def get_search_results\\b'), or the exact text with "
+                                                       "fixed=true.")],
+             fixed: Annotated[bool, Field(description="Treat the pattern as a literal string.")] = False,
+             ignore_case: Annotated[bool, Field(description="Match regardless of case.")] = False,
+             paths: Annotated[list[str], Field(description="Path globs a file must match, e.g. ['*.py'] or "
+                                                           "['src/api/*'] ('*' also matches '/'); empty: every "
+                                                           "file.")] = [],  # noqa: B006 - never mutated
+             context: Annotated[int, Field(description="Lines of context shown before and after each match, 0 to "
+                                                       "5.")] = 0,
+             repo: Repo = "", cursor: Cursor = "", ctx: Context = None) -> CallToolResult:
+        """Every line of the indexed code matching a regular expression (or an exact string), as `git grep -n` prints
+        it: path:line: text. Use it for exact text: all the usages of a name, a string literal, an error message,
+        a setting. Complete and unranked, unlike search_code; it finds nothing by meaning. Long answers come in
+        pages (next_cursor); a bad regex is an error naming the problem."""
+        return run("grep", ctx, pattern=pattern, fixed=fixed, ignore_case=ignore_case, paths=paths, context=context,
+                   repo=repo, cursor=cursor)
+
+    def outline(path: Annotated[str, Field(description="Repository-relative path of an indexed file, e.g. "
+                                                       "'src/app/db.py'.")],
+                repo: Repo = "", cursor: Cursor = "", ctx: Context = None) -> CallToolResult:
+        """A file's classes, functions and methods in line order, with signatures, line spans, nesting and how many
+        units call each. Use it to see what a file holds before reading it (then read_file the lines you need)."""
+        return run("outline", ctx, path=path, repo=repo, cursor=cursor)
 
     def callers(symbol: Annotated[str, Field(description="A qualified name, a plain name, or a capsule id from an "
                                                          "earlier result.")],
@@ -100,4 +130,5 @@ def tool_functions(run: Callable[..., CallToolResult]) -> list[Callable]:
         changed."""
         return run("reindex", ctx, repo=repo)
 
-    return [search_code, get_context, find_symbol, callers, callees, read_file, list_files, index_status, reindex]
+    return [search_code, get_context, symbol, grep, outline, callers, callees, read_file, list_files, index_status,
+            reindex]

@@ -5,8 +5,9 @@ principal and role decide what it may read: its ``Scope`` goes into every store 
 retrieve, the copilot's tools) and its name namespaces the copilot's sessions. A repository the key may
 not see answers 404, exactly as one that does not exist.
 
-Endpoints: ``POST /chat`` (SSE: token, tool, trace, citation, error, done), ``POST /search``,
-``POST /context``, ``POST /retrieve`` (SSE: trace events, then results), ``GET /repos``,
+Endpoints: ``POST /chat`` (SSE: token, tool, trace, citation, error, done), ``POST /search`` (at a ``detail``
+level, ``repoctx.render``), ``POST /context``, ``POST /retrieve`` (SSE: trace events, then results), ``POST
+/grep``, ``GET /outline``, ``POST /symbol`` (``Index.grep``/``outline``/``symbol``), ``GET /repos``,
 ``POST /repos`` (admin: register and queue indexing, a path under ``REPOCTX_REPO_ROOTS`` only), ``GET
 /repos/{name}`` (job state for every key that sees the repository, its progress and counts for admin keys;
 freshness, vector coverage), ``GET /health``, ``GET /metrics`` (Prometheus; admin keys, unless
@@ -125,6 +126,31 @@ class ContextRequest(_Model):
         None, description="What the context is for (default: classified from the query).")
     budget: OptionalJsonInt = Field(None, ge=100, le=16000, description="Token budget.")
     mode: Literal["auto", "standard", "agentic"] = "standard"
+
+
+class GrepRequest(_Model):
+    """``Index.grep`` over the indexed snapshot of the repositories the key sees (no checkout needed)."""
+
+    pattern: Annotated[str, StringConstraints(min_length=1, max_length=1000)] = Field(
+        description="A Python regular expression matched against each line (or a literal string with fixed).")
+    fixed: bool = Field(False, description="The pattern is a literal string.")
+    ignore_case: bool = False
+    paths: list[Annotated[str, StringConstraints(min_length=1, max_length=1000)]] | None = Field(
+        None, max_length=50, description="Path globs a file must match (any of them; '*' crosses '/').")
+    repos: list[RepoName] | None = Field(None, max_length=50)
+    limit: JsonInt = Field(100, ge=1, le=1000, description="Matching lines returned.")
+    offset: JsonInt = Field(0, ge=0, description="Matching lines skipped (next_offset of the previous page).")
+    context: JsonInt = Field(0, ge=0, le=20, description="Lines shown before and after each match.")
+
+
+class SymbolRequest(_Model):
+    """``Index.symbol``: every definition of a name, with its code."""
+
+    name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000)] = Field(
+        description="Plain, qualified (Class.method), module-qualified, or path:qualname.")
+    repos: list[RepoName] | None = Field(None, max_length=50)
+    limit: JsonInt = Field(10, ge=1, le=50, description="Definitions returned.")
+    body: bool = Field(True, description="Each definition's code; false: only where each one is.")
 
 
 class ChatRequest(_Model):
@@ -671,6 +697,46 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
             scope = svc.scope_for(p, req.repos)
             ctx = svc.index.context(req.query, task=req.task, budget=req.budget, mode=req.mode, scope=scope)
             return ctx.to_dict()
+        return await threaded(work)
+
+    @app.post("/grep", tags=["retrieval"], summary="Lines matching a pattern, like `git grep -n` over the indexed "
+                                                    "snapshot")
+    async def grep(req: GrepRequest, p: PrincipalDep) -> dict:
+        from repoctx.store.grep import PatternError
+
+        def work():
+            scope = svc.scope_for(p, req.repos)
+            try:
+                return svc.index.grep(req.pattern, fixed=req.fixed, ignore_case=req.ignore_case,
+                                      paths=tuple(req.paths or ()), scope=scope, limit=req.limit, offset=req.offset,
+                                      context=req.context)
+            except PatternError as e:  # the request's shape is right, its regex is not: name the problem
+                raise HTTPException(400, _error_body("invalid_request", safe_detail(e, 400),
+                                                     fields=[{"field": "pattern", "reason": e.reason}])) from None
+        return await threaded(work)
+
+    @app.get("/outline", tags=["retrieval"], summary="A file's classes, functions and methods, with signatures, "
+                                                     "line spans and caller counts")
+    async def outline(p: PrincipalDep,
+                      path: Annotated[str, Query(min_length=1, max_length=4096, description="The file's path, "
+                                                 "relative to its repository's root.")],
+                      repo: Annotated[str | None, Query(pattern=REPO_NAME, description="The repository, needed "
+                                                        "only when several hold the path.")] = None) -> dict:
+        def work():
+            scope = svc.scope_for(p, [repo] if repo else None)
+            return svc.index.outline(path, repo=repo, scope=scope)
+        return await threaded(work)
+
+    @app.post("/symbol", tags=["retrieval"], summary="Every definition of a name with its code; several are listed, "
+                                                     "none guessed")
+    async def symbol(req: SymbolRequest, p: PrincipalDep) -> dict:
+        def work():
+            scope = svc.scope_for(p, req.repos)
+            out = svc.index.symbol(req.name, scope=scope, limit=req.limit)
+            if not req.body:
+                for m in out["matches"]:
+                    m.pop("text", None)
+            return out
         return await threaded(work)
 
     @app.post("/retrieve", tags=["retrieval"], response_class=EventSourceResponse,
