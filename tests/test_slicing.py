@@ -309,3 +309,23 @@ def test_nothing_shown_twice(ix, task):
     assert len(ctx.citations) == len(set(ctx.citations))
     heads = re.findall(r"^### (.+)$", ctx.text, re.M)
     assert len(heads) == len(set(heads))
+
+
+def test_tests_that_name_a_method_name_its_class_too(tmp_path):
+    """A method's name alone is often common: a test is one that names it when it names its class as well."""
+    files = {
+        "app/books.py": ("class Ledger:\n    def total(self):\n        \"\"\"The sum of the rows.\"\"\"\n"
+                         "        return sum(self.rows)\n\n\nclass Basket:\n    def total(self):\n"
+                         "        return len(self.items)\n"),
+        "tests/test_books.py": ("from app.books import Ledger\n\n\ndef test_ledger_total():\n"
+                                "    assert Ledger().total() == 0\n"),
+        "tests/test_basket.py": "def test_basket_total(basket):\n    assert basket.total() == 3\n",
+    }
+    root = write_tree(tmp_path / "books", files)
+    index = Index(root, Settings(index_dir=tmp_path / "idx", embedder="none"))
+    index.update()
+    from repoctx.retrieve.context import StoreReader
+
+    names = {c.qualname for c in StoreReader(index.store, index.scope()).tests_naming(one(index, "Ledger.total"), 5)}
+    assert names == {"test_ledger_total"}
+    index.close()

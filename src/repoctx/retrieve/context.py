@@ -167,15 +167,17 @@ class StoreReader:
                 if d.id != c.id and d.name == c.name and d.kind in CODE_KINDS]
 
     def tests_naming(self, c: Capsule, limit: int) -> list[Capsule]:
-        """Test functions that call ``c`` (the graph), then those whose text names it (the lexical index)."""
+        """Test functions that call ``c`` (the graph), then those whose text names it (the lexical index; a
+        method: its name and its class's)."""
         if len(c.name) < 3:
             return []
         out = [d for d in self.callers([c.id]) if is_test_unit(d) and d.kind in CODE_KINDS]
         ids = [cid for cid, _ in self.store.lexical([c.name.lower()], 50, self.scope)]
         named = {d.id: d for d in self.store.capsules(ids, self.scope)}
-        word = re.compile(rf"\b{re.escape(c.name)}\b")
+        # a method's name is often common (``handle``, ``save``): its class must be named too
+        words = [re.compile(rf"\b{re.escape(w)}\b") for w in [c.name] + c.qualname.split(".")[-2:-1]]
         out += [named[i] for i in ids if i in named and named[i].kind in CODE_KINDS and is_test_unit(named[i])
-                and word.search(named[i].text)]
+                and all(w.search(named[i].text) for w in words)]
         return list({d.id: d for d in out if d.id != c.id}.values())[:limit]
 
     def term_weights(self, query: str) -> dict[str, float]:
