@@ -1,6 +1,7 @@
 """The HTTP service a team shares: ``create_app(settings) -> FastAPI``.
 
-Every endpoint but ``/health`` (and the OpenAPI pages) needs ``Authorization: Bearer KEY``; the key's
+Every endpoint but ``/health``, the webhooks (``/hooks/*``, which verify their own signatures: ``hooks.py``) and
+the OpenAPI pages needs ``Authorization: Bearer KEY``; the key's
 principal and role decide what it may read: its ``Scope`` goes into every store query (search, context,
 retrieve, the copilot's tools) and its name namespaces the copilot's sessions. A repository the key may
 not see answers 404, exactly as one that does not exist.
@@ -8,9 +9,12 @@ not see answers 404, exactly as one that does not exist.
 Endpoints: ``POST /chat`` (SSE: token, tool, trace, citation, error, done), ``POST /search`` (at a ``detail``
 level, ``repoctx.render``), ``POST /context``, ``POST /retrieve`` (SSE: trace events, then results), ``POST
 /grep``, ``GET /outline``, ``POST /symbol`` (``Index.grep``/``outline``/``symbol``), ``GET /repos``,
-``POST /repos`` (admin: register and queue indexing, a path under ``REPOCTX_REPO_ROOTS`` only), ``GET
+``POST /repos`` (admin: register a path under ``REPOCTX_REPO_ROOTS`` or a git URL and branch, and queue
+indexing), ``GET
 /repos/{name}`` (job state for every key that sees the repository, its progress and counts for admin keys;
-freshness, vector coverage), ``GET /health``, ``GET /metrics`` (Prometheus; admin keys, unless
+source, commits and lag, freshness, vector coverage), ``GET /jobs``, ``POST /jobs/{id}/cancel`` (admin; the
+repository and job endpoints live in ``repos.py``), ``POST /hooks/github|gitlab|generic``, ``GET /health``, ``GET
+/metrics`` (Prometheus; admin keys, unless
 ``REPOCTX_METRICS_PUBLIC=1``).
 
 Limits (``limits.py``): a request body of at most ``REPOCTX_MAX_BODY`` bytes (413) that arrives within
@@ -61,17 +65,19 @@ from repoctx.render import retrieval_dict
 from repoctx.service.auth import KeyStore, Principal
 from repoctx.service.config import ServiceSettings
 from repoctx.service.db import ServiceDB, service_db_target
+from repoctx.service.checkout import Checkouts
 from repoctx.service.jobs import InProcessWorkers, JobLimits, Jobs
 from repoctx.service.limits import BodyLimit, RateLimit, error_body, parse_rate_limit
 from repoctx.service.metrics import ServiceMetrics
 from repoctx.store.availability import StoreUnavailable, store_unavailable
-from repoctx.store.base import Scope, check_repo_name
+from repoctx.store.base import Scope
 
 log = logging.getLogger("repoctx.service")
 
 __all__ = ["create_app", "app_from_env", "Service"]
 
 PUBLIC_PATHS = ("/health", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")
+PUBLIC_PREFIXES = ("/hooks/",)  # push webhooks: no API key, each delivery is verified by its signature (hooks.py)
 SESSION_ID = r"^[A-Za-z0-9_-]{1,128}$"
 REPO_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
@@ -160,10 +166,6 @@ class ChatRequest(_Model):
     repos: list[RepoName] | None = Field(None, max_length=50)
 
 
-class RegisterRequest(_Model):
-    name: RepoName = Field(description="The repository's name in the store.")
-    path: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4096)] = Field(
-        description="Its root directory on the machine(s) that index it.")
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -186,14 +188,6 @@ def safe_detail(text: Any, limit: int = 200) -> str:
 
 _error_body = error_body  # {"error": code, "detail": one line}: the shape of every error answer (limits.py)
 
-
-def under_roots(path: Path, roots) -> bool:
-    """Whether ``path`` (already resolved) is one of ``roots`` or inside one, each root resolved the same way."""
-    for r in roots:
-        base = Path(r).expanduser().resolve()
-        if path == base or path.is_relative_to(base):
-            return True
-    return False
 
 
 STORE_UNAVAILABLE = "store_unavailable"  # the error of every answer given while the store is away
@@ -347,7 +341,8 @@ class Service:
         self.workers = InProcessWorkers(settings, self.jobs, self.store, n, lease=service.job_lease,
                                         poll=service.job_poll, on_job=self.metrics.record_job,
                                         embedder=lambda: self.index.embedder,
-                                        limits=JobLimits.from_settings(service)).start() if n else None
+                                        limits=JobLimits.from_settings(service),
+                                        checkouts=Checkouts(self.db, service)).start() if n else None
 
     @property
     def runs_jobs(self) -> bool:
@@ -479,7 +474,8 @@ class _Middleware:
         svc.metrics.in_flight.inc()
         try:
             path = scope.get("path", "")
-            public = path in PUBLIC_PATHS or (path == "/metrics" and svc.conf.metrics_public)
+            public = path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES) or \
+                (path == "/metrics" and svc.conf.metrics_public)
             if not public:
                 try:
                     principal = await self._authenticate(scope)
@@ -885,98 +881,12 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
 
         return EventSourceResponse(events(), ping=15, send_timeout=30, background=BackgroundTask(release))
 
-    # ---- repositories
-    @app.get("/repos", tags=["repositories"], summary="The repositories this key may see")
-    async def list_repos(p: PrincipalDep) -> dict:
-        def work():
-            out = []
-            for rec in svc.store.repos(p.scope):
-                meta = rec.meta or {}
-                out.append({"name": rec.name, "indexed": meta.get("complete") == "1",
-                            "indexed_at": float(meta["indexed_at"]) if meta.get("indexed_at") else None})
-            return {"repos": out}
-        return await threaded(work)
+    # ---- repositories, jobs and push webhooks
+    from repoctx.service.hooks import hooks_router
+    from repoctx.service.repos import repos_router
 
-    @app.post("/repos", tags=["repositories"], status_code=202,
-              summary="Register a repository and queue its indexing (admin keys)")
-    async def register_repo(req: RegisterRequest, p: PrincipalDep) -> dict:
-        if not p.admin:
-            raise HTTPException(403, _error_body("forbidden", "registering repositories needs an admin key"))
-
-        def work():
-            check_repo_name(req.name)
-            root = Path(req.path).expanduser()
-            if not root.is_absolute():
-                raise HTTPException(400, _error_body("invalid_request", "path must be absolute"))
-            root = root.resolve()  # symlinks and '..' first: the allow-list is about where the files really are
-            if not conf.repo_roots:
-                raise HTTPException(403, _error_body("forbidden", "registration by path needs REPOCTX_REPO_ROOTS on "
-                                                                  "the server (the folders repositories may come from)"))
-            if not under_roots(root, conf.repo_roots):
-                raise HTTPException(403, _error_body("forbidden", "path is outside the folders REPOCTX_REPO_ROOTS "
-                                                                  "allows"))
-            if svc.runs_jobs and not root.is_dir():
-                raise HTTPException(400, _error_body("invalid_request", "path is not a directory on this server"))
-            existing = svc.store.repo(req.name)
-            if existing is not None and existing.root and existing.root != str(root):
-                raise HTTPException(409, _error_body("conflict", f"repository {req.name!r} is registered from "
-                                                                 "another path"))
-            svc.store.register_repo(req.name, str(root))
-            job = svc.jobs.enqueue(req.name, str(root))
-            return {"name": req.name, "status": job.status, "job": job.to_dict(admin=True),
-                    "progress_url": f"/repos/{req.name}"}
-        return await threaded(work)
-
-    @app.get("/repos/{name}", tags=["repositories"],
-             summary="A repository's indexing progress, freshness and vector coverage")
-    async def repo_status(name: str, p: PrincipalDep,
-                          check: bool = Query(False, description="Also compare the files on disk with the index.")):
-        def work():
-            if not re.match(REPO_NAME, name) or not svc.visible(p, name):
-                raise HTTPException(404, _error_body("not_found", "repository not found"))
-            rec = svc.store.repo(name)
-            meta = rec.meta or {}
-            scope = replace(p.scope, repos=(name,))
-            job = svc.jobs.latest(name)
-            indexed_at = float(meta["indexed_at"]) if meta.get("indexed_at") else None
-            out: dict[str, Any] = {
-                "name": name, "indexed": meta.get("complete") == "1",
-                "job": job.to_dict(admin=p.admin) if job else None,
-                "freshness": {"indexed_at": indexed_at,
-                              "age_seconds": round(time.time() - indexed_at, 1) if indexed_at else None,
-                              "git_head": meta.get("git_head") or None,
-                              "generation": int(meta.get("generation") or 0)},
-                "counts": svc.store.counts(scope),
-                "vectors": _vectors(name, p.admin),
-            }
-            if p.admin:
-                out["root"] = rec.root
-            if check:
-                out["freshness"].update(_stale(rec, scope))
-            return out
-        return await threaded(work)
-
-    def _vectors(name: str, admin: bool) -> dict:
-        emb = svc.index.embedder
-        if emb is None:
-            return {"enabled": False, "coverage": None, "current": False}
-        st = svc.store.vector_state(name, emb.model_id)
-        out = {"enabled": True, "model": emb.model_id, "coverage": round(st.count / st.total, 4) if st.total else 1.0,
-               "current": st.current}
-        if admin:
-            out.update(count=st.count, total=st.total, indexed_model=st.model)
-        return out
-
-    def _stale(rec, scope: Scope) -> dict:
-        from repoctx.indexer import stale_files
-
-        root = Path(rec.root or "")
-        if not rec.root or not root.is_dir():
-            return {"checked": False, "reason": "the repository's files are not on this server"}
-        st = stale_files(root, svc.store.writer(rec.name), svc.settings)
-        seen = {k: [x for x in st.get(k, []) if scope.allows(rec.name, x)] for k in ("added", "modified", "deleted")}
-        return {"checked": True, "fresh": not any(seen.values()), **{k: len(v) for k, v in seen.items()},
-                "changed_paths": sorted(x for v in seen.values() for x in v)[:20]}
+    app.include_router(repos_router(svc, threaded))
+    app.include_router(hooks_router(svc, threaded))
 
     return app
 

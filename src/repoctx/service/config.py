@@ -44,6 +44,16 @@ class ServiceSettings:
     job_timeout: float = 3600.0  # REPOCTX_JOB_TIMEOUT: seconds one index job may run before it fails
     job_max_files: int = 200_000  # REPOCTX_JOB_MAX_FILES: files one index job may take in
     job_max_bytes: int = 4 << 30  # REPOCTX_JOB_MAX_BYTES: bytes of source one index job may read
+    # --- repositories from git (issue 41)
+    git_cache: str | None = None  # REPOCTX_GIT_CACHE: the workers' clones and worktrees (default:
+    # <cache>/repoctx/git); a cache only: deleting it costs one full fetch per repository
+    git_credentials: str | None = None  # REPOCTX_GIT_CREDENTIALS: a TOML/JSON file of named credentials (or inline
+    # JSON); registrations name an entry, the database never holds a secret
+    git_timeout: float = 600.0  # REPOCTX_GIT_TIMEOUT: seconds one git command (fetch, checkout) may take
+    git_poll: float = 300.0  # REPOCTX_GIT_POLL: seconds between polls of every git entry's branch head (the fallback
+    # for hosts that cannot send webhooks); 0 turns polling off
+    hook_secret: str | None = None  # REPOCTX_HOOK_SECRET: the server's webhook secret (an entry's credential may
+    # carry its own: hook_secret / hook_secret_env)
 
     @classmethod
     def from_env(cls, **overrides) -> "ServiceSettings":
@@ -68,9 +78,21 @@ class ServiceSettings:
             job_max_files=int(float_env("REPOCTX_JOB_MAX_FILES", 200_000.0)),
             job_max_bytes=int(float_env("REPOCTX_JOB_MAX_BYTES", float(4 << 30))),
             inprocess_jobs=None if inproc in (None, "") else _bool_env("REPOCTX_INPROCESS_JOBS", False),
+            git_cache=os.environ.get("REPOCTX_GIT_CACHE") or None,
+            git_credentials=os.environ.get("REPOCTX_GIT_CREDENTIALS") or None,
+            git_timeout=float_env("REPOCTX_GIT_TIMEOUT", 600.0),
+            git_poll=float_env("REPOCTX_GIT_POLL", 300.0, lo=-1e-9),
+            hook_secret=os.environ.get("REPOCTX_HOOK_SECRET") or None,
         )
         out = replace(base, **{k: v for k, v in overrides.items() if v is not None})
         from repoctx.service.limits import parse_rate_limit
 
         parse_rate_limit(out.rate_limit)  # a ConfigError naming REPOCTX_RATE_LIMIT at startup
         return out
+
+    def git_cache_dir(self):
+        from pathlib import Path
+
+        from repoctx.config import default_cache_dir
+
+        return Path(self.git_cache).expanduser() if self.git_cache else default_cache_dir() / "git"

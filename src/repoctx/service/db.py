@@ -12,7 +12,8 @@ from typing import Any, Iterator
 
 from repoctx.config import is_postgres_url  # noqa: F401 (the service's modules import it from here)
 
-SERVICE_SCHEMA_VERSION = 1
+SERVICE_SCHEMA_VERSION = 2  # 2: repository sources (git URLs), job runs and requests, webhook deliveries;
+# index jobs on PostgreSQL moved to procrastinate (its schema is applied beside these tables)
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS repoctx_service_schema(version INTEGER PRIMARY KEY, applied DOUBLE PRECISION);
@@ -21,6 +22,26 @@ CREATE TABLE IF NOT EXISTS repoctx_api_keys(key_id TEXT PRIMARY KEY, name TEXT N
 CREATE INDEX IF NOT EXISTS repoctx_api_keys_name ON repoctx_api_keys(name);
 CREATE TABLE IF NOT EXISTS repoctx_roles(name TEXT PRIMARY KEY, admin INTEGER NOT NULL DEFAULT 0,
   grants TEXT NOT NULL DEFAULT '[]', created DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS repoctx_repo_sources(name TEXT PRIMARY KEY, kind TEXT NOT NULL, url TEXT, url_key TEXT,
+  branch TEXT, credential TEXT, path TEXT, created DOUBLE PRECISION NOT NULL, updated DOUBLE PRECISION NOT NULL,
+  head_commit TEXT, head_seen DOUBLE PRECISION, behind INTEGER, fetched_at DOUBLE PRECISION,
+  indexed_commit TEXT, indexed_at DOUBLE PRECISION, last_error TEXT);
+CREATE INDEX IF NOT EXISTS repoctx_repo_sources_url ON repoctx_repo_sources(url_key);
+CREATE TABLE IF NOT EXISTS repoctx_job_requests(job_id BIGINT PRIMARY KEY, repo TEXT NOT NULL,
+  created DOUBLE PRECISION NOT NULL, reason TEXT);
+CREATE INDEX IF NOT EXISTS repoctx_job_requests_repo ON repoctx_job_requests(repo, job_id);
+CREATE TABLE IF NOT EXISTS repoctx_job_runs(job_id BIGINT NOT NULL, attempt INTEGER NOT NULL, repo TEXT NOT NULL,
+  worker TEXT, started DOUBLE PRECISION NOT NULL, heartbeat DOUBLE PRECISION, finished DOUBLE PRECISION,
+  status TEXT NOT NULL, commit_id TEXT, progress TEXT, result TEXT, error TEXT, detail TEXT,
+  PRIMARY KEY (job_id, attempt));
+CREATE INDEX IF NOT EXISTS repoctx_job_runs_repo ON repoctx_job_runs(repo, started);
+CREATE TABLE IF NOT EXISTS repoctx_hook_deliveries(provider TEXT NOT NULL, delivery TEXT NOT NULL,
+  received DOUBLE PRECISION NOT NULL, PRIMARY KEY (provider, delivery));
+CREATE INDEX IF NOT EXISTS repoctx_hook_deliveries_received ON repoctx_hook_deliveries(received);
+"""
+
+# the embedded (SQLite) service's own queue of index jobs; PostgreSQL's jobs live in procrastinate's tables
+_SQLITE_TABLES = """
 CREATE TABLE IF NOT EXISTS repoctx_jobs(id {serial} PRIMARY KEY, repo TEXT NOT NULL, root TEXT NOT NULL,
   status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL DEFAULT 3,
   worker TEXT, created DOUBLE PRECISION NOT NULL, run_after DOUBLE PRECISION NOT NULL,
@@ -40,15 +61,16 @@ class NotMigrated(RuntimeError):
 
 
 def migrate_postgres(url: str) -> int:
-    """Create or upgrade the service tables (API keys, roles, index jobs) in PostgreSQL. Idempotent;
-    concurrent callers wait on an advisory lock."""
+    """Create or upgrade the service tables (API keys, roles, repository sources, job records, webhook
+    deliveries) and procrastinate's job queue in PostgreSQL. Idempotent; concurrent callers wait on an
+    advisory lock."""
     import time
 
     import psycopg
 
     with psycopg.connect(url, autocommit=False) as conn:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(b"repoctx:service:migrate"),))
-        for stmt in _statements("BIGSERIAL"):
+        for stmt in _statements("BIGSERIAL", _SQLITE_TABLES):
             conn.execute(stmt)
         row = conn.execute("SELECT max(version) FROM repoctx_service_schema").fetchone()
         if row[0] is None or row[0] < SERVICE_SCHEMA_VERSION:
@@ -66,7 +88,7 @@ def migrate_sqlite(path: str | Path) -> int:
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("BEGIN IMMEDIATE")
-        for stmt in _statements("INTEGER"):
+        for stmt in _statements("INTEGER", _SQLITE_TABLES):
             db.execute(stmt)
         row = db.execute("SELECT max(version) FROM repoctx_service_schema").fetchone()
         if row[0] is None or row[0] < SERVICE_SCHEMA_VERSION:
@@ -77,8 +99,8 @@ def migrate_sqlite(path: str | Path) -> int:
     return SERVICE_SCHEMA_VERSION
 
 
-def _statements(serial: str) -> list[str]:
-    return [s.strip() for s in _TABLES.format(serial=serial).split(";") if s.strip()]
+def _statements(serial: str, extra: str = "") -> list[str]:
+    return [s.strip() for s in (_TABLES + extra).format(serial=serial).split(";") if s.strip()]
 
 
 class ServiceDB:

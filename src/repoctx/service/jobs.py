@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from repoctx.service.db import ServiceDB
+from repoctx.service.git import GitError
 from repoctx.store.base import IndexBusy
 
 log = logging.getLogger("repoctx.service.jobs")
@@ -53,7 +54,7 @@ class Job:
     id: int
     repo: str
     root: str
-    status: str  # queued | running | done | failed | superseded
+    status: str  # queued | running | cancelling | done | failed | cancelled | superseded
     attempts: int
     max_attempts: int
     worker: str | None = None
@@ -75,7 +76,8 @@ class Job:
     def to_dict(self, admin: bool = False) -> dict[str, Any]:
         """Everyone who sees the repository sees the job's state and times (and the failure's type). Its progress
         and result count every file of the repository, those a principal's grant hides too: administrators only."""
-        out = {"id": self.id, "status": self.status, "attempts": self.attempts, "created": self.created,
+        out = {"id": self.id, "repo": self.repo, "status": self.status, "attempts": self.attempts,
+               "created": self.created,
                "started": self.started, "finished": self.finished, "error": self.error}
         if admin:
             out.update(progress=self.progress, result=self.result, worker=self.worker, detail=self.detail,
@@ -112,6 +114,34 @@ class Jobs:
     def all(self) -> list[Job]:
         return [Job.from_row(r) for r in self.db.q(f"SELECT {_COLS} FROM repoctx_jobs ORDER BY id")]
 
+    def list(self, repo: str | None = None, status: str | None = None, limit: int = 100) -> list[Job]:
+        """Newest first."""
+        where, args = [], []
+        if repo:
+            where.append("repo=?")
+            args.append(repo)
+        if status:
+            where.append("status=?")
+            args.append(status)
+        sql = f"SELECT {_COLS} FROM repoctx_jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+        return [Job.from_row(r) for r in self.db.q(sql + " ORDER BY id DESC LIMIT ?", (*args, int(limit)))]
+
+    def cancel(self, job_id: int) -> bool:
+        """A queued job is cancelled at once; a running one is asked to stop (its worker sees it at its next
+        heartbeat and stops at the next progress event). False when the job has already ended."""
+        with self.db.transaction() as run:
+            if run("UPDATE repoctx_jobs SET status='cancelled', finished={now} WHERE id=? AND status='queued' "
+                   "RETURNING id", (job_id,)):
+                return True
+            return bool(run("UPDATE repoctx_jobs SET status='cancelling' WHERE id=? AND status='running' "
+                            "RETURNING id", (job_id,)))
+
+    def cancelled(self, job: Job, worker: str) -> bool:
+        rows = self.db.q("UPDATE repoctx_jobs SET status='cancelled', finished={now}, lease_until=NULL, "
+                         "error='Cancelled', detail='cancelled by an administrator' "
+                         "WHERE id=? AND worker=? AND status='cancelling' RETURNING id", (job.id, worker))
+        return bool(rows)
+
     def depth(self) -> int:
         return int(self.db.q("SELECT count(*) FROM repoctx_jobs WHERE status='queued'")[0][0])
 
@@ -126,6 +156,8 @@ class Jobs:
             run("UPDATE repoctx_jobs SET status='failed', finished={now}, error='WorkerLost', "
                 "detail='the workers that claimed this job stopped before finishing it' "
                 "WHERE status='running' AND lease_until < {now} AND attempts >= max_attempts")
+            run("UPDATE repoctx_jobs SET status='cancelled', finished={now}, error='Cancelled', "
+                "detail='cancelled by an administrator' WHERE status='cancelling' AND lease_until < {now}")
             rows = run(
                 "UPDATE repoctx_jobs SET status='running', worker=?, attempts=attempts+1, started={now}, "
                 "heartbeat={now}, lease_until={now} + ?, error=NULL, detail=NULL "
@@ -184,6 +216,10 @@ class Jobs:
 
 class JobLimit(Exception):
     """An index job went past one of its ``JobLimits``; the message is the reason its record shows."""
+
+
+class JobStopped(Exception):
+    """An index job was cancelled (or, with the embedded queue, its lease went to another worker) while it ran."""
 
 
 @dataclass(frozen=True)
@@ -251,9 +287,15 @@ class Worker:
 
     def __init__(self, settings, jobs: Jobs, store=None, *, worker: str | None = None, lease: float = 30.0,
                  poll: float = 1.0, on_job: Callable[[Job, str, float], None] | None = None, embedder=None,
-                 limits: JobLimits | None = None):
+                 limits: JobLimits | None = None, checkouts=None):
         self.settings = settings
         self.limits = limits or JobLimits()
+        if checkouts is None:
+            from repoctx.service.checkout import Checkouts
+            from repoctx.service.config import ServiceSettings
+
+            checkouts = Checkouts(jobs.db, ServiceSettings())
+        self.checkouts = checkouts  # what a job indexes: a path, or a git entry's branch checked out
         self.jobs = jobs
         self._store = store
         self._owns_store = store is None
@@ -335,6 +377,8 @@ class Worker:
                     pass
 
         def on_progress(ev: dict) -> None:
+            if lost.is_set():  # cancelled, or the lease went to another worker: stop (the transaction rolls back)
+                raise JobStopped("the job was cancelled or its lease was lost")
             guard.on_event(ev)  # raises JobLimit: the indexer stops there and its transaction rolls back
             progress.clear()
             progress.update({k: v for k, v in ev.items() if isinstance(v, (int, float, str)) and k != "path"})
@@ -342,17 +386,32 @@ class Worker:
         hb = threading.Thread(target=beat, name=f"repoctx-job-{job.id}-heartbeat", daemon=True)
         hb.start()
         try:
-            root = Path(job.root)
-            if not root.is_dir():
+            try:
+                prepared = self.checkouts.prepare(job.repo, job.root)
+            except FileNotFoundError:
                 return self.jobs.fail(job, self.id, "FileNotFoundError",
                                       f"{job.root} is not a directory on worker {self.id}", retry=False)
-            guard.survey(root, self.settings)
-            ix = Index(root, self.settings, self._embedder_for(), name=job.repo, store=self.store)
-            report = ix.update(progress=on_progress, wait=False)
+            guard.check_time()
+            guard.survey(prepared.root, self.settings)
+            ix = Index(prepared.root, self.settings, self._embedder_for(), name=job.repo, store=self.store)
+            report = ix.update(progress=on_progress, wait=False, by=f"index job {job.id}")
+            self.checkouts.indexed(prepared)
             if lost.is_set():
                 log.warning("job %s: the lease was lost while indexing %s", job.id, job.repo)
-            self.jobs.finish(job, self.id, _summary(report), dict(progress))
+            result = _summary(report)
+            if prepared.commit:
+                result["commit"] = prepared.commit
+            self.jobs.finish(job, self.id, result, dict(progress))
             return "done"
+        except JobStopped:
+            if self.jobs.cancelled(job, self.id):
+                log.warning("job %s (%s) cancelled", job.id, job.repo)
+                return "cancelled"
+            log.warning("job %s (%s): the lease was lost; another worker has it", job.id, job.repo)
+            return "lost"
+        except GitError as e:  # scrubbed: no credential, no URL userinfo
+            log.warning("job %s (%s) failed: %s", job.id, job.repo, e)
+            return "error:" + self.jobs.fail(job, self.id, type(e).__name__, str(e)[:300], retry=e.retry)
         except IndexBusy:
             return "busy:" + self.jobs.release(job, self.id)
         except JobLimit as e:
@@ -371,10 +430,10 @@ class InProcessWorkers:
     """``n`` worker threads inside the API process (the SQLite default; optional with PostgreSQL)."""
 
     def __init__(self, settings, jobs: Jobs, store, n: int = 1, *, lease: float = 30.0, poll: float = 1.0,
-                 on_job=None, embedder=None, limits: JobLimits | None = None):
+                 on_job=None, embedder=None, limits: JobLimits | None = None, checkouts=None):
         self.stop = threading.Event()
         self.workers = [Worker(settings, jobs, store, lease=lease, poll=poll, on_job=on_job, embedder=embedder,
-                               limits=limits) for _ in range(n)]
+                               limits=limits, checkouts=checkouts) for _ in range(n)]
         self.threads: list[threading.Thread] = []
 
     def start(self) -> "InProcessWorkers":
