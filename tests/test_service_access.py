@@ -62,7 +62,7 @@ def curious_model() -> ScriptedToolModel:
             {"tool": "get_context", "input": {"query": q, "budget": rng.choice([100, 500, 2000])}},
             {"tool": "symbol", "input": {"name": rng.choice(words + SYMBOLS)}},
             {"tool": "grep", "input": {"pattern": rng.choice(words + SYMBOLS), "ignore_case": rng.random() < 0.5}},
-            {"tool": "outline", "input": {"path": rng.choice(["src/auth/tokens.py", "src/zq_private_keys.py",
+            {"tool": "outline", "input": {"path": rng.choice(["src/auth/tokens.py", "src/cart/basket.py",
                                                               "docs/guide.md"])}},
             {"tool": "callers", "input": {"symbol": rng.choice(SYMBOLS + words)}},
             {"tool": "callees", "input": {"symbol": rng.choice(SYMBOLS)}},
