@@ -384,9 +384,10 @@ class RepoctxMCP:
                 errors.append(got)
                 continue
             r, detail = got
+            answer = rt.search_answer(r, detail)  # rendered once, with this view's index (counts in its scope)
             items = r.files if r.level == "file" else r.hits
-            scored += zip((float(x.score) for x in items), shared.result_dicts(r, detail, index=view, scope=sc))
-            answers.append(rt.search_answer(r, detail))
+            scored += zip((float(x.score) for x in items), answer["results"])
+            answers.append(answer)
         if not answers:
             return errors[0]
         scored.sort(key=lambda x: -x[0])
