@@ -1,8 +1,8 @@
 """repoctx as an MCP server: the copilot's tools for Claude Code, Cursor and any MCP client.
 
 ``build_server(repos, settings, scope_for_key=None)`` returns the official SDK's ``MCPServer`` with the tools
-``search_code``, ``get_context``, ``find_symbol``, ``callers``, ``callees``, ``read_file``, ``list_files``,
-``index_status`` and ``reindex``. Each read calls the one implementation, ``repoctx.copilot.tools.RepoTools``,
+``search_code``, ``get_context``, ``symbol``, ``grep``, ``outline``, ``callers``, ``callees``, ``read_file``,
+``list_files``, ``index_status`` and ``reindex``. Each read calls the one implementation, ``repoctx.copilot.tools.RepoTools``,
 under the caller's ``Scope``, and search hits are shaped by ``repoctx.render`` at the ``detail`` asked
 (``brief`` by default: one line per hit). The package adds what a protocol server needs on top:
 
@@ -15,7 +15,8 @@ What a client gets:
 
 * **Bounded outputs.** A result's text rendering and its structured content each stay within a token budget
   (``max_tokens``, default 20,000, counted with ``repoctx.embed.count_tokens``; some clients refuse results
-  over 25,000). Long lists (search results, definitions, callers, files) and file lines are split into pages:
+  over 25,000). Long lists (search results, definitions, outlines, callers, files), grep's lines and file
+  lines are split into pages:
   the result carries ``next_cursor``, and the same call with ``cursor=<next_cursor>`` returns the next page.
   A cursor is opaque (tool, a hash of the arguments, an offset): it is stateless, so it survives restarts,
   and a cursor used with other arguments is refused rather than misapplied.

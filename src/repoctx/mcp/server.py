@@ -75,8 +75,9 @@ def build_server(repos: list[Path], settings: Settings | None = None, scope_for_
                   token_verifier=_KeyVerifier(scope_for_key, scopes))
     names = "the indexed repositories" if scope_for_key is not None else ", ".join(state.repos)
     server = _Server(name, instructions=(
-        f"repoctx: indexed code search over {names}. Start with search_code (or find_symbol for a known name), "
-        "follow callers/callees, read_file to check details, get_context for compact context. Every result cites "
+        f"repoctx: indexed code search over {names}. Start with search_code for a question (symbol for a name you "
+        "know, grep for exact text, outline for what a file holds), follow callers/callees, read_file to check "
+        "details, get_context for compact context. Every result cites "
         "code as 'path:start-end :: qualname': quote those citations. Results are paged: pass next_cursor back "
         "as cursor for more."), log_level="WARNING", **kw)
     server.repoctx = state  # type: ignore[attr-defined]
