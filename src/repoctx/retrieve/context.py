@@ -49,9 +49,12 @@ RELATED_CEILING = 0.15  # each of the first hits after the target; later hits ha
 SITE_CEILING = 0.06  # a caller's or a test's call sites
 CALLEE_CEILING = 0.15  # refactor: each callee's body
 TARGET_WHOLE = 600  # code_query: a target of at most this many tokens is shown whole (within its ceiling)
-SMALL_WHOLE = 150  # another unit of at most this many tokens is shown whole rather than cut
+SMALL_WHOLE = 100  # another unit of at most this many tokens is shown whole rather than cut
+# how many of the groups a question needs (a matching line with its blocks, a return) a unit shows: the target most,
+# another hit a few (enough to see whether it is the place; the agent asks for more by name), a call site its calls
+TARGET_GROUPS, RELATED_GROUPS, SITE_GROUPS = 10, 2, 2
 EARLY_RELATED = 4  # code_query: hits whose heads come before the graph's neighbours
-MAX_CALLEES, MAX_CALLERS, MAX_TESTS = 6, 4, 3
+MAX_CALLEES, MAX_CALLERS, MAX_TESTS = 4, 3, 2
 MAX_REFACTOR_SITES = 40  # refactor: callers and other definitions (a rename touches them all)
 MAX_TERM_SHARE = 0.25  # a term in more than this share of the units says nothing about which lines matter
 MAX_LAYOUT_DIRS = 5
@@ -286,6 +289,7 @@ class _Unit:
     # "full": grows to the whole unit, and in a last round takes what is left (refactor: what is being edited)
     depth: str = "core"
     small: int = 0  # tokens under which a "core" unit is shown whole
+    most: int | None = None  # a "core" unit shows at most this many of the groups the question needs
     sl: slices.Sliceable | None = None
     lines: frozenset[int] | None = None  # shown lines (None: not shown); a unit that cannot be cut: all or nothing
     cost: int = 0
@@ -351,7 +355,8 @@ class _Plan:
                 limit = u.cost + self.room()
                 if factor is not None:
                     limit = min(limit, max(u.cost, int(u.ceiling * factor * self.budget)))
-                lines = slices.grow(u.sl, u.lines, limit, u.whole_ok, core_only=u.depth == "core", small=u.small)
+                lines = slices.grow(u.sl, u.lines, limit, u.whole_ok, core_only=u.depth == "core", small=u.small,
+                                    most=u.most)
                 if lines != u.lines:
                     new = u.cost_of(lines)
                     if new - u.cost <= self.room():
@@ -409,7 +414,8 @@ def _outline(u: _Unit) -> None:
     """An outline unit grows only to the headers of its methods."""
     if u.sl is not None:
         u.sl.groups = list(u.sl.outline)
-        u.sl.n_core, u.sl._core_cost = len(u.sl.groups), None
+        u.sl.n_core = len(u.sl.groups)
+        u.sl._core_costs.clear()
 
 
 def _dedupe(cands: list[_Unit], skip: set[str]) -> list[_Unit]:
@@ -440,7 +446,7 @@ def _assemble_code_query(query: str, hits: list[Hit], reader: GraphReader, budge
     callers = [c for c in reader.callers([target.id]) if c.id not in own and not is_test_unit(c)]
     tests = _tests_naming(reader, target)
     related = [c for c in _code_hits(hits) if c.parent not in own and c.id not in own]
-    cands = [_Unit(target, TARGET, TARGET_CEILING, small=TARGET_WHOLE)]
+    cands = [_Unit(target, TARGET, TARGET_CEILING, small=TARGET_WHOLE, most=TARGET_GROUPS)]
     if cls is not None:
         cands.append(_Unit(cls, OUTLINE, 1.0, whole_ok=False))
     # a hit that the target calls is shown among the callees, as a signature, where its rank puts it
@@ -449,12 +455,12 @@ def _assemble_code_query(query: str, hits: list[Hit], reader: GraphReader, budge
     def hit(c: Capsule, ceiling: float) -> _Unit:
         if c.id in callee_ids:
             return _Unit(c, CALLEES, 0.0)
-        return _Unit(c, TESTS if c.id in test_ids else RELATED, ceiling, small=SMALL_WHOLE)
+        return _Unit(c, TESTS if c.id in test_ids else RELATED, ceiling, small=SMALL_WHOLE, most=RELATED_GROUPS)
 
     cands += [hit(c, RELATED_CEILING) for c in related[:EARLY_RELATED]]
     cands += [_Unit(c, CALLEES, 0.0) for c in callees[:MAX_CALLEES]]
-    cands += [_Unit(c, CALLERS, SITE_CEILING, whole_ok=False) for c in callers[:MAX_CALLERS]]
-    cands += [_Unit(c, TESTS, SITE_CEILING, whole_ok=False) for c in tests[:MAX_TESTS]]
+    cands += [_Unit(c, CALLERS, SITE_CEILING, whole_ok=False, most=SITE_GROUPS) for c in callers[:MAX_CALLERS]]
+    cands += [_Unit(c, TESTS, SITE_CEILING, whole_ok=False, most=SITE_GROUPS) for c in tests[:MAX_TESTS]]
     cands += [hit(c, RELATED_CEILING / 2) for c in related[EARLY_RELATED:]]
     cands = _dedupe(cands, set())
     plan = _Plan(budget, (TARGET, OUTLINE, CALLEES, CALLERS, TESTS, RELATED))
@@ -483,7 +489,7 @@ def _assemble_refactor(query: str, hits: list[Hit], reader: GraphReader, budget:
     cands += [_Unit(c, TESTS, SITE_CEILING, whole_ok=False) for c in tests]
     cands += [_Unit(c, NAMESAKES, 0.0) for c in namesakes[:MAX_REFACTOR_SITES]]
     cands += [_Unit(c, CALLEE_BODIES, CALLEE_CEILING, depth="full") for c in callees]
-    cands += [_Unit(c, RELATED, RELATED_CEILING / 2, small=SMALL_WHOLE) for c in _code_hits(hits)
+    cands += [_Unit(c, RELATED, RELATED_CEILING / 2, small=SMALL_WHOLE, most=RELATED_GROUPS) for c in _code_hits(hits)
               if c.parent not in own]
     cands = _dedupe(cands, set())
     plan = _Plan(budget, (TARGET, CALLERS, TESTS, NAMESAKES, CALLEE_BODIES, RELATED))

@@ -27,7 +27,7 @@ MAX_STATEMENT_LINES = 4  # a matching line that opens brackets brings up to this
 MAX_HEAD_LINES = 8  # a longer signature shows its first lines and its last, its other lines being left to the slice
 FOCUS_WEIGHT = 1000.0  # a line naming a focus name (a call site of the target) comes before any other match
 MAX_REPEATS = 2  # lines matching the same terms as this many earlier ones come last
-WHOLE_OVER_CORE = 1.5  # a unit whose whole costs at most this times what the question needs of it is shown whole
+WHOLE_OVER_CORE = 1.3  # a unit whose whole costs at most this times what the question needs of it is shown whole
 _EXIT = re.compile(r"^(?:return\b|raise\b|yield\b|throw\b|panic\(|os\.Exit\(|sys\.exit\()")
 _CONTINUES = re.compile(r"^(?:except\b|else\b|elif\b|finally\b|catch\b|\}\s*(?:else|catch|finally)\b)")
 _DOC_OPEN = re.compile(r"^(?:[rRuUbBfF]{0,2})(\"\"\"|'''|\"|')")
@@ -120,13 +120,18 @@ class Sliceable:
     groups: list[frozenset[int]] = field(default_factory=list)
     outline: list[frozenset[int]] = field(default_factory=list)  # a class: the headers of its methods
     n_core: int = 0  # groups[:n_core]: what the question needs (its strong matches, returns and raises)
-    _core_cost: int | None = None
+    _core_costs: dict[int, int] = field(default_factory=dict)
 
-    def core_cost(self) -> int:
-        """Tokens of the head with every core group: the unit as far as the question needs it."""
-        if self._core_cost is None:
-            self._core_cost = cost(self, self.head.union(*self.groups[: self.n_core]))
-        return self._core_cost
+    def core(self, most: int | None = None) -> list[frozenset[int]]:
+        """The groups the question needs, best first (at most ``most``)."""
+        return self.groups[: self.n_core if most is None else min(most, self.n_core)]
+
+    def core_cost(self, most: int | None = None) -> int:
+        """Tokens of the head with the core groups: the unit as far as the question needs it."""
+        key = -1 if most is None else most
+        if key not in self._core_costs:
+            self._core_costs[key] = cost(self, self.head.union(*self.core(most)))
+        return self._core_costs[key]
 
     @property
     def n(self) -> int:
@@ -344,21 +349,22 @@ def cost(s: Sliceable, lines: frozenset[int]) -> int:
 
 
 def grow(s: Sliceable, lines: frozenset[int], allowance: int, whole_ok: bool = True, core_only: bool = False,
-         small: int = 0) -> frozenset[int]:
+         small: int = 0, most: int | None = None) -> frozenset[int]:
     """``lines`` grown within ``allowance`` tokens: the whole unit when it fits (and ``whole_ok``), else the plan's
     groups in order, each one that fits (a group that does not fit is skipped; a later, smaller one may).
-    ``core_only``: only the groups the question needs, and the whole unit only when it costs at most ``small``
-    tokens or little more than those groups (``WHOLE_OVER_CORE``): a unit is not read whole because there is room."""
+    ``core_only``: only the groups the question needs (the ``most`` best), and the whole unit only when it costs at
+    most ``small`` tokens or little more than those groups (``WHOLE_OVER_CORE``): a unit is not read whole because
+    there is room."""
     whole = s.everything()
     if lines == whole:
         return whole
     if whole_ok and cost(s, whole) <= allowance and (
-            not core_only or cost(s, whole) <= max(small, WHOLE_OVER_CORE * s.core_cost())):
+            not core_only or cost(s, whole) <= max(small, WHOLE_OVER_CORE * s.core_cost(most))):
         return whole
     cur = frozenset(lines | s.head)
     if cost(s, cur) > allowance:
         return lines
-    for g in s.groups[: s.n_core] if core_only else s.groups:
+    for g in s.core(most) if core_only else s.groups:
         if g <= cur:
             continue
         nxt = cur | g
