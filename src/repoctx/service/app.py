@@ -65,8 +65,7 @@ from repoctx.render import retrieval_dict
 from repoctx.service.auth import KeyStore, Principal
 from repoctx.service.config import ServiceSettings
 from repoctx.service.db import ServiceDB, service_db_target
-from repoctx.service.checkout import Checkouts
-from repoctx.service.jobs import InProcessWorkers, JobLimits, Jobs
+from repoctx.service.tasks import job_queue, start_workers
 from repoctx.service.limits import BodyLimit, RateLimit, error_body, parse_rate_limit
 from repoctx.service.metrics import ServiceMetrics
 from repoctx.store.availability import StoreUnavailable, store_unavailable
@@ -318,7 +317,7 @@ class Service:
         self.index = Index(settings=settings, repos=(), store=self.store)
         if getattr(self.store, "memory_enabled", False):
             self.store.warm_lexical()  # start building BM25 in memory (the store's own queries answer meanwhile)
-        self.jobs = Jobs(self.db, max_attempts=service.job_attempts)
+        self.jobs = job_queue(self.db, service)  # procrastinate's (PostgreSQL) or the embedded one (SQLite)
         self.metrics = ServiceMetrics(self.jobs.counts)
         self._model_factory = model_factory
         self._default_model = None
@@ -338,11 +337,9 @@ class Service:
         if n is None:
             inproc = service.inprocess_jobs if service.inprocess_jobs is not None else self.db.backend == "sqlite"
             n = 1 if inproc else 0
-        self.workers = InProcessWorkers(settings, self.jobs, self.store, n, lease=service.job_lease,
-                                        poll=service.job_poll, on_job=self.metrics.record_job,
-                                        embedder=lambda: self.index.embedder,
-                                        limits=JobLimits.from_settings(service),
-                                        checkouts=Checkouts(self.db, service)).start() if n else None
+        self.workers = start_workers(settings, service, self.db, self.jobs, self.store, n,
+                                     on_job=self.metrics.record_job,
+                                     embedder=lambda: self.index.embedder) if n else None
 
     @property
     def runs_jobs(self) -> bool:
@@ -438,6 +435,8 @@ class Service:
         self.executor.shutdown(wait=False, cancel_futures=True)
         if self.workers is not None:
             self.workers.close()
+        if hasattr(self.jobs, "close"):
+            self.jobs.close()
         if self._default_model is not None:
             from repoctx.copilot.providers import close_model
 

@@ -88,37 +88,83 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to liste
 
 def worker(worker_id: Optional[str] = typer.Option(None, "--id", help="This worker's name (default host:pid:random)."),
            lease: Optional[float] = typer.Option(None, "--lease", min=0.5,
-                                                 help="Seconds a claim lasts unless renewed (REPOCTX_JOB_LEASE, 30)."),
+                                                 help="Seconds of silence after which a worker's job is given to "
+                                                      "another (REPOCTX_JOB_LEASE, 30)."),
            poll: Optional[float] = typer.Option(None, "--poll", min=0.05, help="Seconds between looks at the queue."),
+           concurrency: int = typer.Option(1, "--concurrency", min=1, max=64,
+                                           help="Index jobs this process runs at once (PostgreSQL)."),
            max_jobs: Optional[int] = typer.Option(None, "--max-jobs", min=1, help="Stop after this many jobs."),
            metrics_port: Optional[int] = typer.Option(None, "--metrics-port",
                                                       help="Serve this worker's Prometheus metrics on this port.")):
-    """Run index jobs from the shared queue (PostgreSQL: start as many as you like, on any machine)."""
+    """Run index jobs from the shared queue (PostgreSQL: procrastinate; start as many as you like, on any machine)."""
     from repoctx.service.db import NotMigrated, ServiceDB, service_db_target
-    from repoctx.service.jobs import JobLimits, Jobs, Worker
     from repoctx.service.metrics import ServiceMetrics
+    from repoctx.service.tasks import job_queue
     from repoctx.store.base import StoreError
 
     out, err = _consoles()
     settings, conf = _settings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("procrastinate").setLevel(logging.WARNING)  # its per-job lines repeat ours
     try:
-        db = ServiceDB(service_db_target(settings))
+        db = ServiceDB(service_db_target(settings), connect_timeout=conf.store_timeout)
     except (NotMigrated, ValueError) as e:
         raise _fail(str(e), 1)
-    jobs = Jobs(db, max_attempts=conf.job_attempts)
+    jobs = job_queue(db, conf)
     metrics = ServiceMetrics(jobs.counts)
     if metrics_port:
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
+    ran = [0]
+    stop_now: list = []
 
     def on_job(job, outcome: str, seconds: float) -> None:
         metrics.record_job(job, outcome, seconds)
         err.print(f"job {job.id} {job.repo}: {outcome} in {seconds:.1f}s")
+        ran[0] += 1
+        if max_jobs is not None and ran[0] >= max_jobs and stop_now:
+            stop_now[0]()
+
+    try:
+        if db.backend == "postgres":
+            _procrastinate_worker(settings, conf, db, worker_id, lease, poll, concurrency, on_job, stop_now, err)
+        else:
+            _embedded_worker(settings, conf, jobs, worker_id, lease, poll, max_jobs, on_job, err)
+    except StoreError as e:
+        raise _fail(str(e), 1)
+    finally:
+        if hasattr(jobs, "close"):
+            jobs.close()
+        db.close()
+
+
+def _procrastinate_worker(settings, conf, db, worker_id, lease, poll, concurrency, on_job, stop_now, err) -> None:
+    from repoctx.service.tasks import JobRuntime, WorkerRunner, worker_name
+
+    runtime = JobRuntime(settings, conf, db, worker_id or worker_name(), on_job=on_job)
+    runner = WorkerRunner(runtime, concurrency=concurrency, lease=lease or conf.job_lease, poll=poll or conf.job_poll)
+    stop_now.append(runner.stop)
+
+    def on_signal(signum, frame) -> None:  # finish the jobs in hand, then stop
+        err.print("stopping after the current job")
+        runner.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    err.print(f"worker {runtime.name} waiting for index jobs (procrastinate)")
+    try:
+        runner.run()
+    finally:
+        runtime.close()
+
+
+def _embedded_worker(settings, conf, jobs, worker_id, lease, poll, max_jobs, on_job, err) -> None:
+    from repoctx.service.checkout import Checkouts
+    from repoctx.service.jobs import JobLimits, Worker
 
     w = Worker(settings, jobs, worker=worker_id, lease=lease or conf.job_lease, poll=poll or conf.job_poll,
-               on_job=on_job, limits=JobLimits.from_settings(conf))
+               on_job=on_job, limits=JobLimits.from_settings(conf), checkouts=Checkouts(jobs.db, conf))
     stop = threading.Event()
 
     def on_signal(signum, frame) -> None:  # finish the job in hand, then stop
@@ -131,11 +177,8 @@ def worker(worker_id: Optional[str] = typer.Option(None, "--id", help="This work
     err.print(f"worker {w.id} waiting for index jobs")
     try:
         w.run(stop, max_jobs)
-    except StoreError as e:
-        raise _fail(str(e), 1)
     finally:
         w.close()
-        db.close()
 
 
 # ------------------------------------------------------------------------------------ keys

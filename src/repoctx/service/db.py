@@ -1,4 +1,5 @@
-"""The service's own tables (API keys, roles, index jobs) beside the index: a SQLite file next to the
+"""The service's own tables (API keys, roles, repository sources, job records, webhook deliveries; the embedded
+queue of index jobs with SQLite, procrastinate's with PostgreSQL) beside the index: a SQLite file next to the
 embedded index, or tables in the PostgreSQL database the store uses. One small wrapper speaks both:
 SQL is written once with ``?`` placeholders and ``{now}`` for the database's clock in epoch seconds."""
 from __future__ import annotations
@@ -68,10 +69,13 @@ def migrate_postgres(url: str) -> int:
 
     import psycopg
 
+    from repoctx.service.queue_schema import migrate_procrastinate
+
     with psycopg.connect(url, autocommit=False) as conn:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(b"repoctx:service:migrate"),))
-        for stmt in _statements("BIGSERIAL", _SQLITE_TABLES):
+        for stmt in _statements("BIGSERIAL"):
             conn.execute(stmt)
+        migrate_procrastinate(conn)  # index jobs: procrastinate's queue (service/tasks.py)
         row = conn.execute("SELECT max(version) FROM repoctx_service_schema").fetchone()
         if row[0] is None or row[0] < SERVICE_SCHEMA_VERSION:
             conn.execute("INSERT INTO repoctx_service_schema VALUES(%s, %s)", (SERVICE_SCHEMA_VERSION, time.time()))

@@ -1,17 +1,20 @@
-"""Index jobs: a queue in the service database and the workers that run it.
+"""Index jobs of the embedded service (SQLite): a queue in the service database and the workers that run it,
+and what every kind of index job shares (``JobLimits``, ``Job`` as the API shows it). With PostgreSQL, index jobs
+run on procrastinate instead (``tasks.py``).
 
 * ``Jobs.enqueue(repo, root)`` queues a repository (one queued job per repository: a second request
   while one waits joins it).
-* A worker claims the oldest runnable job with ``SELECT ... FOR UPDATE SKIP LOCKED`` (PostgreSQL), so
-  several workers on several machines share the queue without blocking each other, and never a job of
-  a repository another worker holds a live lease on. The claim is a lease (``job_lease`` seconds) that a
-  heartbeat renews while the job runs; a worker that dies stops renewing, and once the lease has expired
-  another worker claims the job again (up to ``max_attempts`` claims, then it is marked failed).
+* A worker claims the oldest runnable job, never one of a repository another worker holds a live lease on. The
+  claim is a lease (``job_lease`` seconds) that a heartbeat renews while the job runs; a worker that dies stops
+  renewing, and once the lease has expired another worker claims the job again (up to ``max_attempts`` claims,
+  then it is marked failed). A worker whose lease was taken from it, or whose job was cancelled, stops at its next
+  progress event.
 * Running a job takes the store's writer lock without waiting (``store.writer(repo).lock("index",
-  wait=False)``, a PostgreSQL advisory lock released by the server if the holder dies): if another
-  process indexes the repository right now, the job goes back to the queue for a moment. So one
-  repository is never indexed by two workers at once.
-* With the embedded SQLite store (one machine) the API server runs the same ``Worker`` in a thread.
+  wait=False)``): if another process indexes the repository right now, the job goes back to the queue for a
+  moment. So one repository is never indexed by two workers at once.
+* The API server runs ``Worker`` threads (``InProcessWorkers``); ``repoctx worker`` runs one in a process.
+* What a job indexes comes from ``checkout.py``: a path entry's folder, or a git entry's branch fetched and checked
+  out in the worker's cache.
 * Every job runs under ``JobLimits``: a time limit (``REPOCTX_JOB_TIMEOUT``) and size limits (``REPOCTX_JOB_MAX_FILES``,
   ``REPOCTX_JOB_MAX_BYTES``). The sizes are surveyed (a walk that only stats files) before anything is read; the
   time is checked during that walk and at each of the indexer's progress events (each stage, every 50 parsed
@@ -86,7 +89,8 @@ class Job:
 
 
 class Jobs:
-    """The job table (see the module docstring). Times are the database's clock, in epoch seconds."""
+    """The embedded queue's job table (see the module docstring). Times are the database's clock, in epoch
+    seconds."""
 
     def __init__(self, db: ServiceDB, max_attempts: int = 3):
         self.db = db
