@@ -305,6 +305,16 @@ def test_trigram_derivation():
     # under ignore_case, letters re folds with characters the indexes do not (i/ı/İ, k/K, s/ſ) are alternatives
     assert shown("Kiss", ignore_case=True) == "trigrams of '????'"
     assert shown("ÉCOLE", ignore_case=True) == "trigrams of '?cole'"
+    # PostgreSQL: LIKE of what pg_trgm can take trigrams from (words of 3, or of 2 between non-word characters)
+    from repoctx.store.grep import fts5_query, postgres_filter
+
+    assert postgres_filter(compile_pattern(r"def \w+_id\(").prefilter, "t", False) == \
+        ("(t LIKE %s AND t LIKE %s)", ["%def _%", "%_\\_id(%"])
+    assert postgres_filter(compile_pattern("x.ab.c").prefilter, "t", False) is None
+    assert postgres_filter(compile_pattern("Kiss", ignore_case=True).prefilter, "t", True) is None
+    assert postgres_filter(compile_pattern("content-type", ignore_case=True).prefilter, "t", True) == \
+        ("t ILIKE %s", ["%content-type%"])
+    assert fts5_query(compile_pattern("abcd").prefilter) == '("abc" AND "bcd")'
 
 
 # ------------------------------------------------------------------------------------------------ scope
@@ -389,21 +399,33 @@ def test_an_update_is_seen_by_grep(backend, make_repo):
         ix.close()
 
 
-def test_an_index_from_before_grep_gets_its_texts_without_parsing_again(make_repo, tmp_path):
-    """A schema-2 SQLite index (no texts) opens as schema 3; the next update keeps every file's text and parses
-    nothing."""
+OLDER_SCHEMAS = {
+    # schema 2: no texts at all
+    2: "DROP TABLE text_fts; DROP TABLE texts; DROP INDEX files_text; ALTER TABLE files DROP COLUMN text_hash; "
+       "UPDATE meta SET value='2' WHERE key='schema_version';",
+    # schema 3 (a few hours of issue 40): zlib-compressed texts in a BLOB column
+    3: "DROP TABLE text_fts; DROP TABLE texts; CREATE TABLE texts(id INTEGER PRIMARY KEY, repo TEXT NOT NULL, hash TEXT "
+       "NOT NULL, data BLOB NOT NULL, UNIQUE(repo, hash)); INSERT INTO texts(repo, hash, data) SELECT repo, text_hash, "
+       "x'00' FROM files; CREATE VIRTUAL TABLE text_fts USING fts5(text, content='', tokenize='trigram', "
+       "detail='none'); UPDATE meta SET value='3' WHERE key='schema_version';",
+}
+
+
+@pytest.mark.parametrize("version", sorted(OLDER_SCHEMAS))
+def test_an_index_from_before_grep_gets_its_texts_without_parsing_again(make_repo, tmp_path, version):
+    """An older SQLite index (no texts, or schema 3's compressed ones) opens as the current schema; the next
+    update keeps every file's text and parses nothing."""
     root = make_repo({"a.py": "def alpha():\n    return 'first'\n", "b.md": "# notes\nalpha beta\n"})
     settings = Settings(index_dir=tmp_path / "ix", embedder="none")
     ix = Index(root, settings)
     ix.update()
     ix.close()
     db = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
-    db.executescript("DROP TABLE text_fts; DROP TABLE texts; DROP INDEX files_text; "
-                     "ALTER TABLE files DROP COLUMN text_hash; UPDATE meta SET value='2' WHERE key='schema_version';")
+    db.executescript(OLDER_SCHEMAS[version])
     db.close()
     ix = Index(root, settings, create=False)
     try:
-        assert ix.store.meta("schema_version") == "3"
+        assert ix.store.meta("schema_version") == "4"
         assert ix.grep("alpha")["total"] == 0  # not yet: the texts come with the next update
         report = ix.update()
         assert not report.changed and report.capsules_written == 0

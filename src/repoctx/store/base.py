@@ -23,7 +23,7 @@ from repoctx.types import Capsule, Edge
 if TYPE_CHECKING:
     from repoctx.store.grep import GrepPlan
 
-SCHEMA_VERSION = 3  # bump when a backend's tables change; an older index is rebuilt or migrated, never misread
+SCHEMA_VERSION = 4  # bump when a backend's tables change; an older index is rebuilt or migrated, never misread
 _REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 

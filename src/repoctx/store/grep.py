@@ -337,18 +337,38 @@ def _like_escape(ch: str) -> str:
     return "\\" + ch if ch in "\\%_" else ch
 
 
+def _pg_indexable(items: tuple) -> bool:
+    """Whether pg_trgm can take a trigram from a LIKE of these items: it reads words (letters and digits), a word
+    of three characters or more, or one of two with a known non-word character on each side (padded, as pg_trgm
+    pads words). A LIKE it can take none from would scan the whole index."""
+    def word(i) -> bool:
+        return isinstance(i, str) and i.isascii() and i.isalnum()
+
+    def edge(i) -> bool:
+        return isinstance(i, str) and not word(i)
+
+    n = len(items)
+    j = 0
+    while j < n:
+        if not word(items[j]):
+            j += 1
+            continue
+        k = j
+        while k < n and word(items[k]):
+            k += 1
+        if k - j >= 3 or (k - j == 2 and j > 0 and edge(items[j - 1]) and k < n and edge(items[k])):
+            return True
+        j = k
+    return False
+
+
 def postgres_filter(q: Query, col: str, ignore_case: bool) -> tuple[str, list] | None:
-    """A WHERE fragment of ``LIKE``/``ILIKE`` tests a ``pg_trgm`` GIN index serves, or None. A literal is kept
-    only where it holds three ASCII letters or digits in a row: pg_trgm takes its trigrams from words, and a
-    LIKE it can take none from is a scan of the whole index."""
+    """A WHERE fragment of ``LIKE``/``ILIKE`` tests a ``pg_trgm`` GIN index serves, or None (a literal
+    pg_trgm could take no trigram from is left out)."""
     if q is None:
         return None
     if isinstance(q, Lit):
-        run = best = 0
-        for i in q.items:
-            run = run + 1 if isinstance(i, str) and i.isascii() and i.isalnum() else 0
-            best = max(best, run)
-        if best < 3:
+        if not _pg_indexable(q.items):
             return None
         pattern = "%" + "".join(_like_escape(i) if isinstance(i, str) else "_" for i in q.items) + "%"
         return f"{col} {'ILIKE' if ignore_case else 'LIKE'} %s", [pattern]
@@ -444,12 +464,11 @@ def match_lines(plan: GrepPlan, text: str, cap: int) -> tuple[list[int], bool]:
         s = m.start()
         if s == n and (n == 0 or text[n - 1] == "\n"):
             break  # the empty "line" after a final newline is no line
-        ls = text.rfind("\n", 0, s) + 1
         le = text.find("\n", s)
         le = n if le < 0 else le
-        lineno += text.count("\n", counted, ls)
-        counted = ls
-        if m.end() <= le or search(text[ls:le]) is not None:
+        lineno += text.count("\n", counted, s)
+        counted = s
+        if m.end() <= le or search(text[text.rfind("\n", 0, s) + 1:le]) is not None:
             if len(out) == cap:
                 return out, True
             out.append(lineno)

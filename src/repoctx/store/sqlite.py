@@ -9,7 +9,6 @@ import os
 import sqlite3
 import threading
 import time
-import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +29,14 @@ if TYPE_CHECKING:
 # BM25 column weights: name, qualname, path, signature, docstring, body
 BM25_WEIGHTS = (10.0, 6.0, 3.0, 4.0, 2.0, 1.0)
 
-# grep's texts (schema 3): each indexed file's text once per repository and content (zlib), and a contentless
-# FTS5 trigram index over it (detail=none: which texts hold a trigram, not where; the regular expression
-# confirms). Contentless, so the text is not stored twice; a row leaves it by 'delete' with its text.
+# grep's texts (schema 4): each indexed file's text once per repository and content, and a contentless FTS5
+# trigram index over it (detail=none: which texts hold a trigram, not where; the regular expression confirms).
+# Contentless, so the text is not stored twice; a row leaves it by 'delete' with its text. Plain text, not
+# zlib: on Django + Flask (24 M characters) zlib saved 18 MB but inflating cost a full scan 0.17 s of its
+# ~0.5 s, and a common literal's 1,500 files ~0.1 s (bench/grep_speed.py).
 _TEXT_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS texts(id INTEGER PRIMARY KEY, repo TEXT NOT NULL, hash TEXT NOT NULL, "
-    "data BLOB NOT NULL, UNIQUE(repo, hash))",
+    "text TEXT NOT NULL, UNIQUE(repo, hash))",
     "CREATE VIRTUAL TABLE IF NOT EXISTS text_fts USING fts5(text, content='', tokenize='trigram', detail='none')",
     "CREATE INDEX IF NOT EXISTS files_text ON files(repo, text_hash)",
 )
@@ -81,10 +82,6 @@ def row_to_capsule(r) -> Capsule:
                    content_hash=r[15], parent=r[16])
 
 
-def _unpack(data: bytes) -> str:
-    return zlib.decompress(data).decode("utf-8", "surrogatepass")
-
-
 def _ph(n: int) -> str:
     return ",".join("?" * n)
 
@@ -121,8 +118,8 @@ class SQLiteStore(MemoryReads):
                 raise StoreError(f"no index at {self.path}")
             db.executescript(_SCHEMA)
             db.execute("INSERT OR REPLACE INTO meta VALUES('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif version == 2:
-            self._migrate_2_3(db)
+        elif version in (2, 3):
+            self._migrate_texts(db)
         elif version != SCHEMA_VERSION:
             if not create:
                 raise SchemaMismatch(f"the index at {self.dir} was built by another repoctx version (schema {version}, "
@@ -170,12 +167,18 @@ class SQLiteStore(MemoryReads):
         r = db.execute("SELECT value FROM meta WHERE repo='' AND key='schema_version'").fetchone()
         return int(r[0]) if r else 1
 
-    def _migrate_2_3(self, db) -> None:
-        """Schema 3 adds grep's texts beside what schema 2 holds, in place (any open, read-only ones too: the
-        tables are new and empty). Files indexed before are given their text by the next update."""
+    def _migrate_texts(self, db) -> None:
+        """Schema 4 adds grep's texts beside what schema 2 holds, in place (any open, read-only ones too: the
+        tables are new and empty); schema 3 kept them zlib-compressed, and they are dropped. Files indexed
+        before are given their text by the next update, without being parsed again."""
         db.execute("BEGIN IMMEDIATE")
         try:
-            if self._schema_version(db) == 2:  # another process may have migrated while this one waited
+            version = self._schema_version(db)  # another process may have migrated while this one waited
+            if version in (2, 3):
+                if version == 3:
+                    db.execute("DROP TABLE IF EXISTS text_fts")
+                    db.execute("DROP TABLE IF EXISTS texts")
+                    db.execute("UPDATE files SET text_hash = NULL")
                 if "text_hash" not in [r[1] for r in db.execute("PRAGMA table_info(files)")]:
                     db.execute("ALTER TABLE files ADD COLUMN text_hash TEXT")
                 for stmt in _TEXT_SCHEMA:
@@ -481,15 +484,14 @@ class SQLiteStore(MemoryReads):
 
         where, args = compile_all(scopes, "+f.repo", "f.path", "?", "sqlite")
         match = fts5_query(plan.prefilter)
-        sql = (f"SELECT f.repo, f.path, t.id, t.data FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
+        sql = (f"SELECT f.repo, f.path, t.id, t.text FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
                f"WHERE {where}")
         if match is not None:
             sql += " AND t.id IN (SELECT rowid FROM text_fts WHERE text_fts MATCH ?)"
             args = args + [match]
         cur = self.db.execute(sql + " ORDER BY f.repo, f.path", args)
         try:  # rows stream from one statement (one read snapshot); closing the generator ends it
-            for repo, path, tid, data in cur:
-                yield repo, path, tid, _unpack(data)
+            yield from cur
         finally:
             cur.close()
 
@@ -497,9 +499,9 @@ class SQLiteStore(MemoryReads):
         """The indexed text of one file (decoded, secrets redacted), or None when the scope hides it or the
         store holds none for it."""
         where, args = self._scope(scope, "f")
-        row = self.db.execute(f"SELECT t.data FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
+        row = self.db.execute(f"SELECT t.text FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
                               f"WHERE f.repo=? AND f.path=? AND {where}", [repo, path] + args).fetchone()
-        return _unpack(row[0]) if row else None
+        return row[0] if row else None
 
     # ---- dense
     def faiss_for(self, repo: str) -> FaissIndex:
@@ -601,8 +603,8 @@ class SQLiteRepoWriter:
         for table in ("capsules", "edges", "files"):
             self.db.execute(f"DELETE FROM {table} WHERE repo=?", (self.repo,))
         if self.db.execute("SELECT EXISTS (SELECT 1 FROM texts WHERE repo != ?)", (self.repo,)).fetchone()[0]:
-            for tid, data in self.db.execute("SELECT id, data FROM texts WHERE repo=?", (self.repo,)).fetchall():
-                self._unindex_text(tid, data)
+            for tid, text in self.db.execute("SELECT id, text FROM texts WHERE repo=?", (self.repo,)).fetchall():
+                self._unindex_text(tid, text)
         else:
             self.db.execute("INSERT INTO text_fts(text_fts) VALUES('delete-all')")
         self.db.execute("DELETE FROM texts WHERE repo=?", (self.repo,))
@@ -610,21 +612,20 @@ class SQLiteRepoWriter:
     # ---- texts (grep): one row per repository and content, referenced by files.text_hash
     def _keep_text(self, text: str) -> str:
         key = text_key(text)
-        cur = self.db.execute("INSERT OR IGNORE INTO texts(repo, hash, data) VALUES(?,?,?)",
-                              (self.repo, key, zlib.compress(text.encode("utf-8", "surrogatepass"), 6)))
+        cur = self.db.execute("INSERT OR IGNORE INTO texts(repo, hash, text) VALUES(?,?,?)", (self.repo, key, text))
         if cur.rowcount:
             self.db.execute("INSERT INTO text_fts(rowid, text) VALUES(?,?)", (cur.lastrowid, text))
         return key
 
-    def _unindex_text(self, tid: int, data: bytes) -> None:
-        self.db.execute("INSERT INTO text_fts(text_fts, rowid, text) VALUES('delete', ?, ?)", (tid, _unpack(data)))
+    def _unindex_text(self, tid: int, text: str) -> None:
+        self.db.execute("INSERT INTO text_fts(text_fts, rowid, text) VALUES('delete', ?, ?)", (tid, text))
 
     def _release_text(self, key: str | None) -> None:
         """Drop a text no file of the repository refers to any more."""
         if not key or self.db.execute("SELECT EXISTS (SELECT 1 FROM files WHERE repo=? AND text_hash=?)",
                                       (self.repo, key)).fetchone()[0]:
             return
-        row = self.db.execute("SELECT id, data FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()
+        row = self.db.execute("SELECT id, text FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()
         if row is not None:
             self._unindex_text(*row)
             self.db.execute("DELETE FROM texts WHERE id=?", (row[0],))
