@@ -23,7 +23,7 @@ def test_index_search_status_context(tmp_path, monkeypatch):
     assert res.exit_code == 0
     assert re.search(r"^pkg/dates\.py:1-3 :: parse_http_date\(value\) — exact name", res.output, re.M)
     res = runner.invoke(app, ["search", "stale entries", "--repo", str(root), "--json", "--level", "file"])
-    assert json.loads(res.output)["results"][0]["path"] == "pkg/cache.py"
+    assert json.loads(res.output)["results"][0].split(" — ")[0] == "pkg/cache.py"  # brief: one line per file
     res = runner.invoke(app, ["search", "parse_http_date", "--repo", str(root), "--detail", "full", "--json"])
     top = json.loads(res.output)["results"][0]
     assert top["citation"] == "pkg/dates.py:1-3 :: parse_http_date" and top["snippet"].startswith("def parse_http_date")

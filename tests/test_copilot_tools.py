@@ -346,7 +346,8 @@ def test_tools_run_in_a_real_strands_agent_loop(ix):
 
     def cite(messages):
         seen = json.loads(last_tool_results(messages)[0]["content"][0]["text"])
-        return f"Connections are opened in {seen['results'][0]['citation']}."
+        line = seen["results"][0]  # brief: one line per hit, its citation first
+        return f"Connections are opened in {line.split('(')[0]}."
 
     agent, model = _agent(ix, [{"tool": "search_code", "input": {"query": "open database connection"}}, cite])
     result = agent("Where are database connections opened?")

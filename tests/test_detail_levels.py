@@ -140,7 +140,7 @@ def test_each_level_means_the_same_on_the_cli_mcp_and_the_service(src_index, mon
     query = "where is the cursor of a paged MCP result decoded"
     mcp = _mcp_results(root, settings, query)
     service = _service_results(settings, query)
-    fields = {"brief": {"citation", "repo", "sig", "why"}}
+    fields = {"brief": {"citation", "repo", "sig", "why"}}  # the dict a brief line is made of
     fields["signatures"] = fields["brief"] | {"path", "start_line", "end_line", "symbol", "kind", "score",
                                               "signature", "docstring", "callers", "callees"}
     fields["full"] = fields["signatures"] | {"snippet"}
@@ -149,9 +149,14 @@ def test_each_level_means_the_same_on_the_cli_mcp_and_the_service(src_index, mon
         assert cli["detail"] == mcp[d]["detail"] == service[d]["detail"] == d
         assert len(cli["results"]) == 10
         assert cli["results"] == mcp[d]["results"] == service[d]["results"], d  # same hits, same fields, same values
+        if d == "brief":  # sent as the one line per hit the text shows, with its citation first
+            assert all(isinstance(x, str) and " :: " in x and " — " in x for x in cli["results"]), cli["results"]
+            assert "route" not in cli and "seconds" not in cli
+            assert count_tokens(json.dumps(cli, ensure_ascii=False)) <= BRIEF_BUDGET
+            continue
         for item in cli["results"]:
             assert fields[d] <= set(item) <= fields[d] | {"snippet_note"}, (d, sorted(item))
     # brief is the default everywhere
     assert mcp["default"]["results"] == service["default"]["results"] == mcp["brief"]["results"]
     assert count_tokens(mcp["default_text"]) <= BRIEF_BUDGET
-    assert mcp["default_text"].splitlines()[1] == render.item_text(mcp["brief"]["results"][0], "brief")
+    assert mcp["default_text"].splitlines()[1] == mcp["brief"]["results"][0]

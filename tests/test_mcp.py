@@ -124,8 +124,8 @@ def test_stdio_tools_search_and_errors(indexed):
 
             r = await client.call_tool("search_code", {"query": "open a connection to the database", "k": 3})
             assert not r.is_error
-            cites = [x["citation"] for x in r.structured_content["results"]]
-            assert "app/db.py:4-6 :: connect_database" in cites
+            lines = r.structured_content["results"]  # brief: one line per hit, its citation first
+            assert any(x.startswith("app/db.py:4-6 :: connect_database(") for x in lines), lines
             assert "app/db.py:4-6 :: connect_database" in _text(r)
 
             r = await client.call_tool("symbol", {"name": "run_query"})
@@ -310,8 +310,12 @@ def _http(url: str, key: str) -> Client:
     return Client(streamable_http_client(url, http_client=hc))
 
 
-def _path(result: dict) -> str:
-    """The file of a search result (a brief one names it in its citation, 'path:start-end :: qualname')."""
+def _path(result: dict | str) -> str:
+    """The file of a search result: a brief one is a line that starts with its citation,
+    'path:start-end :: qualname...'; a file's brief line starts with its path."""
+    if isinstance(result, str):
+        return result.split(" :: ", 1)[0].rsplit(":", 1)[0] if " :: " in result.split(" — ", 1)[0] \
+            else result.split(" — ", 1)[0]
     return result.get("path") or result["citation"].split(" :: ", 1)[0].rsplit(":", 1)[0]
 
 
@@ -320,8 +324,14 @@ async def _see(url: str, key: str) -> dict:
         out = {}
         r = await client.call_tool("search_code", {"query": "classified launch codes and the database connection", "k": 20})
         out["search"] = {_path(x) for x in r.structured_content["results"]}
+        r = await client.call_tool("search_code", {"query": "classified launch codes and the database connection",
+                                                   "k": 20, "detail": "full"})
+        out["search"] |= {_path(x) for x in r.structured_content["results"]}
         r = await client.call_tool("search_code", {"query": "launch codes vault", "k": 20, "level": "file"})
-        out["search_files"] = {x["path"] for x in r.structured_content["results"]}
+        out["search_files"] = {_path(x) for x in r.structured_content["results"]}
+        r = await client.call_tool("search_code", {"query": "launch codes vault", "k": 20, "level": "file",
+                                                   "detail": "signatures"})
+        out["search_files"] |= {x["path"] for x in r.structured_content["results"]}
         r = await client.call_tool("list_files", {})
         out["files"] = set(r.structured_content["files"])
         r = await client.call_tool("symbol", {"name": "launch_codes"})
@@ -416,9 +426,12 @@ def test_in_process_several_repositories(indexed, tmp_path):
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert "repo" in tools["search_code"].input_schema["properties"]
             r = await client.call_tool("search_code", {"query": "connect database", "k": 10})
+            assert {x.split(":", 1)[0] for x in r.structured_content["results"]} == {"shop", "billing"}  # brief lines
+            r = await client.call_tool("search_code", {"query": "connect database", "k": 10, "detail": "signatures"})
             repos = {x["repo"] for x in r.structured_content["results"]}
             assert repos == {"shop", "billing"}
-            r = await client.call_tool("search_code", {"query": "connect database", "repo": "billing"})
+            r = await client.call_tool("search_code", {"query": "connect database", "repo": "billing",
+                                                       "detail": "signatures"})
             assert {x["repo"] for x in r.structured_content["results"]} == {"billing"}
             r = await client.call_tool("search_code", {"query": "x", "repo": "nope"})
             assert r.is_error and r.structured_content["error"] == "unknown_repo"

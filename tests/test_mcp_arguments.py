@@ -57,7 +57,8 @@ def test_several_repositories_refuse_an_unknown_repo_and_unknown_arguments(tmp_p
 
     async def go():
         async with Client(server) as client:
-            r = await client.call_tool("search_code", {"query": "connect database", "repo": "billing"})
+            r = await client.call_tool("search_code", {"query": "connect database", "repo": "billing",
+                                                       "detail": "signatures"})
             assert not r.is_error and {x["repo"] for x in r.structured_content["results"]} == {"billing"}
             r = await client.call_tool("search_code", {"query": "connect database", "repo": "nope"})
             assert r.is_error and r.structured_content["error"] == "unknown_repo"

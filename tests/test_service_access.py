@@ -125,7 +125,8 @@ async def test_a_restricted_key_never_sees_restricted_capsules_paths_or_reposito
             k = rng.randint(1, 50)
             level, mode = rng.choice(["symbol", "file"]), rng.choice(["auto", "auto", "standard", "agentic"])
             calls = [
-                c.post("/search", json={"query": q, "k": k, "level": level, "mode": mode}, headers=hd),
+                c.post("/search", json={"query": q, "k": k, "level": level, "mode": mode,
+                                        "detail": rng.choice(["signatures", "full"])}, headers=hd),
                 c.post("/context", json={"query": q, "budget": rng.choice([100, 800, 4000]),
                                          "task": rng.choice([None, "code_query", "refactor", "code_gen", "search"]),
                                          "mode": rng.choice(["standard", "auto"])}, headers=hd),

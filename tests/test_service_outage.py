@@ -77,8 +77,8 @@ def outage_env(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ requests
-def _ok_search(r, events):
-    return r.status_code == 200 and any(h["citation"].startswith("src/auth/tokens.py:") for h in r.json()["results"])
+def _ok_search(r, events):  # brief: one line per hit, its citation first
+    return r.status_code == 200 and any(h.startswith("src/auth/tokens.py:") for h in r.json()["results"])
 
 
 def _ok_agentic(r, events):
@@ -107,7 +107,7 @@ def _ok_context(r, events):
 
 def _ok_retrieve(r, events):
     return r.status_code == 200 and events and events[-1][0] == "results" and \
-        events[-1][1]["results"][0]["citation"].startswith("src/auth/tokens.py:")
+        events[-1][1]["results"][0].startswith("src/auth/tokens.py:")
 
 
 # name: (method, path, body, key ("dev" | "admin" | None), correct(response, events))

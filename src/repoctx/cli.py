@@ -312,7 +312,7 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
     except (StoreError, sqlite3.Error) as e:
         _fail(_why(e), 1)
     if as_json:
-        print(json.dumps(out))
+        print(json.dumps(render.wire(out), ensure_ascii=False))
         return
     route = res.route
     console.print(f"[dim]route: {route['mode']} ({route['reason']})[/]", highlight=False)

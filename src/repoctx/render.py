@@ -19,9 +19,11 @@ File-level results (``level="file"``) carry ``repo``, ``path``, ``score``, ``uni
 file were found) and ``citations`` (theirs) at every level; ``signatures`` and ``full`` add ``symbols``:
 the first five units with their whole signatures and docstrings' first lines.
 
-The dict form (``retrieval_dict``, ``hit_dict``, ``file_dict``) is what ``--json``, the service and the
-MCP server's structured content carry; the text form (``item_text``, ``retrieval_text``) is rendered from
-the same dicts, for the CLI and the MCP server's text content.
+The dict form (``retrieval_dict``, ``hit_dict``, ``file_dict``) is what the surfaces shape results with;
+what they send as JSON (``--json``, the service, the MCP server's structured content, the copilot's tool
+results) passes through ``wire``: at ``brief`` each result is sent as its one line, at the other levels as
+its dict. The text form (``item_text``, ``retrieval_text``) is rendered from the same dicts, for the CLI and
+the MCP server's text content.
 
 ``grep``, ``outline`` and ``symbol`` answer with the dicts of ``Index.grep``/``outline``/``symbol`` on every
 surface; their text forms are here too (``grep_text``: ``path:line: text`` as ``git grep -n`` prints it,
@@ -33,7 +35,7 @@ import inspect
 from typing import Any, Iterable
 
 __all__ = ["DETAILS", "DEFAULT_DETAIL", "check_detail", "why_text", "short_signature", "hit_dict", "file_dict",
-           "result_dicts", "retrieval_dict", "item_text", "items_text", "retrieval_text", "call_counts",
+           "result_dicts", "retrieval_dict", "wire", "item_text", "items_text", "retrieval_text", "call_counts",
            "grep_match_text", "grep_text", "outline_unit_text", "outline_text", "symbol_match_text", "symbol_text"]
 
 DETAILS = ("brief", "signatures", "full")
@@ -276,6 +278,22 @@ def retrieval_dict(r, detail: str = DEFAULT_DETAIL, *, index=None, scope=None, t
             out[key] = r.details[key]
     if trace:
         out["trace"] = [e.to_dict() for e in r.events]
+    return out
+
+
+def wire(d: dict) -> dict:
+    """What a surface sends of a ``retrieval_dict`` (``--json``, the service, MCP structured content, the
+    copilot's tool result): at ``brief`` each result is its one line (``item_text``), since as a dict the
+    keys and quotes cost an agent more than the line itself (~870 tokens at k=10 against ~530 on repoctx's
+    own src/), and the envelope leaves out the diagnostics (``route``, ``seconds``, empty ``notes``);
+    ``signatures`` and ``full`` send everything, results as dicts with their fields."""
+    if d.get("detail") != "brief":
+        return d
+    out = {k: v for k, v in d.items() if k not in ("route", "seconds") and not (k == "notes" and not v)}
+    results = d.get("results") or []
+    if results and isinstance(results[0], dict):
+        several = len({it.get("repo") for it in results}) > 1
+        out["results"] = [item_text(it, "brief", with_repo=several) for it in results]
     return out
 
 

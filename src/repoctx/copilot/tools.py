@@ -25,7 +25,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-from repoctx.render import DEFAULT_DETAIL, DETAILS, retrieval_dict
+from repoctx.render import DEFAULT_DETAIL, DETAILS, retrieval_dict, wire
 from repoctx.store.base import Scope
 from repoctx.store.globs import GlobError, parse as parse_glob
 
@@ -497,7 +497,7 @@ def make_tools(index, scope: Scope | None = None) -> list:
             detail: "brief" (default: one line each), "signatures" (adds whole signatures, the docstring's first
                 line, caller/callee counts) or "full" (adds the first 30 lines of code; costs many tokens).
         """
-        return _as_tool_result(rt.search_code(query, k=k, level=level, mode=mode, detail=detail))
+        return _as_tool_result(wire(rt.search_code(query, k=k, level=level, mode=mode, detail=detail)))
 
     @tool
     def get_context(query: str, task: str = "", budget: int = 2000) -> dict:

@@ -18,6 +18,7 @@ from mcp_types import CallToolResult, TextContent
 from repoctx.config import ConfigError, Settings
 from repoctx.index import resolve_settings
 from repoctx.mcp import render as mr
+from repoctx.render import wire
 from repoctx.mcp.state import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS, RepoctxMCP, is_error
 from repoctx.mcp.tools import READ, WRITE, WRITES, tool_functions
 from repoctx.store.base import EVERYTHING, SchemaMismatch, Scope, StoreError
@@ -33,7 +34,7 @@ def _to_result(d: dict) -> CallToolResult:
         return CallToolResult(content=[TextContent(type="text", text=mr.render_error(d))], structured_content=d,
                               is_error=True)
     text = d.pop("_text", None) or mr.render_plain("result", d)
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=d)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=wire(d))
 
 
 def _principal_scope(ctx: Context | None, scope_for_key: ScopeForKey | None, scopes: dict) -> Scope:

@@ -61,7 +61,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from repoctx.config import Settings
-from repoctx.render import retrieval_dict
+from repoctx.render import retrieval_dict, wire
 from repoctx.service.auth import KeyStore, Principal
 from repoctx.service.config import ServiceSettings
 from repoctx.service.db import ServiceDB, service_db_target
@@ -683,7 +683,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
         def work():
             scope = svc.scope_for(p, req.repos)
             r = svc.index.retrieve(req.query, k=req.k, level=req.level, mode=req.mode, scope=scope)
-            return retrieval_dict(r, req.detail, index=svc.index, scope=scope)
+            return wire(retrieval_dict(r, req.detail, index=svc.index, scope=scope))
         return await threaded(work)
 
     @app.post("/context", tags=["retrieval"], summary="Context compressed to a task inside a token budget")
@@ -758,7 +758,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                         results = await svc.call(functools.partial(retrieval_dict, ev.data["retrieval"], req.detail,
                                                                    index=svc.index, scope=scope),
                                                  timeout=deadline - loop.time())
-                        yield _sse("results", results, n)
+                        yield _sse("results", wire(results), n)
                         return
                     yield _sse("trace", ev.to_dict(), n)
             except asyncio.TimeoutError:
