@@ -85,7 +85,8 @@ class App:
             await asyncio.sleep(0.05)
 
     async def search(self, c, query: str, repo: str) -> list[str]:
-        r = await c.post("/search", json={"query": query, "repos": [repo], "mode": "standard"}, headers=self.h)
+        r = await c.post("/search", json={"query": query, "repos": [repo], "mode": "standard",
+                                            "detail": "signatures"}, headers=self.h)
         return [h["citation"] for h in r.json()["results"]]
 
     def close(self):

@@ -315,7 +315,7 @@ def test_with_sqlite_the_server_runs_jobs_in_process(tmp_path):
                     break
                 await asyncio.sleep(0.05)
             assert st["job"]["status"] == "done" and st["counts"]["files"] == 8
-            hits = (await c.post("/search", json={"query": "helper step"}, headers=h)).json()
+            hits = (await c.post("/search", json={"query": "helper step", "detail": "signatures"}, headers=h)).json()
             assert hits["count"] > 0 and hits["results"][0]["repo"] == "local"
             metrics = (await c.get("/metrics", headers=h)).text
             assert 'repoctx_index_job_seconds_count{outcome="done"} 1.0' in metrics
