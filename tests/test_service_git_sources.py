@@ -59,6 +59,31 @@ def test_urls_the_service_takes_and_refuses(tmp_path):
         parse_git_url(str(tmp_path / "web.git"), ())
 
 
+def test_credentials_file_entries_are_read_by_name(tmp_path):
+    from repoctx.service.git import CredentialError, Credentials
+
+    f = tmp_path / "creds.toml"
+    f.write_text('[gh]\ntoken_env = "GH_TOKEN_FOR_TEST"\nurls = ["https://github.com/acme/"]\n'
+                 '[deploy]\nssh_key = "/keys/deploy"\nhook_secret = "per-entry-secret"\n')
+    creds = Credentials(str(f), env={})
+    assert creds.names() == ["deploy", "gh"] and creds.get("deploy").ssh_key == "/keys/deploy"
+    with pytest.raises(CredentialError) as e:  # its variable is not set here: that entry only is unusable
+        creds.get("gh")
+    assert "GH_TOKEN_FOR_TEST" in str(e.value)
+    creds = Credentials(str(f), env={"GH_TOKEN_FOR_TEST": TOKEN})
+    gh = creds.for_url("https://github.com/acme/web.git", None)
+    assert gh.name == "gh" and gh.username == "x-access-token" and gh.password == TOKEN
+    assert TOKEN not in repr(gh) and creds.for_url("https://gitlab.com/x/y.git", None) is None
+    f.write_text('[gh]\npassword = "x"\nbogus = 1\n')
+    with pytest.raises(CredentialError) as e:
+        creds.get("gh")
+    assert "bogus" in str(e.value)
+    f.write_text(f'[gh\npassword = "{TOKEN}"\n')
+    with pytest.raises(CredentialError) as e:  # a parse error names no line of the file: it may hold a secret
+        creds.names()
+    assert TOKEN not in str(e.value)
+
+
 class App:
     def __init__(self, tmp_path: Path, **conf):
         conf = {"job_poll": 0.05, "key_cache_seconds": 0, "repo_roots": (str(tmp_path / "remotes"),),

@@ -209,6 +209,7 @@ class Credential:
     known_hosts: str | None = None
     urls: tuple[str, ...] = ()
     hook_secret: str | None = field(default=None, repr=False)
+    problem: str | None = None  # why this server cannot use it (a *_env variable it names is not set)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -222,13 +223,14 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 def _entry(name: str, raw: dict, env) -> Credential:
     if not _NAME.match(name):
-        raise CredentialError(f"credential names are 1-100 of A-Z a-z 0-9 . _ - (got one that is not, in "
-                              "REPOCTX_GIT_CREDENTIALS)")
+        raise CredentialError("credential names are 1-100 of A-Z a-z 0-9 . _ - (REPOCTX_GIT_CREDENTIALS has one "
+                              "that is not)")
     if not isinstance(raw, dict):
         raise CredentialError(f"credential {name!r} must be a table of settings")
     unknown = set(raw) - _ENTRY_KEYS
     if unknown:
         raise CredentialError(f"credential {name!r} has unknown settings: {', '.join(sorted(unknown))}")
+    missing: list[str] = []
 
     def secret(key: str) -> str | None:
         if raw.get(key) is not None:
@@ -238,9 +240,8 @@ def _entry(name: str, raw: dict, env) -> Credential:
             return None
         value = env.get(str(var))
         if not value:
-            raise CredentialError(f"credential {name!r}: the environment variable {var} named by {key}_env is "
-                                  "not set on this server")
-        return value
+            missing.append(f"{key}_env names {var}, which is not set on this server")
+        return value or None
 
     password = secret("password") or secret("token")
     username = raw.get("username")
@@ -250,7 +251,8 @@ def _entry(name: str, raw: dict, env) -> Credential:
     if isinstance(urls, str):
         urls = (urls,)
     return Credential(name, str(username) if username else None, password, raw.get("ssh_key"),
-                      raw.get("known_hosts"), tuple(str(u) for u in urls), secret("hook_secret"))
+                      raw.get("known_hosts"), tuple(str(u) for u in urls), secret("hook_secret"),
+                      f"credential {name!r}: " + "; ".join(missing) if missing else None)
 
 
 class Credentials:
@@ -308,10 +310,20 @@ class Credentials:
     def names(self) -> list[str]:
         return sorted(self._load())
 
+    def entries(self) -> list[Credential]:
+        """Every entry, usable here or not (CredentialError only when the file itself cannot be read)."""
+        try:
+            return list(self._load().values())
+        except CredentialError:
+            return []
+
     def get(self, name: str) -> Credential:
+        """The entry ``name``, usable on this server (CredentialError: unknown, or a variable it names is unset)."""
         entries = self._load()
         if name not in entries:
             raise CredentialError(f"no credential named {name!r} in the server's REPOCTX_GIT_CREDENTIALS")
+        if entries[name].problem:
+            raise CredentialError(entries[name].problem)
         return entries[name]
 
     def for_url(self, url: str, name: str | None) -> Credential | None:
@@ -320,7 +332,7 @@ class Credentials:
             return self.get(name)
         for cred in self._load().values():
             if any(url.startswith(prefix) for prefix in cred.urls):
-                return cred
+                return self.get(cred.name)
         return None
 
     def all_secrets(self) -> tuple[str, ...]:

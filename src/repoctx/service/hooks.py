@@ -120,9 +120,10 @@ def hooks_router(svc, threaded) -> APIRouter:
         """The entry's own webhook secret (from its credential), else the server's."""
         if src.credential:
             try:
-                own = credentials.get(src.credential).hook_secret
-            except CredentialError:
-                own = None
+                entry = credentials.get(src.credential)
+            except CredentialError:  # its token may live on the workers alone: the hook secret may still be here
+                entry = next((c for c in credentials.entries() if c.name == src.credential), None)
+            own = entry.hook_secret if entry is not None else None
             if own:
                 return own
         return conf.hook_secret

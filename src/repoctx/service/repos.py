@@ -130,11 +130,13 @@ def repos_router(svc, threaded: Callable) -> APIRouter:
             if "REPOCTX_REPO_ROOTS" in str(e):
                 raise _forbidden(str(e)) from None
             raise _invalid(str(e)) from None
-        if req.credential and credentials.configured:
+        if req.credential and credentials.configured:  # the name only: the secret may live on the workers alone
             try:
-                credentials.get(req.credential)
+                known = credentials.names()
             except CredentialError as e:
                 raise _invalid(str(e)) from None
+            if req.credential not in known:
+                raise _invalid(f"no credential named {req.credential!r} in the server's REPOCTX_GIT_CREDENTIALS")
         if u.kind == "local" and svc.runs_jobs and not Path(u.path).is_dir():
             raise _invalid("the local repository is not a directory on this server")
         current = sources.get(req.name)
