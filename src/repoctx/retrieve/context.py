@@ -379,7 +379,10 @@ class _Plan:
             left.extend(p.left_out)
         text = text.rstrip() + "\n" if text else ""
         tokens = count_tokens(text)
-        assert tokens <= self.budget, (tokens, self.budget)  # the counts add up: a plan that fits renders within
+        if tokens > self.budget and self.units:  # never (the counts add up); if ever, the last unit gives way
+            dropped = self.units.pop()
+            self.left_out.append(dropped.capsule.citation)
+            return self.finish(task)
         citations = list(dict.fromkeys(cites))
         left_out = [c for c in dict.fromkeys(left + self.left_out) if c not in citations]
         return Context(task=task, text=text, citations=citations, tokens=tokens, budget=self.budget, left_out=left_out)
@@ -438,8 +441,8 @@ NAMESAKES, CALLEE_BODIES = "Other definitions of the name (signatures)", "Callee
 
 
 def _assemble_code_query(query: str, hits: list[Hit], reader: GraphReader, budget: int) -> Context:
-    """The target sliced to what the question asks (whole when the budget allows), its callees' signatures, the
-    lines of its callers and tests that call it, and the other hits sliced, then whole."""
+    """The target cut to what the question asks (whole when it is small), its callees' signatures, the lines of its
+    callers and tests that call it, and the other hits cut to their best lines (whole when small)."""
     target, cls, inner = _target(hits, reader)
     own = {target.id} | {m.id for m in inner} | ({cls.id} if cls else set())
     callees = [c for c in reader.callees([target.id] + [m.id for m in inner]) if c.id not in own]

@@ -228,15 +228,19 @@ def prepare(c: Capsule, weights: dict[str, float], focus: tuple[str, ...] = ()) 
                 outline.append(frozenset(range(i, i + 1 + header_end(raw[i:], lang))))
     groups: list[frozenset[int]] = []
     seen: set[int] = set(head)
-    n_core = 0
-    for n, i in enumerate(strong + exits + weak):
+    for i in strong + exits:
         g = frozenset(enclosing(i) - seen) if i not in seen else frozenset()
         if g:
             groups.append(g)
             seen |= g
-        if n == len(strong) + len(exits) - 1:
-            n_core = len(groups)
-    groups += [g - seen for g in outline if g - seen]
+    groups += [g - seen for g in outline if g - seen]  # a class's interface is part of what a question needs of it
+    seen.update(*outline)
+    n_core = len(groups)
+    for i in weak:
+        g = frozenset(enclosing(i) - seen) if i not in seen else frozenset()
+        if g:
+            groups.append(g)
+            seen |= g
     return Sliceable(c, shown, frozenset(head), groups, outline, n_core)
 
 
