@@ -247,6 +247,28 @@ def test_a_burst_of_pushes_is_one_job(tmp_path):
         a.close()
 
 
+def test_the_embedded_service_polls_when_no_hook_comes(tmp_path):
+    remote = Remote(tmp_path / "remotes", "quiet", _files("quiet"))
+    a = App(tmp_path, git_poll=0.5)
+
+    async def go():
+        async with a.client() as c:
+            r = await c.post("/repos", json={"name": "quiet", "url": str(remote.bare), "branch": "main"}, headers=a.h)
+            st = await a.wait_done(c, "quiet")
+            assert st["job"]["status"] == "done"
+            head = remote.commit({"pkg/late.py": "def arrived_without_a_hook():\n    return 1\n"}, "late")
+            deadline = time.time() + 20
+            while (st := (await c.get("/repos/quiet", headers=a.h)).json())["commits"]["indexed"] != head:
+                assert time.time() < deadline, st
+                await asyncio.sleep(0.1)
+            assert any("arrived_without_a_hook" in x for x in await a.search(c, "arrived without a hook", "quiet"))
+
+    try:
+        asyncio.run(go())
+    finally:
+        a.close()
+
+
 def test_credentials_come_by_name_and_never_show(tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.DEBUG)
     remote = Remote(tmp_path / "remotes", "secret-repo", _files("vault"))

@@ -296,6 +296,25 @@ def test_limits_and_cancellation_end_a_job_without_retrying_it(pg, tmp_path):
     jobs.close()
 
 
+def test_the_periodic_poll_follows_a_branch_without_webhooks(pg, tmp_path):
+    """procrastinate's periodic task asks the remote for its branch head and queues what moved."""
+    from gitserver import Remote
+
+    remote = Remote(tmp_path / "remotes", "polled", {"pkg/a.py": "def first_version():\n    return 1\n"})
+    jobs, sources = queue(pg)
+    sources.put_git("polled", str(remote.bare), f"local:{remote.bare.resolve()}", "main", None)
+    kw = {"git_poll": 1.0, "git_cache": str(tmp_path / "cache")}
+    with Workers(pg, ["poller"], **kw):
+        assert wait_for(lambda: sources.get("polled").indexed_commit == remote.head(), 30), sources.get("polled")
+        head = remote.commit({"pkg/b.py": "def second_version():\n    return 2\n"}, "second")
+        assert wait_for(lambda: sources.get("polled").indexed_commit == head, 30), sources.get("polled")
+    polls = ServiceDB(pg).q("SELECT count(*) FROM procrastinate_jobs WHERE task_name = 'repoctx.poll' "
+                            "AND status = 'succeeded'")[0][0]
+    assert polls >= 2
+    assert [j.status for j in jobs.list(repo="polled")] == ["done", "done"]  # one job per moved head
+    jobs.close()
+
+
 def test_with_sqlite_the_server_runs_jobs_in_process(tmp_path):
     root = make_repo(tmp_path, "local", 8)
     app = create_app(Settings(index_dir=tmp_path / "ix", embedder="none"),

@@ -62,6 +62,36 @@ class Checkouts:
             raise GitError(reason) from None
         return Prepared(root, src, commit)
 
+    def poll(self, enqueue) -> int:
+        """Ask each git remote for the heads of its registered branches (``git ls-remote``, one call per URL and
+        credential) and ``enqueue(name)`` each entry whose head is not its indexed commit (a moved branch, or an
+        entry whose last job failed); how many were queued. The fallback for hosts that cannot send webhooks."""
+        from repoctx.service.git import GitUrlError
+
+        groups: dict[tuple[str, str], list[RepoSource]] = {}
+        for src in self.sources.all("git"):
+            groups.setdefault((src.url or "", src.credential or ""), []).append(src)
+        queued = 0
+        for (url, cred_name), entries in groups.items():
+            try:
+                u = parse_git_url(url, self.repo_roots)
+                cred = self.credentials.for_url(u.url, cred_name or None)
+                heads = self.git.ls_remote(u, cred, sorted({e.branch for e in entries if e.branch}))
+            except (GitError, GitUrlError) as e:
+                log.warning("poll: %s: %s", ", ".join(e.name for e in entries), e)
+                for src in entries:
+                    self.sources.failed(src.name, str(e))
+                continue
+            for src in entries:
+                head = heads.get(src.branch or "")
+                if head and head != src.indexed_commit:
+                    self.sources.saw_head(src.name, head, fetched=False)
+                    enqueue(src.name)
+                    queued += 1
+        if queued:
+            log.info("poll: %d entr%s queued", queued, "y" if queued == 1 else "ies")
+        return queued
+
     def indexed(self, prepared: Prepared) -> None:
         if prepared.source is not None and prepared.commit:
             self.sources.indexed(prepared.source.name, prepared.commit)

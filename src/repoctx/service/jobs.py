@@ -434,18 +434,32 @@ class InProcessWorkers:
     """``n`` worker threads inside the API process (the SQLite default; optional with PostgreSQL)."""
 
     def __init__(self, settings, jobs: Jobs, store, n: int = 1, *, lease: float = 30.0, poll: float = 1.0,
-                 on_job=None, embedder=None, limits: JobLimits | None = None, checkouts=None):
+                 on_job=None, embedder=None, limits: JobLimits | None = None, checkouts=None, git_poll: float = 0.0):
         self.stop = threading.Event()
         self.workers = [Worker(settings, jobs, store, lease=lease, poll=poll, on_job=on_job, embedder=embedder,
                                limits=limits, checkouts=checkouts) for _ in range(n)]
         self.threads: list[threading.Thread] = []
+        self.jobs = jobs
+        self.git_poll = float(git_poll or 0.0)  # seconds between polls of the git entries' branch heads; 0: never
 
     def start(self) -> "InProcessWorkers":
         for w in self.workers:
             t = threading.Thread(target=w.run, args=(self.stop,), name=f"repoctx-worker-{w.id}", daemon=True)
             t.start()
             self.threads.append(t)
+        if self.git_poll > 0 and self.workers:
+            t = threading.Thread(target=self._poll, name="repoctx-git-poll", daemon=True)
+            t.start()
+            self.threads.append(t)
         return self
+
+    def _poll(self) -> None:
+        checkouts = self.workers[0].checkouts
+        while not self.stop.wait(self.git_poll):
+            try:
+                checkouts.poll(lambda name: self.jobs.enqueue(name, ""))
+            except Exception as e:  # noqa: BLE001 - the next poll tries again
+                log.warning("poll: %s", type(e).__name__)
 
     def close(self, timeout: float = 10.0) -> None:
         self.stop.set()

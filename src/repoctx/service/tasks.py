@@ -424,33 +424,15 @@ class JobRuntime:
 
     # ---- the poll
     def poll(self) -> int:
-        """Queue the git entries whose branch head moved (see the module docstring); how many were queued."""
-        from repoctx.service.git import GitError, GitUrlError, parse_git_url
-
-        sources = self.checkouts.sources
-        groups: dict[tuple[str, str], list] = {}
-        for src in sources.all("git"):
-            groups.setdefault((src.url or "", src.credential or ""), []).append(src)
-        queued = 0
-        for (url, cred_name), entries in groups.items():
-            try:
-                u = parse_git_url(url, self.conf.repo_roots)
-                cred = self.checkouts.credentials.for_url(u.url, cred_name or None)
-                heads = self.checkouts.git.ls_remote(u, cred, sorted({e.branch for e in entries if e.branch}))
-            except (GitError, GitUrlError) as e:
-                log.warning("poll: %s: %s", ", ".join(e.name for e in entries), e)
-                for src in entries:
-                    sources.failed(src.name, str(e))
-                continue
-            for src in entries:
-                head = heads.get(src.branch or "")
-                if head and head != src.indexed_commit:
-                    sources.saw_head(src.name, head, fetched=False)
-                    self.jobs.enqueue(src.name, "", reason="poll")
-                    queued += 1
-        if queued:
-            log.info("poll: %d entr%s queued", queued, "y" if queued == 1 else "ies")
-        return queued
+        """Queue the git entries whose branch head moved (``Checkouts.poll``); how many were queued. The records of
+        polls that ended more than an hour ago go (one every REPOCTX_GIT_POLL seconds would pile up)."""
+        try:
+            self.db.q("DELETE FROM procrastinate_jobs WHERE task_name = ? AND status IN ('succeeded', 'failed') "
+                      "AND id IN (SELECT job_id FROM procrastinate_events WHERE type IN ('succeeded', 'failed') "
+                      "AND at < now() - interval '1 hour')", (POLL_TASK,))
+        except Exception as e:  # noqa: BLE001 - housekeeping only
+            log.debug("poll: pruning old polls: %s", type(e).__name__)
+        return self.checkouts.poll(lambda name: self.jobs.enqueue(name, "", reason="poll"))
 
 
 _LOST = "the worker stopped (no heartbeat for REPOCTX_JOB_LEASE seconds) before finishing"
@@ -587,7 +569,7 @@ def start_workers(settings, conf, db: ServiceDB, jobs, store, n: int, *, on_job=
 
     return InProcessWorkers(settings, jobs, store, n, lease=conf.job_lease, poll=conf.job_poll, on_job=on_job,
                             embedder=embedder, limits=JobLimits.from_settings(conf),
-                            checkouts=Checkouts(db, conf)).start()
+                            checkouts=Checkouts(db, conf), git_poll=conf.git_poll).start()
 
 
 class InProcessProcrastinate:
