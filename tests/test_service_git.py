@@ -270,7 +270,7 @@ def test_two_apis_two_workers_three_repositories_follow_their_pushes(pg_url, tmp
 
         # the job records: every index job ended; no job ran twice, and no repository indexed twice at once
         closed = _wait(lambda: (j := _job_of(c, key, "closed")).get("status") == "failed" and j, 30, 0.2)
-        assert closed and closed["error"] == "GitError", closed
+        assert closed and closed["error"] == "GitError" and closed["attempts"] == 3, closed  # retried, backing off
         jobs = c.call("GET", 1, "/jobs?limit=500", key).json()["jobs"]
         assert jobs and all(j["status"] in ("done", "failed") for j in jobs), jobs
         with psycopg.connect(pg_url) as conn:

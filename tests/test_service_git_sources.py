@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sqlite3
 import time
 import uuid
@@ -82,6 +83,48 @@ def test_credentials_file_entries_are_read_by_name(tmp_path):
     with pytest.raises(CredentialError) as e:  # a parse error names no line of the file: it may hold a secret
         creds.names()
     assert TOKEN not in str(e.value)
+
+
+def test_git_runs_closed_and_answers_a_password_prompt_for_its_own_host_only(tmp_path):
+    import subprocess
+
+    from repoctx.service.git import Credential, GitCache
+
+    cache = GitCache(tmp_path / "cache")
+    u = parse_git_url("https://git.acme.dev:8443/acme/web.git")
+    env = cache.env(u, Credential("ci", "bot", TOKEN))
+    assert env["GIT_TERMINAL_PROMPT"] == "0" and env["GIT_CONFIG_GLOBAL"] == os.devnull
+    config = {env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"] for i in range(int(env["GIT_CONFIG_COUNT"]))}
+    assert config["core.hooksPath"] == os.devnull and config["credential.helper"] == ""
+    assert config["protocol.allow"] == "never" and config["protocol.file.allow"] == "never"
+    assert not any(k.startswith("REPOCTX_") and k not in ("REPOCTX_GIT_HOST", "REPOCTX_GIT_USERNAME",
+                                                          "REPOCTX_GIT_PASSWORD") for k in env)
+
+    def ask(prompt: str) -> str:
+        return subprocess.run([env["GIT_ASKPASS"], prompt], env=env, capture_output=True, text=True).stdout.strip()
+
+    assert ask("Username for 'https://git.acme.dev:8443': ") == "bot"
+    assert ask("Password for 'https://bot@git.acme.dev:8443': ") == TOKEN
+    assert ask("Password for 'https://bot@evil.example': ") == ""  # a redirect elsewhere gets nothing
+    assert ask("Password for 'https://bot@git.acme.dev': ") == ""  # nor another port of the host
+    ssh = cache.env(parse_git_url("git@gitlab.acme.dev:ops/infra.git"), Credential("d", ssh_key="/keys/deploy key"))
+    assert "BatchMode=yes" in ssh["GIT_SSH_COMMAND"] and "-i '/keys/deploy key'" in ssh["GIT_SSH_COMMAND"]
+    assert "REPOCTX_GIT_PASSWORD" not in ssh
+
+
+def test_webhooks_are_rate_limited_by_address(tmp_path):
+    a = App(tmp_path, rate_limit="3/minute")
+
+    async def go():
+        async with a.client() as c:
+            codes = [(await c.post("/hooks/github", content=b"{}", headers={"X-Hub-Signature-256": "sha256=00"}))
+                     .status_code for _ in range(5)]
+            assert codes == [403, 403, 403, 429, 429], codes
+
+    try:
+        asyncio.run(go())
+    finally:
+        a.close()
 
 
 class App:
