@@ -12,7 +12,7 @@ from typing import Protocol
 
 from repoctx.retrieve.query import mentions, summary_line
 from repoctx.retrieve.router import reads_as_report
-from repoctx.store.base import EVERYTHING, Scope
+from repoctx.store.base import EVERYTHING, Scope, split_id
 from repoctx.tokens import base_forms, code_tokens
 from repoctx.types import Capsule, FileHit, Hit
 
@@ -101,20 +101,56 @@ def exact_hits(store, query: str, scope: Scope) -> list[tuple[str, float, str]]:
         by_name: dict[str, list[Capsule]] = {}
         for c in caps:
             by_name.setdefault(c.name, []).append(c)
-        dotted_set = set(m.dotted)
+        # A dotted name matched whole is that definition, however many others share its last part
+        # (``PassDict.to_json`` among ten ``to_json``: dividing by ten put the class ``PassDict`` first)
+        full = {c.id: f for c in caps if (f := dotted_match(c, m.dotted)) is not None}
+        n_full = Counter(full.values())
         for c in caps:
-            full_match = c.qualname in dotted_set or any(d.endswith("." + c.qualname) or d == c.qualname
-                                                          for d in dotted_set)
             n_same = len(by_name.get(c.name, [])) or 1
-            spec = (2.0 if full_match else 1.0) / n_same
-            if not full_match and n_same > 8:
-                continue  # a name that common says little
+            if c.id in full:
+                spec = 2.0 / n_full[full[c.id]]
+            else:
+                spec = 1.0 / n_same
+                if n_same > 8:
+                    continue  # a name that common says little
             prev = out.get(c.id)
             if prev is None or spec > prev[0]:
                 out[c.id] = (spec, c.qualname)
     for cid in store.by_path_suffix(m.paths, scope):
-        out[cid] = (max(out.get(cid, (0.0, ""))[0], 1.5), "path")
+        # ``db/backends/oracle/features.py`` is django/db/..., not django/contrib/gis/db/...: the fewer folders a
+        # path has before what the question wrote, the better it matches
+        path = split_id(cid)[1].rsplit("#", 1)[0]
+        extra = min((path.count("/") - f.count("/") for f in m.paths if path == f or path.endswith("/" + f)),
+                    default=0)
+        out[cid] = (max(out.get(cid, (0.0, ""))[0], 1.5 - 0.01 * min(extra, 9)), "path")
     return sorted(((cid, s, w) for cid, (s, w) in out.items()), key=lambda x: -x[1])
+
+
+def dotted_match(c: Capsule, dotted: list[str]) -> str | None:
+    """The dotted name of the question that names ``c`` whole, or None: its qualname itself
+    (``Flask.make_response``), or its qualname after the packages and module it lives in, in order
+    (``flask.app.Flask.make_response``, ``app.Flask.make_response``, ``models.Field.formfield`` for
+    ``django/db/models/fields/__init__.py``: a package re-exports its modules' names). ``Flask.make_response`` does
+    not name the function ``make_response`` of another module: a shorter qualname at the end of a dotted name is a
+    match only when what comes before it is its own path."""
+    for d in dotted:
+        if d == c.qualname:
+            return d
+        if d.endswith("." + c.qualname):
+            parts = iter(_module_parts(c.path))
+            if all(p in parts for p in d[: -len(c.qualname) - 1].split(".")):  # a subsequence, in order
+                return d
+    return None
+
+
+@lru_cache(maxsize=1 << 14)
+def _module_parts(path: str) -> tuple[str, ...]:
+    """``src/flask/app.py`` → ``("src", "flask", "app")``: the packages and module code imports it by."""
+    stem = re.sub(r"\.[A-Za-z0-9]+$", "", path)
+    parts = [p for p in stem.split("/") if p]
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return tuple(parts)
 
 
 def names_only(query: str) -> bool:

@@ -1,0 +1,123 @@
+"""A query that is a name puts that definition first: an identifier, a dotted ``Class.method`` (whatever number of
+other classes define a method of that name), a module-qualified name, or a path (its file's module unit).
+``bench/exact_names.py`` measures the same on three real trees."""
+from __future__ import annotations
+
+import pytest
+
+from repoctx import Index, Settings
+from tests.conftest import write_tree
+
+TAG_CLASSES = ("PassDict", "PassList", "TagTuple", "TagBytes", "TagMarkup", "TagUUID", "TagDateTime", "TagDict",
+               "TagList", "TagSet")
+
+FILES = {
+    "src/kit/__init__.py": '"""A small web kit."""\n',
+    "src/kit/json/__init__.py": "",
+    # ten classes with the same method names: the class whose name a dotted query starts with used to come first
+    "src/kit/json/tag.py": '"""Tagged JSON."""\n\n\n' + "".join(
+        f"class {name}(JSONTag):\n"
+        f'    """Tag for the {name[3:] if name.startswith("Tag") else name[4:]} type."""\n\n'
+        f"    key = '{name.lower()}'\n\n"
+        f"    def check(self, value):\n        return isinstance(value, {name.lower()}_type)\n\n"
+        f"    def to_json(self, value):\n        return self.serializer.tag({name.lower()}_encode(value))\n\n"
+        f"    def to_python(self, value):\n        return {name.lower()}_decode(value)\n\n\n"
+        for name in TAG_CLASSES) + "class JSONTag:\n    def check(self, value):\n        raise NotImplementedError\n",
+    "src/kit/app.py": (
+        '"""The application object."""\nfrom kit.helpers import make_response as _make\n\n\n'
+        "class Kit:\n    \"\"\"The central object.\"\"\"\n\n"
+        "    def make_response(self, rv):\n        \"\"\"Convert a view's return value into a response.\"\"\"\n"
+        "        return _make(rv)\n\n"
+        "    def dispatch_request(self, request):\n        \"\"\"Call the view for a request and make its response.\"\"\"\n"
+        "        return self.make_response(self.view_functions[request.endpoint](request))\n"),
+    "src/kit/helpers.py": (
+        '"""Helpers for views."""\n\n\n'
+        "def make_response(*args):\n    \"\"\"Make a response from a view's return value; the common helper.\"\"\"\n"
+        "    return Response(*args)\n\n\n"
+        "def url_for(endpoint, **values):\n    \"\"\"Build the URL of an endpoint; make_response uses it for redirects.\"\"\"\n"
+        "    return '/' + endpoint\n"),
+    "tests/test_app.py": ("from kit.app import Kit\n\n\ndef test_make_response():\n"
+                          "    assert Kit().make_response('x') is not None\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def ix(tmp_path_factory):
+    root = write_tree(tmp_path_factory.mktemp("exact") / "kit", FILES)
+    index = Index(root, Settings(index_dir=root.parent / "idx", embedder="none"))
+    index.update()
+    yield index
+    index.close()
+
+
+def first(ix: Index, query: str):
+    return ix.search(query, k=5)[0].capsule
+
+
+@pytest.mark.parametrize("name", ["PassDict.to_json", "TagUUID.to_json", "TagDateTime.check", "TagSet.to_python"])
+def test_a_dotted_name_puts_that_method_first_among_namesakes(ix, name):
+    c = first(ix, name)
+    assert (c.qualname, c.path) == (name, "src/kit/json/tag.py")
+
+
+@pytest.mark.parametrize("query, qualname, path", [
+    ("kit.json.tag.TagUUID.to_json", "TagUUID.to_json", "src/kit/json/tag.py"),
+    ("json.tag.PassList.check", "PassList.check", "src/kit/json/tag.py"),
+    ("kit.helpers.make_response", "make_response", "src/kit/helpers.py"),
+    ("kit.app.Kit.make_response", "Kit.make_response", "src/kit/app.py"),
+])
+def test_a_module_qualified_name_puts_that_definition_first(ix, query, qualname, path):
+    c = first(ix, query)
+    assert (c.qualname, c.path) == (qualname, path)
+
+
+def test_a_class_and_method_does_not_name_a_function_of_another_module(ix):
+    """``Kit.make_response`` is the method: the helper ``make_response`` only shares its last part."""
+    hits = ix.search("Kit.make_response", k=5)
+    assert hits[0].capsule.qualname == "Kit.make_response"
+    assert hits[0].why["exact"]["rank"] == 1
+
+
+@pytest.mark.parametrize("query, qualname", [("url_for", "url_for"), ("Kit", "Kit"), ("dispatch_request", "Kit.dispatch_request")])
+def test_an_identifier_puts_its_definition_first(ix, query, qualname):
+    assert first(ix, query).qualname == qualname
+
+
+@pytest.mark.parametrize("query, path", [("src/kit/helpers.py", "src/kit/helpers.py"), ("kit/app.py", "src/kit/app.py"),
+                                         ("json/tag.py", "src/kit/json/tag.py")])
+def test_a_path_puts_its_module_unit_first(ix, query, path):
+    c = first(ix, query)
+    assert (c.path, c.kind) == (path, "module")
+
+
+def test_a_package_prefix_names_a_definition_it_re_exports(tmp_path):
+    """``models.Field.formfield``: Django code names a field by the package that re-exports it
+    (``django/db/models/fields/__init__.py``); the package is in the module's path, in order."""
+    root = write_tree(tmp_path / "dj", {
+        "django/db/models/__init__.py": "from django.db.models.fields import Field\n",
+        "django/db/models/fields/__init__.py": ("class Field:\n    def formfield(self, **kwargs):\n"
+                                                "        return self.form_class(**kwargs)\n"),
+        "django/forms/fields.py": "class Field:\n    def formfield(self):\n        return None\n",
+    })
+    index = Index(root, Settings(index_dir=tmp_path / "idx", embedder="none"))
+    index.update()
+    c = first(index, "models.Field.formfield")
+    assert (c.qualname, c.path) == ("Field.formfield", "django/db/models/fields/__init__.py")
+    assert first(index, "forms.fields.Field.formfield").path == "django/forms/fields.py"
+    index.close()
+
+
+def test_a_path_suffix_puts_the_file_with_fewest_folders_before_it_first(tmp_path):
+    root = write_tree(tmp_path / "dj", {
+        "django/db/backends/oracle/features.py": '"""Oracle features."""\nX = 1\n',
+        # the longer path's words are what the question says, several times: only its path is worse
+        "django/contrib/gis/db/backends/oracle/features.py": (
+            '"""The features of the Oracle db backends: oracle features, backends features, db features."""\n'
+            "DB_BACKENDS_ORACLE_FEATURES = 2\n"),
+    })
+    index = Index(root, Settings(index_dir=tmp_path / "idx", embedder="none"))
+    index.update()
+    assert first(index, "db/backends/oracle/features.py").path == "django/db/backends/oracle/features.py"
+    assert first(index, "gis/db/backends/oracle/features.py").path == \
+        "django/contrib/gis/db/backends/oracle/features.py"
+    index.close()
