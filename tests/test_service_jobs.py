@@ -296,6 +296,19 @@ def test_limits_and_cancellation_end_a_job_without_retrying_it(pg, tmp_path):
     jobs.close()
 
 
+def test_a_repository_registered_before_sources_were_kept_still_indexes(pg, tmp_path):
+    jobs, _ = queue(pg)
+    root = make_repo(tmp_path, "legacy", 4)
+    store = PostgresStore(pg)
+    store.register_repo("legacy", str(root))  # as POST /repos did before issue 41: no row in repoctx_repo_sources
+    store.close()
+    job = jobs.enqueue("legacy", str(root))
+    with Workers(pg, ["w"]):
+        assert wait_for(lambda: jobs.get(job.id).status == "done", 30), jobs.get(job.id)
+    assert jobs.get(job.id).result["files_seen"] == 4
+    jobs.close()
+
+
 def test_the_periodic_poll_follows_a_branch_without_webhooks(pg, tmp_path):
     """procrastinate's periodic task asks the remote for its branch head and queues what moved."""
     from gitserver import Remote

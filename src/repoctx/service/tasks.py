@@ -363,7 +363,8 @@ class JobRuntime:
 
         outcome, commit = "error", None
         try:
-            prepared = self.checkouts.prepare(repo)
+            rec = self.the_store().repo(repo)  # a path entry registered before sources were kept: its root
+            prepared = self.checkouts.prepare(repo, rec.root if rec is not None else None)
             commit = prepared.commit
             if context.should_abort():
                 raise JobStoppedByRequest("cancelled by an administrator")
