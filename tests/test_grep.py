@@ -532,3 +532,30 @@ def test_symbol_none_gives_a_hint(graph_index):
     assert nothing["matches"] == [] and nothing["did_you_mean"] == [] and "grep" in nothing["hint"]
     hidden = graph_index.symbol("save", scope=Scope(exclude=("shop/*",)))
     assert hidden["matches"] == [] and hidden["did_you_mean"] == []
+
+
+def test_two_repositories_in_one_store(backend, make_repo):
+    """grep reads every repository of a view, each file under its own repository; dropping one leaves the other's
+    texts (and its trigram index) whole."""
+    settings = backend()
+    one = make_repo({"x.py": "def shared():\n    return 'one'\n"}, name="one")
+    two = make_repo({"x.py": "def shared():\n    return 'two'\n", "y.py": "def shared():\n    return 'one'\n"},
+                    name="two")
+    for root in (one, two):
+        ix = Index(root, settings)
+        ix.update()
+        ix.close()
+    ix = Index(settings=settings, repos=())
+    try:
+        got = [(m["repo"], m["path"], m["line"]) for m in ix.grep("shared|'one'", limit=100)["matches"]]
+        assert got == [("one", "x.py", 1), ("one", "x.py", 2), ("two", "x.py", 1), ("two", "y.py", 1),
+                       ("two", "y.py", 2)]
+        assert ix.grep("'one'", repos=["two"])["total"] == 1
+        assert _count_texts(ix) == 3  # one per repository and content: one/x.py and two/y.py are not shared
+        ix.store.drop_repo("one")
+        assert [(m["repo"], m["path"]) for m in ix.grep("'one'")["matches"]] == [("two", "y.py")]
+        assert _count_texts(ix) == 2
+        ix.store.drop_repo("two")
+        assert ix.grep("shared")["total"] == 0 and _count_texts(ix) == 0
+    finally:
+        ix.close()

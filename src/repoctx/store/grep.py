@@ -63,7 +63,7 @@ class GrepLimits:
     max_seconds: float = 5.0  # wall time of the scan (checked between files and every 2,000 matching lines)
     max_bytes: int = 256 << 20  # text searched (characters), after the trigram prefilter
     max_file_matches: int = 1000  # matching lines counted per file
-    max_total: int = 100_000  # matching lines counted in all
+    max_total: int = 10_000  # matching lines counted in all (past it: "10,000+", the scan stops)
     max_limit: int = 1000  # matches returned per page
     max_context: int = 20  # context lines each side
     max_line_chars: int = 1000  # a longer line is cut there and ends with "…"
@@ -553,7 +553,8 @@ def scan(plan: GrepPlan, texts: Iterator[tuple[str, str, Hashable, str]], *, lim
                     res.matches.append(hit)
             res.total += len(lines)
             if res.total >= limits.max_total:
-                res.cut.append(f"count: stopped counting at {limits.max_total:,} matching lines")
+                res.cut.append(f"count: stopped at {res.total:,} matching lines (the bound is {limits.max_total:,}), "
+                               f"{res.files_scanned} files in; later files were not searched")
                 break
     finally:
         close = getattr(texts, "close", None)
