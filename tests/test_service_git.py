@@ -18,7 +18,6 @@ from pathlib import Path
 
 import httpx
 import psycopg
-import pytest
 
 from repoctx.service.auth import KeyStore
 from repoctx.service.db import ServiceDB

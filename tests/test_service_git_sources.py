@@ -297,6 +297,7 @@ def test_the_embedded_service_polls_when_no_hook_comes(tmp_path):
     async def go():
         async with a.client() as c:
             r = await c.post("/repos", json={"name": "quiet", "url": str(remote.bare), "branch": "main"}, headers=a.h)
+            assert r.status_code == 202, r.text
             st = await a.wait_done(c, "quiet")
             assert st["job"]["status"] == "done"
             head = remote.commit({"pkg/late.py": "def arrived_without_a_hook():\n    return 1\n"}, "late")

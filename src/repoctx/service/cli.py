@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import sys
 import threading
 from typing import List, Optional
 
