@@ -107,13 +107,114 @@ def walk(root: Path, settings: Settings | None = None, report: WalkReport | None
     settings = settings or Settings()
     report = report if report is not None else WalkReport()
     root = Path(root).resolve()
+    visited: set[tuple[int, int]] = set()
+    yield from _walk_dir(str(root), str(root), "", _root_stack(root, settings), settings, report, visited)
+
+
+IGNORE_FILES = (".gitignore", ".repoctxignore")  # read in every folder the walk enters
+
+
+def _root_stack(root: Path, settings: Settings) -> _IgnoreStack:
     stack = _IgnoreStack()
     stack.push("", _read_lines(root / ".git" / "info" / "exclude") + list(settings.extra_ignores))
-    visited: set[tuple[int, int]] = set()
-    yield from _walk_dir(str(root), str(root), "", stack, settings, report, visited)
+    return stack
+
+
+def _push_ignores(stack: _IgnoreStack, d: str, rel: str, names: set[str]) -> bool:
+    lines: list[str] = []
+    for fname in IGNORE_FILES:
+        if fname in names:
+            lines += _read_lines(Path(d) / fname)
+    return stack.push(rel, lines) if lines else False
+
+
+@dataclass(frozen=True)
+class Folder:
+    """A folder the walk enters and the ignore rules in force inside it: what a watcher asks of a change
+    there (would the walk keep this file, enter this folder) without walking again."""
+    rel: str  # repository path, "" for the root
+    path: str
+    levels: tuple
+    settings: Settings
+
+    def _stack(self) -> _IgnoreStack:
+        stack = _IgnoreStack()
+        stack.levels = list(self.levels)
+        return stack
+
+    def keeps_file(self, name: str) -> bool:
+        """Whether the walk would index a file named ``name`` here (by its name and the ignore rules)."""
+        rel = f"{self.rel}/{name}" if self.rel else name
+        return _file_language(name, rel, self._stack(), self.settings, WalkReport()) is not None
+
+    def enters(self, name: str) -> bool:
+        """Whether the walk would go into a folder named ``name`` here."""
+        rel = f"{self.rel}/{name}" if self.rel else name
+        return _enters_dir(name, os.path.join(self.path, name), rel, self._stack())
+
+
+def walk_dirs(root: Path, settings: Settings | None = None) -> Iterator[Folder]:
+    """The folders ``walk`` enters, the root first, by the same rules (nothing under .git, .repoctx,
+    ignored, vendored or output folders). Lazy: a caller bounding their number stops early."""
+    settings = settings or Settings()
+    root = Path(root).resolve()
+    yield from _dirs(str(root), str(root), "", _root_stack(root, settings), settings, set())
+
+
+def _dirs(root: str, d: str, rel: str, stack: _IgnoreStack, settings: Settings,
+          visited: set[tuple[int, int]]) -> Iterator[Folder]:
+    try:
+        st = os.stat(d)
+        if (st.st_dev, st.st_ino) in visited:
+            return
+        visited.add((st.st_dev, st.st_ino))
+        entries = sorted(os.scandir(d), key=lambda e: e.name)
+    except OSError:
+        return
+    pushed = _push_ignores(stack, d, rel, {e.name for e in entries})
+    try:
+        yield Folder(rel, d, tuple(stack.levels), settings)
+        for entry in entries:
+            try:
+                if entry.is_symlink() or not entry.is_dir():  # a linked folder is walked where it really is
+                    continue
+            except OSError:
+                continue
+            child_rel = f"{rel}/{entry.name}" if rel else entry.name
+            if _enters_dir(entry.name, entry.path, child_rel, stack):
+                yield from _dirs(root, entry.path, child_rel, stack, settings, visited)
+    finally:
+        if pushed:
+            stack.levels.pop()
 
 
 _SECRET_RE = re.compile("|".join(fnmatch.translate(p) for p in SECRET_PATTERNS))
+
+
+def _enters_dir(name: str, path: str, rel: str, stack: _IgnoreStack) -> bool:
+    """Whether the walk goes into the folder ``rel`` (named ``name``, at ``path``)."""
+    if _skipped_dir(name, path):
+        return False
+    if os.path.exists(os.path.join(path, "pyvenv.cfg")):  # a virtualenv under any name
+        return False
+    return not (stack.levels and stack.ignored(rel, True))
+
+
+def _file_language(name: str, rel: str, stack: _IgnoreStack, settings: Settings, report: WalkReport) -> str | None:
+    """The language of the file ``rel`` when its name and the ignore rules let it in, else None (what is
+    passed over for a reason the user should hear goes to ``report``)."""
+    if stack.levels and stack.ignored(rel, False):
+        return None
+    if not settings.index_secrets and _SECRET_RE.match(name):
+        report.skip(rel, "secret: not indexed")
+        return None
+    language = language_of(rel)
+    if language is None:
+        return None
+    if GENERATED.search(name):
+        report.skip(rel, "generated")
+        return None
+    return language
 
 
 def _walk_dir(root: str, d: str, rel: str, stack: _IgnoreStack, settings: Settings,
@@ -133,12 +234,7 @@ def _walk_dir(root: str, d: str, rel: str, stack: _IgnoreStack, settings: Settin
     except OSError as e:
         report.skip(rel or ".", f"unreadable: {e.strerror}")
         return
-    names = {e.name for e in entries}
-    ignore_lines: list[str] = []
-    for fname in (".gitignore", ".repoctxignore"):
-        if fname in names:
-            ignore_lines += _read_lines(Path(d) / fname)
-    pushed = stack.push(rel, ignore_lines) if ignore_lines else False
+    pushed = _push_ignores(stack, d, rel, {e.name for e in entries})
     root_prefix = root + os.sep
     try:
         for entry in entries:
@@ -161,24 +257,11 @@ def _walk_dir(root: str, d: str, rel: str, stack: _IgnoreStack, settings: Settin
             except OSError:
                 continue
             if is_dir:
-                if _skipped_dir(name, entry.path):
-                    continue
-                if os.path.exists(os.path.join(entry.path, "pyvenv.cfg")):  # a virtualenv under any name
-                    continue
-                if stack.levels and stack.ignored(child_rel, True):
-                    continue
-                yield from _walk_dir(root, entry.path, child_rel, stack, settings, report, visited)
+                if _enters_dir(name, entry.path, child_rel, stack):
+                    yield from _walk_dir(root, entry.path, child_rel, stack, settings, report, visited)
                 continue
-            if stack.levels and stack.ignored(child_rel, False):
-                continue
-            if not settings.index_secrets and _SECRET_RE.match(name):
-                report.skip(child_rel, "secret: not indexed")
-                continue
-            language = language_of(child_rel)
+            language = _file_language(name, child_rel, stack, settings, report)
             if language is None:
-                continue
-            if GENERATED.search(name):
-                report.skip(child_rel, "generated")
                 continue
             try:
                 fst = entry.stat()
