@@ -101,6 +101,10 @@ class Settings:
     # PostgreSQL: seconds to reach the database (connect, or wait for a pooled connection) before failing;
     # None: psycopg's defaults. The HTTP service sets it from REPOCTX_STORE_TIMEOUT
     store_timeout: float | None = None
+    # long-lived processes (the MCP server, the service) watch the trees they index (repoctx/watch.py):
+    # REPOCTX_WATCH=0 turns it off; a tree with more folders than REPOCTX_WATCH_MAX_DIRS is not watched
+    watch: bool = True
+    watch_max_dirs: int = 10_000
 
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
@@ -112,6 +116,8 @@ class Settings:
             database_url=os.environ.get("REPOCTX_DATABASE_URL") or None,
             memory_lexical=_bool_env("REPOCTX_MEMORY_LEXICAL"),
             second_stage=_bool_env("REPOCTX_SECOND_STAGE") is not False,
+            watch=_bool_env("REPOCTX_WATCH") is not False,
+            watch_max_dirs=_int_env("REPOCTX_WATCH_MAX_DIRS", 10_000),
         )
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 

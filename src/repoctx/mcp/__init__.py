@@ -21,10 +21,16 @@ What a client gets:
   A cursor is opaque (tool, a hash of the arguments, an offset): it is stateless, so it survives restarts,
   and a cursor used with other arguments is refused rather than misapplied.
 * **Starts fast.** Opening an existing index does no indexing and loads no embedding model; a freshness check
-  runs in a background thread on start and again at most once a minute when a tool is called. A stale index
-  is refreshed incrementally in that thread (lexical index and graph; vectors too once the model is loaded,
-  or by ``reindex``); ``index_status`` reports freshness and the refresh's state. An unindexed repository is
-  indexed in the background and the tools say so until it is ready.
+  runs in a background thread on start. A stale index is refreshed incrementally in that thread (lexical
+  index and graph; vectors too once the model is loaded, or by ``reindex``); ``index_status`` reports
+  freshness and the refresh's state. An unindexed repository is indexed in the background and the tools say
+  so until it is ready.
+* **Sees saves within seconds.** Each tree on this machine is watched (``repoctx.watch``, the folders the walk
+  enters, by its ignore rules): a change to a file the index holds is applied by an incremental refresh
+  within ~2 s, and nothing runs while nothing changes. A tree with more folders than
+  ``REPOCTX_WATCH_MAX_DIRS`` (default 10,000), or every tree with ``REPOCTX_WATCH=0``, is not watched:
+  ``index_status`` and the server log say so, and a freshness check runs at most once a minute when a tool
+  is called.
 * **Errors** are MCP tool errors (``isError``) whose text names the reason; the structured content is
   RepoTools' ``{"error", "detail", "tool"}``.
 * **HTTP** (streamable HTTP, served by uvicorn): every request needs ``Authorization: Bearer KEY``; the key's

@@ -178,6 +178,9 @@ def render_status(r: dict) -> str:
     if rf.get("error"):
         state += f"; error: {rf['error']}"
     lines.append(f"  background refresh: {state}")
+    w = r.get("watch")
+    if isinstance(w, dict) and w.get("note"):
+        lines.append(f"  watch: {w['note']}")
     if r.get("note"):
         lines.append(f"  note: {r['note']}")
     return "\n".join(lines)

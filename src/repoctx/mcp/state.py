@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,14 @@ from repoctx.copilot.tools import RepoTools
 from repoctx.index import Index, open_store, resolve_settings
 from repoctx.mcp import render as mr
 from repoctx.store.base import EVERYTHING, IndexBusy, SchemaMismatch, Scope, StoreError
+from repoctx.watch import TreeWatcher
 
 log = logging.getLogger("repoctx.mcp")
 
 DEFAULT_MAX_TOKENS = 20_000
 MIN_MAX_TOKENS = 200
-REFRESH_INTERVAL = 60.0  # seconds between freshness checks noticed by tool calls
+REFRESH_INTERVAL = 60.0  # seconds between freshness checks noticed by tool calls (trees not watched)
+BUSY_RETRY = 2.0  # seconds before a watched change is applied again when another process was indexing
 LIST_PREVIEW = 20  # changed paths shown by index_status / reindex
 TOOLS = ("search_code", "get_context", "symbol", "grep", "outline", "callers", "callees", "read_file", "list_files",
          "index_status", "reindex")
@@ -87,6 +90,11 @@ class _Repo:
     last_fresh: bool | None = None
     last_update: dict | None = None
     error: str | None = None
+    watcher: TreeWatcher | None = None  # the tree on this machine, watched while the server refreshes
+
+    @property
+    def watched(self) -> bool:
+        return self.watcher is not None and self.watcher.watching
 
 
 class RepoctxMCP:
@@ -105,10 +113,14 @@ class RepoctxMCP:
         self._refresh_enabled = refresh
         self._refresh_lock = threading.Lock()
         self._refresh_thread: threading.Thread | None = None
+        self._refreshing = False  # a refresh thread is running, or about to (under _refresh_lock)
+        self._changed: set[str] = set()  # repositories a watcher saw change, for the running or next refresh
+        self._again: str | None = None  # a refresh asked while one ran: why (it runs again when done)
         self._last_tick = 0.0
         self._open(list(repos) or [Path(".")])
         if refresh:
-            self._start_refresh("start")
+            self._watch()
+            self._start_refresh("start")  # checks each tree once its watch is on: no change falls between them
 
     # ---------------------------------------------------------------- opening
     def _open(self, specs: list[Path | str]) -> None:
@@ -170,6 +182,9 @@ class RepoctxMCP:
         return len(self.repos) > 1
 
     def close(self) -> None:
+        for r in self.repos.values():
+            if r.watcher is not None:
+                r.watcher.stop()
         t = self._refresh_thread
         if t is not None:
             t.join(timeout=30)
@@ -183,24 +198,65 @@ class RepoctxMCP:
                     pass
 
     # ---------------------------------------------------------------- freshness
+    def _watch(self) -> None:
+        """Watch each tree on this machine (repoctx.watch): a save is applied within seconds, and a watched tree
+        needs no freshness check. A tree too big to watch (or REPOCTX_WATCH=0) keeps the check tool calls start."""
+        ref = weakref.ref(self)  # the watcher threads must not keep a forgotten server alive
+
+        for r in self.repos.values():
+            if r.index is None or r.index.root is None:
+                continue
+
+            def changed(paths: list[str], name: str = r.name) -> None:
+                state = ref()
+                if state is not None:
+                    state._start_refresh("watch", changed={name})
+
+            r.watcher = TreeWatcher(r.index.root, self.settings, changed, name=r.name).start()
+            weakref.finalize(self, r.watcher.stop, 0)
+
     def tick(self) -> None:
-        """Called by every tool: start a background freshness check when the last is a minute old."""
+        """Called by every tool: start a background freshness check of the trees not watched when the last is a
+        minute old (a watched tree is refreshed when it changes)."""
         if not self._refresh_enabled:
             return
         now = time.monotonic()
-        if now - self._last_tick >= self.refresh_interval:
+        if now - self._last_tick >= self.refresh_interval and not all(r.watched for r in self.repos.values()
+                                                                      if r.index is not None):
             self._start_refresh("tool call")
 
-    def _start_refresh(self, reason: str) -> None:
+    def _start_refresh(self, reason: str, changed: set[str] | None = None) -> None:
+        """Refresh in the background: the repositories in ``changed`` (seen changing by their watcher) are
+        updated without a freshness check; the others are checked first, unless watched. A refresh asked while
+        one runs runs again when it ends, so no change seen is left unapplied."""
         if not self._refresh_enabled:
             return
         with self._refresh_lock:
-            if self._refresh_thread is not None and self._refresh_thread.is_alive():
+            self._changed |= changed or set()
+            if self._refreshing:
+                self._again = self._again or reason
                 return
+            self._refreshing = True
             self._last_tick = time.monotonic()
-            self._refresh_thread = threading.Thread(target=self._refresh_all, args=(reason,), daemon=True,
+            self._refresh_thread = threading.Thread(target=self._refresh_loop, args=(reason,), daemon=True,
                                                     name="repoctx-mcp-refresh")
             self._refresh_thread.start()
+
+    def _refresh_loop(self, reason: str) -> None:
+        try:
+            while True:
+                with self._refresh_lock:
+                    changed, self._changed, self._again = self._changed, set(), None
+                self._refresh_all(reason, changed)
+                with self._refresh_lock:
+                    if self._again is None and not self._changed:
+                        self._refreshing = False
+                        return
+                    reason = self._again or "watch"
+        except BaseException:
+            with self._refresh_lock:
+                self._refreshing = False
+            raise
 
     def wait_refresh(self, timeout: float | None = None) -> None:
         t = self._refresh_thread
@@ -216,15 +272,20 @@ class RepoctxMCP:
                 return True
         return False
 
-    def _refresh_all(self, reason: str) -> None:
+    def _refresh_all(self, reason: str, changed: set[str] = frozenset()) -> None:
         from repoctx.indexer import stale_files
 
         for r in list(self.repos.values()):
             ix = r.index
-            if ix is None or not r.lock.acquire(blocking=False):
+            seen = r.name in changed  # its watcher saw a change: apply it, waiting for a reindex that holds the lock
+            if ix is None or (not seen and r.watched and reason == "tool call"):
+                continue
+            if reason == "start" and r.watcher is not None:
+                r.watcher.wait_ready(30)
+            if not r.lock.acquire(blocking=seen):
                 continue
             try:
-                if r.building or not ix.indexed():
+                if r.building or not ix.indexed() or seen:
                     fresh = False
                 else:
                     st = stale_files(ix.root, ix.store.writer(ix.repo), self.settings)
@@ -237,11 +298,14 @@ class RepoctxMCP:
                     rep = ix.update(wait=False, embed=first or self._model_loaded(r), background=True,
                                     by="background refresh of the MCP server")
                     r.building = False
-                    r.last_update = {"at": t0, "reason": reason, **_report_summary(rep, ix.repo, EVERYTHING)}
+                    if rep.changed or first:  # a save that changed no content keeps the last update's record
+                        r.last_update = {"at": t0, "reason": reason, **_report_summary(rep, ix.repo, EVERYTHING)}
                     r.last_fresh = True
                 r.error = None
             except IndexBusy:
                 r.error = "another process is indexing this repository; the refresh will be retried"
+                if seen:  # the change is not applied yet: try again shortly
+                    threading.Timer(BUSY_RETRY, self._start_refresh, args=("watch", {r.name})).start()
             except Exception as e:  # noqa: BLE001 - reads keep working on the last index
                 r.error = f"{type(e).__name__}: {e}"
                 log.warning("refresh of %s failed: %s", r.name, r.error)
@@ -694,13 +758,26 @@ class RepoctxMCP:
                 item["root"] = str(r.index.root) if scope.unrestricted else None
                 if not st.get("fresh"):
                     item["note"] = ("changed since the last index: an incremental refresh runs in the background "
-                                    "(at most once a minute); reindex refreshes now")
+                                    + ("(the tree is watched: within seconds of a change)" if r.watched
+                                       else "(at most once a minute)") + "; reindex refreshes now")
                     self._start_refresh("stale status")
             item["refresh"] = {"running": bool(self._refresh_thread and self._refresh_thread.is_alive()),
                                "last_check": r.last_check, "last_update": _scoped_update(r.last_update, n, scope),
                                "error": r.error}
+            item["watch"] = self._watch_status(r)
             out.append(item)
         return {"repos": out, "max_tokens": self.max_tokens}
+
+    def _watch_status(self, r: _Repo) -> dict:
+        if r.watcher is not None:
+            return r.watcher.status()
+        if r.index is None:
+            note = "not watching: the files are not on this machine"
+        elif not self._refresh_enabled:
+            note = "not watching: this server does not refresh its index (--no-refresh)"
+        else:
+            note = "not watching"
+        return {"watching": False, "state": "off", "note": note}
 
     def _reindex(self, repo: str, scope: Scope) -> dict:
         names = [self._resolve_repo("reindex", repo, scope)] if (repo or "").strip() else self._visible(scope)
