@@ -148,24 +148,26 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="grep-bench-"))
     results: dict[str, dict] = {}
     info: dict[str, dict] = {}
-    raw_chars = sum(len(p.read_text("utf-8", "replace")) for t in trees for p in t.rglob("*.py"))
     for backend in backends:
         settings = (Settings(index_dir=work / "ix", embedder="none") if backend == "sqlite" else
                     Settings(database_url=_postgres_url(), embedder="none"))
         ix, counts, seconds = _index(trees, settings)
         sizes = sqlite_sizes(work / "ix" / "index.sqlite") if backend == "sqlite" else postgres_sizes(ix)
-        info[backend] = {"counts": counts, "index_s": seconds, "sizes": sizes}
+        texts = (ix.store.db.execute("SELECT count(*), coalesce(sum(length(text)), 0) FROM texts").fetchone()
+                 if backend == "sqlite" else ix.store._q("SELECT count(*), coalesce(sum(length(text)), 0) "
+                                                         "FROM repoctx_texts")[0])
+        info[backend] = {"counts": counts, "index_s": seconds, "sizes": sizes, "texts": texts}
         print(f"{backend}: {counts['capsules']:,} units, {counts['files']:,} files, indexed in {seconds:.0f} s",
               file=sys.stderr)
         results[backend] = {label: _time(ix, pattern, kw, args.warmup, args.runs) for label, pattern, kw in PATTERNS}
         ix.close()
-    text = markdown(trees, backends, results, info, args.runs, raw_chars)
+    text = markdown(trees, backends, results, info, args.runs)
     print(text)
     if args.out:
         args.out.write_text(text)
 
 
-def markdown(trees, backends, results, info, runs, raw_chars) -> str:
+def markdown(trees, backends, results, info, runs) -> str:
     first = info[backends[0]]["counts"]
     lines = [f"# grep speed (issue 40)\n",
              f"Trees: {', '.join(t.name for t in trees)} — {first['files']:,} files, {first['capsules']:,} units. "
@@ -199,8 +201,9 @@ def markdown(trees, backends, results, info, runs, raw_chars) -> str:
         cuts = {label: r["cut"] for label, r in results[b].items() if r["cut"]}
         if cuts:
             lines.append(f"{b}: bounds that cut a count: " + "; ".join(f"{k}: {v}" for k, v in cuts.items()))
-    lines.append(f"\n## What the texts cost on disk\n\nThe trees' Python files hold {raw_chars / 1e6:.1f} M "
-                 "characters (every indexed file's text is kept, .py or not).\n")
+    n_texts, n_chars = info[backends[0]]["texts"]
+    lines.append(f"\n## What the texts cost on disk\n\n{n_texts:,} texts (one per repository and content; "
+                 f"{first['files']:,} files) of {int(n_chars) / 1e6:.1f} M characters.\n")
     for b in backends:
         sizes = info[b]["sizes"]
         if b == "sqlite":
