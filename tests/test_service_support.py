@@ -145,7 +145,8 @@ class Env:
             migrate_all(url)
         self.url = url
         self.base = base
-        self.settings = Settings(database_url=url, embedder="none")
+        # watch=False: these tests edit files and run index jobs themselves (test_watch.py tests the watch)
+        self.settings = Settings(database_url=url, embedder="none", watch=False)
         conf.setdefault("rate_limit", "")  # these tests send more than a production limit; test_service_limits
         # tests the limit itself
         self.conf = ServiceSettings(stream_timeout=stream_timeout, request_timeout=request_timeout, job_lease=3,

@@ -191,3 +191,46 @@ def test_a_forgotten_server_stops_its_watcher(tmp_path):
     gc.collect()
     w._thread.join(SEEN_WITHIN)  # the watch looks at its stop flag every step (0.1 s)
     assert not w._thread.is_alive() and w.status()["state"] == "stopped"
+
+
+def test_service_in_process_indexes_a_save_under_a_registered_path(tmp_path):
+    """The embedded service (SQLite, jobs in the API process) watches a repository registered by path: a saved
+    file is found by /search within seconds, a deleted one leaves it."""
+    import httpx
+
+    from repoctx.service.app import create_app
+    from repoctx.service.config import ServiceSettings
+
+    root = _tree(tmp_path / "local", {"app/__init__.py": "", "app/db.py": DB})
+    app = create_app(Settings(index_dir=tmp_path / "ix", embedder="none"),
+                     service=ServiceSettings(job_poll=0.05, key_cache_seconds=0, repo_roots=(str(tmp_path),)))
+    svc = app.state.service
+    _, key = svc.keys.add_key("root", "admin")
+
+    async def go():
+        h = {"Authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            assert (await c.post("/repos", json={"name": "local", "path": str(root)}, headers=h)).status_code == 202
+
+            async def indexed():
+                return (await c.get("/repos/local", headers=h)).json()["job"]["status"] == "done"
+            await _until(indexed, "the first index job", within=30)
+            await _until(lambda: asyncio.sleep(0, svc.watchers.status("local")["watching"]), "the tree is watched")
+
+            async def found():
+                r = await c.post("/search", json={"query": "reconcile ledger entries", "detail": "signatures"},
+                                 headers=h)
+                return any(x["path"] == "app/ledger.py" for x in r.json()["results"])
+            (root / "app" / "ledger.py").write_text(FRESH)
+            await _until(found, "a saved file is found by /search")
+            (root / "app" / "ledger.py").unlink()
+
+            async def gone():
+                return not await found()
+            await _until(gone, "a deleted file leaves /search")
+
+    try:
+        asyncio.run(go())
+    finally:
+        svc.close()
+    assert svc.watchers.status("local") is None  # closed with the service

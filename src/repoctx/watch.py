@@ -191,3 +191,50 @@ class TreeWatcher:
             self.on_change(paths)
         except Exception as e:  # noqa: BLE001 - one failed callback must not end the watch
             log.warning("%s: change callback failed: %s: %s", self.name, type(e).__name__, e)
+
+
+class Watchers:
+    """Trees by name, each under its own ``TreeWatcher``; ``on_change(name, root)`` on a change to one (the
+    service queues an index job for it). ``watch`` is idempotent, so a caller can hand it the full list of its
+    repositories whenever that list may have changed."""
+
+    def __init__(self, settings: Settings, on_change: Callable[[str, str], object]):
+        self.settings = settings
+        self.on_change = on_change
+        self._lock = threading.Lock()
+        self._by_name: dict[str, TreeWatcher] = {}
+
+    def watch(self, name: str, root: str | Path) -> TreeWatcher | None:
+        """Watch ``root`` as ``name`` (a no-op when it already is; another root replaces the watch)."""
+        root = Path(root)
+        if not root.is_dir():
+            return None
+        root = root.resolve()
+        with self._lock:
+            w = self._by_name.get(name)
+            if w is not None and w.root == root and w.state != "stopped":  # off (too big) stays off
+                return w
+            if w is not None:
+                w.stop(0)
+
+            def changed(paths: list[str], name: str = name, root: str = str(root)) -> None:
+                self.on_change(name, root)
+
+            w = self._by_name[name] = TreeWatcher(root, self.settings, changed, name=name).start()
+            return w
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            w = self._by_name.pop(name, None)
+        if w is not None:
+            w.stop(0)
+
+    def status(self, name: str) -> dict | None:
+        w = self._by_name.get(name)
+        return w.status() if w is not None else None
+
+    def close(self) -> None:
+        with self._lock:
+            watchers, self._by_name = list(self._by_name.values()), {}
+        for w in watchers:
+            w.stop()

@@ -337,13 +337,34 @@ class Service:
         if n is None:
             inproc = service.inprocess_jobs if service.inprocess_jobs is not None else self.db.backend == "sqlite"
             n = 1 if inproc else 0
+        self.watchers = None  # repoctx.watch.Watchers: the trees registered by path, with jobs in this process
         self.workers = start_workers(settings, service, self.db, self.jobs, self.store, n,
-                                     on_job=self.metrics.record_job,
+                                     on_job=self._job_done,
                                      embedder=lambda: self.index.embedder) if n else None
+        if self.workers is not None and settings.watch:  # a save under a path registered here: a job within seconds
+            from repoctx.watch import Watchers
+
+            self.watchers = Watchers(settings, self.jobs.enqueue)
+            self._watch_paths()
 
     @property
     def runs_jobs(self) -> bool:
         return self.workers is not None
+
+    def _job_done(self, job, outcome: str, seconds: float) -> None:
+        self.metrics.record_job(job, outcome, seconds)
+        if self.watchers is not None:  # a path registered since: watched once its first job has run
+            self._watch_paths()
+
+    def _watch_paths(self) -> None:
+        from repoctx.service.sources import Sources
+
+        try:
+            for src in Sources(self.db).all("path"):
+                if src.path:
+                    self.watchers.watch(src.name, src.path)
+        except Exception as e:  # noqa: BLE001 - without a watch the repository is indexed when asked
+            log.warning("watching the repositories registered by path: %s", type(e).__name__)
 
     # ---- sessions
     def _postgres_sessions(self) -> bool:
@@ -433,6 +454,8 @@ class Service:
         for run in list(self.runs):
             run.cancel()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.watchers is not None:
+            self.watchers.close()
         if self.workers is not None:
             self.workers.close()
         if hasattr(self.jobs, "close"):
