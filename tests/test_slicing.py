@@ -329,3 +329,12 @@ def test_tests_that_name_a_method_name_its_class_too(tmp_path):
     names = {c.qualname for c in StoreReader(index.store, index.scope()).tests_naming(one(index, "Ledger.total"), 5)}
     assert names == {"test_ledger_total"}
     index.close()
+
+
+def test_a_class_outline_lists_its_own_methods_not_the_functions_nested_in_them():
+    text = ("class Cart:\n    \"\"\"Items to pay.\"\"\"\n\n    def add(self, item):\n        def check(x):\n"
+            "            return x\n        self.items.append(check(item))\n\n    def pay(self):\n        return 0")
+    c = Capsule(id="r:c.py#Cart", path="c.py", language="python", kind="class", name="Cart", qualname="Cart",
+                signature="class Cart", start_line=1, end_line=10, text=text, content_hash="")
+    sl = slices.prepare(c, {})
+    assert [sorted(g) for g in sl.outline] == [[3], [8]]  # def add, def pay; not def check

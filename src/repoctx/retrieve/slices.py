@@ -221,11 +221,11 @@ def prepare(c: Capsule, weights: dict[str, float], focus: tuple[str, ...] = ()) 
         repeats[matched] += 1
     exits = [i for i in body if _EXIT.match(raw[i].lstrip())]
     outline: list[frozenset[int]] = []
-    if c.kind == "class":  # the headers of its methods (a multi-line signature whole), decorators left out
-        for i in body:
-            if raw[i].lstrip().startswith(("def ", "async def ", "fn ", "func ")) or (
-                    lang != "python" and indents[i] == min(indents.values()) and "(" in raw[i]):
-                outline.append(frozenset(range(i, i + 1 + header_end(raw[i:], lang))))
+    if c.kind == "class":  # the headers of its own methods (a multi-line signature whole), decorators left out
+        defs = [i for i in body if raw[i].lstrip().startswith(("def ", "async def ", "fn ", "func ")) or (
+            lang != "python" and indents[i] == min(indents.values()) and "(" in raw[i])]
+        level = min((indents[i] for i in defs), default=0)  # not the functions nested in them
+        outline = [frozenset(range(i, i + 1 + header_end(raw[i:], lang))) for i in defs if indents[i] == level]
     groups: list[frozenset[int]] = []
     seen: set[int] = set(head)
     for i in strong + exits:
