@@ -40,6 +40,7 @@ __all__ = ["DETAILS", "DEFAULT_DETAIL", "check_detail", "why_text", "short_signa
 
 DETAILS = ("brief", "signatures", "full")
 DEFAULT_DETAIL = "brief"
+QUERY_CHARS = 100  # a brief answer names its question by this much of it (an issue's text runs to 300 tokens)
 SIG_CHARS = 56  # a brief signature's parameters and return type, at most (characters)
 DOC_CHARS = 160
 SNIPPET_LINES = 30
@@ -60,6 +61,7 @@ def check_detail(detail: Any) -> str:
 
 # ---------------------------------------------------------------------------------------------- why
 WHY_RANKS = 50  # a ranked signal past this rank is not named: it barely found the unit
+WHY_SIGNALS = 2  # ranked signals named in a why, the best first
 
 
 def _ranked(v: Any) -> int | None:
@@ -75,8 +77,8 @@ def _seed_name(seed: str) -> str:
 
 
 def why_text(why: dict | None) -> str:
-    """A hit's explanation in a few words: which signals found it and at which rank (ranks past ``WHY_RANKS``
-    left out), a graph step (``callee of commit``: it calls or is called by a better hit), demotions."""
+    """A hit's explanation in a few words: the (at most ``WHY_SIGNALS``) signals that ranked it best and at
+    which rank (ranks past ``WHY_RANKS`` left out), a graph step (``callee of commit``: it calls or is called by a better hit), demotions."""
     if not why:
         return ""
     parts: list[str] = []
@@ -84,11 +86,11 @@ def why_text(why: dict | None) -> str:
     if ex:
         matched = ex.get("matched", "") if isinstance(ex, dict) else ""
         parts.append("exact path" if "/" in str(matched) else "exact name")
-    for signal, label in (("lexical", "lexical"), ("dense", "dense"), ("summary_lexical", "title lexical"),
-                          ("summary_dense", "title dense")):
-        rank = _ranked(why.get(signal))
-        if rank is not None:
-            parts.append(f"{label} #{rank}")
+    ranked = [(rank, label) for signal, label in (("lexical", "lexical"), ("dense", "dense"),
+                                                   ("summary_lexical", "title lexical"), ("summary_dense", "title dense"))
+              if (rank := _ranked(why.get(signal))) is not None]
+    ranked.sort()  # the signals that ranked it best, at most WHY_SIGNALS of them: a reason, not a ledger
+    parts += [f"{label} #{rank}" for rank, label in ranked[:WHY_SIGNALS]]
     g = why.get("graph")
     if isinstance(g, dict):
         rel = g.get("relation") or "neighbour"
@@ -285,11 +287,12 @@ def wire(d: dict) -> dict:
     """What a surface sends of a ``retrieval_dict`` (``--json``, the service, MCP structured content, the
     copilot's tool result): at ``brief`` each result is its one line (``item_text``), since as a dict the
     keys and quotes cost an agent more than the line itself (~870 tokens at k=10 against ~530 on repoctx's
-    own src/), and the envelope leaves out the diagnostics (``route``, ``seconds``, empty ``notes``);
+    own src/), and the envelope leaves out what the caller knows or rarely needs (``query``: it asked it;
+    ``route``, ``seconds``, empty ``notes``);
     ``signatures`` and ``full`` send everything, results as dicts with their fields."""
     if d.get("detail") != "brief":
         return d
-    out = {k: v for k, v in d.items() if k not in ("route", "seconds") and not (k == "notes" and not v)}
+    out = {k: v for k, v in d.items() if k not in ("query", "route", "seconds") and not (k == "notes" and not v)}
     results = d.get("results") or []
     if results and isinstance(results[0], dict):
         several = len({it.get("repo") for it in results}) > 1
@@ -355,7 +358,9 @@ def retrieval_text(r, detail: str = DEFAULT_DETAIL, *, index=None, scope=None) -
     items = d.get("results") or []
     several = len({it.get("repo") for it in items}) > 1
     noun = "files" if d.get("level") == "file" else "results"
-    head = f"{len(items)} {noun} for {d.get('query')!r} ({d.get('mode')}, detail {detail})"
+    query = d.get("query") or ""
+    query = _cut(query, QUERY_CHARS) if detail == "brief" else query
+    head = f"{len(items)} {noun} for {query!r} ({d.get('mode')}, detail {detail})"
     parts = [head, *(f"note: {n}" for n in d.get("notes") or [])]
     if items:
         parts.append(items_text(items, detail, with_repo=several))
