@@ -59,7 +59,7 @@ def _search_tokens(ix, r) -> dict[str, dict[str, int]]:
     wire = getattr(render, "wire", lambda d: d)  # what the surfaces send of the dict (brief: one line per hit)
     for detail in render.DETAILS:
         out[detail] = {"text": count_tokens(render.retrieval_text(r, detail, index=ix)),
-                       "json": count_tokens(json.dumps(wire(render.retrieval_dict(r, detail, index=ix))))}
+                       "json": count_tokens(json.dumps(wire(render.retrieval_dict(r, detail, index=ix)), ensure_ascii=False))}
     return out
 
 
