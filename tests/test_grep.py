@@ -559,3 +559,33 @@ def test_two_repositories_in_one_store(backend, make_repo):
         assert ix.grep("shared")["total"] == 0 and _count_texts(ix) == 0
     finally:
         ix.close()
+
+
+# ----------------------------------------------------------------------------------- the RE2 sieve
+_ATOMS = ["a", "b", "é", "K", "1", "٣", "_", "-", " ", ".", r"\d", r"\w", r"\s", r"\D", r"\W", r"\S", "[a-c]",
+          "[^a]", r"[\d_]", r"\b", r"\B", "^", "$", r"(?=a)", r"(?!b)", r"(?<=a)", r"\A", r"\Z", "(?:ab|1)"]
+_TEXT_CHARS = "ab1٣_- .\tKéÉ\u212a\u0131x\n"
+
+
+@hsettings(max_examples=600, deadline=None)
+@given(parts=st.lists(st.tuples(st.sampled_from(_ATOMS), st.sampled_from(["", "*", "+", "?", "{2}", "{1,3}"])),
+                      min_size=1, max_size=5),
+       text=st.text(alphabet=_TEXT_CHARS, max_size=60))
+def test_the_re2_sieve_never_skips_a_text_with_a_matching_line(parts, text):
+    """The sieve matches a superset: where any line matches the Python pattern, RE2 finds something in the
+    whole text (a sieve that skipped it would lose a grep result)."""
+    from repoctx.store.grep import compile_pattern, match_lines
+
+    pattern = "".join(a + (q if a not in ("^", "$", r"\b", r"\B", r"\A", r"\Z") and not a.startswith("(?")
+                           else "") for a, q in parts)
+    try:
+        plan = compile_pattern(pattern)
+    except ValueError:
+        return
+    lines = text.split("\n")
+    if text.endswith("\n") or not text:  # an empty file has no line, as git counts them
+        lines.pop()
+    expected = [i for i, line in enumerate(lines, 1) if plan.regex.search(line)]
+    if expected and plan.sieve is not None:
+        assert plan.sieve.search(text) is not None, (pattern, text)
+    assert match_lines(plan, text, 10_000)[0] == expected, (pattern, text)

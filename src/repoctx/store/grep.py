@@ -291,6 +291,107 @@ def _line_unsafe(data) -> bool:
     return False
 
 
+# --------------------------------------------------------------------------- the RE2 sieve
+# A file the trigrams let through (or every file, when none can be derived) is first searched whole by RE2,
+# a linear-time engine about six times faster than ``re`` on such scans, with a pattern that matches a SUPERSET
+# of what the Python pattern matches: where RE2 finds nothing, no line can match, and the file is skipped;
+# where it finds something, ``re`` decides line by line as before. Superset by construction, never by testing
+# Unicode tables against each other: an assertion (\b, lookarounds, \A) is dropped (true everywhere), a
+# category is its ASCII members or any non-ASCII character, a negated category any character, and anything
+# the translation does not know (back-references, scoped flags, ignore-case) gives no sieve at all.
+
+_NON_ASCII = "[^\\x00-\\x7f]"
+_RE2_CATEGORY = {
+    _C.CATEGORY_DIGIT: "[0-9]", _C.CATEGORY_WORD: "[0-9A-Za-z_]",
+    _C.CATEGORY_SPACE: "[\\t\\n\\x0b\\x0c\\r \\x1c-\\x1f]",
+}
+_RE2_ANY_CHAR = "[\\x{0}-\\x{10FFFF}]"
+_RE2_MAX_REPEAT = 1000
+
+
+class _NoSieve(Exception):
+    pass
+
+
+def _re2_char(cp: int) -> str:
+    ch = chr(cp)
+    return ch if ch.isascii() and ch.isalnum() else f"\\x{{{cp:x}}}"
+
+
+def _re2_item(op, av) -> str:
+    """One class item as RE2 alternatives (a superset of what it matches)."""
+    if op is _C.LITERAL:
+        return _re2_char(av)
+    if op is _C.RANGE:
+        return f"[{_re2_char(av[0])}-{_re2_char(av[1])}]"
+    if op is _C.CATEGORY:
+        if av in _RE2_CATEGORY:
+            return f"{_RE2_CATEGORY[av]}|{_NON_ASCII}"
+        return _RE2_ANY_CHAR  # a negated category: any character is the superset
+    raise _NoSieve
+
+
+def _re2(data, dotall: bool) -> str:
+    out = []
+    for op, av in data:
+        if op is _C.LITERAL:
+            out.append(_re2_char(av))
+        elif op is _C.NOT_LITERAL:
+            out.append(f"[^{_re2_char(av)}]")
+        elif op is _C.ANY:
+            out.append(_RE2_ANY_CHAR if dotall else "[^\\n]")
+        elif op is _C.IN:
+            if av and av[0][0] is _C.NEGATE:
+                out.append(_RE2_ANY_CHAR)  # [^...]: superset
+            else:
+                out.append("(?:" + "|".join(_re2_item(o, a) for o, a in av) + ")")
+        elif op in (_C.MAX_REPEAT, _C.MIN_REPEAT, getattr(_C, "POSSESSIVE_REPEAT", None)):
+            lo, hi, sub = av
+            if lo > _RE2_MAX_REPEAT:
+                raise _NoSieve
+            hi_s = "" if hi is _C.MAXREPEAT or hi > _RE2_MAX_REPEAT else str(hi)
+            out.append(f"(?:{_re2(sub, dotall)}){{{lo},{hi_s}}}")
+        elif op is _C.SUBPATTERN:
+            _group, add, dele, sub = av
+            if add or dele:
+                raise _NoSieve
+            out.append(f"(?:{_re2(sub, dotall)})")
+        elif op is getattr(_C, "ATOMIC_GROUP", None):
+            out.append(f"(?:{_re2(av, dotall)})")
+        elif op is _C.BRANCH:
+            out.append("(?:" + "|".join(_re2(b, dotall) for b in av[1]) + ")")
+        elif op is _C.AT:
+            if av in (_C.AT_BEGINNING, _C.AT_BEGINNING_LINE):
+                out.append("(?m:^)")
+            elif av in (_C.AT_END, _C.AT_END_LINE):
+                out.append("(?m:$)")
+            # \b, \B, \A, \Z: dropped (true everywhere is the superset)
+        elif op in (_C.ASSERT, _C.ASSERT_NOT):
+            pass  # a lookaround: dropped
+        else:  # back-references, conditionals
+            raise _NoSieve
+    return "".join(out)
+
+
+def re2_sieve(tree, ignore_case: bool):
+    """The compiled RE2 superset of a parsed pattern, or None (no RE2, ignore-case, or a construct it lacks)."""
+    if ignore_case:
+        return None
+    try:
+        import re2
+    except ImportError:  # pragma: no cover - the sieve is an optimisation
+        return None
+    try:
+        source = _re2(tree.data, bool(tree.state.flags & re.DOTALL))
+        options = re2.Options()
+        options.max_mem = 64 << 20
+        return re2.compile(source, options)
+    except (_NoSieve, RecursionError):
+        return None
+    except Exception:  # noqa: BLE001 - a pattern RE2 refuses (too big): no sieve, re alone decides
+        return None
+
+
 # --------------------------------------------------------------------------- rendering for the backends
 
 def _windows(lit: Lit) -> list[tuple]:
@@ -393,6 +494,7 @@ class GrepPlan:
     regex: re.Pattern
     prefilter: Query  # None: every file in scope is a candidate
     line_safe: bool  # whole-text search finds every line a line-confined search would
+    sieve: object = None  # an RE2 pattern matching a superset: a file it finds nothing in is skipped (or None)
 
     def describe(self) -> str:
         if self.prefilter is None:
@@ -431,7 +533,8 @@ def compile_pattern(pattern: str, *, fixed: bool = False, ignore_case: bool = Fa
         prefilter = _seq(tree.data, ic).query
     except RecursionError:
         prefilter = None
-    return GrepPlan(pattern, fixed, ignore_case, regex, prefilter, not _line_unsafe(tree.data))
+    ic = ic or bool(flags & re.IGNORECASE)
+    return GrepPlan(pattern, fixed, ignore_case, regex, prefilter, not _line_unsafe(tree.data), re2_sieve(tree, ic))
 
 
 # --------------------------------------------------------------------------- matching
@@ -441,6 +544,8 @@ def match_lines(plan: GrepPlan, text: str, cap: int) -> tuple[list[int], bool]:
     were left uncounted."""
     rx = plan.regex
     out: list[int] = []
+    if plan.sieve is not None and plan.sieve.search(text) is None:
+        return out, False  # the superset finds nothing: no line of this text can match
     n = len(text)
     if not plan.line_safe:
         lines = text.split("\n")
