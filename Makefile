@@ -30,7 +30,9 @@ run: $(STAMP)
 	$(BIN)/repoctx index $(REPO)
 	$(BIN)/repoctx search "$(QUESTION)" --repo $(REPO) -k 10
 
+# tests/test_web.py drives Debian's chromium (playwright's own browser download is not reachable offline)
 test: $(TEST_STAMP)
+	@command -v chromium >/dev/null || (apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null)
 	$(BIN)/python -m pytest tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 bench: $(STAMP)

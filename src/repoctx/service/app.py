@@ -75,8 +75,10 @@ log = logging.getLogger("repoctx.service")
 
 __all__ = ["create_app", "app_from_env", "Service"]
 
-PUBLIC_PATHS = ("/health", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")
-PUBLIC_PREFIXES = ("/hooks/",)  # push webhooks: no API key, each delivery is verified by its signature (hooks.py)
+PUBLIC_PATHS = ("/health", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect",
+                "/")  # "/" and "/ui/": the web pages and their assets, which hold no data (service/web/)
+PUBLIC_PREFIXES = ("/hooks/",  # push webhooks: no API key, each delivery is verified by its signature (hooks.py)
+                   "/ui/")
 SESSION_ID = r"^[A-Za-z0-9_-]{1,128}$"
 REPO_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
@@ -909,6 +911,12 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
 
     app.include_router(repos_router(svc, threaded))
     app.include_router(hooks_router(svc, threaded))
+
+    # ---- the web pages (public HTML and assets; their data comes from the endpoints above, with the key)
+    from repoctx.service.web import mount_static, web_router
+
+    app.include_router(web_router(svc, threaded))
+    mount_static(app)
 
     return app
 
