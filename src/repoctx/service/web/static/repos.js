@@ -44,7 +44,8 @@ function progress(job) {
     return el("span", {}, `${stage} ${done}/${total} `,
       el("progress", { max: String(total), value: String(done), "aria-label": `${stage || "progress"} ${done} of ${total}` }));
   }
-  return Object.entries(p).slice(0, 4).map(([k, v]) => `${k} ${typeof v === "object" ? JSON.stringify(v) : v}`).join(", ");
+  const show = (v) => typeof v === "number" && !Number.isInteger(v) ? v.toFixed(2) : typeof v === "object" ? JSON.stringify(v) : v;
+  return Object.entries(p).slice(0, 4).map(([k, v]) => `${k} ${show(v)}`).join(", ");
 }
 
 async function reindex(st, button) {
@@ -73,7 +74,7 @@ async function load() {
         onclick: (ev) => reindex(st, ev.currentTarget) }, "Reindex") : "";
       return el("tr", { "data-repo": st.name },
         el("th", { scope: "row" }, st.name),
-        el("td", {}, source(st)),
+        el("td", { class: "source" }, source(st)),
         el("td", {}, commit(st)),
         el("td", {}, lag(st)),
         el("td", {}, job ? el("span", { class: `job ${job.status}` }, job.status, job.error ? ` (${job.error})` : "") : "—"),
