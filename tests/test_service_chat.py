@@ -65,8 +65,10 @@ async def test_a_turn_streams_tool_trace_tokens_citations_and_done(env):
         events = parse_sse(r.text)
         kinds = [k for k, _ in events]
         assert kinds[0] == "tool" and events[0][1]["name"] == "search_code"
+        chars = events[1][1].pop("chars", None)
         assert kinds[1] == "trace" and events[1][1] == {"step": "tool_result", "name": "search_code",
                                                          "status": "success", "id": events[0][1]["id"]}
+        assert isinstance(chars, int) and chars > 100  # the size of the search's answer, for a trace panel
         assert "token" in kinds and kinds[-2] == "citation" and kinds[-1] == "done"
         text = "".join(d["text"] for k, d in events if k == "token")
         done = events[-1][1]

@@ -7,7 +7,7 @@ events (what the HTTP /chat service forwards as SSE)::
 
     {"type": "token", "text": str}                          # model text as it arrives
     {"type": "tool", "name": str, "input": dict, "id": str} # the model asked for a tool
-    {"type": "tool_result", "name": str, "status": "success" | "error", "id": str}
+    {"type": "tool_result", "name": str, "status": "success" | "error", "id": str, "chars": int}
     {"type": "citation", "citation": str, "path": str, "start": int, "end": int, "qualname": str,
      "verified": bool}                                      # cited in the answer; verified = a tool returned it
     {"type": "error", "error": str, "detail": str}          # the turn failed (provider down, "Timeout", ...)
@@ -268,6 +268,17 @@ def tool_citations(value: Any) -> list[str]:
             for c in parse_citations(s):
                 seen.setdefault(c["citation"])
     return list(seen)
+
+
+def _result_chars(result: dict) -> int:
+    """How big a tool's answer was, in characters of what the model reads (its text, or its JSON)."""
+    n = 0
+    for block in result.get("content") or []:
+        if "text" in block:
+            n += len(str(block["text"]))
+        elif "json" in block:
+            n += len(json.dumps(block["json"], ensure_ascii=False, default=str))
+    return n
 
 
 def _tool_result_citations(result: dict) -> list[str]:
@@ -672,7 +683,8 @@ async def stream_turn(copilot: Copilot, question: str, *, timeout: float | None 
                     elif "toolResult" in block:
                         tr = block["toolResult"]
                         yield {"type": "tool_result", "name": names.get(tr["toolUseId"], "?"),
-                               "status": tr.get("status", "success"), "id": tr["toolUseId"]}
+                               "status": tr.get("status", "success"), "id": tr["toolUseId"],
+                               "chars": _result_chars(tr)}
             elif "result" in ev:
                 result = ev["result"]
     except _Deadline as e:
