@@ -277,3 +277,21 @@ async def test_grep_outline_and_symbol_see_only_the_keys_scope(env):
             assert (await c.post("/symbol", json={"name": name}, headers=ha)).json()["total"] == 1
         r = await c.post("/symbol", json={"name": "sign", "limit": 51}, headers=hd)
         assert r.status_code == 422 and r.json()["fields"][0]["field"] == "limit"
+
+
+async def test_search_paths_narrow_the_keys_scope_and_never_widen_it(env):
+    async with env.client() as c:
+        hd = env.auth(env.dev_key)
+        q = {"query": "verify token signature private keys", "k": 20, "detail": "signatures"}
+        everything = (await c.post("/search", json=q, headers=hd)).json()["results"]
+        assert {h["path"].split("/")[0] for h in everything} >= {"src"}
+        only = (await c.post("/search", json={**q, "paths": ["src/auth/*"]}, headers=hd)).json()["results"]
+        assert only and all(h["path"].startswith("src/auth/") for h in only)
+        # a filter naming what the grant hides finds nothing: the grant's exclude still applies
+        hidden = await c.post("/search", json={**q, "paths": ["src/zq_private_*", "*.env"]}, headers=hd)
+        assert hidden.status_code == 200 and hidden.json()["results"] == []
+        r = await c.post("/retrieve", json={**q, "mode": "standard", "paths": ["src/auth/*"]}, headers=hd)
+        results = parse_sse(r.text)[-1][1]["results"]
+        assert results and all(h["path"].startswith("src/auth/") for h in results)
+        bad = await c.post("/search", json={**q, "paths": ["src/[z-a]"]}, headers=hd)
+        assert bad.status_code == 400 and "reversed range" in bad.json()["detail"], bad.text

@@ -120,6 +120,9 @@ class SearchRequest(_Model):
         "brief", description="brief: citation, short signature and why per hit; signatures: + path, lines, score, "
                              "whole signature, docstring line, caller/callee counts; full: + the code's first lines "
                              "(repoctx.render).")
+    paths: list[Annotated[str, StringConstraints(min_length=1, max_length=1000)]] | None = Field(
+        None, max_length=20, description="Path globs (the grants' grammar): only units in a matching file, inside "
+                                         "what the key may read.")
 
 
 class RetrieveRequest(SearchRequest):
@@ -438,14 +441,21 @@ class Service:
     def visible(self, p: Principal, name: str) -> bool:
         return p.scope.allows_repo(name) and self.store.repo(name) is not None
 
-    def scope_for(self, p: Principal, repos: list[str] | None) -> Scope:
-        if not repos:
-            return p.scope
-        names = tuple(dict.fromkeys(repos))
-        for name in names:
-            if not self.visible(p, name):
-                raise HTTPException(404, _error_body("not_found", "repository not found"))
-        return replace(p.scope, repos=names)
+    def scope_for(self, p: Principal, repos: list[str] | None, paths: list[str] | None = None) -> Scope:
+        """The key's scope narrowed to ``repos`` (404 for one it may not see) and to files matching ``paths``
+        (globs; a GlobError, i.e. 400, for one the grammar refuses). Narrowing never widens: the grants stay."""
+        scope = p.scope
+        if repos:
+            names = tuple(dict.fromkeys(repos))
+            for name in names:
+                if not self.visible(p, name):
+                    raise HTTPException(404, _error_body("not_found", "repository not found"))
+            scope = replace(scope, repos=names)
+        if paths:
+            if scope.include:  # a key's own scope names no include (grants carry its paths); never OR into one
+                raise ValueError("path filters cannot narrow this key's scope")
+            scope = replace(scope, include=tuple(paths))
+        return scope
 
     async def call(self, fn: Callable, *args, timeout: float | None = None):
         """``fn(*args)`` in the request pool; with ``timeout``, abandoned (TimeoutError) when it passes."""
@@ -706,7 +716,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
     @app.post("/search", tags=["retrieval"], summary="Hybrid (or agentic) search over the repositories the key sees")
     async def search(req: SearchRequest, p: PrincipalDep) -> dict:
         def work():
-            scope = svc.scope_for(p, req.repos)
+            scope = svc.scope_for(p, req.repos, req.paths)
             r = svc.index.retrieve(req.query, k=req.k, level=req.level, mode=req.mode, scope=scope)
             return wire(retrieval_dict(r, req.detail, index=svc.index, scope=scope))
         return await threaded(work)
@@ -762,7 +772,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
     @app.post("/retrieve", tags=["retrieval"], response_class=EventSourceResponse,
               summary="Retrieval as a server-sent event stream: `trace` events, then `results` (or `error`)")
     async def retrieve(req: RetrieveRequest, p: PrincipalDep):
-        scope = await threaded(svc.scope_for, p, req.repos)
+        scope = await threaded(svc.scope_for, p, req.repos, req.paths)
         gen = svc.index.stream(req.query, k=req.k, level=req.level, mode=req.mode, scope=scope)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + conf.stream_timeout

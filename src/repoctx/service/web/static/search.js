@@ -38,8 +38,9 @@ function hitItem({ repo, path, start, end, qualname, why, sig, html, extra }) {
 }
 
 async function runSearch(q, repos, filter, detail) {
-  const k = filter ? 50 : 10;  // the API has no path filter for search: ask for more, keep those that match
-  const data = await api("/search", { method: "POST", body: { query: q, repos, k, detail } });
+  const body = { query: q, repos, k: 10, detail };
+  if (filter) body.paths = filter.globs;  // the API narrows the key's scope to these files
+  const data = await api("/search", { method: "POST", body });
   let items = (data.results || []).map((r) => {
     if (typeof r === "string") {  // brief: the one-line form "path:lines :: qualname(sig) — why"
       const c = parseCitation(r, repoNames);
@@ -54,7 +55,6 @@ async function runSearch(q, repos, filter, detail) {
              sig: detail === "full" ? null : r.signature, text: detail === "full" ? (r.snippet || r.signature) : r.signature,
              extra: r.docstring ? el("p", { class: "doc" }, r.docstring) : null };
   });
-  if (filter) items = items.filter((it) => filter.test(it.path)).slice(0, 10);
   const html = await highlight(items.filter((it) => it.text).map((it) => ({ text: it.text, path: it.path, start: it.start || 1 })));
   let i = 0;
   for (const it of items) if (it.text) it.html = html[i++];
