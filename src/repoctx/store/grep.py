@@ -266,13 +266,14 @@ def _node(op, av, ic: bool) -> _Info:
 
 
 def _line_unsafe(data) -> bool:
-    """Whether whole-text search could miss a line-confined match: lookarounds see past a line's end, ``\\A``
-    and ``\\Z`` mean the text's ends, and a scoped ``(?-m:...)`` turns ``^``/``$`` into them."""
+    """Whether whole-text search could disagree with a line-confined one: lookarounds see past a line's end,
+    ``\\A`` and ``\\Z`` mean the text's ends, a scoped ``(?-m:...)`` turns ``^``/``$`` into them, and ``\\B``
+    matches at an empty line's newline where the empty line alone has none."""
     for op, av in data:
         if op in (_C.ASSERT, _C.ASSERT_NOT):
             return True
-        if op is _C.AT and av in (_C.AT_BEGINNING_STRING, _C.AT_END_STRING):
-            return True
+        if op is _C.AT and av in (_C.AT_BEGINNING_STRING, _C.AT_END_STRING, _C.AT_NON_BOUNDARY):
+            return True  # \B: Python's re finds none in an empty line, but one at an empty line's newline
         if op is _C.SUBPATTERN:
             if av[2] & _C.SRE_FLAG_MULTILINE or _line_unsafe(av[3]):
                 return True
