@@ -1,4 +1,5 @@
 import hashlib
+import re
 
 import numpy as np
 import pytest
@@ -426,3 +427,24 @@ def test_a_vector_set_without_hashes_is_rebuilt_once_then_kept(tmp_path):
     (tmp_path / "repo/auth/tokens.py").write_text("def make_token(user):\n    return 'v4'\n")
     ix.update()
     assert ix.last_embed.kept == full - 1
+
+
+def test_a_scoped_caller_learns_no_unit_counts_of_what_it_may_not_see(tmp_path):
+    """The vectors note counts only the repositories a scope may see, and a scoped caller reads a share, not
+    unit counts (a key allowed one repository was told the size of a 500k-unit store)."""
+    from repoctx.store.base import Grant, Scope
+
+    emb = HashEmbedder()
+    shop = write_tree(tmp_path / "shop", FILES)
+    big = write_tree(tmp_path / "vault", {f"v/m{i}.py": f"def secret_{i}():\n    return {i}\n" for i in range(40)})
+    settings = Settings(index_dir=tmp_path / "store", vector_cache=tmp_path / "vectors.sqlite")
+    Index(shop, settings, embedder=emb).update()  # shop: every unit embedded
+    Index(big, settings, embedder=emb).update(embed=False)  # vault: none
+    reader = Index(None, settings, embedder=emb)
+    everything = reader.retrieve("render invoice", k=3).notes
+    assert any("units" in n and " of " in n for n in everything), everything  # the operator sees counts
+    scoped = Scope(grants=(Grant(repo="shop"),))
+    assert reader.retrieve("render invoice", k=3, scope=scoped).notes == []  # shop is complete: nothing to say
+    half = Scope(grants=(Grant(repo="shop"), Grant(repo="vault", include=("v/m1.py",))))
+    notes = reader.retrieve("render invoice", k=3, scope=half).notes
+    assert notes and not any(re.search(r"\d+ of \d+ units", n) for n in notes), notes  # a share only

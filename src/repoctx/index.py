@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the indexer (tree-sitter, the walk) is imported only by wha
 
 LEVELS = ("symbol", "file")
 MODES = ("auto", "standard", "agentic")
+VECTOR_STATE_SECONDS = 2.0  # how long a repository's vector state is trusted by searches (fills move it)
 
 
 class NotIndexed(StoreError):
@@ -174,6 +175,7 @@ class Index:
         self._embedder = embedder  # any object with encode(texts) -> array, model_id and dim
         self._dense: DenseRetriever | None = None
         self._bg: threading.Thread | None = None
+        self._vstates: dict[tuple[str, str], tuple[float, VectorState]] = {}  # (repo, model) -> (until, state)
         self.last_embed: EmbedReport | None = None
         self.embed_error: str | None = None
         from repoctx.store.grep import GrepLimits
@@ -220,6 +222,7 @@ class Index:
         writer = self.store.writer(self.repo)
         with writer.lock("index", wait=wait):
             report = update_index(self.root, writer, self.settings, progress, by=by)
+        self._vstates.clear()
         report.notes += notes
         if embed and self.embedder is not None:
             if background:
@@ -251,6 +254,7 @@ class Index:
                 if self.store.vector_state(self.repo, model).current:
                     return None
                 self.last_embed = fill_vectors(writer, self.embedder, VectorCache(self.settings.vector_cache), progress)
+                self._vstates.clear()
                 self.embed_error = None
                 return self.last_embed
         except Exception as e:  # lexical search keeps working; the reason is kept for status
@@ -308,8 +312,7 @@ class Index:
         emb = self.embedder
         if emb is None:
             return None
-        repos = self.scope(scope).repos or tuple(r.name for r in self.store.repos())
-        if not any(self.store.vector_state(r, emb.model_id).count for r in repos):
+        if not any(s.count for _, s in self._vector_states(self.scope(scope), emb.model_id)):
             return None
         if self._dense is None:
             self._dense = DenseRetriever(self.store, emb, VectorCache(self.settings.vector_cache))
@@ -456,19 +459,38 @@ class Index:
         emb = self.embedder
         if emb is None:
             return []
-        repos = scope.repos or tuple(r.name for r in self.store.repos())
-        states = [(r, self.store.vector_state(r, emb.model_id)) for r in repos]
+        states = self._vector_states(scope, emb.model_id)
         count, total = sum(s.count for _, s in states), sum(s.total for _, s in states)
         if not total or count >= total:
             return []
+        # a scoped caller learns the share, never unit counts of files or repositories outside what it may read
+        cover = (f"{count} of {total} units ({100 * count / total:.0f}%)" if scope.unrestricted
+                 else f"{100 * count / total:.0f}% of the units")
         if self._filling([r for r, s in states if s.count < s.total]):
-            return [f"dense vectors cover {count} of {total} units ({100 * count / total:.0f}%): they are still being "
-                    f"filled, so this answer uses lexical search for the rest"]
+            return [f"dense vectors cover {cover}: they are still being filled, so this answer uses lexical search "
+                    f"for the rest"]
         if not count:
             return [f"dense search is off: this index holds no vectors of {emb.model_id} (`repoctx index` builds "
                     f"them), so this answer is lexical"]
-        return [f"dense vectors cover {count} of {total} units ({100 * count / total:.0f}%) and none are being "
-                f"filled (`repoctx index` completes them): this answer uses lexical search for the rest"]
+        return [f"dense vectors cover {cover} and none are being filled (`repoctx index` completes them): this "
+                f"answer uses lexical search for the rest"]
+
+    def _vector_states(self, scope: Scope, model: str) -> list[tuple[str, "VectorState"]]:
+        """(repository, its vector state) for the repositories ``scope`` may see, each read at most once per
+        ``VECTOR_STATE_SECONDS``: a search asks twice (dense or not, notes), and a store of many repositories
+        would count each one's units on every request."""
+        repos = scope.repos or tuple(r.name for r in self.store.repos())
+        now = time.monotonic()
+        out = []
+        for r in repos:
+            if not scope.allows_repo(r):
+                continue
+            hit = self._vstates.get((r, model))
+            if hit is None or hit[0] < now:
+                hit = (now + VECTOR_STATE_SECONDS, self.store.vector_state(r, model))
+                self._vstates[(r, model)] = hit
+            out.append((r, hit[1]))
+        return out
 
     def _filling(self, repos: list[str]) -> bool:
         """Whether vectors of ``repos`` are being filled now: by this view's thread, or by whoever holds a
