@@ -119,3 +119,19 @@ def test_load_text_detects_binary_and_bad_utf8():
     assert load_text(b"abc\x00def") is None
     lt = load_text(b"ok \xff\xfe here")
     assert lt.invalid_utf8 and "\ufffd" in lt.text
+
+
+def test_an_ignore_file_line_git_passes_over_does_not_stop_the_walk(tmp_path):
+    """black's test data has a .gitignore with a lone '!': pathspec refuses it, git ignores the line; the walk
+    must keep the file's other rules and go on (it raised GitIgnorePatternError and the index failed)."""
+    from repoctx.ingest.walk import walk
+
+    root = tmp_path / "r"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / ".gitignore").write_text("!\n*.log\n")
+    (root / "data" / "keep.py").write_text("x = 1\n")
+    (root / "data" / "drop.log").write_text("noise\n")
+    (root / "main.py").write_text("y = 2\n")
+    found = walk(root)
+    paths = {getattr(f, "rel", None) or getattr(f, "path", None) for f in getattr(found, "files", found)}
+    assert {"data/keep.py", "main.py"} <= {str(p) for p in paths} and "data/drop.log" not in {str(p) for p in paths}

@@ -83,7 +83,11 @@ class _IgnoreStack:
         lines = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
         if not lines:
             return False
-        self.levels.append((base, pathspec.GitIgnoreSpec.from_lines(lines)))
+        try:
+            spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        except ValueError:  # a line git itself would pass over (a lone '!'): drop those, keep the rest
+            spec = pathspec.GitIgnoreSpec.from_lines([ln for ln in lines if _valid_ignore_line(ln)])
+        self.levels.append((base, spec))
         return True
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
@@ -93,6 +97,14 @@ class _IgnoreStack:
             if result.include is not None:
                 return bool(result.include)
         return False
+
+
+def _valid_ignore_line(line: str) -> bool:
+    try:
+        pathspec.GitIgnoreSpec.from_lines([line])
+    except ValueError:
+        return False
+    return True
 
 
 def _read_lines(p: Path) -> list[str]:
