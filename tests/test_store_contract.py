@@ -265,3 +265,22 @@ def test_old_sqlite_schema_is_named_then_rebuilt(tmp_path):
     ix = Index(root, settings)
     ix.update()
     assert ix.find("f")[0].id == "r:a.py#f"
+
+
+def test_a_docstring_escaping_a_nul_indexes_on_both_backends(tmp_path, pg_url):
+    """paramiko's Message.get_byte documents '\\x00' in its docstring: decoded, that is a NUL character, which
+    PostgreSQL's text refuses, and the whole tree failed to index there. Both backends keep it as U+FFFD."""
+    from repoctx import Index, Settings
+    from repoctx.store.postgres import migrate
+
+    migrate(pg_url)
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "m.py").write_text('def get_byte():\n    """Return one byte, or \\x00 when none is left."""\n    return 0\n')
+    for settings in (Settings(index_dir=tmp_path / "ix", embedder="none"),
+                     Settings(database_url=pg_url, embedder="none")):
+        ix = Index(root, settings)
+        ix.update()
+        [hit] = [h for h in ix.search("get_byte", k=3) if h.capsule.qualname == "get_byte"]
+        assert "\x00" not in hit.capsule.docstring
+        ix.close()

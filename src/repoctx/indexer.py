@@ -237,6 +237,10 @@ def namespaced(pf: ParsedFile, repo: str) -> ParsedFile:
         c.id = capsule_id(repo, c.id)
         c.parent = capsule_id(repo, c.parent) if c.parent else None
         c.repo = repo
+        for attr in ("docstring", "signature", "text", "returns"):  # a docstring's '\x00' escape is a real NUL
+            value = getattr(c, attr, None)  # once decoded; PostgreSQL's text refuses it: U+FFFD on both backends
+            if isinstance(value, str) and "\x00" in value:
+                setattr(c, attr, value.replace("\x00", "\ufffd"))
     for r in pf.refs:
         r.src = capsule_id(repo, r.src)
     return pf
