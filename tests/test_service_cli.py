@@ -141,3 +141,23 @@ def test_serve_starts_uvicorn_on_loopback(tmp_path):
         proc.wait(15)
     # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status tells the signal
     assert proc.returncode in (0, -15) and b"Traceback" not in proc.stderr.read()
+
+
+def test_serve_with_workers_gives_each_process_time_to_build_its_memory(tmp_path, monkeypatch):
+    """uvicorn kills a worker that does not answer its health ping within 5 s; a process building BM25 for a
+    500k-unit store did not, and `serve --workers 2` restarted 22 processes without one becoming ready
+    (bench/results/scale_search.md). serve hands uvicorn a longer limit, --worker-healthcheck to change it."""
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from repoctx.service.cli import service_app
+
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setenv("REPOCTX_INDEX_DIR", str(tmp_path / "ix"))
+    monkeypatch.delenv("REPOCTX_DATABASE_URL", raising=False)
+    r = CliRunner().invoke(service_app, ["serve", "--workers", "2"])
+    assert r.exit_code == 0, r.output
+    assert seen["workers"] == 2 and seen["timeout_worker_healthcheck"] == 120
+    r = CliRunner().invoke(service_app, ["serve", "--workers", "2", "--worker-healthcheck", "300"])
+    assert r.exit_code == 0 and seen["timeout_worker_healthcheck"] == 300

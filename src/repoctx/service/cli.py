@@ -60,6 +60,11 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to liste
                                                   "0 with PostgreSQL, where `repoctx worker` runs them)."),
           workers: int = typer.Option(1, "--workers", min=1, max=64,
                                       help="uvicorn processes (each with its own app and connection pools)."),
+          worker_healthcheck: int = typer.Option(
+              120, "--worker-healthcheck", min=5, max=3600,
+              help="With --workers: seconds a process may take to answer uvicorn's health ping. Each process builds "
+                   "BM25 for the whole store in memory as it starts (a 500k-unit store: about a minute of CPU that "
+                   "starves the ping); at uvicorn's 5 s every process was killed and restarted, none ever ready."),
           log_level: str = typer.Option("info", "--log-level", help="debug | info (with access log) | warning | error")):
     """Serve the HTTP API (uvicorn) over the store named by REPOCTX_DATABASE_URL or REPOCTX_INDEX_DIR."""
     import os
@@ -76,7 +81,8 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to liste
     if workers > 1:  # each process builds its app from the environment; job claims keep their threads apart
         if jobs is not None:
             os.environ["REPOCTX_SERVE_JOBS"] = str(jobs)
-        uvicorn.run("repoctx.service.app:app_from_env", factory=True, workers=workers, **opts)
+        uvicorn.run("repoctx.service.app:app_from_env", factory=True, workers=workers,
+                    timeout_worker_healthcheck=worker_healthcheck, **opts)
         return
     try:
         app = create_app(settings, service=conf, inprocess_workers=jobs)
