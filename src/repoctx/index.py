@@ -198,7 +198,14 @@ class Index:
     def scope(self, scope: Scope | None = None) -> Scope:
         """The caller's scope narrowed to this view's repositories when it names none."""
         scope = scope or EVERYTHING
-        return scope if scope.repos or not self.repos else replace(scope, repos=self.repos)
+        if scope.repos:
+            return scope
+        granted = scope.granted_repos()
+        if granted is not None:  # a key's grants that each name a repository bound the read to those
+            within = tuple(r for r in granted if not self.repos or r in self.repos)
+            if within:
+                return replace(scope, repos=within)
+        return scope if not self.repos else replace(scope, repos=self.repos)
 
     # ---- writing
     def update(self, progress: "ProgressFn | None" = None, wait: bool = True, embed: bool = True,

@@ -129,6 +129,14 @@ class Scope:
                        and not any(_match(p, path) for p in g.exclude) for g in self.grants)
         return True
 
+    def granted_repos(self) -> tuple[str, ...] | None:
+        """The repositories the grants name, when every grant names one (none is ``*``): a read may stop at
+        them, which changes nothing it sees and lets a store take its per-repository paths (an exact dense
+        scan of one repository instead of a shared graph filtered down to it). None: no such bound."""
+        if self.grants is None or not self.grants or any(g.repo == "*" for g in self.grants):
+            return None
+        return tuple(sorted({g.repo for g in self.grants}))
+
     def allows_repo(self, repo: str) -> bool:
         """Whether any path of ``repo`` may be visible (a repository the scope never sees is not named)."""
         if self.repos and repo not in self.repos:
