@@ -36,6 +36,13 @@ def open_index(root: Path, index_dir: Path | None = None, **kw) -> Index:
     return Index(root, Settings(index_dir=index_dir, embedder="none", **kw))
 
 
+def indexed(tmp_path: Path, files: dict[str, str | bytes]) -> Index:
+    """An index of `files` written under tmp_path/repo, kept in tmp_path/ix, without embeddings, brought up to date."""
+    index = Index(write_tree(tmp_path / "repo", files), Settings(index_dir=tmp_path / "ix", embedder="none"))
+    index.update()
+    return index
+
+
 def snapshot(ix: Index) -> tuple[list, list]:
     caps = [(c.id, c.kind, c.qualname, c.start_line, c.end_line, c.content_hash, c.parent)
             for c in ix.store.all_capsules()]

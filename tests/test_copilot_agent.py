@@ -10,7 +10,7 @@ import typer
 from strands import tool
 from typer.testing import CliRunner
 
-from repoctx import Index, Settings
+from repoctx import Index
 from repoctx.copilot.agent import (
     SYSTEM_PROMPT,
     Limits,
@@ -30,6 +30,7 @@ from repoctx.copilot.providers import (
     smollm2_path,
 )
 from repoctx.copilot.scripted import ScriptedToolModel, last_tool_results
+from tests.conftest import indexed
 
 FILES = {
     "auth/csrf.py": "def verify_csrf_token(request):\n    \"\"\"Verify the CSRF token of a POST request.\"\"\"\n"
@@ -43,13 +44,7 @@ FILES = {
 
 @pytest.fixture
 def ix(tmp_path) -> Index:
-    root = tmp_path / "repo"
-    for rel, text in FILES.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    index = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
-    index.update()
-    return index
+    return indexed(tmp_path, FILES)
 
 
 def repo_tools(ix: Index) -> list:

@@ -18,7 +18,7 @@ from strands import tool
 from strands.types.session import Session, SessionAgent, SessionMessage, SessionType
 from typer.testing import CliRunner
 
-from repoctx import Index, Settings
+from repoctx import Index
 from repoctx.config import ConfigError
 from repoctx.copilot.agent import (
     INTERRUPTED_NOTE,
@@ -34,6 +34,7 @@ from repoctx.copilot.cli import copilot_app
 from repoctx.copilot.scripted import ScriptedToolModel, last_tool_results
 from repoctx.copilot.sessions import list_sessions, migrate, open_session_repository
 from repoctx.copilot.tools import MAX_DETAIL, RepoTools, make_tools
+from tests.conftest import indexed
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,13 +51,7 @@ CLOSE = "app/session.py:7-8 :: Session.close_"
 
 @pytest.fixture
 def ix(tmp_path) -> Index:
-    root = tmp_path / "repo"
-    for rel, text in FILES.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    index = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
-    index.update()
-    return index
+    return indexed(tmp_path, FILES)
 
 
 @pytest.fixture
