@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,24 @@ def snapshot(ix: Index) -> tuple[list, list]:
     caps = [(c.id, c.kind, c.qualname, c.start_line, c.end_line, c.content_hash, c.parent)
             for c in ix.store.all_capsules()]
     return caps, ix.store.all_edges()
+
+
+@contextmanager
+def session_repositories(target: str):
+    """Yields open_for(principal="local"), which opens a copilot session repository on `target`; closes every one
+    it opened on leaving."""
+    from repoctx.copilot.sessions import open_session_repository
+
+    opened = []
+
+    def open_for(principal: str = "local"):
+        repo = open_session_repository(target, principal)
+        opened.append(repo)
+        return repo
+
+    yield open_for
+    for r in opened:
+        r.close()
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from repoctx.copilot.cli import copilot_app
 from repoctx.copilot.scripted import ScriptedToolModel, last_tool_results
 from repoctx.copilot.sessions import list_sessions, migrate, open_session_repository
 from repoctx.copilot.tools import MAX_DETAIL, RepoTools, make_tools
-from tests.conftest import indexed
+from tests.conftest import indexed, session_repositories
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -319,16 +319,8 @@ def target(request, tmp_path):
 
 @pytest.fixture
 def open_repo(target):
-    opened = []
-
-    def open_for(principal: str = "local"):
-        repo = open_session_repository(target, principal)
-        opened.append(repo)
-        return repo
-
-    yield open_for
-    for r in opened:
-        r.close()
+    with session_repositories(target) as open_for:
+        yield open_for
 
 
 def copilot_on(repo, model, session="conv-1"):

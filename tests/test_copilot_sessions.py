@@ -21,6 +21,7 @@ from repoctx.copilot.sessions import (
     open_session_repository,
     prune_sessions,
 )
+from tests.conftest import session_repositories
 
 
 @tool
@@ -40,16 +41,8 @@ def target(request, tmp_path):
 def repos(target):
     """Opens repositories for principals on the migrated target; closes them afterwards."""
     migrate(target)
-    opened = []
-
-    def open_for(principal: str = "local"):
-        repo = open_session_repository(target, principal)
-        opened.append(repo)
-        return repo
-
-    yield open_for
-    for r in opened:
-        r.close()
+    with session_repositories(target) as open_for:
+        yield open_for
 
 
 def _copilot(repo, session_id, principal, replies):
