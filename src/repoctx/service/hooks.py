@@ -191,6 +191,15 @@ def hooks_router(svc, threaded) -> APIRouter:
         log.warning("hook %s: delivery refused: the signature does not verify", provider)
         return _refused(403, "forbidden", "the delivery's signature does not verify")
 
+    def verified_push(provider: str, push: Push, payload: dict | None, matches) -> list[RepoSource]:
+        """The entries whose secret `matches` the delivery; refuses a forged delivery, then a body that is no push."""
+        ok, entries = verified(candidates(push), matches)
+        if not ok:
+            raise forged(provider)
+        if payload is None:
+            raise not_a_push()
+        return entries
+
     @router.post("/hooks/github", tags=["webhooks"], status_code=202,
                  summary="A GitHub push webhook (X-Hub-Signature-256, X-GitHub-Delivery)")
     async def github(request: Request) -> dict:
@@ -201,11 +210,7 @@ def hooks_router(svc, threaded) -> APIRouter:
         push = github_push(payload or {})
 
         def work():
-            ok, entries = verified(candidates(push), lambda s: _same(sign_github(s, body), given))
-            if not ok:
-                raise forged("github")
-            if payload is None:
-                raise not_a_push()
+            entries = verified_push("github", push, payload, lambda s: _same(sign_github(s, body), given))
             event = request.headers.get("x-github-event", "")
             if event == "ping":
                 accept("github", request.headers.get("x-github-delivery"), Push([], None, None, []), [], event)
@@ -225,11 +230,7 @@ def hooks_router(svc, threaded) -> APIRouter:
         push = gitlab_push(payload or {})
 
         def work():
-            ok, entries = verified(candidates(push), lambda s: _same(s, given))
-            if not ok:
-                raise forged("gitlab")
-            if payload is None:
-                raise not_a_push()
+            entries = verified_push("gitlab", push, payload, lambda s: _same(s, given))
             delivery = request.headers.get("x-gitlab-event-uuid") or request.headers.get("idempotency-key")
             return accept("gitlab", delivery, push, entries, request.headers.get("x-gitlab-event", "event"))
         return await threaded(work)
