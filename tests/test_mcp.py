@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from repoctx.store.base import Grant, Scope
 
 mcp = pytest.importorskip("mcp")
 from mcp import Client, StdioServerParameters  # noqa: E402
+from tests.mcp_http import http_client, serve_http  # noqa: E402
 
 EXPECTED_TOOLS = {"search_code", "get_context", "symbol", "grep", "outline", "callers", "callees", "read_file",
                   "list_files",
@@ -281,33 +280,12 @@ KEYS = {
 
 @pytest.fixture(scope="module")
 def http_server(indexed):
-    import uvicorn
-
-    from repoctx.mcp import build_server, http_app
+    from repoctx.mcp import build_server
 
     root, idx = indexed
     server = build_server([root], Settings(index_dir=idx, embedder="none"), KEYS.get, refresh=False)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(http_app(server), host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=uv.run, daemon=True)
-    th.start()
-    deadline = time.monotonic() + 20
-    while not uv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/mcp"
-    uv.should_exit = True
-    th.join(10)
-
-
-def _http(url: str, key: str) -> Client:
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
-    hc = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60)
-    return Client(streamable_http_client(url, http_client=hc))
+    with serve_http(server) as url:
+        yield url
 
 
 def _path(result: dict | str) -> str:
@@ -320,7 +298,7 @@ def _path(result: dict | str) -> str:
 
 
 async def _see(url: str, key: str) -> dict:
-    async with _http(url, key) as client:
+    async with http_client(url, key) as client:
         out = {}
         r = await client.call_tool("search_code", {"query": "classified launch codes and the database connection", "k": 20})
         out["search"] = {_path(x) for x in r.structured_content["results"]}
@@ -376,7 +354,7 @@ def test_http_missing_or_wrong_key_is_401(http_server):
         assert "invalid_token" in r.text
 
     async def wrong():
-        async with _http(http_server, "wrong-key") as client:
+        async with http_client(http_server, "wrong-key") as client:
             await client.list_tools()
 
     with pytest.raises(BaseException):

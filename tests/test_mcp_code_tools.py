@@ -8,9 +8,6 @@ import asyncio
 import json
 import re
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +18,7 @@ from repoctx.store.base import Scope
 
 mcp = pytest.importorskip("mcp")
 from mcp import Client  # noqa: E402
+from tests.mcp_http import http_client, serve_http  # noqa: E402
 
 DB = '''"""Database helpers."""
 
@@ -397,38 +395,17 @@ KEYS = {
 
 @pytest.fixture(scope="module")
 def http_server(shop):
-    import uvicorn
-
-    from repoctx.mcp import build_server, http_app
+    from repoctx.mcp import build_server
 
     root, idx = shop
     server = build_server([root], Settings(index_dir=idx, embedder="none"), KEYS.get, refresh=False)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(http_app(server), host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=uv.run, daemon=True)
-    th.start()
-    deadline = time.monotonic() + 20
-    while not uv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/mcp"
-    uv.should_exit = True
-    th.join(10)
+    with serve_http(server) as url:
+        yield url
     server.repoctx.close()
 
 
-def _http(url: str, key: str) -> Client:
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
-    hc = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60)
-    return Client(streamable_http_client(url, http_client=hc))
-
-
 async def _see(url: str, key: str) -> dict:
-    async with _http(url, key) as client:
+    async with http_client(url, key) as client:
         out = {}
         r = await client.call_tool("grep", {"pattern": "vault|connect|dispatch_webhook\\(", "ignore_case": True})
         assert not r.is_error, _text(r)
