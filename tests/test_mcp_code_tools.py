@@ -92,6 +92,14 @@ def shop(tmp_path_factory):
     return root, idx
 
 
+def _run(server, go) -> None:
+    """Runs the coroutine function `go` to its end, then closes the server's repositories whatever happened."""
+    try:
+        asyncio.run(go())
+    finally:
+        server.repoctx.close()
+
+
 def _text(result) -> str:
     return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
 
@@ -158,10 +166,7 @@ def test_the_tools_are_listed_with_what_they_take(shop):
             assert "name" in tools["symbol"].description and "search_code" in tools["symbol"].description
             assert "before reading" in tools["outline"].description
 
-    try:
-        asyncio.run(go())
-    finally:
-        server.repoctx.close()
+    _run(server, go)
 
 
 def test_grep_pages_every_matching_line_once_as_git_grep_would(shop):
@@ -201,10 +206,7 @@ def test_grep_pages_every_matching_line_once_as_git_grep_would(shop):
             other = await client.call_tool("grep", {"pattern": "payload", "cursor": first.structured_content["next_cursor"]})
             assert other.is_error and "other arguments" in _text(other)
 
-    try:
-        asyncio.run(go())
-    finally:
-        server.repoctx.close()
+    _run(server, go)
 
 
 def test_a_bad_regex_is_a_tool_error_naming_the_problem(shop):
@@ -230,10 +232,7 @@ def test_a_bad_regex_is_a_tool_error_naming_the_problem(shop):
             r = await client.call_tool("grep", {"pattern": "x", "context": 99})
             assert r.is_error and "context" in _text(r)
 
-    try:
-        asyncio.run(go())
-    finally:
-        server.repoctx.close()
+    _run(server, go)
 
 
 def test_outline_lists_units_with_signatures_spans_and_callers_in_pages(shop):
@@ -271,10 +270,7 @@ def test_outline_lists_units_with_signatures_spans_and_callers_in_pages(shop):
             r = await client.call_tool("outline", {"path": "app/nope.py"})
             assert not r.is_error and r.structured_content["units"] == [] and "not an indexed file" in _text(r)
 
-    try:
-        asyncio.run(go())
-    finally:
-        server.repoctx.close()
+    _run(server, go)
 
 
 def test_symbol_returns_whole_bodies_and_lists_every_match(shop):
@@ -308,10 +304,7 @@ def test_symbol_returns_whole_bodies_and_lists_every_match(shop):
             r = await client.call_tool("symbol", {"name": "Vault.close"})
             assert set(r.structured_content["did_you_mean"]) == {"Pool.close", "close"}
 
-    try:
-        asyncio.run(go())
-    finally:
-        server.repoctx.close()
+    _run(server, go)
 
 
 def test_a_body_longer_than_the_budget_is_cut_with_a_note(tmp_path):
@@ -335,10 +328,7 @@ def test_a_body_longer_than_the_budget_is_cut_with_a_note(tmp_path):
             m = r.structured_content["matches"][0]
             assert m["text"].startswith("def very_long(total):") and "read_file pkg/long.py from line" in m["text_note"]
 
-    try:
-        asyncio.run(go())
-    finally:
-        server.repoctx.close()
+    _run(server, go)
 
 
 def test_grep_pages_across_repositories_with_views_of_their_own(shop, tmp_path):
@@ -379,10 +369,7 @@ def test_grep_pages_across_repositories_with_views_of_their_own(shop, tmp_path):
             r = await client.call_tool("symbol", {"name": "connect_database"})
             assert [x["repo"] for x in r.structured_content["matches"]] == ["shop"]
 
-    try:
-        asyncio.run(go())
-    finally:
-        server.repoctx.close()
+    _run(server, go)
 
 
 # ---------------------------------------------------------------------------------------------- HTTP, scopes
