@@ -24,7 +24,7 @@ from repoctx.service.db import ServiceDB
 from repoctx.service.hooks import sign_generic, sign_github
 
 from gitserver import Remote
-from test_service_support import migrate_all
+from test_service_support import migrate_all, wait_for
 
 SECRET = "acceptance-hook-secret-41"
 URL_TOKEN = "ghp_URLCANARY41zzzzzzzzzzzzzzzz"  # typed into a repository URL by a careless admin
@@ -138,16 +138,6 @@ def _sees(c: Cluster, key: str, api: int, repo: str, symbol: str) -> bool:
     return r.status_code == 200 and any(symbol in h["citation"] for h in r.json()["results"])
 
 
-def _wait(cond, timeout: float, step: float = 0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(step)
-    return cond()
-
-
 def _job_of(c: Cluster, key: str, repo: str) -> dict:
     return c.call("GET", 0, f"/repos/{repo}", key).json()["job"] or {}
 
@@ -192,8 +182,8 @@ def test_two_apis_two_workers_three_repositories_follow_their_pushes(pg_url, tmp
             r = c.call("POST", i % 2, "/repos", key, json={"name": name, "url": str(remote.bare), "branch": "main"})
             assert r.status_code == 202, r.text
         for name, remote in remotes.items():
-            st = _wait(lambda: (s := c.call("GET", 1, f"/repos/{name}", key).json())["job"]["status"]
-                       in ("done", "failed") and s, 60)
+            st = wait_for(lambda: (s := c.call("GET", 1, f"/repos/{name}", key).json())["job"]["status"]
+                       in ("done", "failed") and s, 60, 0.1)
             assert st and st["job"]["status"] == "done" and st["commits"]["indexed"] == remote.head(), st
 
         # pushes announced by signed hooks to either API: both APIs see every new commit within 30 s
@@ -205,7 +195,7 @@ def test_two_apis_two_workers_three_repositories_follow_their_pushes(pg_url, tmp
             t0 = time.monotonic()
             r = c.call("POST", i % 2, "/hooks/github", content=body, headers=headers)
             assert r.status_code == 202 and [q["repo"] for q in r.json()["queued"]] == [name], r.text
-            assert _wait(lambda: all(_sees(c, key, api, name, symbol) for api in (0, 1)), VISIBLE_WITHIN, 0.2), \
+            assert wait_for(lambda: all(_sees(c, key, api, name, symbol) for api in (0, 1)), VISIBLE_WITHIN, 0.2), \
                 (name, _job_of(c, key, name))
             seen_in[name] = time.monotonic() - t0
             st = c.call("GET", (i + 1) % 2, f"/repos/{name}", key).json()
@@ -220,18 +210,18 @@ def test_two_apis_two_workers_three_repositories_follow_their_pushes(pg_url, tmp
                             "add a lot")
         body, headers = _hook(gamma, head)
         assert c.call("POST", 0, "/hooks/github", content=body, headers=headers).status_code == 202
-        running = _wait(lambda: (j := _job_of(c, key, "gamma")).get("status") == "running" and
+        running = wait_for(lambda: (j := _job_of(c, key, "gamma")).get("status") == "running" and
                         (j.get("progress") or {}).get("event") not in (None, "claimed") and j, 60, 0.05)
         assert running, _job_of(c, key, "gamma")
         doomed = running["worker"]
         survivor = ({"wA", "wB"} - {doomed}).pop()
         c.workers[doomed].kill9()
         t_kill = time.monotonic()
-        done = _wait(lambda: (j := _job_of(c, key, "gamma")).get("status") in ("done", "failed") and j, 60, 0.2)
+        done = wait_for(lambda: (j := _job_of(c, key, "gamma")).get("status") in ("done", "failed") and j, 60, 0.2)
         assert done and done["status"] == "done" and done["id"] == running["id"], done
         assert done["worker"] == survivor and done["attempts"] == 2, done
         assert done["result"]["commit"] == head and done["result"]["added"] == 3001, done["result"]
-        assert _wait(lambda: all(_sees(c, key, api, "gamma", "gamma_after_kill_marker") for api in (0, 1)), 10)
+        assert wait_for(lambda: all(_sees(c, key, api, "gamma", "gamma_after_kill_marker") for api in (0, 1)), 10, 0.1)
         st = c.call("GET", 1, "/repos/gamma", key).json()
         assert st["commits"]["indexed"] == head, st
         recovered_in = time.monotonic() - t_kill
@@ -268,7 +258,7 @@ def test_two_apis_two_workers_three_repositories_follow_their_pushes(pg_url, tmp
         assert not _sees(c, key, 0, "alpha", "alpha_forged_change")
 
         # the job records: every index job ended; no job ran twice, and no repository indexed twice at once
-        closed = _wait(lambda: (j := _job_of(c, key, "closed")).get("status") == "failed" and j, 30, 0.2)
+        closed = wait_for(lambda: (j := _job_of(c, key, "closed")).get("status") == "failed" and j, 30, 0.2)
         assert closed and closed["error"] == "GitError" and closed["attempts"] == 3, closed  # retried, backing off
         jobs = c.call("GET", 1, "/jobs?limit=500", key).json()["jobs"]
         assert jobs and all(j["status"] in ("done", "failed") for j in jobs), jobs

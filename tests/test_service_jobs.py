@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -26,7 +25,7 @@ from repoctx.service.tasks import JobRuntime, PgJobs, WorkerRunner
 from repoctx.store.base import Scope
 from repoctx.store.postgres import PostgresStore
 
-from test_service_support import migrate_all, write_tree
+from test_service_support import migrate_all, wait_for, write_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,16 +44,6 @@ def make_repo(base: Path, name: str, files: int, funcs: int = 2) -> Path:
 def pg(pg_url):
     migrate_all(pg_url)
     return pg_url
-
-
-def wait_for(cond, timeout: float, step: float = 0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(step)
-    return cond()
 
 
 def conf(**kw) -> ServiceSettings:

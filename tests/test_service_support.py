@@ -121,6 +121,17 @@ def write_tree(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
+def wait_for(cond, timeout: float, step: float = 0.05):
+    """The first truthy value of cond(), polled every `step` seconds for `timeout` seconds; else cond() once more."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(step)
+    return cond()
+
+
 def migrate_all(url: str) -> None:
     from repoctx.copilot import sessions
     from repoctx.service.auth import migrate_postgres
