@@ -37,9 +37,10 @@ def open_index(root: Path, index_dir: Path | None = None, **kw) -> Index:
     return Index(root, Settings(index_dir=index_dir, embedder="none", **kw))
 
 
-def indexed(tmp_path: Path, files: dict[str, str | bytes]) -> Index:
-    """An index of `files` written under tmp_path/repo, kept in tmp_path/ix, without embeddings, brought up to date."""
-    index = Index(write_tree(tmp_path / "repo", files), Settings(index_dir=tmp_path / "ix", embedder="none"))
+def indexed(base: Path, files: dict[str, str | bytes], name: str = "repo", index_dir: str = "ix") -> Index:
+    """An index of `files` written under base/name, kept in base/index_dir, without embeddings, brought up to
+    date."""
+    index = Index(write_tree(base / name, files), Settings(index_dir=base / index_dir, embedder="none"))
     index.update()
     return index
 

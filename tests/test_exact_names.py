@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from repoctx import Index, Settings
-from tests.conftest import write_tree
+from tests.conftest import indexed, write_tree
 
 TAG_CLASSES = ("PassDict", "PassList", "TagTuple", "TagBytes", "TagMarkup", "TagUUID", "TagDateTime", "TagDict",
                "TagList", "TagSet")
@@ -43,9 +43,7 @@ FILES = {
 
 @pytest.fixture(scope="module")
 def ix(tmp_path_factory):
-    root = write_tree(tmp_path_factory.mktemp("exact") / "kit", FILES)
-    index = Index(root, Settings(index_dir=root.parent / "idx", embedder="none"))
-    index.update()
+    index = indexed(tmp_path_factory.mktemp("exact"), FILES, "kit", "idx")
     yield index
     index.close()
 

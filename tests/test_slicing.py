@@ -11,7 +11,7 @@ from repoctx import Index, Settings
 from repoctx.retrieve import slices
 from repoctx.retrieve.context import TASKS, build_context
 from repoctx.types import Capsule
-from tests.conftest import write_tree
+from tests.conftest import indexed, write_tree
 
 CHECKS = "\n".join(f"        if record.get('field_{i}') is None:\n            missing.append('field_{i}')"
                    for i in range(40))
@@ -110,9 +110,7 @@ BUDGETS = (60, 150, 300, 500, 1000, 2000, 4000, 8000)
 
 @pytest.fixture(scope="module")
 def ix(tmp_path_factory):
-    root = write_tree(tmp_path_factory.mktemp("slice") / "pay", FILES)
-    index = Index(root, Settings(index_dir=root.parent / "idx", embedder="none"))
-    index.update()
+    index = indexed(tmp_path_factory.mktemp("slice"), FILES, "pay", "idx")
     yield index
     index.close()
 
