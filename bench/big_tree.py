@@ -174,21 +174,27 @@ def edit(tree: Path, i: int) -> None:
                 f"    return list(queryset)[:n]\n")
 
 
-def watch_phase(tree: Path, index_dir: Path) -> dict:
-    """Folders watched, their listing and setup times, and a save's latency to a search of the MCP server."""
+def list_and_watch(root: Path) -> dict:
+    """How many folders below root, how long listing them took, and how long setting a watch on them took."""
     from watchfiles._rust_notify import RustNotify
 
-    from repoctx import Settings
     from repoctx.ingest.walk import walk_dirs
-    from repoctx.mcp import RepoctxMCP
 
     t0 = time.perf_counter()
-    folders = [f.path for f in walk_dirs(tree)]
+    folders = [f.path for f in walk_dirs(root)]
     listed = time.perf_counter() - t0
     t0 = time.perf_counter()
     with RustNotify(folders, False, False, 300, False, False):
         setup = time.perf_counter() - t0
-    out = {"folders": len(folders), "list_s": listed, "setup_s": setup}
+    return {"folders": len(folders), "list_s": listed, "setup_s": setup}
+
+
+def watch_phase(tree: Path, index_dir: Path) -> dict:
+    """Folders watched, their listing and setup times, and a save's latency to a search of the MCP server."""
+    from repoctx import Settings
+    from repoctx.mcp import RepoctxMCP
+
+    out = list_and_watch(tree)
     state = RepoctxMCP([tree], Settings(index_dir=index_dir, embedder="none"))
     try:
         w = state.repos[next(iter(state.repos))].watcher
@@ -224,22 +230,13 @@ def watch_phase(tree: Path, index_dir: Path) -> dict:
 
 def synthetic_watch(base: Path, n: int) -> dict:
     """Listing and watch setup over a tree of n empty folders (100 per parent)."""
-    from watchfiles._rust_notify import RustNotify
-
-    from repoctx.ingest.walk import walk_dirs
-
     root = base / f"folders-{n}"
     for i in range(n // 100):
         for j in range(99):
             (root / f"a{i}" / f"b{j}").mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    folders = [f.path for f in walk_dirs(root)]
-    listed = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    with RustNotify(folders, False, False, 300, False, False):
-        setup = time.perf_counter() - t0
+    out = list_and_watch(root)
     shutil.rmtree(root)
-    return {"folders": len(folders), "list_s": listed, "setup_s": setup}
+    return out
 
 
 # ------------------------------------------------------------------------------------------ the peer
