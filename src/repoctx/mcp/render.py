@@ -206,26 +206,29 @@ def render_error(d: dict) -> str:
     return f"{d.get('tool')} failed ({d.get('error')}): {d.get('detail')}"
 
 
+def _cut_to_fit(item: dict, field: str, render, room: int) -> int:
+    """Cuts item[field] to its first lines (a third fewer at a time, one at the least) until both render(item) and
+    item as JSON fit ``room`` tokens; returns how many lines it kept."""
+    lines = item[field].split("\n")
+    while len(lines) > 1 and max(count(render({**item, field: "\n".join(lines)})),
+                                 count(to_json({**item, field: "\n".join(lines)}))) > room:
+        lines = lines[: max(1, len(lines) * 2 // 3)]
+    item[field] = "\n".join(lines)
+    return len(lines)
+
+
 def shrink(item: Any, room: int) -> Any:
     """One result shortened to fit ``room`` tokens: a search hit's snippet or a definition's body cut."""
     if isinstance(item, dict) and item.get("text") and "citation" in item:  # a definition (symbol)
         item = dict(item)
-        lines = item["text"].split("\n")
-        while len(lines) > 1 and max(count(shared.symbol_match_text({**item, "text": "\n".join(lines)})),
-                                     count(to_json({**item, "text": "\n".join(lines)}))) > room:
-            lines = lines[: max(1, len(lines) * 2 // 3)]
-        item["text"] = "\n".join(lines)
-        item["text_note"] = (f"body cut to its first {len(lines)} lines to fit the token budget; read_file "
-                             f"{item.get('path')} from line {item.get('start_line', 1) + len(lines)} for the rest")
+        kept = _cut_to_fit(item, "text", shared.symbol_match_text, room)
+        item["text_note"] = (f"body cut to its first {kept} lines to fit the token budget; read_file "
+                             f"{item.get('path')} from line {item.get('start_line', 1) + kept} for the rest")
         return item
     if not isinstance(item, dict) or not item.get("snippet"):
         return item
     item = dict(item)
-    lines = item["snippet"].split("\n")
-    while len(lines) > 1 and max(count(shared.item_text({**item, "snippet": "\n".join(lines)}, "full")),
-                                 count(to_json({**item, "snippet": "\n".join(lines)}))) > room:
-        lines = lines[: max(1, len(lines) * 2 // 3)]
-    item["snippet"] = "\n".join(lines)
-    item["snippet_note"] = (f"snippet cut to {len(lines)} lines to fit the token budget; read_file "
+    kept = _cut_to_fit(item, "snippet", lambda x: shared.item_text(x, "full"), room)
+    item["snippet_note"] = (f"snippet cut to {kept} lines to fit the token budget; read_file "
                             f"{item.get('path')} lines {item.get('start_line')}-{item.get('end_line')} for the rest")
     return item
