@@ -210,6 +210,12 @@ def repos_router(svc, threaded: Callable) -> APIRouter:
                 "changed_paths": sorted(x for v in seen.values() for x in v)[:20]}
 
     # ---- jobs
+    def job_or_404(job_id: int):
+        job = svc.jobs.get(job_id)
+        if job is None:
+            raise HTTPException(404, error_body("not_found", "job not found"))
+        return job
+
     @router.get("/jobs", tags=["jobs"], summary="Index jobs, newest first (admin keys)")
     async def list_jobs(p: PrincipalDep,
                         repo: Annotated[str | None, Query(pattern=REPO_NAME)] = None,
@@ -226,10 +232,7 @@ def repos_router(svc, threaded: Callable) -> APIRouter:
         need_admin(p, "a job's record")
 
         def work():
-            job = svc.jobs.get(job_id)
-            if job is None:
-                raise HTTPException(404, error_body("not_found", "job not found"))
-            return job.to_dict(admin=True)
+            return job_or_404(job_id).to_dict(admin=True)
         return await threaded(work)
 
     @router.post("/jobs/{job_id}/cancel", tags=["jobs"], status_code=202,
@@ -238,9 +241,7 @@ def repos_router(svc, threaded: Callable) -> APIRouter:
         need_admin(p, "cancelling a job")
 
         def work():
-            job = svc.jobs.get(job_id)
-            if job is None:
-                raise HTTPException(404, error_body("not_found", "job not found"))
+            job_or_404(job_id)
             if not svc.jobs.cancel(job_id):
                 now = svc.jobs.get(job_id)
                 raise HTTPException(409, error_body("conflict", f"the job is {now.status if now else 'gone'}: "
