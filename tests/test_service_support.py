@@ -16,6 +16,7 @@ from strands.models.model import Model
 from repoctx import Index, Settings
 from repoctx.service.app import create_app
 from repoctx.service.config import ServiceSettings
+from tests.conftest import write_tree
 
 # ---------------------------------------------------------------------------------------------- corpus
 PUBLIC_REPO = "shop"
@@ -111,14 +112,6 @@ MARKERS = ["private-vault-x9", "zq_credentials_store", "secret/", "zq_rotate_mas
            "vault/zq_unseal.py"]
 
 DEV_GRANTS = dict(repo=PUBLIC_REPO, include=["src/*", "docs/*"], exclude=["src/zq_private_*"])
-
-
-def write_tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
 
 
 def wait_for(cond, timeout: float, step: float = 0.05):

@@ -16,6 +16,7 @@ from repoctx.watch import TreeWatcher
 
 mcp = pytest.importorskip("mcp")
 from mcp import Client  # noqa: E402
+from tests.conftest import write_tree  # noqa: E402
 
 SEEN_WITHIN = 5.0
 
@@ -29,16 +30,8 @@ FRESH = '''def reconcile_ledger_entries(ledger, statement):
 '''
 
 
-def _tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
-
-
 def _indexed(tmp_path: Path, **settings) -> tuple[Path, Settings]:
-    root = _tree(tmp_path / "shop", {"app/__init__.py": "", "app/db.py": DB, ".gitignore": "scratch/\n",
+    root = write_tree(tmp_path / "shop", {"app/__init__.py": "", "app/db.py": DB, ".gitignore": "scratch/\n",
                                      "scratch/notes.py": "x = 1\n", "README.md": "# shop\n"})
     s = Settings(index_dir=tmp_path / "idx", embedder="none", **settings)
     with Index(root, s) as ix:
@@ -201,7 +194,7 @@ def test_service_in_process_indexes_a_save_under_a_registered_path(tmp_path):
     from repoctx.service.app import create_app
     from repoctx.service.config import ServiceSettings
 
-    root = _tree(tmp_path / "local", {"app/__init__.py": "", "app/db.py": DB})
+    root = write_tree(tmp_path / "local", {"app/__init__.py": "", "app/db.py": DB})
     app = create_app(Settings(index_dir=tmp_path / "ix", embedder="none"),
                      service=ServiceSettings(job_poll=0.05, key_cache_seconds=0, repo_roots=(str(tmp_path),)))
     svc = app.state.service
