@@ -330,6 +330,13 @@ class RepoctxMCP:
         raise Refusal(tool, "unknown_repo", f"no repository {repo!r} here; repositories: "
                                              f"{', '.join(visible) or 'none visible to this key'}")
 
+    def _named_or_visible(self, tool: str, repo: str, scope: Scope) -> list[str]:
+        """The repository a call names, else every one visible to the key; refused when that is none."""
+        names = [self._resolve_repo(tool, repo, scope)] if (repo or "").strip() else self._visible(scope)
+        if not names:
+            raise Refusal(tool, "unknown_repo", "no repository is visible to this key")
+        return names
+
     def _targets(self, tool: str, repo: str, scope: Scope) -> list[tuple[Index, Scope, list[str]]]:
         """(view, narrowed scope, repository names) for each view a call reads."""
         if (repo or "").strip():
@@ -731,9 +738,7 @@ class RepoctxMCP:
         return out
 
     def _status(self, repo: str, scope: Scope) -> dict:
-        names = [self._resolve_repo("index_status", repo, scope)] if (repo or "").strip() else self._visible(scope)
-        if not names:
-            raise Refusal("index_status", "unknown_repo", "no repository is visible to this key")
+        names = self._named_or_visible("index_status", repo, scope)
         out = []
         for n in names:
             r = self.repos[n]
@@ -780,9 +785,7 @@ class RepoctxMCP:
         return {"watching": False, "state": "off", "note": note}
 
     def _reindex(self, repo: str, scope: Scope) -> dict:
-        names = [self._resolve_repo("reindex", repo, scope)] if (repo or "").strip() else self._visible(scope)
-        if not names:
-            raise Refusal("reindex", "unknown_repo", "no repository is visible to this key")
+        names = self._named_or_visible("reindex", repo, scope)
         reports = []
         for n in names:
             r = self.repos[n]
