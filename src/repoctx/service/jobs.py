@@ -279,6 +279,18 @@ class _JobGuard:
         self.check_time()
 
 
+def _resolve_embedder(embedder, settings):
+    """The embedder to use: `embedder` itself, what it makes when it is a factory (callable, no ``encode``), or
+    when None the one ``settings.embedder`` names (None when that is "none")."""
+    if callable(embedder) and not hasattr(embedder, "encode"):
+        embedder = embedder()
+    if embedder is None and settings.embedder not in ("none", "", None):
+        from repoctx.embed import get_embedder
+
+        embedder = get_embedder(settings.embedder)
+    return embedder
+
+
 def _summary(report) -> dict:
     """Counts only: a job's result is shown to principals whose scope may hide some paths."""
     return {"files_seen": report.files_seen, "added": len(report.added), "modified": len(report.modified),
@@ -356,12 +368,7 @@ class Worker:
         return True
 
     def _embedder_for(self):
-        if callable(self._embedder) and not hasattr(self._embedder, "encode"):
-            self._embedder = self._embedder()
-        if self._embedder is None and self.settings.embedder not in ("none", "", None):
-            from repoctx.embed import get_embedder
-
-            self._embedder = get_embedder(self.settings.embedder)
+        self._embedder = _resolve_embedder(self._embedder, self.settings)
         return self._embedder
 
     def _run(self, job: Job) -> str:

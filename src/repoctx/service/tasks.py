@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from repoctx.service.db import ServiceDB
-from repoctx.service.jobs import Job, JobLimit, JobLimits, _JobGuard, _summary
+from repoctx.service.jobs import Job, JobLimit, JobLimits, _JobGuard, _resolve_embedder, _summary
 
 log = logging.getLogger("repoctx.service.tasks")
 
@@ -297,12 +297,7 @@ class JobRuntime:
             return self.store
 
     def the_embedder(self):
-        if callable(self.embedder) and not hasattr(self.embedder, "encode"):
-            self.embedder = self.embedder()
-        if self.embedder is None and self.settings.embedder not in ("none", "", None):
-            from repoctx.embed import get_embedder
-
-            self.embedder = get_embedder(self.settings.embedder)
+        self.embedder = _resolve_embedder(self.embedder, self.settings)
         return self.embedder
 
     def close(self) -> None:
