@@ -121,10 +121,7 @@ def test_webhooks_are_rate_limited_by_address(tmp_path):
                      .status_code for _ in range(5)]
             assert codes == [403, 403, 403, 429, 429], codes
 
-    try:
-        asyncio.run(go())
-    finally:
-        a.close()
+    a.run(go)
 
 
 class App:
@@ -156,6 +153,13 @@ class App:
         r = await c.post("/search", json={"query": query, "repos": [repo], "mode": "standard",
                                             "detail": "signatures"}, headers=self.h)
         return [h["citation"] for h in r.json()["results"]]
+
+    def run(self, go) -> None:
+        """Runs the coroutine function `go` to its end, then closes the service whatever happened."""
+        try:
+            asyncio.run(go())
+        finally:
+            self.close()
 
     def close(self):
         self.svc.close()
@@ -255,10 +259,7 @@ def test_branches_by_url_share_a_clone_and_follow_signed_pushes(tmp_path):
             assert dev["commits"]["indexed"] == last
             assert any("delta_reconcile" in x for x in await a.search(c, "delta reconcile", "web-dev"))
 
-    try:
-        asyncio.run(go())
-    finally:
-        a.close()
+    a.run(go)
 
 
 def test_a_burst_of_pushes_is_one_job(tmp_path):
@@ -284,10 +285,7 @@ def test_a_burst_of_pushes_is_one_job(tmp_path):
             assert (await c.post(f"/jobs/{first}/cancel", headers=a.h)).status_code == 409
             assert (await c.get("/jobs", headers={"Authorization": f"Bearer {a.reader}"})).status_code == 403
 
-    try:
-        asyncio.run(go())
-    finally:
-        a.close()
+    a.run(go)
 
 
 def test_the_embedded_service_polls_when_no_hook_comes(tmp_path):
@@ -307,10 +305,7 @@ def test_the_embedded_service_polls_when_no_hook_comes(tmp_path):
                 await asyncio.sleep(0.1)
             assert any("arrived_without_a_hook" in x for x in await a.search(c, "arrived without a hook", "quiet"))
 
-    try:
-        asyncio.run(go())
-    finally:
-        a.close()
+    a.run(go)
 
 
 def test_credentials_come_by_name_and_never_show(tmp_path, monkeypatch, caplog):
