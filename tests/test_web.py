@@ -127,7 +127,9 @@ def page(browser):
     ctx = browser.new_context(viewport={"width": 1280, "height": 860}, color_scheme="light")
     pg = ctx.new_page()
     pg.set_default_timeout(15000)
-    pg.on("console", lambda m: print("console:", m.type, m.text))
+    pg.errors = []  # console errors: a page that works logs none (a missing icon is a 401 here)
+    pg.on("console", lambda m: (print("console:", m.type, m.text, m.location.get("url")),
+                                m.type == "error" and pg.errors.append(f"{m.text} {m.location.get('url')}")))
     pg.on("pageerror", lambda e: print("pageerror:", e))
     yield pg
     ctx.close()
@@ -178,6 +180,8 @@ def test_pages_are_public_and_data_needs_the_key(site):
     r = httpx.get(site["url"] + "/")
     assert r.status_code == 200 and "<h1>Search</h1>" in r.text and "Content-Security-Policy" in r.headers
     assert httpx.get(site["url"] + "/ui/static/app.js").status_code == 200
+    assert '<link rel="icon" href="/ui/static/favicon.svg"' in r.text
+    assert httpx.get(site["url"] + "/ui/static/favicon.svg").headers["content-type"].startswith("image/svg+xml")
     assert httpx.get(site["url"] + "/ui/pygments.css").headers["content-type"].startswith("text/css")
     assert httpx.get(site["url"] + "/file", params={"path": "src/auth/tokens.py"}).status_code == 401
     assert httpx.get(site["url"] + "/sessions").status_code == 401
@@ -294,6 +298,9 @@ def test_repositories_page_shows_source_commit_job_and_an_admin_reindex(page, si
     page.wait_for_function("() => /reindex (queued|running|done)/.test(document.getElementById('status').textContent)")
     page.wait_for_function("() => document.querySelector(\"tr[data-repo='shop'] .job\")?.textContent === 'done'",
                            timeout=30000)
+
+    assert "reindex" in page.locator("#status").inner_text()  # the action's outcome stays beside the summary
+    assert page.errors == []
 
     other = page.context.new_page()
     sign_in(other, site, who="auth", path="/ui/repos")

@@ -4,6 +4,7 @@ import { api, el, setStatus, start } from "./app.js";
 const $ = (id) => document.getElementById(id);
 let me = null;
 let timer = null;
+let note = ""; // the last action's outcome, kept beside the summary until Refresh
 
 function ago(seconds) {
   if (seconds === null || seconds === undefined) return "";
@@ -55,8 +56,10 @@ async function reindex(st, button) {
   button.disabled = true;
   try {
     const r = await api("/repos", { method: "POST", body });
-    setStatus(`${st.name}: reindex ${r.status} (job ${r.job && r.job.id})`);
+    note = `${st.name}: reindex ${r.status} (job ${r.job && r.job.id})`;
+    setStatus(note);
   } catch (e) {
+    note = "";
     setStatus(`${st.name}: ${e.message}`, true);
   }
   await load();
@@ -85,11 +88,12 @@ async function load() {
     if (!rows.length) $("repos").tBodies[0].append(el("tr", {}, el("td", { colspan: "7" }, "No repository is visible to this key.")));
     const busy = states.some((st) => st.job && ["queued", "running", "cancelling"].includes(st.job.status));
     if (busy) timer = setTimeout(load, 1500);
-    if (!$("status").classList.contains("error")) setStatus(`${rows.length} repositor${rows.length === 1 ? "y" : "ies"}${busy ? ", indexing…" : ""}`);
+    const summary = `${rows.length} repositor${rows.length === 1 ? "y" : "ies"}${busy ? ", indexing…" : ""}`;
+    if (!$("status").classList.contains("error")) setStatus(note ? `${summary} · ${note}` : summary);
   } catch (e) {
     setStatus(`Error: ${e.message}`, true);
   }
 }
 
 start(async (who) => { me = who; await load(); });
-$("refresh").addEventListener("click", () => { setStatus(""); load(); });
+$("refresh").addEventListener("click", () => { note = ""; setStatus(""); load(); });
