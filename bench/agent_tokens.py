@@ -18,7 +18,7 @@ Per row:
   hit or citation names it or a def nested in it (the gold convention, as ``repoctx eval`` counts). ``body``:
   covered by more than its signature (a citation that goes past the unit's head).
 * whole files: the tokens of the gold files read whole (what an agent pays to read them).
-Tokens are MiniLM WordPiece tokens (``repoctx.embed.count_tokens``), as the budgets count them.
+Tokens are MiniLM WordPiece tokens (``repoctx.providers.embedding.count_tokens``), as the budgets count them.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from repoctx.config import Settings
-from repoctx.embed import count_tokens
+from repoctx.providers.embedding import count_tokens
 from repoctx.evaluate.corpus import load_rows
 from repoctx.evaluate.metrics import function_key, normalize_gold_function
 from repoctx.evaluate.runner import function_ranking, open_corpus_index

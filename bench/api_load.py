@@ -94,7 +94,7 @@ class Server:
     def __init__(self, env: dict, workers: int):
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "repoctx.service.cli", "serve", "--port", str(self.port), "--log-level", "warning",
+            [sys.executable, "-m", "repoctx.cli.service", "serve", "--port", str(self.port), "--log-level", "warning",
              "--workers", str(workers), "--jobs", "0"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.time() + 60

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from repoctx import Index, Settings
 from repoctx.copilot.agent import Limits, build_agent, stream_turn
-from repoctx.copilot.providers import build_model
+from repoctx.providers.llm import build_model
 
 FILES = {
     "auth/csrf.py": "def verify_csrf_token(request):\n    \"\"\"Verify the CSRF token of a POST request.\"\"\"\n"

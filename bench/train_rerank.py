@@ -324,7 +324,7 @@ def main() -> None:
                   + (f" --reports {a.reports}" if a.reports else "") + (f" (REPOCTX_EMBEDDER={settings.embedder})" if settings.embedder not in (None, "", "local") else "")}
     print("weights:", {n: round(w, 2) for n, w in zip(model.features, model.weights)})
     if not a.no_write:
-        from repoctx.embed import get_embedder
+        from repoctx.providers.embedding import get_embedder
 
         default_id = get_embedder("local").model_id
         out = a.out or weights_file(None if embedder in (None, default_id) else embedder, a.role)

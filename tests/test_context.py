@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from repoctx import Index, Scope, Settings
-from repoctx.embed import count_tokens
+from repoctx.providers.embedding import count_tokens
 from repoctx.retrieve.context import DEFAULT_BUDGETS, TASKS, build_context, classify_task
 from repoctx.types import Hit
 

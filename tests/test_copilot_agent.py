@@ -21,8 +21,8 @@ from repoctx.copilot.agent import (
     parse_citations,
     stream_turn,
 )
-from repoctx.copilot.cli import copilot_app, parse_duration, register
-from repoctx.copilot.providers import (
+from repoctx.cli.copilot import copilot_app, parse_duration, register
+from repoctx.providers.llm import (
     ProviderNotConfigured,
     ProviderUnavailable,
     build_model,
@@ -326,7 +326,7 @@ def test_cli_renders_tokens_tool_lines_and_citations(ix, capsys):
 
     from rich.console import Console
 
-    from repoctx.copilot.cli import _Renderer, _turn
+    from repoctx.cli.copilot import _Renderer, _turn
 
     model = ScriptedToolModel([{"tool": "search_code", "input": {"query": "verify csrf token"}}, cite_first_hit])
     copilot = build_agent(ix, model=model, tools=repo_tools(ix))

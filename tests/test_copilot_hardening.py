@@ -30,7 +30,7 @@ from repoctx.copilot.agent import (
     tool_citations,
     turn_timeout_from_env,
 )
-from repoctx.copilot.cli import copilot_app
+from repoctx.cli.copilot import copilot_app
 from repoctx.copilot.scripted import ScriptedToolModel, last_tool_results
 from repoctx.copilot.sessions import list_sessions, migrate, open_session_repository
 from repoctx.copilot.tools import MAX_DETAIL, RepoTools, make_tools
@@ -68,7 +68,7 @@ def cli_env(ix, tmp_path, monkeypatch):
 
 
 def use_model(monkeypatch, model) -> None:
-    import repoctx.copilot.providers as providers
+    import repoctx.providers.llm as providers
 
     monkeypatch.setattr(providers, "build_model", lambda spec, **kw: model)
 
@@ -190,7 +190,7 @@ def test_a_model_blocking_its_thread_is_ended_by_the_watchdog(ix, tmp_path):
     script = tmp_path / "blocked.py"
     script.write_text(textwrap.dedent("""
         import sys, time
-        import repoctx.copilot.providers as providers
+        import repoctx.providers.llm as providers
         from repoctx.copilot.scripted import ScriptedToolModel
 
         class Blocks(ScriptedToolModel):
@@ -199,7 +199,7 @@ def test_a_model_blocking_its_thread_is_ended_by_the_watchdog(ix, tmp_path):
                 yield {}
 
         providers.build_model = lambda spec, **kw: Blocks(["x"])
-        from repoctx.copilot.cli import copilot_app
+        from repoctx.cli.copilot import copilot_app
         copilot_app(["ask", "q", "--repo", sys.argv[1]])
     """))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REPOCTX_", "OPENAI_", "AWS_"))}

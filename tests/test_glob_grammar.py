@@ -371,7 +371,7 @@ def test_roles_file_refuses_a_pattern_it_cannot_translate(tmp_path, suffix):
 
 
 def test_cli_roles_add_refuses_with_a_message_and_no_traceback(tmp_path, monkeypatch):
-    from repoctx.service.cli import service_app
+    from repoctx.cli.service import service_app
 
     monkeypatch.delenv("REPOCTX_ROLES", raising=False)
     monkeypatch.delenv("REPOCTX_DATABASE_URL", raising=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from repoctx import Index, Settings
-from repoctx.embed import count_tokens
+from repoctx.providers.embedding import count_tokens
 from repoctx.store.base import Scope
 
 mcp = pytest.importorskip("mcp")

@@ -246,7 +246,7 @@ def test_the_standard_search_takes_its_own_weights_where_they_ship(tmp_path, mon
 
 
 def test_the_shipped_standard_weights_were_fitted_for_the_standard_search():
-    from repoctx.embed import get_embedder
+    from repoctx.providers.embedding import get_embedder
 
     minilm = get_embedder("local").model_id
     model = load_reranker(embedder=minilm, role="standard")
@@ -257,7 +257,7 @@ def test_the_shipped_standard_weights_were_fitted_for_the_standard_search():
 
 
 def test_the_code_tuned_model_ships_its_own_weights():
-    from repoctx.embed import get_embedder
+    from repoctx.providers.embedding import get_embedder
 
     code = get_embedder("local:code").model_id
     model = load_reranker(embedder=code)

@@ -179,7 +179,7 @@ def test_capsules_search_and_embed_texts_clean(indexed):
     assert {rel for rel, _, _ in FORMS} <= paths  # every form was indexed, so "no leak" means redacted
     assert not paths & SKIPPED_BY_NAME
     assert {p for p, r in report.skipped if r.startswith("secret")} == SKIPPED_BY_NAME
-    # The vector cache stores vectors keyed by a hash of repoctx.embed.embed_text(capsule), which is built
+    # The vector cache stores vectors keyed by a hash of repoctx.providers.embedding.embed_text(capsule), which is built
     # from the capsule's text and names only: clean capsule texts mean clean embed texts.
     for c in capsules:
         assert not _leaks(c.text), (c.path, _leaks(c.text))
@@ -196,7 +196,7 @@ def test_capsules_search_and_embed_texts_clean(indexed):
 
 def test_embed_text_clean(indexed):
     _, _, ix, _ = indexed
-    from repoctx.embed import embed_text
+    from repoctx.providers.embedding import embed_text
 
     for c in ix.store.all_capsules():
         assert not _leaks(embed_text(c))

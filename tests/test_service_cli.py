@@ -16,7 +16,7 @@ import typer
 from typer.testing import CliRunner
 
 from repoctx.service.auth import KeyStore
-from repoctx.service.cli import register, service_app
+from repoctx.cli.service import register, service_app
 from repoctx.service.db import ServiceDB
 from repoctx.store.base import Grant
 
@@ -119,7 +119,7 @@ def test_serve_starts_uvicorn_on_loopback(tmp_path):
     env = {**os.environ, "REPOCTX_INDEX_DIR": str(tmp_path / "ix"), "REPOCTX_EMBEDDER": "none",
            "PYTHONPATH": str(ROOT / "src")}
     env.pop("REPOCTX_DATABASE_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "repoctx.service.cli", "serve", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "repoctx.cli.service", "serve", "--port", str(port),
                              "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 30
@@ -150,7 +150,7 @@ def test_serve_with_workers_gives_each_process_time_to_build_its_memory(tmp_path
     import uvicorn
     from typer.testing import CliRunner
 
-    from repoctx.service.cli import service_app
+    from repoctx.cli.service import service_app
 
     seen = {}
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: seen.update(kw))

@@ -50,7 +50,7 @@ class Proc:
         self.name = name
         self.log = logs / f"{name}.log"
         self.file = open(self.log, "wb")
-        self.p = subprocess.Popen([sys.executable, "-m", "repoctx.service.cli", *args], env=env, stdout=self.file,
+        self.p = subprocess.Popen([sys.executable, "-m", "repoctx.cli.service", *args], env=env, stdout=self.file,
                                   stderr=subprocess.STDOUT, cwd=str(logs), start_new_session=True)
 
     def kill9(self) -> None:

@@ -150,7 +150,7 @@ def test_a_worker_killed_mid_job_loses_it_and_another_finishes_it(pg, tmp_path):
     job = enqueue_path(jobs, sources, "big", root)
     env = {**os.environ, "REPOCTX_DATABASE_URL": pg, "REPOCTX_EMBEDDER": "none", "PYTHONPATH": str(ROOT / "src"),
            "REPOCTX_GIT_POLL": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "repoctx.service.cli", "worker", "--id", "doomed",
+    proc = subprocess.Popen([sys.executable, "-m", "repoctx.cli.service", "worker", "--id", "doomed",
                              "--lease", "1.5", "--poll", "0.05"], env=env, cwd=str(tmp_path),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -69,7 +69,7 @@ def quantize(src: Path, dst: Path) -> None:
 
 
 def onnx_encoder(path: Path, threads: int):
-    from repoctx.embed import LocalMiniLM
+    from repoctx.providers.embedding import LocalMiniLM
 
     enc = LocalMiniLM(model_path=path, threads=threads)
     return enc.encode
@@ -82,7 +82,7 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def export(work: Path, args) -> dict:
     import torch
 
-    from repoctx.embed import LocalMiniLM
+    from repoctx.providers.embedding import LocalMiniLM
 
     torch.set_num_threads(args.threads)
     model_dir = work / "train" / "model"
@@ -181,7 +181,7 @@ ONNX (opset {exp['opset']}; inputs `input_ids`, `attention_mask`, `token_type_id
 `last_hidden_state`, dynamic batch and sequence axes) and quantised dynamically to int8 (QInt8
 weights, per-channel scales, `onnxruntime.quantization.quantize_dynamic`). {exp['onnx_bytes'] / 1e6:.1f} MB. Use it as repoctx does: the bundled `tokenizer.json` (the base model's, unchanged),
 mean pooling over the attention mask, L2 normalisation, 128 tokens:
-`repoctx.embed.LocalMiniLM(model_path="model.onnx")`.
+`repoctx.providers.embedding.LocalMiniLM(model_path="model.onnx")`.
 
 Made {datetime.date.today().isoformat()} by `bench/train_embedder.py`.
 
@@ -197,7 +197,7 @@ Pairs mined from the wheels of {len([1 for s in pk.values() if s['split'] == 'tr
 own parser (tree-sitter capsules): query = the first sentence of a function/method/class docstring
 (≥ 4 words), or its first prose paragraphs cut to 60 words, or (≤ 15 % per package) a test's name in
 words plus its body paired with the function it names; document = the text repoctx embeds for that
-unit (`repoctx.embed.embed_text`, 128 tokens) **with the docstring removed**. One BM25 hard negative
+unit (`repoctx.providers.embedding.embed_text`, 128 tokens) **with the docstring removed**. One BM25 hard negative
 from the same package and one same-file neighbour per pair. Dunder methods, bodies under 2 lines,
 trivial queries (just the name) and repeated queries/code dropped; no package above
 {stats['max_share'] * 100:.0f} % of the pairs (cap {stats['cap_per_package']}).

@@ -2,7 +2,7 @@
 
 A pair is what dense search should match: a person's words about a unit of code (its docstring's
 first sentence, or a longer paragraph of it, or a test's name and body) and the text repoctx embeds
-for that unit (``repoctx.embed.embed_text`` at the product's 128 tokens) *with the docstring taken
+for that unit (``repoctx.providers.embedding.embed_text`` at the product's 128 tokens) *with the docstring taken
 out*, so the model has to match words to code rather than words to the same words. Every candidate
 unit of a package (the pool: negatives, validation candidates) is embedded the same way, docstring
 out, so "has a docstring" never tells a positive from a negative.
@@ -29,7 +29,7 @@ from collections import Counter, defaultdict
 from pathlib import Path, PurePosixPath
 
 from repoctx.capsules.parse import parse_source
-from repoctx.embed import embed_text
+from repoctx.providers.embedding import embed_text
 from repoctx.tokens import STOPWORDS, code_tokens, split_identifier
 
 from .packages import EXCLUDED_MODULES, PACKAGES, VALIDATION, VENDOR_DIRS

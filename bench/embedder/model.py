@@ -1,6 +1,6 @@
 """The model as repoctx runs it: all-MiniLM-L6-v2 (BERT, 6 layers, 384-d) with the product's tokenizer
-(``repoctx.embed.tokenizer_file()``, the same ``tokenizer.json`` the base model ships), mean pooling
-over the attention mask and L2 normalisation (``repoctx.embed.LocalMiniLM._run``); and the validation
+(``repoctx.providers.embedding.tokenizer_file()``, the same ``tokenizer.json`` the base model ships), mean pooling
+over the attention mask and L2 normalisation (``repoctx.providers.embedding.LocalMiniLM._run``); and the validation
 metric: rank each validation query's unit among all candidate units of its package."""
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class Tokens:
     """The product's tokenizer: ids truncated at ``max_length`` (special tokens included), no padding."""
 
     def __init__(self) -> None:
-        from repoctx.embed import _load_tokenizer, tokenizer_file
+        from repoctx.providers.embedding import _load_tokenizer, tokenizer_file
 
         self.path = tokenizer_file()
         self.tok = _load_tokenizer(self.path)

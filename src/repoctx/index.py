@@ -245,7 +245,7 @@ class Index:
             return self._embedder
         if self.settings.embedder in ("none", "", None):
             return None
-        from repoctx.embed import get_embedder
+        from repoctx.providers.embedding import get_embedder
 
         self._embedder = get_embedder(self.settings.embedder)
         return self._embedder

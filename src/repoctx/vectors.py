@@ -147,7 +147,7 @@ def fill_vectors(writer, embedder, cache: VectorCache, progress: Callable[[dict]
     """Embed what the cache lacks for one repository and hand every vector the store needs to its sink.
     While a long first fill runs, what is done so far is published every ``publish_every`` seconds so
     dense search already answers over it."""
-    from repoctx.embed import embed_text
+    from repoctx.providers.embedding import embed_text
 
     t0 = time.perf_counter()
     model = embedder.model_id

@@ -1,4 +1,8 @@
-"""The command line: a thin shell over ``repoctx.Index``."""
+"""The command line, the top floor: a thin shell over ``repoctx.Index``.
+
+The core commands live here; ``cli.copilot`` (ask, chat, sessions) and ``cli.service`` (serve, worker, keys,
+roles) hold the others' glue and are imported only when one of their commands runs, so the core commands
+work with only the core installed."""
 from __future__ import annotations
 
 import json
@@ -19,12 +23,12 @@ from repoctx.store.base import IndexBusy, SchemaMismatch, StoreError
 
 class _Surfaces(typer.core.TyperGroup):
     """The copilot (ask, chat, sessions), the service (serve, worker, keys, roles) and the MCP server are
-    thin shells over the same library, each in its own module. They are imported only when one of their
+    thin shells over the same library, each with its commands in its own module. They are imported only when one of their
     commands runs (or the help lists them), so `repoctx search` never pays for Strands, FastAPI or MCP."""
 
-    LAZY = {"ask": "repoctx.copilot.cli", "chat": "repoctx.copilot.cli", "sessions": "repoctx.copilot.cli",
-            "serve": "repoctx.service.cli", "worker": "repoctx.service.cli", "keys": "repoctx.service.cli",
-            "roles": "repoctx.service.cli", "mcp": "repoctx.mcp"}
+    LAZY = {"ask": "repoctx.cli.copilot", "chat": "repoctx.cli.copilot", "sessions": "repoctx.cli.copilot",
+            "serve": "repoctx.cli.service", "worker": "repoctx.cli.service", "keys": "repoctx.cli.service",
+            "roles": "repoctx.cli.service", "mcp": "repoctx.mcp"}
 
     def list_commands(self, ctx) -> list[str]:
         return super().list_commands(ctx) + [n for n in self.LAZY if n not in self.commands]
@@ -483,14 +487,6 @@ def db_migrate(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help="W
     except Exception as e:  # psycopg errors and the like: named, never a traceback
         _fail(f"could not migrate: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 1)
     console.print("migrated: " + ", ".join(done), highlight=False)
-
-
-def main() -> None:  # pragma: no cover
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
 
 
 @app.command("eval")

@@ -97,7 +97,7 @@ class _Watchdog:
             sys.stderr.write(f"error: {_timeout_message(self.timeout)}\n")
             sys.stderr.flush()
             if self.copilot.owns_model:  # an in-process llama.cpp server is stopped, if it stops promptly
-                from repoctx.copilot.providers import close_model
+                from repoctx.providers.llm import close_model
 
                 closer = threading.Thread(target=close_model, args=(self.copilot._model,), daemon=True)
                 closer.start()
@@ -121,7 +121,7 @@ class _Watchdog:
 def _open_copilot(repo: Path, session: str | None, err: Console, principal: str = "local"):
     """Provider checked first (no I/O), then the index, then the model and the session store."""
     from repoctx.config import ConfigError, Settings
-    from repoctx.copilot.providers import ProviderNotConfigured, ProviderUnavailable, build_model, resolve_spec
+    from repoctx.providers.llm import ProviderNotConfigured, ProviderUnavailable, build_model, resolve_spec
     from repoctx.copilot.sessions import SessionStoreNotMigrated, validate_session_id
     from repoctx.index import Index
 
@@ -157,7 +157,7 @@ def _open_copilot(repo: Path, session: str | None, err: Console, principal: str 
     except Exception as e:  # e.g. a GGUF file llama.cpp cannot load
         raise _fail(err, f"could not start the model {spec.describe()}: {type(e).__name__}: {e}", 2)
     from repoctx.copilot.agent import build_agent
-    from repoctx.copilot.providers import close_model
+    from repoctx.providers.llm import close_model
 
     try:
         copilot = build_agent(ix, session, principal, model=model)

@@ -1,6 +1,6 @@
 """``repoctx serve``, ``repoctx worker``, ``repoctx keys ...`` and ``repoctx roles ...``.
 
-``service_app`` is a standalone Typer app (``python -m repoctx.service.cli``); ``register(app)`` adds the
+``service_app`` is a standalone Typer app (``python -m repoctx.cli.service``); ``register(app)`` adds the
 same commands to another one (the main ``repoctx`` CLI)."""
 from __future__ import annotations
 

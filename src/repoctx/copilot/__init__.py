@@ -1,10 +1,12 @@
 """The repoctx copilot: a Strands agent that answers questions about a repository with cited sources.
 
-Light on import: the submodules (``agent``, ``sessions``, ``providers``, ``cli``) load what they need.
+Light on import: the submodules (``agent``, ``sessions``, ``tools``) load what they need. Its model comes
+from ``repoctx.providers.llm``; its commands (``repoctx ask``, ``chat``, ``sessions``) live in
+``repoctx.cli.copilot``.
 """
 from __future__ import annotations
 
-__all__ = ["build_agent", "ask", "stream_turn", "Limits", "TurnMetrics", "TurnResult", "ProviderNotConfigured"]
+__all__ = ["build_agent", "ask", "stream_turn", "Limits", "TurnMetrics", "TurnResult"]
 
 
 def __getattr__(name: str):
@@ -12,8 +14,4 @@ def __getattr__(name: str):
         from repoctx.copilot import agent
 
         return getattr(agent, name)
-    if name == "ProviderNotConfigured":
-        from repoctx.copilot.providers import ProviderNotConfigured
-
-        return ProviderNotConfigured
     raise AttributeError(name)

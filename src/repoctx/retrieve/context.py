@@ -30,7 +30,7 @@ from typing import Protocol
 
 import math
 
-from repoctx.embed import count_tokens
+from repoctx.providers.embedding import count_tokens
 from repoctx.retrieve import slices
 from repoctx.retrieve.hybrid import is_test_unit, query_terms
 from repoctx.store.base import EVERYTHING, Scope

@@ -85,7 +85,7 @@ class LLMJudge:
 def llm_helpers(env=None):
     """The planner and the judge on the copilot's model (``REPOCTX_LLM``); raises the provider's one-sentence
     error when none is configured."""
-    from repoctx.copilot.providers import model_from_env
+    from repoctx.providers.llm import model_from_env
     from repoctx.retrieve.planner import LLMPlanner
 
     model = model_from_env(env)

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from repoctx.embed import count_tokens
+from repoctx.providers.embedding import count_tokens
 from repoctx.tokens import code_tokens
 from repoctx.types import Capsule, printable
 

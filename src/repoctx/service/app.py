@@ -413,7 +413,7 @@ class Service:
             return self._model_factory()
         with self._model_lock:
             if self._default_model is None:
-                from repoctx.copilot.providers import model_from_env
+                from repoctx.providers.llm import model_from_env
 
                 self._default_model = model_from_env()
             return self._default_model
@@ -473,7 +473,7 @@ class Service:
         if hasattr(self.jobs, "close"):
             self.jobs.close()
         if self._default_model is not None:
-            from repoctx.copilot.providers import close_model
+            from repoctx.providers.llm import close_model
 
             close_model(self._default_model)
         if self._sessions_pool is not None:
@@ -815,7 +815,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
     @app.post("/chat", tags=["copilot"], response_class=EventSourceResponse,
               summary="One copilot turn as server-sent events: token, tool, trace, citation, error, done")
     async def chat(req: ChatRequest, p: PrincipalDep):
-        from repoctx.copilot.providers import ProviderNotConfigured, ProviderUnavailable
+        from repoctx.providers.llm import ProviderNotConfigured, ProviderUnavailable
 
         scope = await threaded(svc.scope_for, p, req.repos)
         key = (p.name, req.session_id)

@@ -285,7 +285,7 @@ def _resolve_embedder(embedder, settings):
     if callable(embedder) and not hasattr(embedder, "encode"):
         embedder = embedder()
     if embedder is None and settings.embedder not in ("none", "", None):
-        from repoctx.embed import get_embedder
+        from repoctx.providers.embedding import get_embedder
 
         embedder = get_embedder(settings.embedder)
     return embedder

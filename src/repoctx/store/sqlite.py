@@ -724,7 +724,7 @@ class SQLiteRepoWriter:
     # from it, so an edit reads, looks up and embeds only what it changed (rebuilding the texts of every unit
     # and looking each up in the vector cache took 1.5 s of a one-file edit of Django)
     def embed_rows(self, model: str) -> tuple[list[EmbedRow], bool]:
-        from repoctx.embed import EMBED_TEXT_VERSION
+        from repoctx.providers.embedding import EMBED_TEXT_VERSION
 
         self._carry = None
         if self.store.vector_state(self.repo, model).current:
