@@ -4,7 +4,8 @@ Nothing here is written to docs/: the pages (and ``reference/openapi.json``) exi
 so they cannot go stale. The CLI page walks the Typer app (``repoctx.cli:app``) as click sees it; the
 HTTP page renders the OpenAPI spec of a service app built over an empty temporary index (no embedder,
 no workers), as the tests build it. The benchmark tables in ``bench/results/*.md`` are published under
-``benchmarks/results/`` the same way, so pages can link the measured tables.
+``benchmarks/results/`` the same way, so pages can link the measured tables, and ``bench/README.md`` as
+``benchmarks/scripts.md``.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ CLI_PAGE = "reference/cli.md"
 HTTP_PAGE = "reference/http.md"
 SPEC_FILE = "reference/openapi.json"
 RESULTS_DIR = "benchmarks/results"
+SCRIPTS_PAGE = "benchmarks/scripts.md"
 
 
 # ---------------------------------------------------------------- CLI
@@ -208,7 +210,7 @@ def http_markdown(spec: dict) -> str:
 def results_index(names: list[str]) -> str:
     lines = ["# Result tables", "",
              "The tables the benchmark scripts wrote (`bench/results/*.md`), published as they are in the "
-             "repository. Which script writes which: [Benchmarks](../index.md) and `bench/README.md`.", ""]
+             "repository. Which script writes which: [the scripts](../scripts.md) (`bench/README.md`).", ""]
     lines += [f"- [{n}]({n}.md)" for n in names]
     return "\n".join(lines) + "\n"
 
@@ -226,4 +228,24 @@ def on_files(files, config):
         files.append(File.generated(config, f"{RESULTS_DIR}/{r.name}", content=r.read_text(encoding="utf-8"),
                                     inclusion=InclusionLevel.NOT_IN_NAV))
     files.append(File.generated(config, f"{RESULTS_DIR}/index.md", content=results_index([r.stem for r in results])))
+    # bench/README.md (one text for the repository and the site): which script makes which table
+    files.append(File.generated(config, SCRIPTS_PAGE, content=(ROOT / "bench" / "README.md").read_text(encoding="utf-8")))
     return files
+
+
+_RESULT_SPAN = re.compile(r"(?<!\[)`bench/results/([\w.-]+)\.md`")
+
+
+def on_page_markdown(markdown, page, config, files):
+    """A hand-written page names a table as `bench/results/NAME.md`; on the site that name links the table."""
+    depth = page.file.src_uri.count("/")
+    up = "../" * depth
+
+    def link(m: re.Match) -> str:
+        if not (ROOT / "bench" / "results" / f"{m.group(1)}.md").exists():
+            return m.group(0)
+        return f"[{m.group(0)}]({up}{RESULTS_DIR}/{m.group(1)}.md)"
+
+    if page.file.src_uri.startswith(RESULTS_DIR):
+        return markdown
+    return _RESULT_SPAN.sub(link, markdown)
