@@ -5,6 +5,8 @@ Every ``import`` under src/repoctx counts, wherever it is written (module level,
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,29 @@ def test_the_walk_sees_function_level_and_relative_imports(tmp_path, monkeypatch
     assert imports_of("repoctx.store.base", mods["repoctx.store.base"]) == [(2, "repoctx.index"), (3, "repoctx.index")]
     assert [a.split(": ", 1)[1] for a in arrows_up()] == [
         "repoctx.store.base (floor 3) -> repoctx.index (floor 5)"] * 2
+
+
+def test_providers_and_the_cli_import_without_the_optional_stacks():
+    """Strands, LangChain, FastAPI and psycopg load only inside what needs them: with them refused, the providers
+    and the CLI import, a provider that needs one says which extra to install, and the CLI lists its commands."""
+    code = """
+import importlib.abc, sys
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("strands", "langchain_core", "fastapi", "psycopg", "psycopg_pool", "procrastinate"):
+            raise ImportError(f"No module named {name!r}")
+sys.meta_path.insert(0, Refuse())
+import repoctx.providers.embedding, repoctx.providers.llm
+from repoctx.providers.llm import ProviderUnavailable, build_model
+try:
+    build_model("openai:m@http://127.0.0.1:9/v1")
+except ProviderUnavailable as e:
+    print(e)
+from typer.testing import CliRunner
+from repoctx.cli import app
+result = CliRunner().invoke(app, ["--help"])
+print(result.exit_code, "chat" in result.output and "serve" in result.output)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'repoctx[openai]'" in out.stdout and out.stdout.rstrip().endswith("0 True"), out.stdout
