@@ -1,5 +1,5 @@
 """What an agent receives, in tokens, and what it covers: search at k=10 at each detail level and context at
-budgets 1k/2k/4k, on the SWE-bench dev split's issues (``/work/shared/eval/swebench_lite_dev.jsonl`` by default).
+budgets 1k/2k/4k, on the SWE-bench dev split's issues (``--dataset``; default ``../shared/eval/swebench_lite_dev.jsonl``, beside the checkout, as ``repoctx eval`` is run in the docs).
 
     python bench/agent_tokens.py --out after.json            # measure the code on PYTHONPATH (rows: --limit N)
     PYTHONPATH=/tmp/before/src python bench/agent_tokens.py --out before.json   # the code before a change
@@ -37,7 +37,7 @@ from repoctx.evaluate.metrics import function_key, normalize_gold_function
 from repoctx.evaluate.runner import function_ranking, open_corpus_index
 from repoctx.types import DEFS, outermost_def
 
-DATASET = "/work/shared/eval/swebench_lite_dev.jsonl"
+DATASET = "../shared/eval/swebench_lite_dev.jsonl"
 BUDGETS = (1000, 2000, 4000)
 K = 10
 

@@ -7,7 +7,7 @@
     python bench/train_embedder.py base    [--out PATH]                # the untuned base model, exported the
                                                                        # same way: repoctx's default model file
 
-Needs the `train` extra (torch from the CPU wheel): PIP_FIND_LINKS=/opt/wheels pip install -e '.[train]'.
+Needs the `train` extra (torch from the CPU wheel): pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -e '.[train]'.
 Everything is written under --work (default ~/.cache/repoctx/train): wheels/, mine/ (per package),
 pairs/ (train.jsonl, val.jsonl, val_pool.jsonl, stats.json), train/ (ckpt.pt while running, log.jsonl,
 model/, metrics.json), export/ (model.onnx, tokenizer.json, MODEL_CARD.md, metrics.json). Each stage

@@ -233,7 +233,7 @@ int8 vs float: mean cosine {exp['cosine_float_int8_mean']:.4f} (min {exp['cosine
 
 ## Reproduce
 ```
-PIP_FIND_LINKS=/opt/wheels pip install -e '.[train]'   # torch 2.13.0 from the CPU wheel
+pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -e '.[train]'   # torch 2.13.0 from the CPU wheel
 {cmd}
 ```
 """
