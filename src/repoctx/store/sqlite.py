@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from repoctx.store.base import (EMBED_KINDS, EVERYTHING, SCHEMA_VERSION, EmbedRow, FileRecord, RepoRecord,
+from repoctx.store.base import (EMBED_KINDS, EVERYTHING, EmbedRow, FileRecord, RepoRecord,
                                 IndexBusy, SchemaMismatch, Scope, StoreError, VectorState, check_repo_name, compile_all,
                                 like_suffix, text_key)
 from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
@@ -41,6 +41,14 @@ _TEXT_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS files_text ON files(repo, text_hash)",
 )
 
+# Schema 5 (issue 39: Django's sdist took 252 MiB, 109 MiB of it edges and their four indexes, 38 MiB FTS5's own
+# copy of the text). Edges are four integers: the source and target units' rowids (a unit keeps its rowid when its
+# file is written again, so edges from other files stay pointed), the kind's position in EDGE_KINDS and the
+# referenced name's id in ``names`` (each name once, with its key for re-resolution; none for 'contains', whose
+# name is the target's qualname). The unit's repository and path are the source's. FTS5 is contentless: a row
+# leaves it by 'delete' with the tokens it was given, made again from the unit (a class's lexical body, when not
+# its text, is kept in ``lex``). Rowids are AUTOINCREMENT: a rowid once freed is never given to another unit, so
+# an edge still naming a deleted unit (until re-resolution moves it) can never reach the wrong one.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(repo TEXT NOT NULL, key TEXT NOT NULL, value TEXT, PRIMARY KEY(repo, key));
 CREATE TABLE IF NOT EXISTS repos(name TEXT PRIMARY KEY, root TEXT, created REAL);
@@ -48,24 +56,34 @@ CREATE TABLE IF NOT EXISTS files(
   repo TEXT NOT NULL, path TEXT NOT NULL, language TEXT, size INTEGER, mtime_ns INTEGER, hash TEXT, module TEXT,
   imports TEXT, method TEXT, note TEXT, text_hash TEXT, PRIMARY KEY(repo, path));
 CREATE TABLE IF NOT EXISTS capsules(
-  rowid INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, repo TEXT NOT NULL, path TEXT, language TEXT, kind TEXT,
-  name TEXT, qualname TEXT, signature TEXT, params TEXT, returns TEXT, docstring TEXT, decorators TEXT,
-  start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, parent TEXT, module TEXT);
+  rowid INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, repo TEXT NOT NULL, path TEXT, language TEXT,
+  kind TEXT, name TEXT, qualname TEXT, signature TEXT, params TEXT, returns TEXT, docstring TEXT, decorators TEXT,
+  start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, parent TEXT, module TEXT, lex TEXT);
 CREATE INDEX IF NOT EXISTS capsules_path ON capsules(repo, path);
 CREATE INDEX IF NOT EXISTS capsules_name ON capsules(name);
 CREATE INDEX IF NOT EXISTS capsules_qualname ON capsules(qualname);
 CREATE INDEX IF NOT EXISTS capsules_module ON capsules(repo, module) WHERE kind = 'module';
-CREATE TABLE IF NOT EXISTS edges(
-  repo TEXT NOT NULL, src TEXT NOT NULL, kind TEXT NOT NULL, dst_name TEXT NOT NULL, dst_key TEXT, dst TEXT,
-  src_path TEXT);
+CREATE TABLE IF NOT EXISTS names(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, key TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS names_key ON names(key);
+CREATE TABLE IF NOT EXISTS edges(src INTEGER NOT NULL, kind INTEGER NOT NULL, name INTEGER, dst INTEGER);
 CREATE INDEX IF NOT EXISTS edges_src ON edges(src);
 CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst);
-CREATE INDEX IF NOT EXISTS edges_key ON edges(repo, dst_key);
-CREATE INDEX IF NOT EXISTS edges_path ON edges(repo, src_path);
+CREATE INDEX IF NOT EXISTS edges_name ON edges(name);
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
-  name, qualname, path, signature, docstring, body, tokenize = "unicode61 tokenchars '_'");
+  name, qualname, path, signature, docstring, body, content='', tokenize = "unicode61 tokenchars '_'");
 CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, 'row');
 """ + "\n".join(f"{stmt};" for stmt in _TEXT_SCHEMA)
+
+SCHEMA_VERSION = 5  # this file's layout (base.SCHEMA_VERSION was 4: grep's texts); an older index is rebuilt
+
+# an edge's kind by its position: alphabetical, so ordering by the stored integer orders by the name
+EDGE_KINDS = ("calls", "contains", "imports", "inherits")
+_KIND = {k: i for i, k in enumerate(EDGE_KINDS)}
+_CONTAINS = _KIND["contains"]
+# an edge as the Store interface speaks it: (src id, kind, dst_name, dst id), and e.rowid, e.dst for writers
+_EDGE_FROM = ("FROM edges e JOIN capsules s ON s.rowid = e.src LEFT JOIN names n ON n.id = e.name "
+              "LEFT JOIN capsules d ON d.rowid = e.dst")
+_EDGE_COLS = "s.id, e.kind, coalesce(n.name, d.qualname), d.id"
 
 _COLS = ("c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
          "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent")
@@ -118,8 +136,6 @@ class SQLiteStore(MemoryReads):
                 raise StoreError(f"no index at {self.path}")
             db.executescript(_SCHEMA)
             db.execute("INSERT OR REPLACE INTO meta VALUES('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif version in (2, 3):
-            self._migrate_texts(db)
         elif version != SCHEMA_VERSION:
             if not create:
                 raise SchemaMismatch(f"the index at {self.dir} was built by another repoctx version (schema {version}, "
@@ -166,29 +182,6 @@ class SQLiteStore(MemoryReads):
             return 1
         r = db.execute("SELECT value FROM meta WHERE repo='' AND key='schema_version'").fetchone()
         return int(r[0]) if r else 1
-
-    def _migrate_texts(self, db) -> None:
-        """Schema 4 adds grep's texts beside what schema 2 holds, in place (any open, read-only ones too: the
-        tables are new and empty); schema 3 kept them zlib-compressed, and they are dropped. Files indexed
-        before are given their text by the next update, without being parsed again."""
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            version = self._schema_version(db)  # another process may have migrated while this one waited
-            if version in (2, 3):
-                if version == 3:
-                    db.execute("DROP TABLE IF EXISTS text_fts")
-                    db.execute("DROP TABLE IF EXISTS texts")
-                    db.execute("UPDATE files SET text_hash = NULL")
-                if "text_hash" not in [r[1] for r in db.execute("PRAGMA table_info(files)")]:
-                    db.execute("ALTER TABLE files ADD COLUMN text_hash TEXT")
-                for stmt in _TEXT_SCHEMA:
-                    db.execute(stmt)
-                db.execute("INSERT OR REPLACE INTO meta VALUES('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
 
     def _rebuild_schema(self, db) -> None:
         """An index is derived data: an older layout is dropped and rebuilt by the next update."""
@@ -273,12 +266,13 @@ class SQLiteStore(MemoryReads):
     def counts(self, scope: Scope = EVERYTHING) -> dict[str, int]:
         where, args = self._scope(scope)
         fwhere, fargs = self._scope(scope, "f")
-        ewhere, eargs = self._scope(scope, "e", "src_path")
+        ewhere, eargs = self._scope(scope, "s")  # an edge is where its source unit is
         q = lambda sql, a: self.db.execute(sql, a).fetchone()[0]  # noqa: E731
+        edges = "edges e JOIN capsules s ON s.rowid = e.src" if not scope.unrestricted else "edges e"
         return {"files": q(f"SELECT count(*) FROM files f WHERE {fwhere}", fargs),
                 "capsules": q(f"SELECT count(*) FROM capsules c WHERE {where}", args),
-                "edges": q(f"SELECT count(*) FROM edges e WHERE {ewhere}", eargs),
-                "resolved_edges": q(f"SELECT count(*) FROM edges e WHERE e.dst IS NOT NULL AND {ewhere}", eargs)}
+                "edges": q(f"SELECT count(*) FROM {edges} WHERE {ewhere}", eargs),
+                "resolved_edges": q(f"SELECT count(*) FROM {edges} WHERE e.dst IS NOT NULL AND {ewhere}", eargs)}
 
     def capsules(self, ids: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not ids:
@@ -300,10 +294,9 @@ class SQLiteStore(MemoryReads):
                                                            args)]
 
     def all_edges(self, scope: Scope = EVERYTHING) -> list[tuple]:
-        where, args = self._scope(scope, "e", "src_path")
-        return [tuple(r) for r in self.db.execute(
-            f"SELECT e.src, e.kind, e.dst_name, e.dst FROM edges e WHERE {where} ORDER BY e.src, e.kind, e.dst_name, e.dst",
-            args)]
+        where, args = self._scope(scope, "s")
+        return [(r[0], EDGE_KINDS[r[1]], r[2], r[3]) for r in self.db.execute(
+            f"SELECT {_EDGE_COLS} {_EDGE_FROM} WHERE {where} ORDER BY 1, 2, 3, 4", args)]
 
     def file_capsules(self, repo: str, path: str, scope: Scope = EVERYTHING) -> list[Capsule]:
         where, args = self._scope(scope)
@@ -459,23 +452,28 @@ class SQLiteStore(MemoryReads):
     def _edges(self, col: str, ids: list[str], kinds: tuple[str, ...], scope: Scope) -> list[Edge]:
         if not ids:
             return []
-        kind_sql = f" AND e.kind IN ({_ph(len(kinds))})" if kinds else ""
+        kind_ids = [_KIND[k] for k in kinds if k in _KIND]
+        if kinds and not kind_ids:
+            return []
+        kind_sql = f" AND e.kind IN ({_ph(len(kind_ids))})" if kinds else ""
         if scope.unrestricted:
             scope_sql, scope_args = "", []
         elif not (scope.include or scope.exclude or scope.grants is not None):
-            # edges resolve within a repository: both ends are in e.repo
-            scope_sql, scope_args = f" AND +e.repo IN ({_ph(len(scope.repos))})", list(scope.repos)
+            # edges resolve within a repository: both ends are in the source's
+            scope_sql, scope_args = f" AND +s.repo IN ({_ph(len(scope.repos))})", list(scope.repos)
         else:  # both ends must be visible: the source, and the target when resolved
             s_where, s_args = self._scope(scope, "s")
             d_where, d_args = self._scope(scope, "d")
-            scope_sql = (f" AND EXISTS (SELECT 1 FROM capsules s WHERE s.id = e.src AND {s_where})"
-                         f" AND (e.dst IS NULL OR EXISTS (SELECT 1 FROM capsules d WHERE d.id = e.dst AND {d_where}))")
+            scope_sql = f" AND {s_where} AND (e.dst IS NULL OR (d.rowid IS NOT NULL AND {d_where}))"
             scope_args = s_args + d_args
+        end = "s" if col == "src" else "d"
         out = []
         for chunk in _chunks(list(dict.fromkeys(ids))):
-            out += [Edge(*r) for r in self.db.execute(
-                f"SELECT e.src, e.kind, e.dst_name, e.dst FROM edges e WHERE e.{col} IN ({_ph(len(chunk))}){kind_sql}"
-                f"{scope_sql}", chunk + list(kinds) + scope_args)]
+            # the order of the index these rows were read by before schema 5: by the end's id, then as written
+            out += [Edge(r[0], EDGE_KINDS[r[1]], r[2], r[3]) for r in self.db.execute(
+                f"SELECT {_EDGE_COLS} {_EDGE_FROM} WHERE e.{col} IN (SELECT rowid FROM capsules WHERE id IN "
+                f"({_ph(len(chunk))})){kind_sql}{scope_sql} ORDER BY {end}.id, e.rowid",
+                chunk + kind_ids + scope_args)]
         return out
 
     # ---- grep: the files' texts, narrowed by the trigram index
@@ -567,6 +565,14 @@ class SQLiteRepoWriter:
         self.store = store
         self.repo = repo
         self._carry: _Carry | None = None  # embed_rows' plan for vector_sink
+        self._begin()
+
+    def _begin(self) -> None:
+        """What one transaction remembers: the rowid of each unit it wrote or deleted (a unit written again
+        takes its old rowid back, so edges from other files still reach it), and the names' ids."""
+        self._rowids: dict[str, int] = {}
+        self._freed: dict[str, int] = {}  # deleted units, until written again
+        self._name_ids: dict[str, int] = {}
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -575,13 +581,16 @@ class SQLiteRepoWriter:
     @contextmanager
     def transaction(self) -> Iterator[None]:
         self.db.execute("BEGIN IMMEDIATE")
+        self._begin()
         try:
             yield
         except BaseException:
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
+            self._begin()
             raise
         self.db.execute("COMMIT")
+        self._begin()
 
     def lock(self, kind: str = "index", wait: bool = True):
         return file_lock(self.store.dir / "locks" / f"{self.repo}.{kind}.lock", wait)
@@ -599,9 +608,17 @@ class SQLiteRepoWriter:
         self.db.execute("INSERT OR REPLACE INTO meta VALUES(?,?,?)", (self.repo, key, value))
 
     def clear(self) -> None:
-        self.db.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM capsules WHERE repo=?)", (self.repo,))
-        for table in ("capsules", "edges", "files"):
+        others = self.db.execute("SELECT EXISTS (SELECT 1 FROM capsules WHERE repo != ?)", (self.repo,)).fetchone()[0]
+        self.db.execute("DELETE FROM edges WHERE src IN (SELECT rowid FROM capsules WHERE repo=?)", (self.repo,))
+        for table in ("capsules", "files"):
             self.db.execute(f"DELETE FROM {table} WHERE repo=?", (self.repo,))
+        # the lexical index is emptied whole and the other repositories' units given to it again: a clear is a
+        # rebuild, often for other tokens, and a contentless row can only leave by the tokens it was given
+        self.db.execute("INSERT INTO fts(fts) VALUES('delete-all')")
+        if others:
+            self._fts_rows("1=1", [], delete=False)
+        else:
+            self.db.execute("DELETE FROM names")
         if self.db.execute("SELECT EXISTS (SELECT 1 FROM texts WHERE repo != ?)", (self.repo,)).fetchone()[0]:
             for tid, text in self.db.execute("SELECT id, text FROM texts WHERE repo=?", (self.repo,)).fetchall():
                 self._unindex_text(tid, text)
@@ -639,6 +656,19 @@ class SQLiteRepoWriter:
             self.db.execute("UPDATE files SET text_hash=? WHERE repo=? AND path=?", (key, self.repo, path))
             self._release_text(old[0])
 
+    def _fts_rows(self, where: str, args: list, delete: bool) -> None:
+        """Give the units ``where`` selects to the lexical index, or (``delete``) take them out of it: with the
+        tokens put_file gave them, made again from what the units hold."""
+        from repoctx.tokens import fts_text
+
+        rows = self.db.execute(f"SELECT rowid, name, qualname, path, signature, docstring, coalesce(lex, text) "
+                               f"FROM capsules WHERE {where}", args).fetchall()
+        sql = ("INSERT INTO fts(fts, rowid, name, qualname, path, signature, docstring, body) "
+               "VALUES('delete',?,?,?,?,?,?,?)" if delete else
+               "INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) VALUES(?,?,?,?,?,?,?)")
+        self.db.executemany(sql, ((r[0], fts_text(r[1]), fts_text(r[2]), fts_text(r[3]), fts_text(r[4]), fts_text(r[5]),
+                              fts_text(r[6][:200_000])) for r in rows))
+
     def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str],
                  text: str | None = None) -> None:
         from repoctx.tokens import fts_text
@@ -649,19 +679,23 @@ class SQLiteRepoWriter:
                         "text_hash) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
                         (self.repo, rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
                          json.dumps(rec.imports), rec.method, rec.note, key))
+        fts_rows = []
         for c in capsules:
+            lex = lexical_bodies.get(c.id)
+            lex = lex if lex is not None and lex != c.text else None
             cur = self.db.execute(
-                "INSERT INTO capsules(id, repo, path, language, kind, name, qualname, signature, params, returns, "
-                "docstring, decorators, start_line, end_line, text, content_hash, parent, module) "
-                "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (c.id, self.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature,
-                 json.dumps(c.params), c.returns, c.docstring, json.dumps(c.decorators), c.start_line, c.end_line,
-                 c.text, c.content_hash, c.parent, rec.module))
-            body = lexical_bodies.get(c.id, c.text)[:200_000]
-            self.db.execute("INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) "
-                            "VALUES(?,?,?,?,?,?,?)",
-                            (cur.lastrowid, fts_text(c.name), fts_text(c.qualname), fts_text(c.path),
+                "INSERT INTO capsules(rowid, id, repo, path, language, kind, name, qualname, signature, params, returns, "
+                "docstring, decorators, start_line, end_line, text, content_hash, parent, module, lex) "
+                "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (self._freed.pop(c.id, None), c.id, self.repo, c.path, c.language, c.kind, c.name, c.qualname,
+                 c.signature, json.dumps(c.params), c.returns, c.docstring, json.dumps(c.decorators), c.start_line,
+                 c.end_line, c.text, c.content_hash, c.parent, rec.module, lex))
+            self._rowids[c.id] = cur.lastrowid
+            body = (lex if lex is not None else c.text)[:200_000]
+            fts_rows.append((cur.lastrowid, fts_text(c.name), fts_text(c.qualname), fts_text(c.path),
                              fts_text(c.signature), fts_text(c.docstring), fts_text(body)))
+        self.db.executemany("INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) "
+                            "VALUES(?,?,?,?,?,?,?)", fts_rows)
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
         self.db.execute("UPDATE files SET size=?, mtime_ns=? WHERE repo=? AND path=?", (size, mtime_ns, self.repo, path))
@@ -669,19 +703,53 @@ class SQLiteRepoWriter:
     def delete_file(self, path: str) -> None:
         args = (self.repo, path)
         old = self.db.execute("SELECT text_hash FROM files WHERE repo=? AND path=?", args).fetchone()
-        self.db.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM capsules WHERE repo=? AND path=?)", args)
-        self.db.execute("DELETE FROM capsules WHERE repo=? AND path=?", args)
-        self.db.execute("DELETE FROM edges WHERE repo=? AND src_path=?", args)
+        units = self.db.execute("SELECT id, rowid FROM capsules WHERE repo=? AND path=?", args).fetchall()
+        if units:
+            self._fts_rows("repo=? AND path=?", list(args), delete=True)
+            self.db.execute("DELETE FROM edges WHERE src IN (SELECT rowid FROM capsules WHERE repo=? AND path=?)", args)
+            self.db.execute("DELETE FROM capsules WHERE repo=? AND path=?", args)
+            for cid, rowid in units:
+                self._freed[cid] = rowid
+                self._rowids.pop(cid, None)
         self.db.execute("DELETE FROM files WHERE repo=? AND path=?", args)
         if old is not None:
             self._release_text(old[0])
 
+    def _rowid_map(self, ids: Iterable[str]) -> dict[str, int]:
+        """Units' rowids by id: those this transaction wrote from memory, the rest read."""
+        want = [i for i in dict.fromkeys(ids) if i is not None and i not in self._rowids]
+        for chunk in _chunks(want):
+            self._rowids.update(self.db.execute(f"SELECT id, rowid FROM capsules WHERE id IN ({_ph(len(chunk))})",
+                                                chunk).fetchall())
+        return self._rowids
+
+    def _name_map(self, pairs: dict[str, str]) -> dict[str, int]:
+        """Names' ids (written when new), by name; ``pairs``: name -> its key."""
+        want = [n for n in pairs if n not in self._name_ids]
+        if want:
+            self.db.executemany("INSERT OR IGNORE INTO names(name, key) VALUES(?,?)", ((n, pairs[n]) for n in want))
+            for chunk in _chunks(want):
+                self._name_ids.update(self.db.execute(f"SELECT name, id FROM names WHERE name IN ({_ph(len(chunk))})",
+                                                      chunk).fetchall())
+        return self._name_ids
+
     def put_edges(self, edges: Iterable[tuple[Edge, str | None]], src_path: str) -> None:
-        self.db.executemany("INSERT INTO edges VALUES(?,?,?,?,?,?,?)",
-                            ((self.repo, e.src, e.kind, e.dst_name, key, e.dst, src_path) for e, key in edges))
+        edges = list(edges)
+        rowids = self._rowid_map([e.src for e, _ in edges] + [e.dst for e, _ in edges])
+        names = self._name_map({e.dst_name: key or "" for e, key in edges if e.kind != "contains"})
+        rows = []
+        for e, _key in edges:
+            src = rowids.get(e.src)
+            if src is None:
+                raise StoreError(f"an edge from {e.src}, which {src_path} does not define")
+            contains = e.kind == "contains"
+            rows.append((src, _KIND[e.kind], None if contains else names[e.dst_name],
+                         rowids.get(e.dst) if e.dst is not None else None))
+        self.db.executemany("INSERT INTO edges(src, kind, name, dst) VALUES(?,?,?,?)", rows)
 
     def set_edge_dst(self, edge_key, dst: str | None) -> None:
-        self.db.execute("UPDATE edges SET dst=? WHERE rowid=?", (dst, edge_key))
+        self.db.execute("UPDATE edges SET dst=? WHERE rowid=?",
+                        (self._rowid_map([dst]).get(dst) if dst is not None else None, edge_key))
 
     def cands_by_name(self, name: str) -> list[tuple]:
         return [tuple(r) for r in self.db.execute(
@@ -697,21 +765,26 @@ class SQLiteRepoWriter:
         """Edges outside exclude_paths whose target name is in keys or whose target is in dsts:
         (edge key, src, kind, dst_name, dst, src_path)."""
         rows: dict[int, tuple] = {}
-        sel = "SELECT rowid, src, kind, dst_name, dst, src_path FROM edges WHERE repo=? AND kind != 'contains' AND "
-        for col, values in (("dst_key", sorted(keys)), ("dst", sorted(dsts))):
+        gone = {rowid: cid for cid, rowid in self._freed.items()}  # a deleted unit's edges still name it
+        known = self._rowid_map(dsts)
+        dst_rowids = sorted({known[d] for d in dsts if d in known} | {self._freed[d] for d in dsts if d in self._freed})
+        sel = (f"SELECT e.rowid, s.id, e.kind, n.name, e.dst, d.id, s.path {_EDGE_FROM} WHERE s.repo=? "
+               f"AND e.kind != {_CONTAINS} AND ")
+        for col, values in (("n.key", sorted(keys)), ("e.dst", dst_rowids)):
             for chunk in _chunks(values):
                 for r in self.db.execute(sel + f"{col} IN ({_ph(len(chunk))})", [self.repo] + chunk):
-                    if r[5] not in exclude_paths:
-                        rows[r[0]] = tuple(r)
+                    if r[6] not in exclude_paths:
+                        dst = r[5] if r[5] is not None or r[4] is None else gone.get(r[4])
+                        rows[r[0]] = (r[0], r[1], EDGE_KINDS[r[2]], r[3], dst, r[6])
         return list(rows.values())
 
     def bases_of(self, ids: list[str]) -> dict[str, list[tuple[str, str, str]]]:
         out: dict[str, list[tuple[str, str, str]]] = {}
         for chunk in _chunks(sorted(set(ids))):
             for src, dst, path, qual in self.db.execute(
-                    "SELECT e.src, e.dst, c.path, c.qualname FROM edges e JOIN capsules c ON c.id = e.dst "
-                    f"WHERE e.repo=? AND e.kind='inherits' AND e.src IN ({_ph(len(chunk))}) ORDER BY e.rowid",
-                    [self.repo] + chunk):
+                    "SELECT s.id, d.id, d.path, d.qualname FROM edges e JOIN capsules s ON s.rowid = e.src "
+                    f"JOIN capsules d ON d.rowid = e.dst WHERE s.repo=? AND e.kind={_KIND['inherits']} "
+                    f"AND s.id IN ({_ph(len(chunk))}) ORDER BY e.rowid", [self.repo] + chunk):
                 out.setdefault(src, []).append((dst, path, qual))
         return out
 

@@ -1,0 +1,109 @@
+"""The compact SQLite layout (schema 5, issue 39): edges as integers, a contentless lexical index, units' texts
+read from their file's. Whatever was updated incrementally reads exactly as a fresh index of the same tree."""
+from __future__ import annotations
+
+import os
+import sqlite3
+
+from repoctx import Index, Settings
+from tests.conftest import write_tree
+
+BASE = {
+    "pkg/__init__.py": "",
+    "pkg/models.py": (
+        "class Base:\n    \"\"\"The base of every model.\"\"\"\n\n    def save(self):\n        return self.validate()\n\n"
+        "    def validate(self):\n        return True\n\n\n"
+        "class Model(Base):\n    def save(self):\n        return super().save()\n\n    def clean(self):\n"
+        "        return self.validate()\n"),
+    "pkg/views.py": (
+        "from pkg.models import Model\n\n\ndef render(request):\n    m = Model()\n    m.save()\n    return m.clean()\n\n\n"
+        "def helper():\n    return render(None)\n"),
+    "pkg/util.py": "def slugify(text):\n    return text.lower().replace(' ', '-')\n",
+    "docs/guide.md": "# Guide\n\nSave a model with save(); validate it first.\n\n## Rendering\n\nrender() the view.\n",
+}
+
+
+def _state(ix: Index) -> dict:
+    st, sc = ix.store, ix.scope()
+    caps = st.all_capsules(sc)
+    ids = [c.id for c in caps]
+    vocab = sorted(st.db.execute("SELECT term, doc, cnt FROM fts_vocab").fetchall())
+    return {"capsules": [(c.id, c.kind, c.qualname, c.start_line, c.end_line, c.text, c.docstring, c.parent)
+                         for c in caps],
+            "edges": st.all_edges(sc), "counts": st.counts(sc), "vocab": vocab,
+            "from": sorted(map(repr, st.edges_from(ids, (), sc))), "to": sorted(map(repr, st.edges_to(ids, (), sc))),
+            "lexical": [st.lexical(q.split(), 10, sc) for q in ("save model", "render", "validate", "slugify text")],
+            "fts_rows": st.db.execute("SELECT count(*) FROM fts").fetchone()[0]}
+
+
+def _fresh(tmp_path, root, name) -> dict:
+    ix = Index(root, Settings(index_dir=tmp_path / name, embedder="none"))
+    try:
+        ix.update()
+        return _state(ix)
+    finally:
+        ix.close()
+
+
+def test_incremental_updates_read_as_a_fresh_index(tmp_path):
+    root = write_tree(tmp_path / "repo", BASE)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        assert _state(ix) == _fresh(tmp_path, root, "fresh0")
+        # a method renamed, a class's bases changed, a file deleted, one added, one left alone but touched
+        (root / "pkg" / "models.py").write_text(BASE["pkg/models.py"].replace("def clean", "def tidy")
+                                                .replace("class Model(Base)", "class Model"))
+        (root / "pkg" / "util.py").unlink()
+        write_tree(root, {"pkg/forms.py": "from pkg.util import slugify\n\n\ndef clean(form):\n    return slugify(form)\n"})
+        os.utime(root / "pkg" / "views.py")
+        report = ix.update()
+        assert report.changed and report.deleted == ["pkg/util.py"]
+        assert _state(ix) == _fresh(tmp_path, root, "fresh1")
+        # the file back as it was: the edges of the unchanged views.py reach its units again
+        (root / "pkg" / "models.py").write_text(BASE["pkg/models.py"])
+        ix.update()
+        state = _state(ix)
+        assert state == _fresh(tmp_path, root, "fresh2")
+        assert ("repo:pkg/views.py#render", "calls", "Model.clean", "repo:pkg/models.py#Model.clean") in state["edges"]
+    finally:
+        ix.close()
+
+
+def test_the_layout_keeps_no_second_copy(tmp_path):
+    """Edges hold integers, not ids and paths; the lexical index keeps no text of its own; a unit whose text is
+    its file's keeps none either."""
+    root = write_tree(tmp_path / "repo", BASE)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        db = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert "fts_content" not in tables
+        assert [r[1] for r in db.execute("PRAGMA table_info(edges)")] == ["src", "kind", "name", "dst"]
+        assert db.execute("SELECT count(*) FROM edges").fetchone()[0] == ix.store.counts()["edges"] > 0
+        db.close()
+    finally:
+        ix.close()
+
+
+def test_two_repositories_in_one_file_rebuild_one_without_the_other(tmp_path):
+    """A rebuild empties the shared lexical index and gives it the other repository's units again."""
+    a = write_tree(tmp_path / "a", BASE)
+    b = write_tree(tmp_path / "b", {"lib/core.py": "def compute_total(items):\n    return sum(items)\n"})
+    settings = Settings(index_dir=tmp_path / "ix", embedder="none")
+    ia, ib = Index(a, settings), Index(b, settings)
+    try:
+        ia.update()
+        ib.update()
+        before = [cid for cid, _ in ib.store.lexical(["compute", "total"], 5, ib.scope())]
+        w = ia.store.writer(ia.repo)
+        with w.transaction():
+            w.clear()
+        assert ia.store.lexical(["save", "model"], 5, ia.scope()) == []
+        assert [cid for cid, _ in ib.store.lexical(["compute", "total"], 5, ib.scope())] == before != []
+        ia.update()
+        assert ia.store.lexical(["slugify"], 5, ia.scope())[0][0] == "a:pkg/util.py#slugify"
+    finally:
+        ia.close()
+        ib.close()
