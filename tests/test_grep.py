@@ -416,6 +416,7 @@ def test_an_index_from_before_grep_is_rebuilt_with_its_texts(make_repo, tmp_path
     """An older SQLite index (no texts, or schema 3's compressed ones) is named as another version's when opened
     read-only, and rebuilt whole by the next update (schema 5 changed every table grep's texts sit beside)."""
     from repoctx.store.base import SchemaMismatch
+    from repoctx.store.sqlite import SCHEMA_VERSION
 
     root = make_repo({"a.py": "def alpha():\n    return 'first'\n", "b.md": "# notes\nalpha beta\n"})
     settings = Settings(index_dir=tmp_path / "ix", embedder="none")
@@ -429,7 +430,7 @@ def test_an_index_from_before_grep_is_rebuilt_with_its_texts(make_repo, tmp_path
         Index(root, settings, create=False)
     ix = Index(root, settings)
     try:
-        assert ix.store.meta("schema_version") == "5"
+        assert ix.store.meta("schema_version") == str(SCHEMA_VERSION)
         report = ix.update()
         assert report.capsules_written > 0
         assert _ours(ix, "alpha") == [("a.py", 1, "def alpha():"), ("b.md", 2, "alpha beta")]

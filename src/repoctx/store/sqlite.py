@@ -47,8 +47,10 @@ _TEXT_SCHEMA = (
 # referenced name's id in ``names`` (each name once, with its key for re-resolution; none for 'contains', whose
 # name is the target's qualname). The unit's repository and path are the source's. FTS5 is contentless: a row
 # leaves it by 'delete' with the tokens it was given, made again from the unit (a class's lexical body, when not
-# its text, is kept in ``lex``). Rowids are AUTOINCREMENT: a rowid once freed is never given to another unit, so
-# an edge still naming a deleted unit (until re-resolution moves it) can never reach the wrong one.
+# its text, is kept in ``lex``). A unit whose text is a slice of its file's text (grep's ``texts`` row ``tid``)
+# keeps no copy: ``text`` is NULL and (``at``, ``span``) say where it is (schema 6). Rowids are AUTOINCREMENT: a
+# rowid once freed is never given to another unit, so an edge still naming a deleted unit (until re-resolution
+# moves it) can never reach the wrong one.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(repo TEXT NOT NULL, key TEXT NOT NULL, value TEXT, PRIMARY KEY(repo, key));
 CREATE TABLE IF NOT EXISTS repos(name TEXT PRIMARY KEY, root TEXT, created REAL);
@@ -58,7 +60,8 @@ CREATE TABLE IF NOT EXISTS files(
 CREATE TABLE IF NOT EXISTS capsules(
   rowid INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, repo TEXT NOT NULL, path TEXT, language TEXT,
   kind TEXT, name TEXT, qualname TEXT, signature TEXT, params TEXT, returns TEXT, docstring TEXT, decorators TEXT,
-  start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, parent TEXT, module TEXT, lex TEXT);
+  start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, parent TEXT, module TEXT, lex TEXT,
+  tid INTEGER, at INTEGER, span INTEGER);
 CREATE INDEX IF NOT EXISTS capsules_path ON capsules(repo, path);
 CREATE INDEX IF NOT EXISTS capsules_name ON capsules(name);
 CREATE INDEX IF NOT EXISTS capsules_qualname ON capsules(qualname);
@@ -74,7 +77,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
 CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, 'row');
 """ + "\n".join(f"{stmt};" for stmt in _TEXT_SCHEMA)
 
-SCHEMA_VERSION = 5  # this file's layout (base.SCHEMA_VERSION was 4: grep's texts); an older index is rebuilt
+SCHEMA_VERSION = 6  # this file's layout (base.SCHEMA_VERSION was 4: grep's texts); an older index is rebuilt
 
 # an edge's kind by its position: alphabetical, so ordering by the stored integer orders by the name
 EDGE_KINDS = ("calls", "contains", "imports", "inherits")
@@ -86,7 +89,8 @@ _EDGE_FROM = ("FROM edges e JOIN capsules s ON s.rowid = e.src LEFT JOIN names n
 _EDGE_COLS = "s.id, e.kind, coalesce(n.name, d.qualname), d.id"
 
 _COLS = ("c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
-         "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent")
+         "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent, c.tid, c.at, c.span")
+_TEXT_AT = 14  # where _COLS has the text; the slice's three columns follow the row's 17 others
 
 
 def _json_list(value: str | None) -> list:
@@ -98,6 +102,45 @@ def row_to_capsule(r) -> Capsule:
                    signature=r[7], params=_json_list(r[8]), returns=r[9] or "", docstring=r[10] or "",
                    decorators=_json_list(r[11]), start_line=r[12], end_line=r[13], text=r[14],
                    content_hash=r[15], parent=r[16])
+
+
+def with_texts(db: sqlite3.Connection, rows: list, text_at: int) -> list:
+    """Rows whose text is NULL given their text back: sliced from their file's, named by the row's last three
+    columns (tid, at, span), which are dropped. Each file's text is read once."""
+    want = sorted({r[-3] for r in rows if r[text_at] is None and r[-3] is not None})
+    texts: dict[int, str] = {}
+    for chunk in _chunks(want):
+        texts.update(db.execute(f"SELECT id, text FROM texts WHERE id IN ({_ph(len(chunk))})", chunk).fetchall())
+    out = []
+    for r in rows:
+        r = tuple(r)
+        if r[text_at] is None and r[-3] is not None:
+            whole = texts.get(r[-3], "")
+            r = r[:text_at] + (whole[r[-2]:r[-2] + r[-1]],) + r[text_at + 1:]
+        out.append(r[:-3])
+    return out
+
+
+def text_slices(text: str, capsules: list[Capsule]) -> list[tuple[int, int] | None]:
+    """Where each unit's text sits in its file's text, looked for from the start of its first line (a method
+    starts at its indent, a window mid-line); None where it is not one slice (a Python module's top-level code)."""
+    starts = [0]
+    pos = text.find("\n")
+    while pos >= 0:
+        starts.append(pos + 1)
+        pos = text.find("\n", pos + 1)
+    out: list[tuple[int, int] | None] = []
+    for c in capsules:
+        body = c.text or ""
+        line = (c.start_line or 1) - 1
+        if not body or not 0 <= line < len(starts):
+            out.append(None)
+            continue
+        begin = starts[line]
+        end_of_line = starts[line + 1] if line + 1 < len(starts) else len(text)
+        at = text.find(body, begin, end_of_line + len(body))
+        out.append((at, len(body)) if at >= 0 else None)
+    return out
 
 
 def _ph(n: int) -> str:
@@ -283,15 +326,16 @@ class SQLiteStore(MemoryReads):
         where, args = self._scope(scope)
         out: dict[str, Capsule] = {}
         for chunk in _chunks(list(dict.fromkeys(ids))):
-            for r in self.db.execute(f"SELECT {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))}) AND {where}",
-                                     chunk + args):
+            for r in with_texts(self.db, self.db.execute(
+                    f"SELECT {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))}) AND {where}", chunk + args
+            ).fetchall(), _TEXT_AT):
                 out[r[0]] = row_to_capsule(r)
         return [out[i] for i in ids if i in out]
 
     def all_capsules(self, scope: Scope = EVERYTHING) -> list[Capsule]:
         where, args = self._scope(scope)
-        return [row_to_capsule(r) for r in self.db.execute(f"SELECT {_COLS} FROM capsules c WHERE {where} ORDER BY c.id",
-                                                           args)]
+        return [row_to_capsule(r) for r in with_texts(self.db, self.db.execute(
+            f"SELECT {_COLS} FROM capsules c WHERE {where} ORDER BY c.id", args).fetchall(), _TEXT_AT)]
 
     def all_edges(self, scope: Scope = EVERYTHING) -> list[tuple]:
         where, args = self._scope(scope, "s")
@@ -300,9 +344,9 @@ class SQLiteStore(MemoryReads):
 
     def file_capsules(self, repo: str, path: str, scope: Scope = EVERYTHING) -> list[Capsule]:
         where, args = self._scope(scope)
-        return [row_to_capsule(r) for r in self.db.execute(
+        return [row_to_capsule(r) for r in with_texts(self.db, self.db.execute(
             f"SELECT {_COLS} FROM capsules c WHERE c.repo=? AND c.path=? AND {where} "
-            "ORDER BY c.start_line, c.end_line DESC", [repo, path] + args)]
+            "ORDER BY c.start_line, c.end_line DESC", [repo, path] + args).fetchall(), _TEXT_AT)]
 
     def doc_freqs(self, terms: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
         """Over the whole file (FTS5 keeps one vocabulary): a store of one repository, as each repository's
@@ -387,8 +431,9 @@ class SQLiteStore(MemoryReads):
     def _units_by_id(self, ids: list[str]) -> list[tuple[int, Capsule]]:
         out = []
         for chunk in _chunks(ids):
-            out += [(r[0], row_to_capsule(r[1:])) for r in self.db.execute(
-                f"SELECT c.rowid, {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))})", chunk)]
+            out += [(r[0], row_to_capsule(r[1:])) for r in with_texts(self.db, self.db.execute(
+                f"SELECT c.rowid, {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))})", chunk).fetchall(),
+                _TEXT_AT + 1)]
         return out
 
     def _memory_covers(self, scope: Scope, key: tuple) -> tuple[bool, bool]:
@@ -416,9 +461,9 @@ class SQLiteStore(MemoryReads):
             return []
         where, args = self._scope(scope)
         ph = _ph(len(names))
-        return [row_to_capsule(r) for r in self.db.execute(
+        return [row_to_capsule(r) for r in with_texts(self.db, self.db.execute(
             f"SELECT {_COLS} FROM capsules c WHERE (c.name IN ({ph}) OR c.qualname IN ({ph})) AND c.kind != 'window' "
-            f"AND {where} ORDER BY c.id", names + names + args)]
+            f"AND {where} ORDER BY c.id", names + names + args).fetchall(), _TEXT_AT)]
 
     def name_counts(self, names: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
         """How many definitions carry each name (a name defined everywhere says little)."""
@@ -627,12 +672,14 @@ class SQLiteRepoWriter:
         self.db.execute("DELETE FROM texts WHERE repo=?", (self.repo,))
 
     # ---- texts (grep): one row per repository and content, referenced by files.text_hash
-    def _keep_text(self, text: str) -> str:
+    def _keep_text(self, text: str) -> tuple[str, int]:
+        """The text's key and its row's id."""
         key = text_key(text)
         cur = self.db.execute("INSERT OR IGNORE INTO texts(repo, hash, text) VALUES(?,?,?)", (self.repo, key, text))
         if cur.rowcount:
             self.db.execute("INSERT INTO text_fts(rowid, text) VALUES(?,?)", (cur.lastrowid, text))
-        return key
+            return key, cur.lastrowid
+        return key, self.db.execute("SELECT id FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()[0]
 
     def _unindex_text(self, tid: int, text: str) -> None:
         self.db.execute("INSERT INTO text_fts(text_fts, rowid, text) VALUES('delete', ?, ?)", (tid, text))
@@ -651,8 +698,14 @@ class SQLiteRepoWriter:
         old = self.db.execute("SELECT text_hash FROM files WHERE repo=? AND path=?", (self.repo, path)).fetchone()
         if old is None:
             return
-        key = self._keep_text(text)
+        key, _ = self._keep_text(text)
         if old[0] != key:
+            if old[0]:  # units sliced from the text being let go keep their own copy
+                rows = with_texts(self.db, self.db.execute(
+                    "SELECT rowid, text, tid, at, span FROM capsules WHERE repo=? AND path=? AND text IS NULL",
+                    (self.repo, path)).fetchall(), 1)
+                self.db.executemany("UPDATE capsules SET text=?, tid=NULL, at=NULL, span=NULL WHERE rowid=?",
+                                    [(r[1], r[0]) for r in rows])
             self.db.execute("UPDATE files SET text_hash=? WHERE repo=? AND path=?", (key, self.repo, path))
             self._release_text(old[0])
 
@@ -661,8 +714,9 @@ class SQLiteRepoWriter:
         tokens put_file gave them, made again from what the units hold."""
         from repoctx.tokens import fts_text
 
-        rows = self.db.execute(f"SELECT rowid, name, qualname, path, signature, docstring, coalesce(lex, text) "
-                               f"FROM capsules WHERE {where}", args).fetchall()
+        rows = with_texts(self.db, self.db.execute(
+            f"SELECT rowid, name, qualname, path, signature, docstring, coalesce(lex, text), tid, at, span "
+            f"FROM capsules WHERE {where}", args).fetchall(), 6)
         sql = ("INSERT INTO fts(fts, rowid, name, qualname, path, signature, docstring, body) "
                "VALUES('delete',?,?,?,?,?,?,?)" if delete else
                "INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) VALUES(?,?,?,?,?,?,?)")
@@ -674,22 +728,24 @@ class SQLiteRepoWriter:
         from repoctx.tokens import fts_text
 
         self.delete_file(rec.path)
-        key = self._keep_text(text) if text is not None else None
+        key, tid = self._keep_text(text) if text is not None else (None, None)
+        slices = text_slices(text, capsules) if text is not None else [None] * len(capsules)
         self.db.execute("INSERT INTO files(repo, path, language, size, mtime_ns, hash, module, imports, method, note, "
                         "text_hash) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
                         (self.repo, rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
                          json.dumps(rec.imports), rec.method, rec.note, key))
         fts_rows = []
-        for c in capsules:
+        for c, where in zip(capsules, slices):
             lex = lexical_bodies.get(c.id)
             lex = lex if lex is not None and lex != c.text else None
             cur = self.db.execute(
                 "INSERT INTO capsules(rowid, id, repo, path, language, kind, name, qualname, signature, params, returns, "
-                "docstring, decorators, start_line, end_line, text, content_hash, parent, module, lex) "
-                "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "docstring, decorators, start_line, end_line, text, content_hash, parent, module, lex, tid, at, span) "
+                "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (self._freed.pop(c.id, None), c.id, self.repo, c.path, c.language, c.kind, c.name, c.qualname,
                  c.signature, json.dumps(c.params), c.returns, c.docstring, json.dumps(c.decorators), c.start_line,
-                 c.end_line, c.text, c.content_hash, c.parent, rec.module, lex))
+                 c.end_line, c.text if where is None else None, c.content_hash, c.parent, rec.module, lex,
+                 None if where is None else tid, *(where or (None, None))))
             self._rowids[c.id] = cur.lastrowid
             body = (lex if lex is not None else c.text)[:200_000]
             fts_rows.append((cur.lastrowid, fts_text(c.name), fts_text(c.qualname), fts_text(c.path),
@@ -817,8 +873,9 @@ class SQLiteRepoWriter:
         todo = sorted(cid for cid in hashes if cid not in kept)
         rows: list[tuple] = []
         for chunk in _chunks(todo):
-            rows += self.db.execute(f"SELECT id, path, qualname, signature, docstring, text FROM capsules WHERE {units} "
-                                    f"AND id IN ({_ph(len(chunk))})", kinds + chunk).fetchall()
+            rows += with_texts(self.db, self.db.execute(
+                f"SELECT id, path, qualname, signature, docstring, text, tid, at, span FROM capsules WHERE {units} "
+                f"AND id IN ({_ph(len(chunk))})", kinds + chunk).fetchall(), 5)
         return [EmbedRow(*r) for r in sorted(rows)], True
 
     def vector_sink(self, model: str, dim: int, whole: bool) -> "FaissSink":
