@@ -107,7 +107,7 @@ class Settings:
     watch_max_dirs: int = 10_000
 
     @classmethod
-    def from_env(cls, **overrides) -> "Settings":
+    def from_env(cls, **overrides) -> Settings:
         base = cls(
             max_file_bytes=_int_env("REPOCTX_MAX_FILE_BYTES", 1024 * 1024),
             index_dir=Path(os.environ["REPOCTX_INDEX_DIR"]) if os.environ.get("REPOCTX_INDEX_DIR") else None,

@@ -32,7 +32,8 @@ surface; their text forms are here too (``grep_text``: ``path:line: text`` as ``
 from __future__ import annotations
 
 import inspect
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["DETAILS", "DEFAULT_DETAIL", "check_detail", "why_text", "short_signature", "hit_dict", "file_dict",
            "result_dicts", "retrieval_dict", "wire", "item_text", "items_text", "retrieval_text", "call_counts",

@@ -1,8 +1,9 @@
 """The few plain-data types everything speaks. All serialise to JSON via ``to_dict``."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 CapsuleKind = Literal["function", "method", "class", "module", "window"]
 EdgeKind = Literal["calls", "imports", "inherits", "contains"]

@@ -26,8 +26,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from repoctx.config import Settings
 from repoctx.ingest.walk import IGNORE_FILES, Folder, walk_dirs
@@ -66,7 +66,7 @@ class TreeWatcher:
         self._ready = threading.Event()  # set once the watch is on (or off)
 
     # ------------------------------------------------------------------ control
-    def start(self) -> "TreeWatcher":
+    def start(self) -> TreeWatcher:
         if not self.settings.watch:
             self._off("watching is turned off (REPOCTX_WATCH=0)", warn=False)
             return self

@@ -76,7 +76,7 @@ def regex_symbols(path: str, text: str, language: str) -> ParsedFile | None:
             cid = f"{cid}~{seen[cid]}"
         kind = "class" if kw in _CLASSY else ("method" if classes else "function")
         body = "\n".join(lines[i:end + 1])
-        doc_lines = []
+        doc_lines: list[str] = []
         k = i - 1
         while k >= 0 and re.match(r"^\s*(#|//|--|\*|/\*)", lines[k]):
             doc_lines.insert(0, re.sub(r"^\s*(#+|//+|--|/\*\*?|\*/?)\s?", "", lines[k]))

@@ -9,12 +9,16 @@ import hashlib
 import re
 import threading
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
+from typing import TYPE_CHECKING, cast
 
 from tree_sitter import Node, Query, QueryCursor
 
 from repoctx.capsules.langs import SPECS, LangSpec
 from repoctx.types import Capsule, Ref
+
+if TYPE_CHECKING:
+    from tree_sitter_language_pack import SupportedLanguage
 
 # Bumped whenever what a parse yields (capsules, references) or how references resolve changes: an index made by
 # other rules is rebuilt whole. 2: calls on a name whose class the source states are recorded as that class's
@@ -61,10 +65,10 @@ def module_name(path: str, language: str) -> str:
     return path
 
 
-@lru_cache(maxsize=None)
+@cache
 def _language(name: str):
     from tree_sitter_language_pack import get_language
-    return get_language(name)
+    return get_language(cast("SupportedLanguage", name))  # a name from langs.py's table
 
 
 def _parser(name: str):
@@ -73,11 +77,11 @@ def _parser(name: str):
         cache = _local.parsers = {}
     if name not in cache:
         from tree_sitter_language_pack import get_parser
-        cache[name] = get_parser(name)
+        cache[name] = get_parser(cast("SupportedLanguage", name))
     return cache[name]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _query(language: str) -> Query:
     spec = SPECS[language]
     lang = _language(language)
@@ -186,8 +190,9 @@ _WRAPPERS = ("export_statement", "decorated_definition", "template_declaration",
 
 def _doc_target(node: Node) -> Node:
     target = node
-    if _typedef_of(node) is not None:  # /* doc */ typedef struct { ... } name_t;
-        return node.parent
+    typedef = _typedef_of(node)
+    if typedef is not None:  # /* doc */ typedef struct { ... } name_t;
+        return typedef
     if target.type == "variable_declarator" and target.parent is not None and \
             target.parent.type in ("lexical_declaration", "variable_declaration") and \
             target.parent.named_children[0] == target:
@@ -548,10 +553,10 @@ def parse_source(path: str, text: str, language: str) -> ParsedFile:
 
     receivers = _python_receivers(root, src, owner, capsules) if language == "python" else None
     for node in sorted(captures.get("call", ()), key=lambda n: (n.start_byte, n.end_byte)):  # unordered
-        name = _callee(node, spec, src)
-        if name:
+        callee = _callee(node, spec, src)
+        if callee:
             src_id = owner(node.start_byte)
-            for typed in (receivers.rewrite(src_id, name) if receivers else (name,)):
+            for typed in (receivers.rewrite(src_id, callee) if receivers else (callee,)):
                 refs.append(Ref(src_id, "calls", typed, node.start_point[0] + 1))
     for node in sorted(captures.get("import", ()), key=lambda n: (n.start_byte, n.end_byte)):  # unordered
         if language == "python":
@@ -580,7 +585,7 @@ _RECEIVER_PATTERNS = """
 _RECEIVER_SELF = ("self", "cls")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _receiver_query() -> Query:
     return Query(_language("python"), _RECEIVER_PATTERNS)
 
@@ -670,4 +675,4 @@ def own_text(capsule: Capsule, children: list[Capsule]) -> str:
             i = ln - capsule.start_line
             if 0 <= i < len(lines):
                 drop[i] = True
-    return "\n".join(ln for ln, d in zip(lines, drop) if not d)
+    return "\n".join(ln for ln, d in zip(lines, drop, strict=True) if not d)

@@ -45,8 +45,11 @@ import tempfile
 import urllib.request
 import zipfile
 import zlib
+from collections.abc import Callable
+from contextlib import ExitStack
+from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 __all__ = [
     "CorpusError",
@@ -233,7 +236,7 @@ def _download_sdist(name: str, version: str, dest: Path) -> tuple[bool, str]:
                 return False, f"sha256 mismatch for {f['filename']}"
             return True, ""
         return False, "no sdist on PyPI"
-    except Exception as exc:  # network errors, 404, bad JSON
+    except Exception as exc:  # noqa: BLE001 - network errors, 404, bad JSON
         return False, f"sdist download failed: {exc}"
 
 
@@ -308,31 +311,33 @@ def _unpack_sdist(sdist: Path, root: Path) -> list[tuple[str, str]]:
     """An sdist already mirrors the repository: strip its top directory, drop build metadata. Returns the
     members that could not be read (repository path, reason)."""
 
-    def members() -> list[tuple[PurePosixPath, Any]]:
-        out = []
+    def members(stack: ExitStack) -> list[tuple[str, Callable[[], IO[bytes] | None]]]:
+        """(member name, opener) of every file; the archive stays open until ``stack`` closes."""
+        out: list[tuple[str, Callable[[], IO[bytes] | None]]] = []
         if sdist.name.endswith(".zip"):
-            zf = zipfile.ZipFile(sdist)
+            zf = stack.enter_context(zipfile.ZipFile(sdist))
             for info in zf.infolist():
                 if not info.is_dir():
-                    out.append((info.filename, lambda i=info: zf.open(i)))
+                    out.append((info.filename, partial(zf.open, info)))
         else:
-            tf = tarfile.open(sdist)
+            tf = stack.enter_context(tarfile.open(sdist))  # noqa: SIM115 - closed with the stack
             for m in tf.getmembers():
                 if m.isfile():
-                    out.append((m.name, lambda m=m: tf.extractfile(m)))
+                    out.append((m.name, partial(tf.extractfile, m)))
         return out
 
     unread: list[tuple[str, str]] = []
-    for name, opener in members():
-        rel = _safe_rel(name)
-        if rel is None or len(rel.parts) < 2:
-            continue
-        rel = PurePosixPath(*rel.parts[1:])
-        if rel.parts[0].endswith(".egg-info") or rel.as_posix() == "PKG-INFO":
-            continue
-        dest = root.joinpath(*rel.parts)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        _copy_member(opener, dest, rel.as_posix(), unread)
+    with ExitStack() as stack:
+        for name, opener in members(stack):
+            rel = _safe_rel(name)
+            if rel is None or len(rel.parts) < 2:
+                continue
+            rel = PurePosixPath(*rel.parts[1:])
+            if rel.parts[0].endswith(".egg-info") or rel.as_posix() == "PKG-INFO":
+                continue
+            dest = root.joinpath(*rel.parts)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            _copy_member(opener, dest, rel.as_posix(), unread)
     return unread
 
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from repoctx.config import Settings
 from repoctx.evaluate.corpus import CorpusError, cache_dir, load_rows, materialize, unread_files
-from repoctx.index import Index
 from repoctx.evaluate.metrics import aggregate, function_key, rank_metrics
+from repoctx.index import Index
 from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, to_files
 from repoctx.types import DEFS, Hit, outermost_def
 
@@ -35,17 +35,17 @@ class Config:
     dense: bool = True
 
 
-_ABLATE = dict(rerank=False)  # the ablations show one piece each; only the default has the second stage
+# the ablations show one piece each (rerank=False); only the default has the second stage
 CONFIGS: dict[str, Config] = {
     "baseline": Config("baseline: windows + dense", windows=True,
                        options=SearchOptions(lexical=False, exact=False, graph=False, demote_tests=False, demote_docs=False,
-                                             **_ABLATE)),
+                                             rerank=False)),
     "capsules+dense": Config("capsules + dense", options=SearchOptions(lexical=False, exact=False, graph=False,
-                                                                       demote_tests=False, demote_docs=False, **_ABLATE)),
+                                                                       demote_tests=False, demote_docs=False, rerank=False)),
     "bm25": Config("BM25 only", options=SearchOptions(exact=False, graph=False, demote_tests=False, demote_docs=False,
-                                                      **_ABLATE), dense=False),
-    "hybrid": Config("hybrid (exact + BM25 + dense)", options=SearchOptions(graph=False, **_ABLATE)),
-    "first-stage": Config("hybrid + graph, first stage only", options=SearchOptions(**_ABLATE)),
+                                                      rerank=False), dense=False),
+    "hybrid": Config("hybrid (exact + BM25 + dense)", options=SearchOptions(graph=False, rerank=False)),
+    "first-stage": Config("hybrid + graph, first stage only", options=SearchOptions(rerank=False)),
     "hybrid+graph": Config("hybrid + graph + re-ranker", options=SearchOptions()),
 }
 DEFAULT = "hybrid+graph"
@@ -183,11 +183,11 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
             iid = str(row.get("instance_id") or f"row-{i}")
 
             def skip(reason: str) -> None:
-                errors.append({"instance_id": iid, "reason": reason})
+                errors.append({"instance_id": iid, "reason": reason})  # noqa: B023 - skip() runs within this iteration
                 if on_error is not None:
-                    on_error(cname, iid, reason)
+                    on_error(cname, iid, reason)  # noqa: B023 - skip() runs within this iteration
                 else:
-                    say(f"[{cname}] {i}/{len(rows)} {iid}: skipped: {reason}")
+                    say(f"[{cname}] {i}/{len(rows)} {iid}: skipped: {reason}")  # noqa: B023 - skip() runs within this iteration
 
             if i in corpus_failed:
                 skip(corpus_failed[i])

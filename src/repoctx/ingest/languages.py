@@ -1,7 +1,6 @@
 """File name → language. Grammar languages get tree-sitter capsules; the rest are text for windows."""
 from __future__ import annotations
 
-
 GRAMMAR_EXT: dict[str, str] = {
     ".py": "python", ".pyi": "python",
     ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",

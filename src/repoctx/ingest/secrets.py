@@ -37,8 +37,10 @@ import bisect
 import os
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Pattern
+from re import Pattern
+from typing import Any
 
 REDACTED = "[REDACTED]"
 
@@ -145,7 +147,7 @@ def _lowered(rx: Pattern) -> Pattern | None:
 
 
 class _Plugin:
-    __slots__ = ("plugin", "kind", "gates", "precheck", "regexes", "custom")
+    __slots__ = ("custom", "gates", "kind", "plugin", "precheck", "regexes")
 
     def __init__(self, plugin, gates: tuple[Gate, ...], precheck: str | None, custom: bool) -> None:
         self.plugin = plugin
@@ -166,7 +168,10 @@ class _Engine:
         from detect_secrets.plugins.base import RegexBasedDetector
         from detect_secrets.util.filetype import FileType, determine_file_type
 
-        by_name = {cls.__name__: cls for cls in get_mapping_from_secret_type_to_class().values()}
+        # plugin classes looked up by name (annotated: the library's return type is a TypeVar it binds to nothing,
+        # which type checkers read as Never)
+        by_name: dict[str, type[Any]] = {
+            cls.__name__: cls for cls in get_mapping_from_secret_type_to_class().values()}
         self.plugins: list[_Plugin] = []
         for name, gates, precheck in _PLUGINS:
             cls = by_name.get(name)
@@ -604,12 +609,12 @@ def _extras(t: _Text, out: list[Finding], eng: _Engine) -> None:
             if not (_value_filtered(eng, v) or _placeholder(v)):
                 out.append(Finding(m.start(1), m.end(1), "extra: URL credentials"))
     for ls, le, fresh in t.windows(_ENV_GATES):  # also _BASE64_AUTH's ("auth")
-        m = _ENV_ASSIGN.match(text, ls, le) if ls == 0 or text[ls - 1] == "\n" else None
-        if m:
-            g = 1 if m.group(1) is not None else 2 if m.group(2) is not None else 3
-            v = m.group(g)
+        env = _ENV_ASSIGN.match(text, ls, le) if ls == 0 or text[ls - 1] == "\n" else None
+        if env:
+            g = 1 if env.group(1) is not None else 2 if env.group(2) is not None else 3
+            v = env.group(g)
             if not (_value_filtered(eng, v) or _placeholder(v) or v.lower() in _CONFIG_LITERALS):
-                out.append(Finding(m.start(g), m.end(g), "extra: env assignment"))
+                out.append(Finding(env.start(g), env.end(g), "extra: env assignment"))
         for m in _BASE64_AUTH.finditer(text, max(ls, fresh), le):
             before = text[max(ls, m.start() - 2):m.start()]
             if before[-1:].isalnum() or (before[-1:] == "_" and before[:1].isalnum()):

@@ -6,9 +6,9 @@ import fnmatch
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pathspec
 

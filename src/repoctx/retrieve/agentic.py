@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, Iterator
 
 from repoctx.retrieve.hybrid import RRF_K, SearchOptions, search
 from repoctx.retrieve.planner import OfflinePlanner, Planner, SubQuery
-from repoctx.retrieve.rerank import (DEPTH, LinearReranker, embedder_id, features_for_lanes, load_reranker, rerank,
-                                     trained_dense)
+from repoctx.retrieve.rerank import (
+    DEPTH,
+    LinearReranker,
+    embedder_id,
+    features_for_lanes,
+    load_reranker,
+    rerank,
+    trained_dense,
+)
 from repoctx.store.availability import store_unavailable
 from repoctx.store.base import EVERYTHING, Scope
 from repoctx.tokens import code_tokens, name_tokens, term_in
@@ -125,7 +132,7 @@ SearchFn = Callable[[str, int], list[Hit]]
 class AgenticRetriever:
     def __init__(self, index, planner: Planner | None = None, max_iterations: int = 5, threshold: float = 0.6,
                  k: int = 10, per_query_k: int = 10, scope: Scope = EVERYTHING, search_fn: SearchFn | None = None,
-                 options: SearchOptions | None = None, reranker: LinearReranker | None | bool = True,
+                 options: SearchOptions | None = None, reranker: LinearReranker | bool | None = True,
                  plan: list[SubQuery] | tuple = (), judge=None):
         if not 2 <= max_iterations <= 10:
             raise ValueError("max_iterations must be between 2 and 10")
@@ -200,7 +207,7 @@ class AgenticRetriever:
                 subs, note = self.planner.plan_with_note(query)
             else:
                 subs = self.planner.plan(query)
-        except Exception as e:  # a broken planner degrades to the offline rules
+        except Exception as e:  # noqa: BLE001 - a broken planner degrades to the offline rules
             subs = OfflinePlanner().plan(query)
             yield TraceEvent("Planning", FAILED, f"planner failed ({_err(e)}); offline plan used")
         yield TraceEvent("Planning", SUCCEEDED, f"{len(subs)} sub-queries" + (f" ({note}; offline plan)" if note else ""),
@@ -242,7 +249,7 @@ class AgenticRetriever:
                 break
             try:
                 pending = self.planner.replan(query, uncovered, iterations)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a failed re-plan ends the loop; the trace says why
                 yield TraceEvent("Planning", FAILED, f"re-plan failed: {_err(e)}")
                 break
             pending = [p for p in pending if p.text not in asked]
@@ -320,9 +327,10 @@ class AgenticRetriever:
                          hits=len(merged), data={"result": result})
 
     def run(self, query: str) -> AgenticResult:
-        last = None
+        last: TraceEvent | None = None
         for ev in self.stream(query):
             last = ev
+        assert last is not None  # stream() always ends with its Result event
         return last.data["result"]
 
     async def astream(self, query: str) -> AsyncIterator[TraceEvent]:
@@ -333,18 +341,22 @@ class AgenticRetriever:
     # ---- helpers
     def _rerank(self, subs: list[SubQuery], best_for: dict[str, list[Hit]], question_hits: list[Hit]) -> None:
         """Each intent's lane re-ordered by the second-stage model (features in ``rerank``)."""
+        reranker = self.reranker
+        assert reranker is not None  # called only with a second stage
         todo = [s for s in subs if best_for.get(s.intent)]
         todo = list({s.intent: s for s in todo}.values())
         feats = features_for_lanes(self.index.store, [(content_terms(s.text), best_for[s.intent]) for s in todo],
                                    question_hits, self._dense(), [s.text for s in todo], self.scope)
-        for s, f in zip(todo, feats):
-            best_for[s.intent] = rerank(self.reranker, f, best_for[s.intent])
+        for s, f in zip(todo, feats, strict=True):
+            best_for[s.intent] = rerank(reranker, f, best_for[s.intent])
 
     def _select(self, lanes: list[list[Hit]]) -> list[Hit]:
         """The k units that most likely cover every intent: greedy on the expected number of intents
         covered, each lane's re-rank scores read as probabilities. A lane whose best unit is already
         likely right leaves the next slot to a lane that is still unsure."""
-        shift = float((self.reranker.meta or {}).get("prior_shift", 0.0))
+        reranker = self.reranker
+        assert reranker is not None  # called only with a second stage
+        shift = float((reranker.meta or {}).get("prior_shift", 0.0))
         prob: dict[str, dict[int, float]] = {}  # unit -> lane -> p
         hit_of: dict[str, Hit] = {}
         best_p: dict[str, float] = {}
@@ -419,12 +431,12 @@ class AgenticRetriever:
             memo: dict[str, dict[int, float]] = {}
 
             def match(c: Capsule, i: int) -> float:
-                if c.id not in memo:
-                    memo[c.id] = {j: focus_match(c, focus[j]) for j in lanes}
-                return memo[c.id][i]
+                if c.id not in memo:  # noqa: B023 - used within this iteration only
+                    memo[c.id] = {j: focus_match(c, focus[j]) for j in lanes}  # noqa: B023 - used within this iteration only
+                return memo[c.id][i]  # noqa: B023 - used within this iteration only
 
             def foreign(c: Capsule, i: int) -> float:
-                return max(match(c, j) for j in lanes if j != i)
+                return max(match(c, j) for j in lanes if j != i)  # noqa: B023 - used within this iteration only
 
             def fit(c: Capsule, i: int) -> float:
                 """How well a unit sits where lane i's focus is (0 when a sibling's focus fits it as well)."""

@@ -329,16 +329,16 @@ def to_files(hits: list[Hit], agg: str = "max") -> list[FileHit]:
         parts[path].append(1.0 / (RRF_K + rank) if agg == "rrf" else h.score)
     for path, fh in files.items():
         scores = sorted(parts[path], reverse=True)
-        fh.score = sum(scores if top == math.inf else scores[:top])
+        fh.score = sum(scores if top is None else scores[:top])
     return sorted(files.values(), key=lambda f: (-f.score, f.path))
 
 
-def _top_n(agg: str) -> int | float:
-    """How many of a file's units (best first) its score adds up."""
+def _top_n(agg: str) -> int | None:
+    """How many of a file's units (best first) its score adds up (None: all of them)."""
     if agg == "max":
         return 1
     if agg in ("sum", "rrf"):
-        return math.inf
+        return None
     if agg.startswith("top") and agg[3:].isdigit() and int(agg[3:]) >= 1:
         return int(agg[3:])
     raise ValueError(f"file aggregation must be max, sum, rrf or topN (N >= 1), not {agg!r}")

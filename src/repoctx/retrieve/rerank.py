@@ -21,13 +21,14 @@ import json
 import math
 import re
 from bisect import bisect_left
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from repoctx.retrieve.hybrid import is_test_path
-from repoctx.tokens import name_tokens, split_identifier, term_in
 from repoctx.store.base import EVERYTHING, Scope
+from repoctx.tokens import name_tokens, split_identifier, term_in
 from repoctx.types import Hit
 
 WEIGHTS_FILE = Path(__file__).with_name("rerank_weights.json")
@@ -139,14 +140,14 @@ class LinearReranker:
 
     def score(self, f: dict[str, float]) -> float:
         return self.bias + sum(w * (f.get(n, 0.0) - m) / s
-                               for n, m, s, w in zip(self.features, self.mean, self.std, self.weights))
+                               for n, m, s, w in zip(self.features, self.mean, self.std, self.weights, strict=True))
 
     def to_json(self) -> str:
         return json.dumps({"features": self.features, "mean": self.mean, "std": self.std, "weights": self.weights,
                            "bias": self.bias, "meta": self.meta or {}}, indent=1)
 
     @classmethod
-    def from_json(cls, text: str) -> "LinearReranker":
+    def from_json(cls, text: str) -> LinearReranker:
         d = json.loads(text)
         if not (len(d["features"]) == len(d["mean"]) == len(d["std"]) == len(d["weights"])):
             raise ValueError("reranker weights: features, mean, std and weights differ in length")
@@ -201,7 +202,7 @@ def embedder_id(index) -> str | None:
     try:
         emb = getattr(index, "embedder", None)
         return emb.model_id if emb is not None else None
-    except Exception:  # a model that cannot be built here: the default weights, name similarity off
+    except Exception:  # noqa: BLE001 - a model that cannot be built here: the default weights, name similarity off
         return None
 
 
@@ -237,7 +238,7 @@ def rerank_question(store, model: LinearReranker, terms: list[str], hits: list[H
     return out + hits[depth:]
 
 
-def degrees(store, ids: list[str], classes: set[str] = frozenset(), scope: Scope = EVERYTHING) -> dict[str, tuple[int, int]]:
+def degrees(store, ids: list[str], classes: AbstractSet[str] = frozenset(), scope: Scope = EVERYTHING) -> dict[str, tuple[int, int]]:
     """(callers, callees) per capsule id, by edge queries. A class's calls are made by its methods, so a
     class's callees are the distinct units its methods call (without this every class reads as a leaf)."""
     callers: dict[str, int] = {}
@@ -288,12 +289,12 @@ def features_for_lanes(store, lanes: list[tuple[list[str], list[Hit]]], question
     names = store.name_counts(sorted({h.capsule.name for _, hits in lanes for h in hits}), scope)
     sims = [None] * len(lanes)
     if dense and texts:
-        sims = dense.similarities([(text, [name_phrase(h.capsule) for h in hits]) for text, (_, hits) in zip(texts, lanes)])
-    return [lane_features(terms, hits, qranks, counts, deg, names, s) for (terms, hits), s in zip(lanes, sims)]
+        sims = dense.similarities([(text, [name_phrase(h.capsule) for h in hits]) for text, (_, hits) in zip(texts, lanes, strict=True)])
+    return [lane_features(terms, hits, qranks, counts, deg, names, s) for (terms, hits), s in zip(lanes, sims, strict=True)]
 
 
 def rerank(model: LinearReranker, feats: list[dict[str, float]], hits: list[Hit]) -> list[Hit]:
     """The lane re-ordered by the model; each hit records its rerank score and first-stage rank."""
-    scored = [(model.score(f), r, h) for r, (f, h) in enumerate(zip(feats, hits), 1)]
+    scored = [(model.score(f), r, h) for r, (f, h) in enumerate(zip(feats, hits, strict=True), 1)]
     scored.sort(key=lambda x: (-x[0], x[1]))
     return [Hit(h.capsule, h.score, {**h.why, "rerank": {"score": round(s, 3), "was": r}}) for s, r, h in scored]
