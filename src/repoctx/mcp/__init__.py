@@ -51,8 +51,16 @@ Entry points: ``build_server``, ``http_app``, ``mcp_command`` (the ``repoctx mcp
 """
 from __future__ import annotations
 
-from repoctx.mcp.server import (ScopeForKey, build_server, http_app, keys_file_scope_for_key, main, mcp_command,
-                                register, service_scope_for_key)
+from repoctx.mcp.server import (
+    ScopeForKey,
+    build_server,
+    http_app,
+    keys_file_scope_for_key,
+    main,
+    mcp_command,
+    register,
+    service_scope_for_key,
+)
 from repoctx.mcp.state import DEFAULT_MAX_TOKENS, TOOLS, RepoctxMCP
 
 __all__ = ["build_server", "http_app", "mcp_command", "register", "main", "RepoctxMCP", "ScopeForKey",

@@ -8,8 +8,9 @@ import inspect
 import json
 import logging
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import typer
 from mcp.server.mcpserver import Context, MCPServer
@@ -18,14 +19,14 @@ from mcp_types import CallToolResult, TextContent
 from repoctx.config import ConfigError, Settings
 from repoctx.index import resolve_settings
 from repoctx.mcp import render as mr
-from repoctx.render import wire
 from repoctx.mcp.state import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS, RepoctxMCP, is_error
 from repoctx.mcp.tools import READ, WRITE, WRITES, tool_functions
+from repoctx.render import wire
 from repoctx.store.base import EVERYTHING, SchemaMismatch, Scope, StoreError
 
 log = logging.getLogger("repoctx.mcp")
 
-ScopeForKey = Callable[[str], Optional[Scope]]
+ScopeForKey = Callable[[str], Scope | None]
 """An API key -> the Scope its principal may read, or None for an unknown (or revoked) key."""
 
 
@@ -55,8 +56,9 @@ def _principal_scope(ctx: Context | None, scope_for_key: ScopeForKey | None, sco
     return scope
 
 
-def build_server(repos: list[Path], settings: Settings | None = None, scope_for_key: ScopeForKey | None = None, *,
-                 max_tokens: int | None = None, refresh: bool = True, name: str = "repoctx") -> MCPServer:
+def build_server(repos: Sequence[Path | str], settings: Settings | None = None,
+                 scope_for_key: ScopeForKey | None = None, *,
+                 max_tokens: int | None = None, refresh: bool = True, name: str = "repoctx") -> _Server:
     """The MCP server for ``repos`` (paths, or names in a shared store). With ``scope_for_key`` the server
     requires a bearer key over HTTP and reads through that key's Scope; without it, it serves everything (stdio).
     The repoctx state is ``server.repoctx`` (a ``RepoctxMCP``)."""
@@ -70,9 +72,10 @@ def build_server(repos: list[Path], settings: Settings | None = None, scope_for_
     kw: dict[str, Any] = {}
     if scope_for_key is not None:
         from mcp.server.auth.settings import AuthSettings
+        from pydantic import AnyHttpUrl
 
         # bearer keys checked by the SDK's middleware (401 before MCP handling); no OAuth endpoints are served
-        kw = dict(auth=AuthSettings(issuer_url="http://127.0.0.1", resource_server_url=None),
+        kw = dict(auth=AuthSettings(issuer_url=AnyHttpUrl("http://127.0.0.1"), resource_server_url=None),
                   token_verifier=_KeyVerifier(scope_for_key, scopes))
     names = "the indexed repositories" if scope_for_key is not None else ", ".join(state.repos)
     server = _Server(name, instructions=(
@@ -81,8 +84,8 @@ def build_server(repos: list[Path], settings: Settings | None = None, scope_for_
         "details, get_context for compact context. Every result cites "
         "code as 'path:start-end :: qualname': quote those citations. Results are paged: pass next_cursor back "
         "as cursor for more."), log_level="WARNING", **kw)
-    server.repoctx = state  # type: ignore[attr-defined]
-    server.repoctx_auth = scope_for_key is not None  # type: ignore[attr-defined]
+    server.repoctx = state
+    server.repoctx_auth = scope_for_key is not None
     several = state.several
 
     def run(tool: str, ctx: Context | None, **args) -> CallToolResult:
@@ -105,15 +108,19 @@ class _Server(MCPServer):
     """The SDK's server, refusing arguments a tool does not take: the SDK drops them silently, so
     ``repo="nope"`` sent to a one-repository server would answer from that repository as if asked."""
 
+    repoctx: RepoctxMCP  # the repoctx state (set by build_server)
+    repoctx_auth: bool = False  # whether bearer keys are required (HTTP)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.repoctx_params: dict[str, tuple[str, ...]] = {}
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None):
         known = self.repoctx_params.get(name)
-        unknown = sorted(set(arguments or {}) - set(known)) if known is not None else []
-        if unknown:
-            return _to_result(_unknown_arguments(name, unknown, known, self.repoctx))
+        if known is not None:
+            unknown = sorted(set(arguments or {}) - set(known))
+            if unknown:
+                return _to_result(_unknown_arguments(name, unknown, known, self.repoctx))
         return await super().call_tool(name, arguments, context)
 
 
@@ -229,11 +236,9 @@ def service_scope_for_key(settings: Settings, root: Path | None = None) -> Scope
     try:
         from repoctx.service.db import service_db_target
     except ImportError:  # an older service module: the same rule, spelled here
-        service_db_target = None
-    if service_db_target is not None:
-        target = service_db_target(settings)
-    else:
         target = settings.database_url or str(settings.index_dir_for(root or Path(".").resolve()) / "service.sqlite")
+    else:
+        target = service_db_target(settings)
     ks = KeyStore(target, roles_file=os.environ.get("REPOCTX_ROLES") or None)
 
     def scope_for_key(key: str) -> Scope | None:
@@ -250,10 +255,10 @@ def mcp_command(
                                                                  "(repeatable; default .)"),
         host: str = typer.Option("127.0.0.1", "--host", help="HTTP: interface to listen on."),
         port: int = typer.Option(8765, "--port", help="HTTP: port."),
-        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=MIN_MAX_TOKENS,
+        max_tokens: int | None = typer.Option(None, "--max-tokens", min=MIN_MAX_TOKENS,
                                                  help=f"Token budget of one result (default {DEFAULT_MAX_TOKENS}, "
                                                       "or REPOCTX_MCP_MAX_TOKENS)."),
-        keys: Optional[Path] = typer.Option(None, "--keys", help="HTTP: a JSON file of API keys -> scopes (default: "
+        keys: Path | None = typer.Option(None, "--keys", help="HTTP: a JSON file of API keys -> scopes (default: "
                                                                  "the service's keys, `repoctx keys add`)."),
         no_refresh: bool = typer.Option(False, "--no-refresh", help="Never refresh the index in the background."),
 ):
@@ -267,7 +272,7 @@ def mcp_command(
         settings = resolve_settings(p for p in paths if isinstance(p, Path))
     except ConfigError as e:
         err(str(e))
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     scope_for_key = None
     if transport == "http":
         try:
@@ -278,15 +283,15 @@ def mcp_command(
                 scope_for_key = service_scope_for_key(settings, first)
         except (OSError, ValueError, ImportError, RuntimeError) as e:
             err(f"cannot load API keys: {e} (or pass --keys FILE)")
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
     try:
         server = build_server(paths, settings, scope_for_key, max_tokens=max_tokens, refresh=not no_refresh)
     except SchemaMismatch as e:
         err(str(e))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     except (StoreError, FileNotFoundError, ValueError) as e:
         err(str(e))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     if transport == "stdio":
         server.run("stdio")
         return

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,7 @@ class RepoctxMCP:
                 raise
             except StoreError:
                 if names_only:
-                    raise StoreError(f"no index at {s.database_url and 'REPOCTX_DATABASE_URL' or s.index_dir}: "
+                    raise StoreError(f"no index at {(s.database_url and 'REPOCTX_DATABASE_URL') or s.index_dir}: "
                                      f"repository {names_only[0]!r} is not indexed there") from None
                 store = open_store(s, first, create=True, long_lived=True)
         for spec in specs:
@@ -147,6 +148,7 @@ class RepoctxMCP:
                 ix = self._open_root(Path(spec).resolve(), store)
                 name = ix.repo
             else:
+                assert store is not None  # a name: the shared store was opened above
                 rec = store.repo(str(spec))
                 if rec is None:
                     raise StoreError(f"no repository named {spec!r} in the store (`repoctx repos` lists them)")
@@ -163,6 +165,7 @@ class RepoctxMCP:
                           else Index(settings=s, repos=names, store=store)]
         else:
             for i, r in enumerate(self.repos.values()):
+                assert r.index is not None  # every spec is a directory here: opened above
                 r.unit = i
                 self.views.append(r.index)
         for r in self.repos.values():
@@ -272,13 +275,13 @@ class RepoctxMCP:
                 return True
         return False
 
-    def _refresh_all(self, reason: str, changed: set[str] = frozenset()) -> None:
+    def _refresh_all(self, reason: str, changed: AbstractSet[str] = frozenset()) -> None:
         from repoctx.indexer import stale_files
 
         for r in list(self.repos.values()):
             ix = r.index
             seen = r.name in changed  # its watcher saw a change: apply it, waiting for a reindex that holds the lock
-            if ix is None or (not seen and r.watched and reason == "tool call"):
+            if ix is None or ix.root is None or (not seen and r.watched and reason == "tool call"):
                 continue
             if reason == "start" and r.watcher is not None:
                 r.watcher.wait_ready(30)
@@ -417,7 +420,7 @@ class RepoctxMCP:
         errors = [r for r in results if is_error(r)]
         if errors and len(errors) == len(results):
             return errors[0]
-        ok = [(r, t) for r, t in zip(results, targets) if not is_error(r)]
+        ok = [(r, t) for r, t in zip(results, targets, strict=True) if not is_error(r)]
         key = PAGED[tool]
         base = dict(ok[0][0])
         items: list = []
@@ -457,7 +460,7 @@ class RepoctxMCP:
             r, detail = got
             answer = rt.search_answer(r, detail)  # rendered once, with this view's index (counts in its scope)
             items = r.files if r.level == "file" else r.hits
-            scored += zip((float(x.score) for x in items), answer["results"])
+            scored += zip((float(x.score) for x in items), answer["results"], strict=False)
             answers.append(answer)
         if not answers:
             return errors[0]
@@ -527,9 +530,9 @@ class RepoctxMCP:
                 chunk = matches[j:j + 32]
                 costs = [max(a, b) + 2 for a, b in zip(
                     mr.counts([shared.grep_match_text(m, with_repo=several) for m in chunk]),
-                    mr.counts([mr.to_json(m) for m in chunk]))]
+                    mr.counts([mr.to_json(m) for m in chunk]), strict=True)]
                 full = False
-                for m, c in zip(chunk, costs):
+                for m, c in zip(chunk, costs, strict=True):
                     if used + c > room_tokens and keep:
                         full = True
                         break
@@ -577,9 +580,9 @@ class RepoctxMCP:
             while j < len(rest):  # count in batches, greedily fill the page
                 chunk = range(j, min(j + 16, len(rest)))
                 costs = [max(a, b) + 2 for a, b in zip(mr.counts([texts[i] for i in chunk]),
-                                                       mr.counts([jsons[i] for i in chunk]))]
+                                                       mr.counts([jsons[i] for i in chunk]), strict=True)]
                 full_page = False
-                for i, cost in zip(chunk, costs):
+                for i, cost in zip(chunk, costs, strict=True):
                     if used + cost > room:
                         if not page:  # one item alone is over the budget: shorten its snippet
                             page.append(mr.shrink(rest[i], room))
@@ -700,9 +703,9 @@ class RepoctxMCP:
             used = 0
             for j in range(0, len(lines), 64):
                 chunk = lines[j:j + 64]
-                costs = [max(a, b) + 1 for a, b in zip(mr.counts(chunk), mr.counts([mr.to_json(ln) for ln in chunk]))]
+                costs = [max(a, b) + 1 for a, b in zip(mr.counts(chunk), mr.counts([mr.to_json(ln) for ln in chunk]), strict=True)]
                 stop = False
-                for ln, c in zip(chunk, costs):
+                for ln, c in zip(chunk, costs, strict=True):
                     if used + c > room:
                         if not keep:
                             keep.append(mr.clip(ln, max(room // 2, 20), note=" [... line clipped]"))

@@ -4,7 +4,8 @@ Each tool is one call of ``run(tool, ctx, **arguments)`` (``repoctx.mcp.server``
 scope from the request and answers through ``RepoctxMCP.call``."""
 from __future__ import annotations
 
-from typing import Annotated, Callable, Literal
+from collections.abc import Callable
+from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, ToolAnnotations
@@ -37,7 +38,7 @@ def tool_functions(run: Callable[..., CallToolResult]) -> list[Callable]:
                         description="'auto' lets the router decide; 'agentic' plans sub-queries for multi-part "
                                     "questions.")] = "auto",
                     detail: Detail = "brief",
-                    repo: Repo = "", cursor: Cursor = "", ctx: Context = None) -> CallToolResult:
+                    repo: Repo = "", cursor: Cursor = "", ctx: Context | None = None) -> CallToolResult:
         """Search the indexed code by meaning or by name; call it first for a question about the code. Returns the
         best functions, methods and classes, best first, one line each: the citation 'path:start-end :: qualname',
         a short signature and why it was found (exact name, lexical or dense rank, caller/callee of a better hit).
@@ -51,7 +52,7 @@ def tool_functions(run: Callable[..., CallToolResult]) -> list[Callable]:
                     task: Annotated[Literal["", "code_query", "refactor", "code_gen", "search"], Field(
                         description="What the context is for; empty lets repoctx pick.")] = "",
                     budget: Annotated[int, Field(description="Maximum tokens of context, 100 to 16000.")] = 2000,
-                    repo: Repo = "", ctx: Context = None) -> CallToolResult:
+                    repo: Repo = "", ctx: Context | None = None) -> CallToolResult:
         """Compact, ready-to-read context for a question: the relevant code with its callers, callees and layout,
         compressed to a token budget, with the citations it contains. Use it when search snippets are not enough."""
         return run("get_context", ctx, query=query, task=task, budget=budget, repo=repo)
@@ -61,7 +62,7 @@ def tool_functions(run: Callable[..., CallToolResult]) -> list[Callable]:
                                                       "with its file ('src/app/db.py:Pool.connect').")],
                body: Annotated[bool, Field(description="Include each definition's code; false: only where each one "
                                                        "is (citation, kind, signature).")] = True,
-               repo: Repo = "", cursor: Cursor = "", ctx: Context = None) -> CallToolResult:
+               repo: Repo = "", cursor: Cursor = "", ctx: Context | None = None) -> CallToolResult:
         """Fetch a symbol you know by name: every definition of that name, each with its citation and its whole code.
         Use it instead of search_code when you know the name; several definitions are all listed, none guessed
         (give a qualified name to pick one); with body=false only where each is, cheap for a common name."""
@@ -77,7 +78,7 @@ def tool_functions(run: Callable[..., CallToolResult]) -> list[Callable]:
                                                            "file.")] = [],  # noqa: B006 - never mutated
              context: Annotated[int, Field(description="Lines of context shown before and after each match, 0 to "
                                                        "5.")] = 0,
-             repo: Repo = "", cursor: Cursor = "", ctx: Context = None) -> CallToolResult:
+             repo: Repo = "", cursor: Cursor = "", ctx: Context | None = None) -> CallToolResult:
         """Every line of the indexed code matching a regular expression (or an exact string), as `git grep -n` prints
         it: path:line: text. Use it for exact text: all the usages of a name, a string literal, an error message,
         a setting. Complete and unranked, unlike search_code; it finds nothing by meaning. Long answers come in
@@ -87,20 +88,20 @@ def tool_functions(run: Callable[..., CallToolResult]) -> list[Callable]:
 
     def outline(path: Annotated[str, Field(description="Repository-relative path of an indexed file, e.g. "
                                                        "'src/app/db.py'.")],
-                repo: Repo = "", cursor: Cursor = "", ctx: Context = None) -> CallToolResult:
+                repo: Repo = "", cursor: Cursor = "", ctx: Context | None = None) -> CallToolResult:
         """A file's classes, functions and methods in line order, with signatures, line spans, nesting and how many
         units call each. Use it to see what a file holds before reading it (then read_file the lines you need)."""
         return run("outline", ctx, path=path, repo=repo, cursor=cursor)
 
     def callers(symbol: Annotated[str, Field(description="A qualified name, a plain name, or a capsule id from an "
                                                          "earlier result.")],
-                repo: Repo = "", cursor: Cursor = "", ctx: Context = None) -> CallToolResult:
+                repo: Repo = "", cursor: Cursor = "", ctx: Context | None = None) -> CallToolResult:
         """The functions and methods that call a symbol, each with its citation and the definition it calls."""
         return run("callers", ctx, symbol=symbol, repo=repo, cursor=cursor)
 
     def callees(symbol: Annotated[str, Field(description="A qualified name, a plain name, or a capsule id from an "
                                                          "earlier result.")],
-                repo: Repo = "", cursor: Cursor = "", ctx: Context = None) -> CallToolResult:
+                repo: Repo = "", cursor: Cursor = "", ctx: Context | None = None) -> CallToolResult:
         """What a function or method calls: citations of callees defined in the repository, names of the others."""
         return run("callees", ctx, symbol=symbol, repo=repo, cursor=cursor)
 
@@ -108,7 +109,7 @@ def tool_functions(run: Callable[..., CallToolResult]) -> list[Callable]:
                                                          "absolute paths, no '..').")],
                   start: Annotated[int, Field(description="First line, from 1.")] = 1,
                   end: Annotated[int, Field(description="Last line; 0 means to the end of the file.")] = 0,
-                  repo: Repo = "", cursor: Cursor = "", ctx: Context = None) -> CallToolResult:
+                  repo: Repo = "", cursor: Cursor = "", ctx: Context | None = None) -> CallToolResult:
         """Read numbered lines of an indexed file (secrets shown as [REDACTED]) with the citations of the symbols in
         that range. Only files the index serves in your scope can be read. Long ranges come in pages
         (next_cursor)."""
@@ -116,16 +117,16 @@ def tool_functions(run: Callable[..., CallToolResult]) -> list[Callable]:
 
     def list_files(glob: Annotated[str, Field(description="A path pattern; '*' also matches '/', so '*.py' finds "
                                                           "Python files at any depth.")] = "*",
-                   repo: Repo = "", cursor: Cursor = "", ctx: Context = None) -> CallToolResult:
+                   repo: Repo = "", cursor: Cursor = "", ctx: Context | None = None) -> CallToolResult:
         """List the indexed files in your scope whose path matches a glob."""
         return run("list_files", ctx, glob=glob, repo=repo, cursor=cursor)
 
-    def index_status(repo: Repo = "", ctx: Context = None) -> CallToolResult:
+    def index_status(repo: Repo = "", ctx: Context | None = None) -> CallToolResult:
         """The state of each repository's index: fresh or stale (files changed since it was built), counts, dense
         vector coverage, and the background refresh."""
         return run("index_status", ctx, repo=repo)
 
-    def reindex(repo: Repo = "", ctx: Context = None) -> CallToolResult:
+    def reindex(repo: Repo = "", ctx: Context | None = None) -> CallToolResult:
         """Refresh the index now, incrementally (only changed files); vectors fill in the background. Returns what
         changed."""
         return run("reindex", ctx, repo=repo)
