@@ -10,7 +10,7 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, NoReturn
 
 import typer
 from rich.console import Console
@@ -23,10 +23,12 @@ from repoctx.store.base import IndexBusy, SchemaMismatch, StoreError
 
 class _Surfaces(typer.core.TyperGroup):
     """The copilot (ask, chat, sessions), the service (serve, worker, keys, roles) and the MCP server are
-    thin shells over the same library, each with its commands in its own module. They are imported only when one of their
-    commands runs (or the help lists them), so `repoctx search` never pays for Strands, FastAPI or MCP."""
+    thin shells over the same library, each with its commands in its own module. They are imported only when
+    one of their commands runs (or the help lists them), so `repoctx search` never pays for Strands, FastAPI
+    or MCP."""
 
-    LAZY = {"ask": "repoctx.cli.copilot", "chat": "repoctx.cli.copilot", "sessions": "repoctx.cli.copilot",
+    LAZY: ClassVar[dict[str, str]] = {
+            "ask": "repoctx.cli.copilot", "chat": "repoctx.cli.copilot", "sessions": "repoctx.cli.copilot",
             "serve": "repoctx.cli.service", "worker": "repoctx.cli.service", "keys": "repoctx.cli.service",
             "roles": "repoctx.cli.service", "mcp": "repoctx.mcp"}
 
@@ -49,19 +51,20 @@ console = Console(soft_wrap=True)  # citations and errors stay on one line
 err = Console(stderr=True, soft_wrap=True)
 
 
-def _fail(message: str, code: int = 2):
-    err.print(Text.assemble(("error:", "red"), " ", message), highlight=False)  # plain text: markup would eat a glob's backslash
+def _fail(message: str, code: int = 2) -> NoReturn:
+    # plain text: markup would eat a glob's backslash
+    err.print(Text.assemble(("error:", "red"), " ", message), highlight=False)
     raise typer.Exit(code)
 
 
 def _why(e: BaseException) -> str:
     """One sentence naming a storage failure, without paths' internals or a traceback."""
     text = str(e).lower()
-    if isinstance(e, OSError) and e.errno == 28 or "disk is full" in text or "no space" in text:
+    if (isinstance(e, OSError) and e.errno == 28) or "disk is full" in text or "no space" in text:
         return "the disk is full"
     if "disk i/o error" in text:
         return "a write to the disk failed (is it full?)"
-    if isinstance(e, OSError) and e.errno in (13, 30) or "readonly" in text or "read-only" in text \
+    if (isinstance(e, OSError) and e.errno in (13, 30)) or "readonly" in text or "read-only" in text \
             or "unable to open database" in text:
         return "it is not writable (set REPOCTX_INDEX_DIR to a writable folder)"
     if isinstance(e, StoreError):
@@ -133,8 +136,14 @@ def _run_update(ix: Index, as_json: bool):
     interactive = sys.stderr.isatty() and not as_json
     if not interactive:
         return ix.update(by="`repoctx index` run")
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
@@ -163,7 +172,7 @@ def _run_update(ix: Index, as_json: bool):
 
 @app.command()
 def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
-          name: Optional[str] = typer.Option(None, "--name", help="Register it under this name (default: its folder's)."),
+          name: str | None = typer.Option(None, "--name", help="Register it under this name (default: its folder's)."),
           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
           verbose: bool = typer.Option(False, "-v", "--verbose", help="List skipped files.")):
     """Index (or incrementally re-index) a repository."""
@@ -173,7 +182,7 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
     except (OSError, sqlite3.Error, StoreError) as e:
-        where = settings.index_dir or settings.database_url and "the database" or f"{repo}/.repoctx"
+        where = settings.index_dir or (settings.database_url and "the database") or f"{repo}/.repoctx"
         _fail(f"could not open the index at {where}: {_why(e)}", 1)
     try:
         report = _run_update(ix, as_json)
@@ -182,7 +191,7 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
     except (OSError, sqlite3.Error, StoreError) as e:
         _fail(f"could not write the index at {ix.index_dir or 'the database'}: {_why(e)}; the previous index is "
               "left as it was", 1)
-    if ix.index_dir and not ix.settings.index_dir and not ix.index_dir.is_relative_to(ix.root):
+    if ix.index_dir and ix.root and not ix.settings.index_dir and not ix.index_dir.is_relative_to(ix.root):
         err.print(f"note: {ix.root} is read-only, so its index is kept in {ix.index_dir} (REPOCTX_INDEX_DIR picks "
                   "another place)", highlight=False)
     for note in report.notes:
@@ -234,7 +243,7 @@ def status(repo: Path = typer.Argument(Path(".")), as_json: bool = typer.Option(
             print(json.dumps({"indexed": False}))
         else:
             console.print(f"not indexed: run `repoctx index {repo}`")
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
     st = ix.status()
@@ -271,9 +280,12 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
            all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
            k: int = typer.Option(10, "-k", min=1, max=200),
            level: str = typer.Option("symbol", "--level", help="symbol | file"),
-           mode: str = typer.Option("auto", "--mode", help="auto (router decides) | standard | agentic (multi-part questions)"),
-           trace: bool = typer.Option(False, "--trace", help="Print the retrieval trace live (with --json: include it)."),
-           llm: bool = typer.Option(False, "--llm", help="Agentic path: plan and judge relevance with REPOCTX_LLM's model."),
+           mode: str = typer.Option("auto", "--mode",
+                                    help="auto (router decides) | standard | agentic (multi-part questions)"),
+           trace: bool = typer.Option(False, "--trace",
+                                      help="Print the retrieval trace live (with --json: include it)."),
+           llm: bool = typer.Option(False, "--llm",
+                                    help="Agentic path: plan and judge relevance with REPOCTX_LLM's model."),
            detail: str = typer.Option("brief", "--detail", "-d",
                                       help="brief (one line per hit) | signatures (+ whole signature, docstring, "
                                            "caller/callee counts) | full (+ the code's first lines)"),
@@ -297,7 +309,7 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
 
         try:
             planner, judge = llm_helpers()
-        except Exception as e:  # not configured, provider package missing: one sentence
+        except Exception as e:  # noqa: BLE001 - not configured, provider package missing: one sentence
             _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
     ix = _open_indexed(repo, all_repos)
 
@@ -416,8 +428,9 @@ def symbol(name: str = typer.Argument(..., help="A name: plain, qualified (Class
 def context(query: str = typer.Argument(...),
             repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
             all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
-            task: Optional[str] = typer.Option(None, "--task", help="code_query | refactor | code_gen | search (default: classified)"),
-            budget: Optional[int] = typer.Option(None, "--budget", min=1, help="token budget"),
+            task: str | None = typer.Option(None, "--task",
+                                            help="code_query | refactor | code_gen | search (default: classified)"),
+            budget: int | None = typer.Option(None, "--budget", min=1, help="token budget"),
             mode: str = typer.Option("auto", "--mode", help="auto (router decides) | standard | agentic"),
             as_json: bool = typer.Option(False, "--json")):
     """Context for a task, compressed inside a token budget, with citations."""
@@ -442,7 +455,7 @@ def context(query: str = typer.Argument(...),
 
 
 @app.command("repos")
-def repos_cmd(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help="A repository whose store to list."),
+def repos_cmd(repo: Path | None = typer.Option(None, "--repo", "-r", help="A repository whose store to list."),
               as_json: bool = typer.Option(False, "--json")):
     """List the repositories in the store (REPOCTX_DATABASE_URL, REPOCTX_INDEX_DIR, or a repository's own)."""
     settings = _settings(repo or Path("."))
@@ -464,7 +477,7 @@ app.add_typer(db_app, name="db")
 
 
 @db_app.command("migrate")
-def db_migrate(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help="With SQLite: the repository whose "
+def db_migrate(repo: Path | None = typer.Option(None, "--repo", "-r", help="With SQLite: the repository whose "
                                                                                "index folder holds the sessions.")):
     """Create or upgrade every schema repoctx keeps (store, copilot sessions, service keys and jobs): the
     PostgreSQL database of REPOCTX_DATABASE_URL, or the embedded sessions file. Never done on a request path."""
@@ -484,19 +497,21 @@ def db_migrate(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help="W
         done.append(f"sessions schema {migrate_sessions(sessions_target(index_dir))}")
     except (StoreError, OSError, sqlite3.Error) as e:
         _fail(f"could not migrate: {_why(e)}", 1)
-    except Exception as e:  # psycopg errors and the like: named, never a traceback
+    except Exception as e:  # noqa: BLE001 - psycopg errors and the like: named, never a traceback
         _fail(f"could not migrate: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 1)
     console.print("migrated: " + ", ".join(done), highlight=False)
 
 
 @app.command("eval")
 def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval format (corpus: pypi or git)."),
-             limit: Optional[int] = typer.Option(None, "--limit", min=1, help="First N rows (after --repo)."),
+             limit: int | None = typer.Option(None, "--limit", min=1, help="First N rows (after --repo)."),
              as_json: bool = typer.Option(False, "--json", help="{config: {metrics, errors, per-row ranks}}."),
-             ablation: bool = typer.Option(False, "--ablation", help="Compare baseline, capsules+dense, BM25, hybrid, first-stage, hybrid+graph."),
-             config: Optional[str] = typer.Option(None, "--config", help="Configs by name, comma-separated."),
+             ablation: bool = typer.Option(False, "--ablation", help="Compare baseline, capsules+dense, BM25, hybrid, "
+                                                                    "first-stage, hybrid+graph."),
+             config: str | None = typer.Option(None, "--config", help="Configs by name, comma-separated."),
              repo: list[str] = typer.Option([], "--repo", help="Only rows of this GitHub repo (repeatable)."),
-             quiet: bool = typer.Option(False, "-q", "--quiet", help="No per-row progress (skipped rows are still reported).")):
+             quiet: bool = typer.Option(False, "-q", "--quiet",
+                                        help="No per-row progress (skipped rows are still reported).")):
     """Localization quality on real issues: Acc@k, Recall@k and MRR at file and function level.
 
     A row whose corpus cannot be built is reported on stderr, listed under "errors" and skipped."""
@@ -522,11 +537,12 @@ def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval 
         err.print(f"[yellow]skipped[/] {escape(iid)} ({escape(cname)}): {escape(reason)}", highlight=False)
 
     try:
-        results = evaluate(dataset, limit, configs, progress=None if quiet else (lambda s: err.print(s, highlight=False, markup=False)),
+        results = evaluate(dataset, limit, configs,
+                           progress=None if quiet else (lambda s: err.print(s, highlight=False, markup=False)),
                            repos=tuple(repo), on_error=on_error)
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:  # unreadable dataset, a line that is not JSON
         err.print(f"[red]error:[/] cannot read {escape(str(dataset))}: {escape(str(e))}", highlight=False)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     skipped = {e["instance_id"] for r in results.values() for e in r["errors"]}
     if skipped:
         total = max(r["rows_total"] for r in results.values())

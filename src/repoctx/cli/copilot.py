@@ -13,7 +13,6 @@ import re
 import sys
 import threading
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -69,7 +68,7 @@ def _turn_timeout(err: Console) -> float:
     try:
         return turn_timeout_from_env()
     except ConfigError as e:
-        raise _fail(err, str(e), 2)
+        raise _fail(err, str(e), 2) from None
 
 
 def _timeout_message(seconds: float) -> str:
@@ -105,7 +104,7 @@ class _Watchdog:
         finally:
             os._exit(1)
 
-    def __enter__(self) -> "_Watchdog":
+    def __enter__(self) -> _Watchdog:
         if not math.isfinite(self.timeout):  # REPOCTX_STREAM_TIMEOUT=inf: no deadline
             return self
         self._timer = threading.Timer(self.timeout + self.grace, self._fire)
@@ -121,19 +120,19 @@ class _Watchdog:
 def _open_copilot(repo: Path, session: str | None, err: Console, principal: str = "local"):
     """Provider checked first (no I/O), then the index, then the model and the session store."""
     from repoctx.config import ConfigError, Settings
-    from repoctx.providers.llm import ProviderNotConfigured, ProviderUnavailable, build_model, resolve_spec
     from repoctx.copilot.sessions import SessionStoreNotMigrated, validate_session_id
     from repoctx.index import Index
+    from repoctx.providers.llm import ProviderNotConfigured, ProviderUnavailable, build_model, resolve_spec
 
     try:
         spec = resolve_spec()
     except (ProviderNotConfigured, ProviderUnavailable) as e:
-        raise _fail(err, str(e), 2)
+        raise _fail(err, str(e), 2) from None
     if session is not None:
         try:
             validate_session_id(session)
         except ValueError as e:
-            raise _fail(err, str(e), 2)
+            raise _fail(err, str(e), 2) from None
     not_indexed = f"{Path(repo).resolve()} is not indexed: run `repoctx index {repo}`"
     try:
         settings = Settings.from_env()
@@ -142,10 +141,10 @@ def _open_copilot(repo: Path, session: str | None, err: Console, principal: str 
         except TypeError:  # an Index without the create flag
             ix = Index(repo, settings)
     except (FileNotFoundError, ConfigError) as e:
-        raise _fail(err, str(e), 2)
+        raise _fail(err, str(e), 2) from None
     except Exception as e:  # the store's "no index here"
         if type(e).__name__ in ("StoreError", "NotIndexed", "SchemaMismatch") or isinstance(e, OSError):
-            raise _fail(err, not_indexed if type(e).__name__ != "SchemaMismatch" else str(e), 1)
+            raise _fail(err, not_indexed if type(e).__name__ != "SchemaMismatch" else str(e), 1) from None
         raise
     indexed = ix.indexed() if callable(getattr(ix, "indexed", None)) else ix.store.meta("complete") == "1"
     if not indexed:
@@ -153,9 +152,9 @@ def _open_copilot(repo: Path, session: str | None, err: Console, principal: str 
     try:
         model = build_model(spec)
     except (ProviderNotConfigured, ProviderUnavailable) as e:
-        raise _fail(err, str(e), 2)
-    except Exception as e:  # e.g. a GGUF file llama.cpp cannot load
-        raise _fail(err, f"could not start the model {spec.describe()}: {type(e).__name__}: {e}", 2)
+        raise _fail(err, str(e), 2) from None
+    except Exception as e:  # noqa: BLE001 - e.g. a GGUF file llama.cpp cannot load
+        raise _fail(err, f"could not start the model {spec.describe()}: {type(e).__name__}: {e}", 2) from None
     from repoctx.copilot.agent import build_agent
     from repoctx.providers.llm import close_model
 
@@ -163,7 +162,7 @@ def _open_copilot(repo: Path, session: str | None, err: Console, principal: str 
         copilot = build_agent(ix, session, principal, model=model)
     except (SessionStoreNotMigrated, ValueError, ImportError) as e:
         close_model(model)
-        raise _fail(err, str(e), 2)
+        raise _fail(err, str(e), 2) from None
     copilot.owns_model = True
     return copilot
 
@@ -240,7 +239,7 @@ async def _turn(copilot, question: str, renderer: _Renderer | None, timeout: flo
 
 def ask_cmd(question: str = typer.Argument(..., help="The question."),
             repo: Path = typer.Option(Path("."), "--repo", "-r", help="Repository root (indexed)."),
-            session: Optional[str] = typer.Option(None, "--session", "-s", help="Save to / resume this session."),
+            session: str | None = typer.Option(None, "--session", "-s", help="Save to / resume this session."),
             as_json: bool = typer.Option(False, "--json", help="Print the turn as JSON.")):
     """Ask one question about a repository."""
     _quiet_logs()
@@ -267,7 +266,7 @@ def ask_cmd(question: str = typer.Argument(..., help="The question."),
 
 
 def chat_cmd(repo: Path = typer.Option(Path("."), "--repo", "-r", help="Repository root (indexed)."),
-             session: Optional[str] = typer.Option(None, "--session", "-s",
+             session: str | None = typer.Option(None, "--session", "-s",
                                                    help="Save to / resume this session.")):
     """A conversation about a repository (Ctrl-D or `exit` to leave)."""
     _quiet_logs()
@@ -303,7 +302,7 @@ def chat_cmd(repo: Path = typer.Option(Path("."), "--repo", "-r", help="Reposito
 
 
 # ------------------------------------------------------------------------------------------ sessions
-def _target(repo: Optional[Path], url: Optional[str], err: Console) -> str:
+def _target(repo: Path | None, url: str | None, err: Console) -> str:
     """--url, else where ``repoctx ask`` keeps them: REPOCTX_SESSIONS_URL / REPOCTX_DATABASE_URL, else the
     sessions file in REPOCTX_INDEX_DIR (the shared index folder) or in the --repo's index folder."""
     from repoctx.config import ConfigError, Settings
@@ -314,7 +313,7 @@ def _target(repo: Optional[Path], url: Optional[str], err: Console) -> str:
     try:
         settings = Settings.from_env()
     except ConfigError as e:
-        raise _fail(err, str(e), 2)
+        raise _fail(err, str(e), 2) from None
     index_dir = settings.index_dir or (settings.index_dir_for(Path(repo).resolve()) if repo is not None else None)
     return sessions_target(index_dir)
 
@@ -324,9 +323,9 @@ def _redact(target: str) -> str:
 
 
 @sessions_app.command("list")
-def sessions_list(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help="Sessions of this repository's index."),
-                  url: Optional[str] = typer.Option(None, "--url", help="A postgresql:// URL or SQLite path."),
-                  principal: Optional[str] = typer.Option(None, "--principal", help="Only this principal's."),
+def sessions_list(repo: Path | None = typer.Option(None, "--repo", "-r", help="Sessions of this repository's index."),
+                  url: str | None = typer.Option(None, "--url", help="A postgresql:// URL or SQLite path."),
+                  principal: str | None = typer.Option(None, "--principal", help="Only this principal's."),
                   as_json: bool = typer.Option(False, "--json")):
     """List saved conversations, most recent first."""
     from repoctx.copilot.sessions import SessionStoreNotMigrated, list_sessions
@@ -336,9 +335,9 @@ def sessions_list(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help
     try:
         rows = list_sessions(target, principal)
     except (SessionStoreNotMigrated, ValueError) as e:
-        raise _fail(err, str(e), 2)
-    except Exception as e:  # the database refused or is down: named, never a traceback
-        raise _fail(err, f"could not list the sessions in {_redact(target)}: {_why(e)}", 1)
+        raise _fail(err, str(e), 2) from None
+    except Exception as e:  # noqa: BLE001 - the database refused or is down: named, never a traceback
+        raise _fail(err, f"could not list the sessions in {_redact(target)}: {_why(e)}", 1) from None
     if as_json:
         out.print_json(json.dumps(rows))
         return
@@ -351,9 +350,9 @@ def sessions_list(repo: Optional[Path] = typer.Option(None, "--repo", "-r", help
 
 @sessions_app.command("prune")
 def sessions_prune(older_than: str = typer.Option("7d", "--older-than", help="Age, e.g. 7d, 12h, 30m."),
-                   repo: Optional[Path] = typer.Option(None, "--repo", "-r"),
-                   url: Optional[str] = typer.Option(None, "--url", help="A postgresql:// URL or SQLite path."),
-                   principal: Optional[str] = typer.Option(None, "--principal", help="Only this principal's.")):
+                   repo: Path | None = typer.Option(None, "--repo", "-r"),
+                   url: str | None = typer.Option(None, "--url", help="A postgresql:// URL or SQLite path."),
+                   principal: str | None = typer.Option(None, "--principal", help="Only this principal's.")):
     """Delete conversations not touched for a while."""
     from repoctx.copilot.sessions import SessionStoreNotMigrated, prune_sessions
 
@@ -363,15 +362,15 @@ def sessions_prune(older_than: str = typer.Option("7d", "--older-than", help="Ag
     try:
         n = prune_sessions(target, seconds, principal)
     except (SessionStoreNotMigrated, ValueError) as e:
-        raise _fail(err, str(e), 2)
-    except Exception as e:  # the database refused or is down: named, never a traceback
-        raise _fail(err, f"could not prune the sessions in {_redact(target)}: {_why(e)}", 1)
+        raise _fail(err, str(e), 2) from None
+    except Exception as e:  # noqa: BLE001 - the database refused or is down: named, never a traceback
+        raise _fail(err, f"could not prune the sessions in {_redact(target)}: {_why(e)}", 1) from None
     out.print(f"pruned {n} session{'s' if n != 1 else ''}")
 
 
 @sessions_app.command("migrate")
-def sessions_migrate(repo: Optional[Path] = typer.Option(None, "--repo", "-r"),
-                     url: Optional[str] = typer.Option(None, "--url", help="A postgresql:// URL or SQLite path.")):
+def sessions_migrate(repo: Path | None = typer.Option(None, "--repo", "-r"),
+                     url: str | None = typer.Option(None, "--url", help="A postgresql:// URL or SQLite path.")):
     """Create or upgrade the session store's schema (what `repoctx db migrate` does for sessions)."""
     from repoctx.copilot.sessions import migrate
 
@@ -379,8 +378,8 @@ def sessions_migrate(repo: Optional[Path] = typer.Option(None, "--repo", "-r"),
     target = _target(repo, url, err)
     try:
         version = migrate(target)
-    except Exception as e:  # the database refused or is down: named, never a traceback
-        raise _fail(err, f"could not migrate the sessions in {_redact(target)}: {_why(e)}", 1)
+    except Exception as e:  # noqa: BLE001 - the database refused or is down: named, never a traceback
+        raise _fail(err, f"could not migrate the sessions in {_redact(target)}: {_why(e)}", 1) from None
     out.print(f"sessions schema v{version} at {escape(_redact(target))}")
 
 

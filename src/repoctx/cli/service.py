@@ -8,7 +8,7 @@ import json
 import logging
 import signal
 import threading
-from typing import List, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -26,7 +26,8 @@ def _consoles() -> tuple[Console, Console]:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    _consoles()[1].print(Text.assemble(("error:", "red"), " ", message), highlight=False)  # plain text: markup would eat a glob's backslash
+    # plain text: markup would eat a glob's backslash
+    _consoles()[1].print(Text.assemble(("error:", "red"), " ", message), highlight=False)
     return typer.Exit(code)
 
 
@@ -37,7 +38,7 @@ def _settings():
     try:
         return Settings.from_env(), ServiceSettings.from_env()
     except ConfigError as e:
-        raise _fail(str(e))
+        raise _fail(str(e)) from None
 
 
 def _key_store():
@@ -49,13 +50,13 @@ def _key_store():
         return KeyStore(ServiceDB(service_db_target(settings)), roles_file=conf.roles_file, cache_seconds=0,
                         owns_db=True)
     except (NotMigrated, ValueError, OSError) as e:
-        raise _fail(str(e), 1)
+        raise _fail(str(e), 1) from None
 
 
 # ------------------------------------------------------------------------------------ serve / worker
 def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
           port: int = typer.Option(8000, "--port", help="Port to listen on."),
-          jobs: Optional[int] = typer.Option(None, "--jobs", min=0,
+          jobs: int | None = typer.Option(None, "--jobs", min=0,
                                              help="Index-job threads in this process (default: 1 with SQLite, "
                                                   "0 with PostgreSQL, where `repoctx worker` runs them)."),
           workers: int = typer.Option(1, "--workers", min=1, max=64,
@@ -65,7 +66,8 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to liste
               help="With --workers: seconds a process may take to answer uvicorn's health ping. Each process builds "
                    "BM25 for the whole store in memory as it starts (a 500k-unit store: about a minute of CPU that "
                    "starves the ping); at uvicorn's 5 s every process was killed and restarted, none ever ready."),
-          log_level: str = typer.Option("info", "--log-level", help="debug | info (with access log) | warning | error")):
+          log_level: str = typer.Option("info", "--log-level",
+                                        help="debug | info (with access log) | warning | error")):
     """Serve the HTTP API (uvicorn) over the store named by REPOCTX_DATABASE_URL or REPOCTX_INDEX_DIR."""
     import os
 
@@ -76,8 +78,8 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to liste
     from repoctx.store.base import StoreError
 
     settings, conf = _settings()
-    opts = dict(host=host, port=port, log_level=log_level, access_log=log_level in ("debug", "info"),
-                timeout_graceful_shutdown=10)
+    opts: dict[str, Any] = dict(host=host, port=port, log_level=log_level,
+                                access_log=log_level in ("debug", "info"), timeout_graceful_shutdown=10)
     if workers > 1:  # each process builds its app from the environment; job claims keep their threads apart
         if jobs is not None:
             os.environ["REPOCTX_SERVE_JOBS"] = str(jobs)
@@ -87,19 +89,19 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to liste
     try:
         app = create_app(settings, service=conf, inprocess_workers=jobs)
     except (NotMigrated, StoreError, ValueError) as e:
-        raise _fail(str(e), 1)
+        raise _fail(str(e), 1) from None
     uvicorn.run(app, **opts)
 
 
-def worker(worker_id: Optional[str] = typer.Option(None, "--id", help="This worker's name (default host:pid:random)."),
-           lease: Optional[float] = typer.Option(None, "--lease", min=0.5,
+def worker(worker_id: str | None = typer.Option(None, "--id", help="This worker's name (default host:pid:random)."),
+           lease: float | None = typer.Option(None, "--lease", min=0.5,
                                                  help="Seconds of silence after which a worker's job is given to "
                                                       "another (REPOCTX_JOB_LEASE, 30)."),
-           poll: Optional[float] = typer.Option(None, "--poll", min=0.05, help="Seconds between looks at the queue."),
+           poll: float | None = typer.Option(None, "--poll", min=0.05, help="Seconds between looks at the queue."),
            concurrency: int = typer.Option(1, "--concurrency", min=1, max=64,
                                            help="Index jobs this process runs at once (PostgreSQL)."),
-           max_jobs: Optional[int] = typer.Option(None, "--max-jobs", min=1, help="Stop after this many jobs."),
-           metrics_port: Optional[int] = typer.Option(None, "--metrics-port",
+           max_jobs: int | None = typer.Option(None, "--max-jobs", min=1, help="Stop after this many jobs."),
+           metrics_port: int | None = typer.Option(None, "--metrics-port",
                                                       help="Serve this worker's Prometheus metrics on this port.")):
     """Run index jobs from the shared queue (PostgreSQL: procrastinate; start as many as you like, on any machine)."""
     from repoctx.service.db import NotMigrated, ServiceDB, service_db_target
@@ -107,14 +109,14 @@ def worker(worker_id: Optional[str] = typer.Option(None, "--id", help="This work
     from repoctx.service.tasks import job_queue
     from repoctx.store.base import StoreError
 
-    out, err = _consoles()
+    err = _consoles()[1]
     settings, conf = _settings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("procrastinate").setLevel(logging.WARNING)  # its per-job lines repeat ours
     try:
         db = ServiceDB(service_db_target(settings), connect_timeout=conf.store_timeout)
     except (NotMigrated, ValueError) as e:
-        raise _fail(str(e), 1)
+        raise _fail(str(e), 1) from None
     jobs = job_queue(db, conf)
     metrics = ServiceMetrics(jobs.counts)
     if metrics_port:
@@ -137,7 +139,7 @@ def worker(worker_id: Optional[str] = typer.Option(None, "--id", help="This work
         else:
             _embedded_worker(settings, conf, jobs, worker_id, lease, poll, max_jobs, on_job, err)
     except StoreError as e:
-        raise _fail(str(e), 1)
+        raise _fail(str(e), 1) from None
     finally:
         if hasattr(jobs, "close"):
             jobs.close()
@@ -191,12 +193,12 @@ def _embedded_worker(settings, conf, jobs, worker_id, lease, poll, max_jobs, on_
 def keys_add(name: str = typer.Argument(..., help="The principal the key belongs to (e.g. alice or ci-bot)."),
              role: str = typer.Option(..., "--role", help="A role from `repoctx roles list` (admin always exists).")):
     """Create a key and print it once: only its hash is stored."""
-    out, err = _consoles()
+    err = _consoles()[1]
     ks = _key_store()
     try:
         key_id, key = ks.add_key(name, role)
     except ValueError as e:
-        raise _fail(str(e))
+        raise _fail(str(e)) from None
     finally:
         ks.close()
     print(key)
@@ -237,10 +239,10 @@ def keys_revoke(name_or_id: str = typer.Argument(..., help="A key id, or a princ
 # ------------------------------------------------------------------------------------ roles
 @roles_app.command("add")
 def roles_add(name: str = typer.Argument(..., help="The role's name."),
-              repo: Optional[str] = typer.Option(None, "--repo", help="A repository this role may read ('*': any)."),
-              include: List[str] = typer.Option([], "--include", help="Path glob it may read there (repeatable; "
+              repo: str | None = typer.Option(None, "--repo", help="A repository this role may read ('*': any)."),
+              include: list[str] = typer.Option([], "--include", help="Path glob it may read there (repeatable; "
                                                                       "default: every path). '*' crosses '/'."),
-              exclude: List[str] = typer.Option([], "--exclude", help="Path glob it may not read (repeatable)."),
+              exclude: list[str] = typer.Option([], "--exclude", help="Path glob it may not read (repeatable)."),
               admin: bool = typer.Option(False, "--admin", help="Every repository, and may register repositories.")):
     """Create a role or add a grant to it (grants add up: run again for another repository)."""
     out, _ = _consoles()
@@ -250,7 +252,7 @@ def roles_add(name: str = typer.Argument(..., help="The role's name."),
     try:
         role = ks.add_role(name, repo=repo, include=include, exclude=exclude, admin=admin)
     except ValueError as e:
-        raise _fail(str(e))
+        raise _fail(str(e)) from None
     finally:
         ks.close()
     out.print(json.dumps(role.to_dict()))

@@ -29,9 +29,10 @@ import os
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from typing import Any, AsyncIterator, Callable, Iterable, Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol, runtime_checkable
 
 from strands.hooks import (
     AfterInvocationEvent,
@@ -281,7 +282,7 @@ def _result_chars(result: dict) -> int:
     return n
 
 
-def _tool_result_citations(result: dict) -> list[str]:
+def _tool_result_citations(result: Mapping[str, Any]) -> list[str]:
     seen: dict[str, None] = {}
     for block in result.get("content") or []:
         if "text" in block:
@@ -312,9 +313,10 @@ def _final_text(message: dict | None) -> str:
     return "".join(str(b["text"]) for b in message.get("content") or [] if "text" in b).strip()
 
 
-def turn_timeout_from_env(env: "os._Environ[str] | dict[str, str] | None" = None) -> float:
+def turn_timeout_from_env(env: os._Environ[str] | dict[str, str] | None = None) -> float:
     """Seconds one turn may take: ``REPOCTX_STREAM_TIMEOUT`` (a number > 0; ``inf`` for no deadline), default 60;
-    ``ConfigError`` when it is not a positive number. Read by the same ``float_env`` as the service's ``ServiceSettings.stream_timeout``."""
+    ``ConfigError`` when it is not a positive number. Read by the same ``float_env`` as the service's
+    ``ServiceSettings.stream_timeout``."""
     from repoctx.config import float_env
 
     return float_env(TIMEOUT_ENV, DEFAULT_TURN_TIMEOUT, env=env)
@@ -325,7 +327,7 @@ def _blocks(message: dict, kind: str) -> list[dict]:
     return [b for b in message.get("content") or [] if kind in b]
 
 
-def _add_message(agent, message: dict) -> None:
+def _add_message(agent, message: Any) -> None:  # a Strands Message (a TypedDict)
     """Append to the agent's history the way the SDK does, so its session manager stores the message."""
     from strands.hooks import MessageAddedEvent
 
@@ -418,7 +420,7 @@ class TurnGuard(HookProvider):
     # ---- events
     def _start(self, event: BeforeInvocationEvent) -> None:
         self.turn = _Turn(TurnMetrics(session_id=self.session_id, principal=self.principal, model=self.model_name,
-                                      started_at=datetime.now(timezone.utc).isoformat()))
+                                      started_at=datetime.now(UTC).isoformat()))
 
     def _cur(self) -> _Turn:
         if self.turn is None:  # a hook fired outside an invocation (direct tool call): measure it anyway
@@ -444,7 +446,7 @@ class TurnGuard(HookProvider):
         message = event.stop_response.message
         if event.stop_response.stop_reason == "max_tokens" and not turn.metrics.limit_cut:
             turn.metrics.limit_cut = "max_tokens"
-        usage = (message.get("metadata") or {}).get("usage") or {}
+        usage: dict[str, Any] = dict((message.get("metadata") or {}).get("usage") or {})
         if usage.get("inputTokens") or usage.get("outputTokens") or usage.get("totalTokens"):
             m = turn.metrics
             m.tokens_in = (m.tokens_in or 0) + int(usage.get("inputTokens") or 0)
@@ -493,7 +495,7 @@ class TurnGuard(HookProvider):
         for sink in self.sinks:
             try:
                 sink.record(m)
-            except Exception:  # a broken sink must not break the conversation
+            except Exception:  # noqa: BLE001 - a broken sink must not break the conversation
                 pass
 
 
@@ -538,7 +540,7 @@ class Copilot:
 
             close_model(self._model)
 
-    def __enter__(self) -> "Copilot":
+    def __enter__(self) -> Copilot:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -549,7 +551,7 @@ def _model_name(model) -> str | None:
     try:
         cfg = model.get_config() or {}
         return str(cfg.get("model_id")) if cfg.get("model_id") else type(model).__name__
-    except Exception:
+    except Exception:  # noqa: BLE001 - a model without a readable config is named by its class
         return type(model).__name__
 
 
@@ -694,7 +696,7 @@ async def stream_turn(copilot: Copilot, question: str, *, timeout: float | None 
     except MaxTokensReachedException:  # the partial answer stays in the conversation; a note says so
         last = agent.messages[-1] if agent.messages else None
         result = _Partial(last if last and last.get("role") == "assistant" else None)
-    except Exception as e:  # provider unreachable, bad credentials, ...: data, not a traceback
+    except Exception as e:  # noqa: BLE001 - provider unreachable, bad credentials, ...: data, not a traceback
         from repoctx.store.availability import store_unavailable
 
         # the session store (or the index) went away: the name the HTTP service gives every outage
@@ -704,12 +706,13 @@ async def stream_turn(copilot: Copilot, question: str, *, timeout: float | None 
     if error is not None and error["error"] != "store_unavailable":
         try:  # the question stays in the history, with a note for its missing answer
             repair_history(agent)
-        except Exception:  # the session store failed too: the next load repairs it
+        except Exception:  # noqa: BLE001 - the session store failed too: the next load repairs it
             pass
 
-    began = copilot.guard.turn is not None and copilot.guard.turn is not previous_turn
-    metrics = copilot.guard.turn.metrics if began else TurnMetrics(session_id=copilot.session_id,
-                                                                    principal=copilot.principal)
+    turn = copilot.guard.turn
+    began = turn is not None and turn is not previous_turn
+    metrics = turn.metrics if turn is not None and began else TurnMetrics(session_id=copilot.session_id,
+                                                                           principal=copilot.principal)
     if error and metrics.error in (None, "turn failed"):
         metrics.error = f"{error['error']}: {error['detail']}"
     text = _final_text(result.message) if result is not None else ""
@@ -750,7 +753,7 @@ def _run_sync(coro):
     def target():
         try:
             box["value"] = asyncio.run(coro)
-        except BaseException as e:  # pragma: no cover - re-raised below
+        except BaseException as e:  # pragma: no cover  # noqa: BLE001 - re-raised below
             box["error"] = e
 
     t = threading.Thread(target=target, name="repoctx-copilot-turn")

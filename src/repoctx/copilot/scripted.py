@@ -13,7 +13,8 @@ Usage is reported like a real provider's, estimated at four characters a token, 
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncGenerator, AsyncIterable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Sequence
+from typing import Any
 
 from strands.models.model import Model
 
@@ -62,7 +63,7 @@ class ScriptedToolModel(Model):
             return {"text": step.get("text", ""), "tools": [step]}
         return {"text": step.get("text", ""), "tools": list(step.get("tools") or [])}
 
-    async def stream(self, messages, tool_specs=None, system_prompt=None, **kwargs) -> AsyncIterable[dict]:
+    async def stream(self, messages, tool_specs=None, system_prompt=None, **kwargs) -> AsyncIterable[Any]:
         self.calls.append(json.loads(json.dumps(messages, default=str)))
         self.system_prompts.append(system_prompt)
         self.tool_specs.append(list(tool_specs or []))

@@ -21,7 +21,7 @@ import re
 import sqlite3
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +69,7 @@ def _validate_agent_id(agent_id: str) -> str:
 
 
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat()
+    return datetime.fromtimestamp(ts, UTC).isoformat()
 
 
 def _is_postgres(target: str) -> bool:
@@ -344,14 +344,13 @@ def _psycopg():
 def migrate_postgres(url: str) -> int:
     """Create or upgrade the copilot session schema in a PostgreSQL database. Idempotent."""
     psycopg, _ = _psycopg()
-    with psycopg.connect(url) as conn:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('repoctx.copilot.sessions'))")
-            for stmt in _PG_SCHEMA:
-                conn.execute(stmt)
-            row = conn.execute(f"SELECT MAX(version) FROM {VERSION_TABLE}").fetchone()
-            if row[0] is None or row[0] < SCHEMA_VERSION:
-                conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (SCHEMA_VERSION,))
+    with psycopg.connect(url) as conn, conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('repoctx.copilot.sessions'))")
+        for stmt in _PG_SCHEMA:
+            conn.execute(stmt)
+        row = conn.execute(f"SELECT MAX(version) FROM {VERSION_TABLE}").fetchone()
+        if row[0] is None or row[0] < SCHEMA_VERSION:
+            conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (SCHEMA_VERSION,))
     return SCHEMA_VERSION
 
 
@@ -359,7 +358,7 @@ class PostgresSessionRepository(_Base):
     """Sessions in PostgreSQL through a psycopg_pool ``ConnectionPool`` (given, or opened from a URL and
     then owned: ``close()`` closes it). ``migrate_postgres(url)`` first."""
 
-    def __init__(self, url_or_pool: "str | ConnectionPool", principal: str = "local", *, min_size: int = 1,
+    def __init__(self, url_or_pool: str | ConnectionPool, principal: str = "local", *, min_size: int = 1,
                  max_size: int = 4):
         psycopg, self._Jsonb = _psycopg()
         self.principal = _validate_principal(principal)
@@ -382,10 +381,11 @@ class PostgresSessionRepository(_Base):
 
     def _version(self, psycopg) -> int | None:
         with self.pool.connection() as conn:
-            reg = conn.execute("SELECT to_regclass(%s)", (VERSION_TABLE,)).fetchone()[0]
-            if reg is None:
+            reg = conn.execute("SELECT to_regclass(%s)", (VERSION_TABLE,)).fetchone()
+            if reg is None or reg[0] is None:
                 return None
-            return conn.execute(f"SELECT MAX(version) FROM {VERSION_TABLE}").fetchone()[0]
+            row = conn.execute(f"SELECT MAX(version) FROM {VERSION_TABLE}").fetchone()
+            return row[0] if row else None
 
     def close(self) -> None:
         if self._owns_pool:

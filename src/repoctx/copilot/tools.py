@@ -22,8 +22,9 @@ import functools
 import inspect
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
+from typing import Any
 
 from repoctx.render import DEFAULT_DETAIL, DETAILS, retrieval_dict, wire
 from repoctx.store.base import Scope
@@ -32,7 +33,8 @@ from repoctx.store.globs import GlobError, parse as parse_glob
 __all__ = ["RepoTools", "make_tools", "TOOL_NAMES", "ToolError", "error_detail", "MAX_K", "MAX_READ_LINES",
            "MAX_LIST_FILES", "MIN_BUDGET", "MAX_BUDGET", "MAX_DETAIL"]
 
-TOOL_NAMES = ("search_code", "get_context", "symbol", "callers", "callees", "outline", "grep", "read_file", "list_files")
+TOOL_NAMES = ("search_code", "get_context", "symbol", "callers", "callees", "outline", "grep", "read_file",
+              "list_files")
 LEVELS = ("symbol", "file")
 MODES = ("auto", "standard", "agentic")
 TASKS = ("code_query", "refactor", "code_gen", "search")
@@ -77,7 +79,7 @@ def _redact_line(text: str) -> str:
         from repoctx.ingest.walk import redact
 
         return redact(text)[0]
-    except Exception:  # the redactor must never turn an error report into a crash
+    except Exception:  # noqa: BLE001 - the redactor must never turn an error report into a crash
         return text
 
 
@@ -86,7 +88,7 @@ def _guarded(name: str) -> Callable:
 
     def deco(fn: Callable[..., dict]) -> Callable[..., dict]:
         @functools.wraps(fn)
-        def wrapper(self: "RepoTools", *args, **kwargs) -> dict:
+        def wrapper(self: RepoTools, *args, **kwargs) -> dict:
             try:
                 return fn(self, *args, **kwargs)
             except ToolError as e:
@@ -276,17 +278,20 @@ class RepoTools:
         for flag, v in (("fixed", fixed), ("ignore_case", ignore_case)):
             if not isinstance(v, bool):
                 raise ToolError("invalid_argument", f"{flag} must be true or false, not {v!r}")
+        globs: tuple[str, ...]
         if paths is None or paths == "":
-            paths = ()
+            globs = ()
         elif isinstance(paths, str):
-            paths = (paths,)
-        elif not (isinstance(paths, (list, tuple)) and all(isinstance(x, str) and x for x in paths)):
+            globs = (paths,)
+        elif isinstance(paths, (list, tuple)) and all(isinstance(x, str) and x for x in paths):
+            globs = tuple(paths)
+        else:
             raise ToolError("invalid_argument", f"paths must be a list of path globs, not {paths!r}")
         limit = _int_arg("limit", limit, 1, MAX_GREP)
         offset = _int_arg("offset", offset, 0)
         context = _int_arg("context", context, 0, MAX_GREP_CONTEXT)
         try:  # a bad regex or path glob: the library's message names the problem and where
-            return self.index.grep(pattern, fixed=fixed, ignore_case=ignore_case, paths=tuple(paths), scope=self.scope,
+            return self.index.grep(pattern, fixed=fixed, ignore_case=ignore_case, paths=globs, scope=self.scope,
                                    limit=limit, offset=offset, context=context)
         except ValueError as e:
             raise ToolError("invalid_argument", str(e)) from None
@@ -420,7 +425,7 @@ class RepoTools:
         text = "\n".join(f"{n:>{width}}| {lines[n - 1]}" for n in range(start, last + 1))
         symbols = [c.citation for c in self.index.store.file_capsules(repo, rel, self.scope)
                    if c.kind != "module" and c.start_line <= last and c.end_line >= start][:40]
-        out = {"repo": repo, "path": rel, "start": start, "end": last, "total_lines": total,
+        out: dict[str, Any] = {"repo": repo, "path": rel, "start": start, "end": last, "total_lines": total,
                "truncated": last < want_end, "text": text, "symbols": symbols,
                "note": f"lines {start}-{last} of {total}, numbered 'N| '; cite as {rel}:{start}-{last} :: <symbol> "
                        f"(or a citation from 'symbols')"}

@@ -21,13 +21,12 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import sys
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
-
-import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -151,6 +150,9 @@ class _AsyncForms:
     """LangChain's async forms of an embedder (its base class would give them; registered virtual
     subclasses do not inherit them)."""
 
+    embed_documents: Callable[[list[str]], list[list[float]]]
+    embed_query: Callable[[str], list[float]]
+
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
         import asyncio
 
@@ -212,8 +214,8 @@ class LocalMiniLM(_AsyncForms):
         self._model = model
         self._tokenizer_path = Path(tokenizer_path) if tokenizer_path else None
         self._lock = threading.Lock()
-        self._session = None
-        self._tokenizer = None
+        self._session: Any = None  # an onnxruntime InferenceSession, once loaded
+        self._tokenizer: Any = None
         self._input_names: tuple[str, ...] = ()
         self._output_name = ""
         self._per_text = False  # the graph quantises activations per call: one text per call (see encode)
@@ -369,7 +371,7 @@ class RemoteEmbeddings(_AsyncForms):
     Any ``embed_documents``/``embed_query`` call also fills it in for free.
     """
 
-    def __init__(self, inner: "Embeddings", model_id: str, dim: int | None = None) -> None:
+    def __init__(self, inner: Embeddings, model_id: str, dim: int | None = None) -> None:
         _as_langchain_embeddings(type(self))  # the provider package has loaded LangChain already
         self.inner = inner
         self._model_id = model_id
@@ -446,7 +448,7 @@ def _split_at(rest: str) -> tuple[str, str | None]:
     return model.strip(), (url.strip() or None) if sep else None
 
 
-def get_embedder(spec: str | None = None, **options: Any) -> "Embeddings":
+def get_embedder(spec: str | None = None, **options: Any) -> LocalMiniLM | RemoteEmbeddings:
     """Build an embedder from ``spec``; every result has ``model_id``, ``dim`` and ``encode``.
 
     Specs (``options`` go to the underlying constructor):

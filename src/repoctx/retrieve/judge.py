@@ -70,7 +70,7 @@ class LLMJudge:
             picked = self._ask(prompt)
         except ValueError as e:  # out of schema (pydantic's ValidationError is a ValueError)
             return hits, f"judge answered out of schema: {str(e).splitlines()[0]}"
-        except Exception as e:  # provider unreachable etc.: the lane keeps its order
+        except Exception as e:  # noqa: BLE001 - provider unreachable etc.: the lane keeps its order
             return hits, f"judge model failed: {type(e).__name__}"
         order = list(dict.fromkeys(i for i in picked if 1 <= i <= len(shown)))
         if len(order) != len(set(picked)):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Protocol
 
 from repoctx.retrieve.query import mentions
@@ -35,7 +35,8 @@ _ASPECT_VERBS = [v + suffix for v in (
     "predict", "merge", "retry", "authenticate", "verify")
     for suffix in ("", "s")] + ["do", "does", "apply", "applies", "copy", "copies", "deploy", "deploys"]
 _COMPARE_ASPECT = [  # "compare how X and Y handle aspect" / "compare X, Y and Z: aspect"
-    re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s+(?P<aspect>(?:" + "|".join(_ASPECT_VERBS) + r")\b.*)$", re.I),
+    re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s+(?P<aspect>(?:" + "|".join(_ASPECT_VERBS)
+               + r")\b.*)$", re.I),
     re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s*:\s*(?P<aspect>.+)$", re.I),
     re.compile(r"\bdifferences?\s+between\s+(?P<entities>.+?)\s+(?:in|for|when)\s+(?P<aspect>.+)$", re.I),
     # "how do the Python domain and the C++ domain differ in parsing ..., and in resolving ...": the aspects follow
@@ -64,7 +65,8 @@ _FILLER = re.compile(r"^(?:and\s+|also\s+|then\s+|so\s+)?(?:i'd like to understa
 # an item starts at a non-space, or the space after each comma could go to the comma or to the item: 2^n ways
 # to fail on a list of n items (seconds for 20)
 _EACH_ITEM = r"[\w./()'-][\w\s./()'-]*?"
-_EACH = re.compile(rf"^(?P<pre>.*?\b(?:the|do|does|are|is)\s+)(?P<items>{_EACH_ITEM}(?:,\s*{_EACH_ITEM})*,?\s+(?:and|or)\s+"
+_EACH = re.compile(rf"^(?P<pre>.*?\b(?:the|do|does|are|is)\s+)"
+                   rf"(?P<items>{_EACH_ITEM}(?:,\s*{_EACH_ITEM})*,?\s+(?:and|or)\s+"
                    rf"{_EACH_ITEM})\s+(?P<head>\w+)\s+each\b(?P<post>.*)$", re.I)
 _CONTEXT = re.compile(r"^(?:for|in|when|whenever|once|after|before|if|given|on|with|inside|within|during|i want|"
                       r"i'm|i am|we)\b", re.I)
@@ -85,7 +87,8 @@ def is_context(clause: str) -> bool:
     rest = words[1:]
     if rest and rest[0].lower() in _AUX:
         return False
-    return not _ASKS.search(" ".join(rest)) and not (words[0].lower() in ("for", "in", "on", "with") and _HAS_WH.search(clause))
+    return not _ASKS.search(" ".join(rest)) and not (words[0].lower() in ("for", "in", "on", "with")
+                                                     and _HAS_WH.search(clause))
 
 
 def colon_list(clause: str) -> list[str] | None:
@@ -398,7 +401,8 @@ class OfflinePlanner:
         the clause leaves implicit), then with the clause's content words only."""
         first = split_clauses(question)[0]
         frame = " ".join(w for w in re.findall(r"[A-Za-z_][\w.]*", first)
-                         if (w[0].isupper() or "_" in w) and w.lower() not in STOPWORDS and w.lower() not in WH_WORDS)[:80]
+                         if (w[0].isupper() or "_" in w) and w.lower() not in STOPWORDS
+                         and w.lower() not in WH_WORDS)[:80]
         out = []
         for s in uncovered:
             if attempt == 1 and frame and frame.lower() not in s.text.lower():
@@ -466,7 +470,7 @@ class LLMPlanner:
             plan = self._ask(f"Question: {question}")
         except ValueError as e:  # pydantic's ValidationError is a ValueError
             return self.fallback.plan(question), f"malformed plan: {str(e).splitlines()[0]}"
-        except Exception as e:  # provider unreachable etc.: plan offline rather than fail the search
+        except Exception as e:  # noqa: BLE001 - provider unreachable etc.: plan offline rather than fail the search
             return self.fallback.plan(question), f"planner model failed: {type(e).__name__}"
         anchors = mentions(question)
         return [SubQuery(i.query, i.intent, [a for a in anchors.identifiers + anchors.paths if a in i.query])
