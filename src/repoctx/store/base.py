@@ -12,8 +12,10 @@ parsing, retrieval or serving.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -113,7 +115,7 @@ class Scope:
     def unrestricted(self) -> bool:
         return not (self.repos or self.include or self.exclude) and self.grants is None
 
-    def with_repos(self, repos: Sequence[str]) -> "Scope":
+    def with_repos(self, repos: Sequence[str]) -> Scope:
         return replace(self, repos=tuple(repos))
 
     def allows(self, repo: str, path: str) -> bool:
@@ -300,7 +302,7 @@ class StoreReader(Protocol):
     def all_edges(self, scope: Scope = EVERYTHING) -> list[tuple]: ...
     # grep: (repo, path, text key, text) of the indexed files all ``scopes`` allow whose text the plan's trigram
     # prefilter admits, ordered by repository then path (code point order); streamed
-    def grep_texts(self, plan: "GrepPlan", scopes: Sequence[Scope]) -> Iterator[tuple[str, str, Any, str]]: ...
+    def grep_texts(self, plan: GrepPlan, scopes: Sequence[Scope]) -> Iterator[tuple[str, str, Any, str]]: ...
     def file_text(self, repo: str, path: str, scope: Scope = EVERYTHING) -> str | None: ...
     def close(self) -> None: ...
 
@@ -318,8 +320,8 @@ class RepoWriter(Protocol):
 
     repo: str
 
-    def transaction(self) -> ContextManager[None]: ...
-    def lock(self, kind: str = "index", wait: bool = True) -> ContextManager[None]: ...  # one writer per repo
+    def transaction(self) -> AbstractContextManager[None]: ...
+    def lock(self, kind: str = "index", wait: bool = True) -> AbstractContextManager[None]: ...  # one writer per repo
     def files(self) -> dict[str, FileRecord]: ...
     def meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str) -> None: ...

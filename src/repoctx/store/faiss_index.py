@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,12 +28,12 @@ class FaissIndex:
         self.dir = Path(index_dir)
         self.meta_path = self.dir / "vectors.json"
         self._loaded_mtime: int | None = None
-        self._index = None
+        self._index: Any = None  # an exact matrix (np.ndarray) or a faiss HNSW index
         self._ids: list[str] = []
         self._pos: dict[str, int] = {}
         # a grown HNSW set's selector of its live positions (dead ones no unit owns any more), made once per
         # loaded set: (IDSelectorBatch of the dead, IDSelectorNot of it; the second holds only a pointer)
-        self._alive = None
+        self._alive: tuple[Any, Any] | None = None
         # (stored file name, index, ids, hashes) of the HNSW set ``reusable`` read, for ``_grow`` to take
         # instead of reading the same file again (hundreds of MB past HNSW_MIN_VECTORS)
         self._read_for_grow: tuple | None = None
@@ -122,10 +123,10 @@ class FaissIndex:
                 return None
         if not (len(old_ids) == len(old_hashes) == index.ntotal):
             return None
-        stored = {(cid, h): i for i, (cid, h) in enumerate(zip(old_ids, old_hashes)) if cid}
+        stored = {(cid, h): i for i, (cid, h) in enumerate(zip(old_ids, old_hashes, strict=True)) if cid}
         kept = set()
         added = []
-        for row, key in enumerate(zip(ids, hashes)):
+        for row, key in enumerate(zip(ids, hashes, strict=True)):
             pos = stored.get(key)
             if pos is None or pos in kept:
                 added.append(row)
@@ -207,7 +208,7 @@ class FaissIndex:
             if not self._load() or not self._ids:
                 return []
             index, ids, pos, alive = self._index, self._ids, self._pos, self._alive
-        q = np.asarray(vec, dtype=np.float32).reshape(-1)
+        q: np.ndarray = np.asarray(vec, dtype=np.float32).reshape(-1)
         if isinstance(index, np.ndarray):
             if allowed is None:
                 sel = None
@@ -221,7 +222,7 @@ class FaissIndex:
             top = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
             top = top[np.argsort(-scores[top], kind="stable")]
             rows = sel[top] if sel is not None else top
-            return [(ids[int(r)], float(scores[t])) for r, t in zip(rows, top)]
+            return [(ids[int(r)], float(scores[t])) for r, t in zip(rows, top, strict=True)]
         import faiss
 
         faiss.omp_set_num_threads(1)
@@ -230,13 +231,15 @@ class FaissIndex:
             scores, idx = index.search(q, min(k, len(ids)))
         else:
             if allowed is None:  # a grown set: its dead positions are never candidates
-                sel, n = alive[1], len(pos)
+                assert alive is not None  # else the plain search above
+                fsel, n = alive[1], len(pos)
             else:
                 sel_pos = np.fromiter((pos[c] for c in allowed if c in pos), dtype=np.int64)
                 if not len(sel_pos):
                     return []
-                sel, n = faiss.IDSelectorBatch(sel_pos), len(sel_pos)
+                fsel, n = faiss.IDSelectorBatch(sel_pos), len(sel_pos)
             # the index's own efSearch: search parameters would otherwise bring faiss's default (16)
-            params = faiss.SearchParametersHNSW(sel=sel, efSearch=index.hnsw.efSearch)
+            # faiss's bundled stubs lack SearchParametersHNSW (the module has it)
+            params = faiss.SearchParametersHNSW(sel=fsel, efSearch=index.hnsw.efSearch)  # type: ignore[attr-defined]
             scores, idx = index.search(q, min(k, n), params=params)
-        return [(ids[i], float(s)) for s, i in zip(scores[0], idx[0]) if i >= 0]
+        return [(ids[i], float(s)) for s, i in zip(scores[0], idx[0], strict=True) if i >= 0]

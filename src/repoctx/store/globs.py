@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Union
 
 __all__ = ["GlobError", "Glob", "Dialect", "SQLITE", "POSTGRES", "DIALECTS", "MAX_PATTERN", "parse", "check",
            "matches", "dialect"]
@@ -68,7 +68,7 @@ class _Class:
     ranges: tuple[tuple[int, int], ...]  # sorted, merged, non-adjacent code point intervals
 
 
-_Token = Union[_Lit, _Star, _One, _Class]
+_Token = _Lit | _Star | _One | _Class
 _STAR, _ONE = _Star(), _One()
 
 
@@ -223,9 +223,9 @@ def _postgres(tokens: tuple[_Token, ...]) -> str:
     misread. Ranges compare code points (checked on the server for non-ASCII)."""
     out = ["^"]
     for t in tokens:
-        if t is _STAR:
+        if isinstance(t, _Star):
             out.append(".*")
-        elif t is _ONE:
+        elif isinstance(t, _One):
             out.append(".")
         elif isinstance(t, _Lit):
             out.append("\\" + t.ch if t.ch.isascii() and not t.ch.isalnum() else t.ch)
@@ -273,9 +273,9 @@ def _sqlite(tokens: tuple[_Token, ...]) -> str:
     """A SQLite GLOB pattern (anchored by nature; ``*`` and ``?`` cross ``/``; case-sensitive; code points)."""
     out = []
     for t in tokens:
-        if t is _STAR:
+        if isinstance(t, _Star):
             out.append("*")
-        elif t is _ONE:
+        elif isinstance(t, _One):
             out.append("?")
         elif isinstance(t, _Lit):
             out.append(_GLOB_LITERAL.get(t.ch, t.ch))
@@ -339,7 +339,7 @@ POSTGRES = Dialect("postgres", "{col} ~ {ph}", lambda g: g.postgres)
 DIALECTS = {d.name: d for d in (SQLITE, POSTGRES)}
 
 
-def dialect(d: "Dialect | str") -> Dialect:
+def dialect(d: Dialect | str) -> Dialect:
     if isinstance(d, Dialect):
         return d
     try:

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import product
-from typing import Callable, Hashable, Iterable, Iterator, Union
 
-from re import _constants as _C  # noqa: the parser's opcodes (stable across 3.11-3.13)
-from re import _parser as _P
+# the parser and its opcodes (stable across 3.11-3.13); typeshed does not declare re's private modules
+from re import _constants as _C, _parser as _P  # type: ignore[attr-defined]
+from typing import Any
 
 __all__ = ["PatternError", "GrepLimits", "GrepPlan", "Lit", "And", "Or", "compile_pattern", "scan", "fts5_query",
            "postgres_filter", "MAX_PATTERN"]
@@ -72,7 +73,7 @@ class GrepLimits:
 # --------------------------------------------------------------------------- the prefilter
 
 # An item of a literal: one character, a set of characters (one of them), or None (any one character)
-Item = Union[str, frozenset, None]
+Item = str | frozenset | None
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class Or:
     parts: tuple
 
 
-Query = Union[Lit, And, Or, None]  # None: no constraint (every file is a candidate)
+Query = Lit | And | Or | None  # None: no constraint (every file is a candidate)
 
 
 def _and(parts: Iterable[Query]) -> Query:
@@ -134,7 +135,7 @@ def _order(items: tuple) -> tuple:
                  for i in items)
 
 
-def _exact_query(strings: set | None) -> Query:
+def _exact_query(strings: frozenset | None) -> Query:
     if strings is None:
         return None
     return _or(Lit(s) if _usable(s) else None for s in sorted(strings, key=_order))
@@ -183,7 +184,7 @@ class _Info:
     query: Query
 
 
-_NOTHING = frozenset({()})
+_NOTHING: frozenset = frozenset({()})
 
 
 def _exact(strings) -> _Info:
@@ -240,8 +241,9 @@ def _node(op, av, ic: bool) -> _Info:
         return _seq(av, ic)
     if op is _C.BRANCH:
         infos = [_seq(b, ic) for b in av[1]]
-        if all(i.exact is not None for i in infos) and sum(len(i.exact) for i in infos) <= _MAX_SET:
-            return _exact(frozenset().union(*(i.exact for i in infos)))
+        exacts = [i.exact for i in infos if i.exact is not None]
+        if len(exacts) == len(infos) and sum(len(e) for e in exacts) <= _MAX_SET:
+            return _exact(frozenset().union(*exacts))
 
         def union(sets: list[frozenset]) -> frozenset:
             return frozenset().union(*sets) if sum(len(x) for x in sets) <= _MAX_SET else _NOTHING
@@ -256,7 +258,9 @@ def _node(op, av, ic: bool) -> _Info:
         if lo == hi and info.exact is not None and lo <= 8 and len(info.exact) ** lo <= _MAX_SET:
             strings = _NOTHING
             for _ in range(lo):
-                strings = _join(strings, info.exact)
+                joined = _join(strings, info.exact)
+                assert joined is not None  # every partial product is within the bound checked above
+                strings = joined
             return _exact(strings)
         # at least one repetition: it begins as the first and ends as the last
         return _Info(None, info.prefix, info.suffix, info.query)
@@ -426,12 +430,12 @@ def fts5_query(q: Query) -> str | None:
         if not terms:
             return None
         return terms[0] if len(terms) == 1 else "(" + " AND ".join(terms) + ")"
-    parts = [fts5_query(p) for p in q.parts]
+    rendered = [fts5_query(p) for p in q.parts]
+    parts = [p for p in rendered if p is not None]
     if isinstance(q, Or):
-        if any(p is None for p in parts):
+        if len(parts) < len(rendered):
             return None
         return "(" + " OR ".join(parts) + ")"
-    parts = [p for p in parts if p is not None]
     return None if not parts else parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
 
 
@@ -474,12 +478,12 @@ def postgres_filter(q: Query, col: str, ignore_case: bool) -> tuple[str, list] |
             return None
         pattern = "%" + "".join(_like_escape(i) if isinstance(i, str) else "_" for i in q.items) + "%"
         return f"{col} {'ILIKE' if ignore_case else 'LIKE'} %s", [pattern]
-    parts = [postgres_filter(p, col, ignore_case) for p in q.parts]
+    rendered = [postgres_filter(p, col, ignore_case) for p in q.parts]
+    parts = [p for p in rendered if p is not None]
     if isinstance(q, Or):
-        if any(p is None for p in parts):
+        if len(parts) < len(rendered):
             return None
         return "(" + " OR ".join(p[0] for p in parts) + ")", [a for p in parts for a in p[1]]
-    parts = [p for p in parts if p is not None]
     if not parts:
         return None
     return "(" + " AND ".join(p[0] for p in parts) + ")", [a for p in parts for a in p[1]]
@@ -495,7 +499,7 @@ class GrepPlan:
     regex: re.Pattern
     prefilter: Query  # None: every file in scope is a candidate
     line_safe: bool  # whole-text search finds every line a line-confined search would
-    sieve: object = None  # an RE2 pattern matching a superset: a file it finds nothing in is skipped (or None)
+    sieve: Any = None  # an RE2 pattern matching a superset: a file it finds nothing in is skipped (or None)
 
     def describe(self) -> str:
         if self.prefilter is None:
@@ -504,7 +508,7 @@ class GrepPlan:
         return "trigrams of " + _show(self.prefilter)
 
 
-def _show(q: Query) -> str:
+def _show(q: Lit | And | Or) -> str:
     if isinstance(q, Lit):
         return repr(str(q))
     sep = " AND " if isinstance(q, And) else " OR "

@@ -24,13 +24,14 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from repoctx.store.base import EVERYTHING, Scope
-from repoctx.types import Capsule
+from repoctx.types import Capsule, Edge
 
 K1, B = 1.2, 0.75
 
@@ -51,7 +52,7 @@ class MemoryBM25:
         self.scores = scores
         self.rowids = rowids  # sorted store rowids, by dense number
         self.ids = ids  # capsule id by dense number
-        self.rowid_of = dict(zip(ids, rowids.tolist()))
+        self.rowid_of = dict(zip(ids, rowids.tolist(), strict=True))
         self.size = len(ids)
         self.seconds = seconds
 
@@ -60,9 +61,9 @@ class MemoryBM25:
         return all(_PLAIN.fullmatch(t) for t in terms)
 
     @classmethod
-    def from_postings(cls, key: Hashable, terms: Sequence[str], rowids: Sequence[int], wtf: Sequence[float],
-                      dl: Sequence[float], n_docs: int, avgdl: float, units: Sequence[tuple[int, str]],
-                      started: float, fold_case: bool = True) -> "MemoryBM25":
+    def from_postings(cls, key: Hashable, terms: Sequence[str], rowids: Iterable[int], wtf: Iterable[float],
+                      dl: Iterable[float], n_docs: float, avgdl: float, units: Sequence[tuple[int, str]],
+                      started: float, fold_case: bool = True) -> MemoryBM25:
         """``terms``/``rowids``/``wtf``/``dl``: one posting each (grouped by term): the unit's rowid, the
         column-weighted count of the term in it and the unit's length. ``units``: (rowid, capsule id)."""
         units = sorted(units)
@@ -111,7 +112,7 @@ class MemoryBM25:
             hit = hit[np.argpartition(-total[hit], k - 1)[:k]]
         hit = hit[np.lexsort((self.rowids[hit], -total[hit]))]  # best first, ties by rowid (as FTS5 returns them)
         ids = self.ids
-        return [(ids[r], s) for r, s in zip(hit.tolist(), total[hit].tolist())]
+        return [(ids[r], s) for r, s in zip(hit.tolist(), total[hit].tolist(), strict=True)]
 
 
 class MemoryBM25Cache:
@@ -151,7 +152,7 @@ class MemoryBM25Cache:
     def _run(self) -> None:
         try:
             index = self._build()  # reads the key with the data it describes
-        except Exception as e:  # the store keeps answering with its own queries
+        except Exception as e:  # noqa: BLE001 - the store keeps answering with its own queries
             self.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             index = None
         with self._lock:
@@ -169,6 +170,14 @@ class MemoryReads:
     ((rowid, capsule) pairs, unscoped), and ``_memory_covers(scope, key)``: whether the in-memory statistics
     are the ones the store would use for ``scope`` and whether the scope needs a mask, as (covers, masked).
     """
+
+    if TYPE_CHECKING:  # what the store provides (declared for the type checker only: the store's own win)
+        def _content_key(self) -> tuple: ...
+        def _build_memory_bm25(self) -> MemoryBM25: ...
+        def _rowids_where(self, scope: Scope) -> list[int]: ...
+        def _units_by_id(self, ids: list[str]) -> list[tuple[int, Capsule]]: ...
+        def _memory_covers(self, scope: Scope, key: tuple) -> tuple[bool, bool]: ...
+        def _edges(self, col: str, ids: list[str], kinds: tuple[str, ...], scope: Scope) -> list[Edge]: ...
 
     def _init_memory(self, enabled: bool) -> None:
         self._bm25 = MemoryBM25Cache(self._build_memory_bm25) if enabled else None
@@ -198,7 +207,7 @@ class MemoryReads:
         finally:
             self._pin.key = None
 
-    def _key(self) -> Hashable:
+    def _key(self) -> tuple:
         """The content key: the one pinned by :meth:`reading` on this thread, else read now."""
         key = getattr(self._pin, "key", None)
         return key if key is not None else self._content_key()
@@ -273,7 +282,9 @@ class MemoryReads:
         if missing:
             found: dict[str, list] = {i: [] for i in missing}
             for e in self._edges(col, missing, kinds, EVERYTHING):
-                found[e.src if col == "src" else e.dst].append(e)
+                end = e.src if col == "src" else e.dst
+                assert end is not None  # the edges were read by this end, one of the ids
+                found[end].append(e)
             lists.update(found)
             if len(lists) > 200_000:  # bounded like the units
                 with self._units_lock:
@@ -284,6 +295,7 @@ class MemoryReads:
             edges = [e for e in edges if e.src.split(":", 1)[0] in repos]
         if not path_rules:
             return edges
+        assert mem is not None  # read above whenever there are path rules
         allowed, rid = self._admitted_rowids(scope, mem.key), mem.rowid_of
         return [e for e in edges if rid.get(e.src, -1) in allowed and (e.dst is None or rid.get(e.dst, -1) in allowed)]
 

@@ -17,18 +17,34 @@ import json
 import time
 import zlib
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from repoctx.store.base import (
+    EMBED_KINDS,
+    EVERYTHING,
+    EmbedRow,
+    FileRecord,
+    IndexBusy,
+    RepoRecord,
+    Scope,
+    StoreError,
+    VectorState,
+    check_repo_name,
+    compile_all,
+    like_suffix,
+    text_key,
+)
 from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
-from repoctx.store.base import (EMBED_KINDS, EVERYTHING, EmbedRow, FileRecord, IndexBusy, RepoRecord, Scope,
-                                StoreError, VectorState, check_repo_name, compile_all, like_suffix, text_key)
 from repoctx.store.sqlite import BM25_WEIGHTS
 from repoctx.types import Capsule, Edge
 
 if TYPE_CHECKING:
+    import psycopg
+
     from repoctx.store.grep import GrepPlan
 
 PG_SCHEMA_VERSION = 3
@@ -221,14 +237,17 @@ class PostgresStore(MemoryReads):
         check_repo_name(name)
         self._q("INSERT INTO repoctx_repos(name, root, created) VALUES(%s,%s,%s) "
                 "ON CONFLICT (name) DO UPDATE SET root = EXCLUDED.root RETURNING name", (name, root, time.time()))
-        return self.repo(name)
+        rec = self.repo(name)
+        if rec is None:  # dropped by another process in between
+            raise StoreError(f"repository {name!r} was dropped while it was being registered")
+        return rec
 
     def drop_repo(self, name: str) -> None:
         w = self.writer(name)
         with w.transaction():
             w.clear()
-            w.conn.execute("DELETE FROM repoctx_meta WHERE repo=%s", (name,))
-            w.conn.execute("DELETE FROM repoctx_repos WHERE name=%s", (name,))
+            w.tx().execute("DELETE FROM repoctx_meta WHERE repo=%s", (name,))
+            w.tx().execute("DELETE FROM repoctx_repos WHERE name=%s", (name,))
 
     def repo(self, name: str) -> RepoRecord | None:
         rows = self._q("SELECT name, root, created FROM repoctx_repos WHERE name=%s", (name,))
@@ -238,13 +257,15 @@ class PostgresStore(MemoryReads):
         return RepoRecord(rows[0][0], rows[0][1], rows[0][2], meta)
 
     def repos(self, scope: Scope = EVERYTHING) -> list[RepoRecord]:
-        return [self.repo(n) for (n,) in self._q("SELECT name FROM repoctx_repos ORDER BY name") if scope.allows_repo(n)]
+        # a repository dropped between the two reads is left out, not listed as None
+        return [r for (n,) in self._q("SELECT name FROM repoctx_repos ORDER BY name")
+                if scope.allows_repo(n) and (r := self.repo(n)) is not None]
 
     def repo_by_root(self, root: str) -> RepoRecord | None:
         rows = self._q("SELECT name FROM repoctx_repos WHERE root=%s ORDER BY created LIMIT 1", (root,))
         return self.repo(rows[0][0]) if rows else None
 
-    def writer(self, repo: str) -> "PostgresRepoWriter":
+    def writer(self, repo: str) -> PostgresRepoWriter:
         return PostgresRepoWriter(self, check_repo_name(repo))
 
     # ---- reads
@@ -369,7 +390,7 @@ class PostgresStore(MemoryReads):
             postings = conn.execute("SELECT term, rid, wtf, dl FROM repoctx_postings ORDER BY term COLLATE \"C\"").fetchall()
             units = conn.execute("SELECT rid, id FROM repoctx_capsules").fetchall()
         n_docs, total_len = float(key[1] or 0), float(key[2] or 0)
-        terms, rids, wtf, dl = zip(*postings) if postings else ((), (), (), ())
+        terms, rids, wtf, dl = zip(*postings, strict=True) if postings else ((), (), (), ())
         return MemoryBM25.from_postings(key, terms, rids, wtf, dl, n_docs, total_len / n_docs if n_docs else 1.0,
                                         units, started, fold_case=False)
 
@@ -448,7 +469,7 @@ class PostgresStore(MemoryReads):
         return [Edge(*r) for r in self._q(sql + " ORDER BY e.eid", args)]
 
     # ---- grep: the files' texts, narrowed by pg_trgm
-    def grep_texts(self, plan: "GrepPlan", scopes: Sequence[Scope]) -> Iterator[tuple[str, str, str, str]]:
+    def grep_texts(self, plan: GrepPlan, scopes: Sequence[Scope]) -> Iterator[tuple[str, str, tuple[str, str], str]]:
         from repoctx.store.grep import postgres_filter
 
         scope_where, scope_args = compile_all(scopes, "f.repo", "f.path", "%s", "postgres")
@@ -499,7 +520,7 @@ class PostgresStore(MemoryReads):
             total = conn.execute("SELECT count(*) FROM repoctx_capsules WHERE repo=%s AND kind = ANY(%s)",
                                  (repo, list(EMBED_KINDS))).fetchone()[0]
         count = int(models.get(model, 0))
-        shown = model if model in models else (max(models, key=models.get) if models else None)
+        shown = model if model in models else (max(models, key=lambda m: models[m]) if models else None)
         return VectorState(shown, count, int(total), count == total and total > 0 and len(models) == 1)
 
     def dense(self, vector: np.ndarray, model: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
@@ -527,7 +548,7 @@ class PostgresRepoWriter:
     def __init__(self, store: PostgresStore, repo: str):
         self.store = store
         self.repo = repo
-        self.conn = None
+        self.conn: psycopg.Connection | None = None  # the open transaction's (see tx())
         self._caps: list[tuple] = []
         self._post: list[str] = []  # COPY text lines
         self._files: list[tuple] = []
@@ -568,6 +589,12 @@ class PostgresRepoWriter:
                 yield
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    def tx(self) -> psycopg.Connection:
+        """The connection of the open :meth:`transaction`."""
+        if self.conn is None:
+            raise StoreError("no transaction is open")
+        return self.conn
 
     def _reset(self) -> None:
         self._caps, self._post, self._files, self._edges, self._texts = [], [], [], [], {}
@@ -634,7 +661,7 @@ class PostgresRepoWriter:
 
     def _next_rid(self) -> int:
         if not self._rids:
-            rows = self.conn.execute("SELECT nextval('repoctx_capsules_rid_seq') FROM generate_series(1, 1000)").fetchall()
+            rows = self.tx().execute("SELECT nextval('repoctx_capsules_rid_seq') FROM generate_series(1, 1000)").fetchall()
             self._rids = [r[0] for r in rows][::-1]
         return self._rids.pop()
 
@@ -680,7 +707,7 @@ class PostgresRepoWriter:
             cols = (c.name, c.qualname, c.path, c.signature, c.docstring, lexical_bodies.get(c.id, c.text)[:200_000])
             tf: dict[str, float] = {}
             dl = 0
-            for weight, text in zip(BM25_WEIGHTS, cols):
+            for weight, text in zip(BM25_WEIGHTS, cols, strict=True):
                 toks = _tokens(text)
                 dl += len(toks)
                 for t in toks:
@@ -724,7 +751,7 @@ class PostgresRepoWriter:
         conn = self.conn
         old = conn.execute("SELECT text_hash FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path)).fetchone()
         gone = conn.execute("SELECT count(*), coalesce(sum(dl), 0) FROM repoctx_capsules WHERE repo=%s AND path=%s",
-                            (self.repo, path)).fetchone()
+                            (self.repo, path)).fetchall()[0]  # an aggregate: always one row
         if not gone[0]:
             conn.execute("DELETE FROM repoctx_edges WHERE repo=%s AND src_path=%s", (self.repo, path))
             conn.execute("DELETE FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path))
@@ -795,7 +822,7 @@ class PostgresRepoWriter:
                 "AND v.rid IS NULL ORDER BY c.id COLLATE \"C\"", (model, self.repo, list(EMBED_KINDS))).fetchall()
         return [EmbedRow(*r) for r in rows], False
 
-    def vector_sink(self, model: str, dim: int, whole: bool) -> "PgVectorSink":
+    def vector_sink(self, model: str, dim: int, whole: bool) -> PgVectorSink:
         return PgVectorSink(self.store, self.repo, model, dim)
 
 
@@ -815,7 +842,7 @@ class PgVectorSink:
         with self.store.pool.connection() as conn, conn.transaction():
             rid = dict(conn.execute("SELECT id, rid FROM repoctx_capsules WHERE id = ANY(%s)", (ids,)).fetchall())
             rows = [(rid[i], self.repo, self.model, Vector(np.asarray(v, dtype=np.float32)))
-                    for i, v in zip(ids, matrix) if i in rid]
+                    for i, v in zip(ids, matrix, strict=True) if i in rid]
             with conn.cursor() as cur:
                 cur.executemany("INSERT INTO repoctx_vectors(rid, repo, model, embedding) VALUES(%s,%s,%s,%s) "
                                 "ON CONFLICT (rid) DO UPDATE SET model = EXCLUDED.model, embedding = EXCLUDED.embedding",
