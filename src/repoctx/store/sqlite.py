@@ -734,24 +734,32 @@ class SQLiteRepoWriter:
                         "text_hash) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
                         (self.repo, rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
                          json.dumps(rec.imports), rec.method, rec.note, key))
-        fts_rows = []
+        rows, bodies = [], []
         for c, where in zip(capsules, slices):
             lex = lexical_bodies.get(c.id)
             lex = lex if lex is not None and lex != c.text else None
-            cur = self.db.execute(
-                "INSERT INTO capsules(rowid, id, repo, path, language, kind, name, qualname, signature, params, returns, "
-                "docstring, decorators, start_line, end_line, text, content_hash, parent, module, lex, tid, at, span) "
-                "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (self._freed.pop(c.id, None), c.id, self.repo, c.path, c.language, c.kind, c.name, c.qualname,
-                 c.signature, json.dumps(c.params), c.returns, c.docstring, json.dumps(c.decorators), c.start_line,
-                 c.end_line, c.text if where is None else None, c.content_hash, c.parent, rec.module, lex,
-                 None if where is None else tid, *(where or (None, None))))
-            self._rowids[c.id] = cur.lastrowid
-            body = (lex if lex is not None else c.text)[:200_000]
-            fts_rows.append((cur.lastrowid, fts_text(c.name), fts_text(c.qualname), fts_text(c.path),
-                             fts_text(c.signature), fts_text(c.docstring), fts_text(body)))
+            rows.append((self._freed.pop(c.id, None), c.id, self.repo, c.path, c.language, c.kind, c.name, c.qualname,
+                         c.signature, json.dumps(c.params), c.returns, c.docstring, json.dumps(c.decorators),
+                         c.start_line, c.end_line, c.text if where is None else None, c.content_hash, c.parent,
+                         rec.module, lex, None if where is None else tid, *(where or (None, None))))
+            bodies.append((lex if lex is not None else c.text)[:200_000])
+        self.db.executemany(
+            "INSERT INTO capsules(rowid, id, repo, path, language, kind, name, qualname, signature, params, returns, "
+            "docstring, decorators, start_line, end_line, text, content_hash, parent, module, lex, tid, at, span) "
+            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        rowids = self._rowid_map([c.id for c in capsules])
+        tokens: dict[str, str] = {}  # a file's units share their path, often names and signatures
+
+        def tok(value: str) -> str:
+            got = tokens.get(value)
+            if got is None:
+                got = tokens[value] = fts_text(value)
+            return got
+
         self.db.executemany("INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) "
-                            "VALUES(?,?,?,?,?,?,?)", fts_rows)
+                            "VALUES(?,?,?,?,?,?,?)",
+                            [(rowids[c.id], tok(c.name), tok(c.qualname), tok(c.path), tok(c.signature),
+                              tok(c.docstring), fts_text(body)) for c, body in zip(capsules, bodies)])
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
         self.db.execute("UPDATE files SET size=?, mtime_ns=? WHERE repo=? AND path=?", (size, mtime_ns, self.repo, path))
