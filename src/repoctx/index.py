@@ -9,17 +9,16 @@ import os
 import re
 import threading
 import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterable, Iterator
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from repoctx.config import Settings, default_cache_dir, user_index_dir
-from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, is_doc_unit, search, to_files
 from repoctx.retrieve import rerank as rr
+from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, is_doc_unit, search, to_files
 from repoctx.retrieve.router import reads_as_report
-from repoctx.store.base import EVERYTHING, Scope, StoreError
+from repoctx.store.base import EVERYTHING, Scope, StoreError, VectorState
 from repoctx.types import Capsule, Context, Edge, FileHit, Hit, TraceEvent, iterate_in_thread
 from repoctx.vectors import DenseRetriever, EmbedReport, VectorCache, fill_vectors
 
@@ -52,8 +51,9 @@ def resolve_settings(roots: Iterable[str | Path] = ()) -> Settings:
         if os.environ.get(var):
             continue
         values = {r.get(key) for r in records}
-        if len(values) == 1 and None not in values:
-            overrides[key] = Path(values.pop()) if key == "index_dir" else values.pop()
+        value = values.pop() if len(values) == 1 else None  # every record agrees
+        if value is not None:
+            overrides[key] = Path(value) if key == "index_dir" else value
     return replace(settings, **overrides) if overrides else settings
 
 
@@ -108,9 +108,13 @@ def open_store(settings: Settings, root: Path | None = None, create: bool = True
         return PostgresStore(settings.database_url, memory_lexical=memory, connect_timeout=settings.store_timeout)
     from repoctx.store.sqlite import SQLiteStore
 
-    if settings.index_dir is None and root is None:
+    if settings.index_dir is not None:
+        where = Path(settings.index_dir)
+    elif root is not None:
+        where = settings.index_dir_for(root)
+    else:
         raise StoreError("no index location: give a repository path, REPOCTX_INDEX_DIR or REPOCTX_DATABASE_URL")
-    return SQLiteStore(settings.index_dir_for(root) / "index.sqlite", create=create, memory_lexical=memory)
+    return SQLiteStore(where / "index.sqlite", create=create, memory_lexical=memory)
 
 
 def default_repo_name(root: Path) -> str:
@@ -208,8 +212,8 @@ class Index:
         return scope if not self.repos else replace(scope, repos=self.repos)
 
     # ---- writing
-    def update(self, progress: "ProgressFn | None" = None, wait: bool = True, embed: bool = True,
-               background: bool = False, by: str = "index update") -> "UpdateReport":
+    def update(self, progress: ProgressFn | None = None, wait: bool = True, embed: bool = True,
+               background: bool = False, by: str = "index update") -> UpdateReport:
         """Refresh the lexical index and graph (one transaction), then fill dense vectors for what
         changed. With ``background=True`` vectors fill in a thread while lexical search already answers.
         ``by`` names the updater in the store's record of the change (``UpdateReport.previous_change``)."""
@@ -250,7 +254,7 @@ class Index:
         self._embedder = get_embedder(self.settings.embedder)
         return self._embedder
 
-    def _fill(self, progress: "ProgressFn | None" = None) -> EmbedReport | None:
+    def _fill(self, progress: ProgressFn | None = None) -> EmbedReport | None:
         """Embed what the content-hash cache lacks and hand the vectors to the store."""
         writer = self.store.writer(self.repo)
         model = self.embedder.model_id
@@ -373,12 +377,13 @@ class Index:
         """Standard or agentic retrieval (the router decides in ``auto``), as one ``Retrieval``.
         ``on_event`` sees each trace event as it happens. ``planner``/``judge``: a model's planner and
         per-intent relevance judge for the agentic path (``llm_helpers``); offline rules without them."""
-        result = None
+        result: Retrieval | None = None
         for ev in self.stream(query, k, level, mode, scope, planner, max_iterations, options, judge=judge):
             if ev.step == "Result":
                 result = ev.data["retrieval"]
             if on_event is not None:
                 on_event(ev)
+        assert result is not None  # stream() always ends with its Result event
         return result
 
     def stream(self, query: str, k: int = 10, level: str = "symbol", mode: str = "auto",
@@ -482,7 +487,7 @@ class Index:
         return [f"dense vectors cover {cover} and none are being filled (`repoctx index` completes them): this "
                 f"answer uses lexical search for the rest"]
 
-    def _vector_states(self, scope: Scope, model: str) -> list[tuple[str, "VectorState"]]:
+    def _vector_states(self, scope: Scope, model: str) -> list[tuple[str, VectorState]]:
         """(repository, its vector state) for the repositories ``scope`` may see, each read at most once per
         ``VECTOR_STATE_SECONDS``: a search asks twice (dense or not, notes), and a store of many repositories
         would count each one's units on every request."""
@@ -596,7 +601,7 @@ class Index:
         scope = self.scope(scope)
         self.check_store()
         path = _clean_path(path)
-        empty = {"repo": repo, "path": path, "language": None, "units": []}
+        empty: dict[str, Any] = {"repo": repo, "path": path, "language": None, "units": []}
         if not path:
             return {**empty, "hint": "give a file path, relative to the repository root"}
         held = []
@@ -607,9 +612,9 @@ class Index:
         if not held:
             near = self.store.by_path_suffix([path.rsplit("/", 1)[-1]], scope)[:5]
             near_paths = [c.path for c in self.store.capsules(near, scope)]
-            hint = f"no indexed file {path!r} in scope" + (f"; files with that name: {', '.join(near_paths)}"
+            missing = f"no indexed file {path!r} in scope" + (f"; files with that name: {', '.join(near_paths)}"
                                                            if near_paths else "; grep or search can find it")
-            return {**empty, "hint": hint}
+            return {**empty, "hint": missing}
         if len(held) > 1:
             raise ValueError(f"{path!r} is in several repositories ({', '.join(n for n, _ in held)}): pass repo")
         name, caps = held[0]
@@ -691,7 +696,7 @@ class Index:
     def close(self) -> None:
         self.store.close()
 
-    def __enter__(self) -> "Index":
+    def __enter__(self) -> Index:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -7,17 +7,14 @@ import hashlib
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from repoctx.config import default_cache_dir  # noqa: F401 (re-exported)
+from repoctx.config import default_cache_dir  # re-exported
 from repoctx.store.base import EVERYTHING, Scope
-
-
-
 
 
 class VectorCache:
@@ -76,7 +73,7 @@ class DenseRetriever:
     """What hybrid search calls: embeds the question and asks the store for the nearest capsules in
     scope (the store applies the scope inside its vector search)."""
 
-    def __init__(self, store, embedder, cache: "VectorCache | None" = None):
+    def __init__(self, store, embedder, cache: VectorCache | None = None):
         self.store = store
         self.embedder = embedder
         self.cache = cache  # where the short texts ``similarities`` compares (unit names) outlive the process
@@ -94,7 +91,7 @@ class DenseRetriever:
                 todo = list(dict.fromkeys(texts))
         vecs = self.embedder.encode([t[:4000] for t in todo])
         with self._lock:
-            for t, v in zip(todo, vecs):
+            for t, v in zip(todo, vecs, strict=True):
                 self._qcache[t] = np.asarray(v, dtype=np.float32)
 
     def vector(self, text: str) -> np.ndarray:
@@ -195,8 +192,8 @@ def fill_vectors(writer, embedder, cache: VectorCache, progress: Callable[[dict]
         for start in range(0, len(todo), batch):
             chunk = todo[start:start + batch]
             vecs = np.asarray(embedder.encode([texts[h] for h in chunk]), dtype=np.float32)
-            cache.put_many(model, list(zip(chunk, vecs)))  # committed per batch: a kill loses one batch
-            for h, v in zip(chunk, vecs):
+            cache.put_many(model, list(zip(chunk, vecs, strict=True)))  # committed per batch: a kill loses one batch
+            for h, v in zip(chunk, vecs, strict=True):
                 have[h] = v
             hand_over(set(chunk))
             report.embedded += len(chunk)

@@ -22,13 +22,12 @@ What each task shows:
 """
 from __future__ import annotations
 
+import math
 import posixpath
 import re
 import textwrap
 from dataclasses import dataclass, field
 from typing import Protocol
-
-import math
 
 from repoctx.providers.embedding import count_tokens
 from repoctx.retrieve import slices
@@ -298,11 +297,13 @@ class _Unit:
         if self.sl is None:
             text = _whole_piece(self.capsule)
             return slices.Piece(text, (self.capsule.citation,), (), count_tokens(text), True)
+        assert self.lines is not None  # a unit with a slicer shows at least its head (_Plan.skeleton)
         return slices.render(self.sl, self.lines)
 
     def cost_of(self, lines: frozenset[int] | None) -> int:
         if self.sl is None:
             return count_tokens(_whole_piece(self.capsule))
+        assert lines is not None  # a unit with a slicer is priced from its head up
         return slices.cost(self.sl, lines)
 
 
@@ -313,8 +314,8 @@ class _Plan:
     priority order and stops at the first that does not fit in ``SKELETON_SHARE`` of the budget (the first unit
     may take all of it): which units a context cites depends on the budget only through that prefix, so more
     budget never covers less. Then rounds of growth: each unit's slice grows (matching lines with their blocks,
-    returns and raises; the whole unit when that is most of it) up to its ceiling, then twice that, then, in a last round,
-    as far as what is left allows (only the units a task reads whole), always in priority order. A unit grows to
+    returns and raises; the whole unit when that is most of it) up to its ceiling, then twice that, then, in a last
+    round, as far as what is left allows (only the units a task reads whole), always in priority order. A unit grows to
     what the question needs of it, not to fill the budget: an agent pays for every token it is given."""
 
     def __init__(self, budget: int, sections: tuple[str, ...]):
@@ -352,6 +353,7 @@ class _Plan:
             for u in self.units:
                 if u.sl is None or not u.ceiling or (factor is None and u.depth != "full"):
                     continue
+                assert u.lines is not None  # planned units with a slicer show their head at least
                 limit = u.cost + self.room()
                 if factor is not None:
                     limit = min(limit, max(u.cost, int(u.ceiling * factor * self.budget)))
@@ -369,7 +371,10 @@ class _Plan:
             for u in self.units:
                 if u.section == section:
                     parts.append((section, u.piece()))
-        text, cites, left, seen = "", [], list(), set()
+        text = ""
+        cites: list[str] = []
+        left: list[str] = []
+        seen: set[str] = set()
         for section, p in parts:
             if section not in seen:
                 seen.add(section)

@@ -17,6 +17,7 @@ import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import pairwise
 
 from repoctx.providers.embedding import count_tokens
 from repoctx.tokens import code_tokens
@@ -272,7 +273,7 @@ def complete(s: Sliceable, lines: frozenset[int]) -> frozenset[int]:
     """``lines`` with the gaps filled that cost no more than their marker: blank lines, a short line."""
     out = set(lines)
     idx = sorted(lines)
-    for a, b in zip(idx, idx[1:]):
+    for a, b in pairwise(idx):
         if b == a + 1:
             continue
         gap = range(a + 1, b)
