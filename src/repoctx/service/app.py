@@ -44,13 +44,13 @@ import os
 import re
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, AsyncIterator, Callable, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request, Security
-from fastapi.encoders import jsonable_encoder
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -65,9 +65,9 @@ from repoctx.render import retrieval_dict, wire
 from repoctx.service.auth import KeyStore, Principal
 from repoctx.service.config import ServiceSettings
 from repoctx.service.db import ServiceDB, service_db_target
-from repoctx.service.tasks import job_queue, start_workers
 from repoctx.service.limits import BodyLimit, RateLimit, error_body, parse_rate_limit
 from repoctx.service.metrics import ServiceMetrics
+from repoctx.service.tasks import job_queue, start_workers
 from repoctx.store.availability import StoreUnavailable, store_unavailable
 from repoctx.store.base import Scope
 
@@ -185,7 +185,7 @@ def safe_detail(text: Any, limit: int = 200) -> str:
         from repoctx.ingest.walk import redact
 
         line = redact(line)[0]
-    except Exception:
+    except Exception:  # noqa: BLE001 - the patterns above already took out the usual credentials
         pass
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
@@ -269,19 +269,20 @@ class ThreadedRun:
             except asyncio.CancelledError:
                 self.cancelled_run.set()
                 self._put(("cancelled", None))
-            except BaseException as e:  # noqa: BLE001 - reported as an error event
+            except BaseException as e:  # reported as an error event
                 log.warning("turn failed: %s", type(e).__name__, exc_info=True)
                 self._put(("error", e))
             finally:
-                if agen is not None:
+                aclose = getattr(agen, "aclose", None)  # an async generator's; a plain iterator has none
+                if aclose is not None:
                     try:
-                        await agen.aclose()
-                    except BaseException:
+                        await aclose()
+                    except BaseException:  # noqa: BLE001 - closing is best effort: the turn has ended
                         pass
 
         try:
             asyncio.run(run())
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - run() reports every outcome through the queue
             pass
         finally:
             self.finished.set()
@@ -333,9 +334,13 @@ class Service:
         self.executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="repoctx-request")
         self.busy: set[tuple[str, str]] = set()
         self.runs: set[ThreadedRun] = set()
-        self._sessions_pool = None
-        self._sessions_target = os.environ.get("REPOCTX_SESSIONS_URL") or settings.database_url or \
-            str(Path(settings.index_dir) / "sessions.sqlite")
+        self._sessions_pool: Any = None  # a psycopg_pool.ConnectionPool when the sessions are on PostgreSQL
+        sessions_target = os.environ.get("REPOCTX_SESSIONS_URL") or settings.database_url
+        if not sessions_target:
+            if settings.index_dir is None:
+                raise ValueError("the service needs REPOCTX_INDEX_DIR or REPOCTX_DATABASE_URL")
+            sessions_target = str(Path(settings.index_dir) / "sessions.sqlite")
+        self._sessions_target = sessions_target
         self._sessions_ok = False
         self._check_sessions()
         n = inprocess_workers
@@ -364,10 +369,13 @@ class Service:
     def _watch_paths(self) -> None:
         from repoctx.service.sources import Sources
 
+        watchers = self.watchers
+        if watchers is None:
+            return
         try:
             for src in Sources(self.db).all("path"):
                 if src.path:
-                    self.watchers.watch(src.name, src.path)
+                    watchers.watch(src.name, src.path)
         except Exception as e:  # noqa: BLE001 - without a watch the repository is indexed when asked
             log.warning("watching the repositories registered by path: %s", type(e).__name__)
 
@@ -391,7 +399,7 @@ class Service:
             else:
                 sessions.migrate_sqlite(self._sessions_target)  # embedded: created beside the index
             self._sessions_ok = True
-        except Exception as e:  # /chat answers 503 until `repoctx db migrate` has run
+        except Exception as e:  # noqa: BLE001 - /chat answers 503 until `repoctx db migrate` has run
             log.warning("copilot sessions unavailable: %s", type(e).__name__)
             self._sessions_ok = False
 
@@ -647,7 +655,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
         """A blocking call in a worker thread, under the request deadline; ValueError is a 400."""
         try:
             return await svc.call(fn, *args, timeout=timeout or conf.request_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise HTTPException(504, _error_body("Timeout", f"no answer within {conf.request_timeout:g} s")) from None
         except ValueError as e:
             raise HTTPException(400, _error_body("invalid_request", safe_detail(e))) from None
@@ -668,13 +676,13 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
             try:
                 await svc.call(fn, timeout=conf.store_timeout + 1.0)
                 return "ok"
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return "timeout"
             except Exception as e:  # noqa: BLE001 - a component's state, not a crash of /health
                 return "unavailable" if store_unavailable(e) else type(e).__name__
 
         probes = svc.health_probes()
-        components = dict(zip(probes, await asyncio.gather(*(probe(fn) for fn in probes.values()))))
+        components = dict(zip(probes, await asyncio.gather(*(probe(fn) for fn in probes.values())), strict=True))
         failing = [name for name, state in components.items() if state != "ok"]
         body: dict[str, Any] = {"status": "degraded" if failing else "ok", "backend": svc.store.backend,
                                 "jobs": "in-process" if svc.runs_jobs else "workers", "components": components,
@@ -784,7 +792,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                 while True:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
-                        raise asyncio.TimeoutError
+                        raise TimeoutError
                     ev = await svc.call(next, gen, done, timeout=remaining)
                     if ev is done:
                         return
@@ -796,14 +804,14 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                         yield _sse("results", wire(results), n)
                         return
                     yield _sse("trace", ev.to_dict(), n)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 svc.metrics.stream_errors.labels("/retrieve", "Timeout").inc()
                 yield _sse("error", _error_body("Timeout", f"retrieval took longer than {conf.stream_timeout:g} s"),
                            n + 1)
             except asyncio.CancelledError:
                 svc.metrics.disconnects.labels("/retrieve").inc()
                 raise
-            except Exception as e:  # noqa: BLE001 - the stream has begun: an error event, then close
+            except Exception as e:  # the stream has begun: an error event, then close
                 log.warning("retrieve failed: %s", type(e).__name__, exc_info=not store_unavailable(e))
                 data = stream_error(e, conf.retry_after)
                 svc.metrics.stream_errors.labels("/retrieve", data["error"]).inc()
@@ -866,7 +874,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                 while True:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
-                        raise asyncio.TimeoutError
+                        raise TimeoutError
                     kind, item = await asyncio.wait_for(run.queue.get(), remaining)
                     if kind == "end" or kind == "cancelled":
                         return
@@ -898,7 +906,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                             return
                     else:
                         yield _sse("trace", {"step": str(typ), **data}, n)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 run.cancel()
                 svc.metrics.stream_errors.labels("/chat", "Timeout").inc()
                 yield _sse("error", _error_body("Timeout", f"the turn took longer than {conf.stream_timeout:g} s "

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repoctx.service.db import ServiceDB, migrate_postgres as _migrate_service_tables
 from repoctx.store.base import Grant, Scope
 from repoctx.store.globs import GlobError, check as check_glob
-from repoctx.service.db import ServiceDB, migrate_postgres as _migrate_service_tables
 
 __all__ = ["Principal", "Role", "KeyStore", "migrate_postgres", "load_roles_file", "ADMIN_ROLE", "KEY_PREFIX"]
 
@@ -179,7 +179,8 @@ class KeyStore:
 
     def roles(self) -> list[Role]:
         names = {r[0] for r in self.db.q("SELECT name FROM repoctx_roles")} | set(self._file_roles) | {ADMIN_ROLE}
-        return [self.role(n) for n in sorted(names)]
+        # a role deleted between the two reads is left out, not listed as None
+        return [r for n in sorted(names) if (r := self.role(n)) is not None]
 
     def add_role(self, name: str, *, repo: str | None = None, include: list[str] | tuple = (),
                  exclude: list[str] | tuple = (), admin: bool = False) -> Role:
@@ -204,7 +205,10 @@ class KeyStore:
                 run("INSERT INTO repoctx_roles(name, admin, grants, created) VALUES(?,?,?,?)",
                     (name, int(is_admin), json.dumps(grants), time.time()))
         self._cache.clear()
-        return self.role(name)
+        role = self.role(name)
+        if role is None:  # deleted by another request in between
+            raise ValueError(f"role {name!r} was removed while it was being changed")
+        return role
 
     def remove_role(self, name: str) -> bool:
         n = self.db.q("DELETE FROM repoctx_roles WHERE name=? RETURNING name", (name,))
@@ -254,7 +258,7 @@ class KeyStore:
         rows = self.db.q("SELECT name, role, hash FROM repoctx_api_keys WHERE key_id=? AND revoked IS NULL",
                          (m.group(1),)) if m else []
         stored = rows[0][2] if rows else _DUMMY_HASH
-        if not hmac.compare_digest(stored, digest) or not rows:
+        if not hmac.compare_digest(stored, digest) or not rows or m is None:  # no rows when m is None
             return None
         name, role_name = rows[0][0], rows[0][1]
         role = self.role(role_name)

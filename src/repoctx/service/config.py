@@ -56,7 +56,7 @@ class ServiceSettings:
     # carry its own: hook_secret / hook_secret_env)
 
     @classmethod
-    def from_env(cls, **overrides) -> "ServiceSettings":
+    def from_env(cls, **overrides) -> ServiceSettings:
         inproc = os.environ.get("REPOCTX_INPROCESS_JOBS")
         base = cls(
             stream_timeout=float_env("REPOCTX_STREAM_TIMEOUT", 60.0),

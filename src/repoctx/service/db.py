@@ -7,11 +7,12 @@ from __future__ import annotations
 import sqlite3
 import threading
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from repoctx.config import is_postgres_url  # noqa: F401 (the service's modules import it from here)
+from repoctx.config import is_postgres_url  # the service's modules import it from here too
 
 SERVICE_SCHEMA_VERSION = 2  # 2: repository sources (git URLs), job runs and requests, webhook deliveries;
 # index jobs on PostgreSQL moved to procrastinate (its schema is applied beside these tables)
@@ -76,7 +77,7 @@ def migrate_postgres(url: str) -> int:
         for stmt in _statements("BIGSERIAL"):
             conn.execute(stmt)
         migrate_procrastinate(conn)  # index jobs: procrastinate's queue (service/tasks.py)
-        row = conn.execute("SELECT max(version) FROM repoctx_service_schema").fetchone()
+        row = conn.execute("SELECT max(version) FROM repoctx_service_schema").fetchall()[0]  # an aggregate: one row
         if row[0] is None or row[0] < SERVICE_SCHEMA_VERSION:
             conn.execute("INSERT INTO repoctx_service_schema VALUES(%s, %s)", (SERVICE_SCHEMA_VERSION, time.time()))
         conn.commit()
@@ -125,8 +126,9 @@ class ServiceDB:
 
             try:
                 with psycopg.connect(self.target, **connect_kwargs(connect_timeout)) as conn:
-                    reg = conn.execute("SELECT to_regclass('repoctx_service_schema')").fetchone()[0]
-                    version = conn.execute("SELECT max(version) FROM repoctx_service_schema").fetchone()[0] \
+                    # one row each (a function, an aggregate)
+                    reg = conn.execute("SELECT to_regclass('repoctx_service_schema')").fetchall()[0][0]
+                    version = conn.execute("SELECT max(version) FROM repoctx_service_schema").fetchall()[0][0] \
                         if reg else None
             except psycopg.Error as e:
                 raise NotMigrated(f"cannot reach the service database: {type(e).__name__}") from None
@@ -166,12 +168,11 @@ class ServiceDB:
     def transaction(self) -> Iterator[Any]:
         """Several statements in one transaction: yields ``run(sql, args) -> rows``."""
         if self.pool is not None:
-            with self.pool.connection() as conn:
-                with conn.transaction():
-                    def run(sql: str, args: tuple | list = ()) -> list[tuple]:
-                        cur = conn.execute(self._sql(sql), tuple(args))
-                        return cur.fetchall() if cur.description else []
-                    yield run
+            with self.pool.connection() as conn, conn.transaction():
+                def run(sql: str, args: tuple | list = ()) -> list[tuple]:
+                    cur = conn.execute(self._sql(sql), tuple(args))
+                    return cur.fetchall() if cur.description else []
+                yield run
             return
         conn = self._sqlite()
         conn.execute("BEGIN IMMEDIATE")
@@ -192,7 +193,7 @@ class ServiceDB:
             for conn in self._conns:
                 try:
                     conn.close()
-                except Exception:
+                except Exception:  # noqa: BLE001 - closing is best effort
                     pass
             self._conns.clear()
         self._local = threading.local()

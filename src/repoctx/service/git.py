@@ -30,9 +30,9 @@ import re
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import unquote, urlsplit
 
 __all__ = ["GitError", "GitUrlError", "CredentialError", "GitUrl", "parse_git_url", "url_key", "check_branch",
@@ -298,7 +298,7 @@ class Credentials:
                     data = tomllib.loads(text)
                 else:
                     data = json.loads(text)
-            except Exception as e:  # the parser's message may quote a line of the file: a secret, maybe
+            except Exception as e:  # noqa: BLE001 - the parser's message may quote a line of the file: a secret, maybe
                 raise CredentialError(f"REPOCTX_GIT_CREDENTIALS does not parse as {'TOML' if toml else 'JSON'} "
                                       f"({type(e).__name__})") from None
             if not isinstance(data, dict):
@@ -322,9 +322,10 @@ class Credentials:
         entries = self._load()
         if name not in entries:
             raise CredentialError(f"no credential named {name!r} in the server's REPOCTX_GIT_CREDENTIALS")
-        if entries[name].problem:
-            raise CredentialError(entries[name].problem)
-        return entries[name]
+        entry = entries[name]
+        if entry.problem:
+            raise CredentialError(entry.problem)
+        return entry
 
     def for_url(self, url: str, name: str | None) -> Credential | None:
         """The credential a source uses: the one it names, else the first entry whose ``urls`` prefix its URL."""

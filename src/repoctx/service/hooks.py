@@ -32,7 +32,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
 
-from repoctx.service.git import CredentialError, Credentials, url_key
+from repoctx.service.git import Credential, CredentialError, Credentials, url_key
 from repoctx.service.limits import error_body
 from repoctx.service.sources import RepoSource, Sources
 
@@ -85,7 +85,9 @@ def _keys(*urls: Any) -> list[str]:
 
 
 def github_push(payload: dict) -> Push:
-    repo = payload.get("repository") if isinstance(payload.get("repository"), dict) else {}
+    repo = payload.get("repository")
+    if not isinstance(repo, dict):
+        repo = {}
     keys = _keys(repo.get("clone_url"), repo.get("ssh_url"), repo.get("git_url"), repo.get("html_url"),
                  repo.get("url"))
     deleted = bool(payload.get("deleted"))
@@ -93,8 +95,12 @@ def github_push(payload: dict) -> Push:
 
 
 def gitlab_push(payload: dict) -> Push:
-    project = payload.get("project") if isinstance(payload.get("project"), dict) else {}
-    repo = payload.get("repository") if isinstance(payload.get("repository"), dict) else {}
+    project = payload.get("project")
+    if not isinstance(project, dict):
+        project = {}
+    repo = payload.get("repository")
+    if not isinstance(repo, dict):
+        repo = {}
     keys = _keys(project.get("git_http_url"), project.get("git_ssh_url"), project.get("web_url"),
                  repo.get("git_http_url"), repo.get("git_ssh_url"), repo.get("homepage"), repo.get("url"))
     after = _sha(payload.get("checkout_sha")) or _sha(payload.get("after"))
@@ -119,6 +125,7 @@ def hooks_router(svc, threaded) -> APIRouter:
     def secret_of(src: RepoSource) -> str | None:
         """The entry's own webhook secret (from its credential), else the server's."""
         if src.credential:
+            entry: Credential | None
             try:
                 entry = credentials.get(src.credential)
             except CredentialError:  # its token may live on the workers alone: the hook secret may still be here
@@ -152,7 +159,7 @@ def hooks_router(svc, threaded) -> APIRouter:
                         "ON CONFLICT (provider, delivery) DO NOTHING RETURNING delivery", (provider, delivery))
         try:
             svc.db.q("DELETE FROM repoctx_hook_deliveries WHERE received < {now} - ?", (REMEMBER_DELIVERIES,))
-        except Exception:  # housekeeping only
+        except Exception:  # noqa: BLE001 - housekeeping only
             pass
         return bool(rows)
 
@@ -226,7 +233,7 @@ def hooks_router(svc, threaded) -> APIRouter:
         given = request.headers.get("x-gitlab-token")
         if not given:
             raise _refused(401, "unauthorized", "the delivery has no token (X-Gitlab-Token)")
-        body, payload = await body_and_payload(request)
+        _body, payload = await body_and_payload(request)
         push = gitlab_push(payload or {})
 
         def work():

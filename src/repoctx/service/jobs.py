@@ -32,9 +32,10 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from repoctx.service.db import ServiceDB
 from repoctx.service.git import GitError
@@ -72,7 +73,7 @@ class Job:
     detail: str | None = None  # its first line (shown to administrators only)
 
     @classmethod
-    def from_row(cls, r) -> "Job":
+    def from_row(cls, r) -> Job:
         return cls(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11],
                    json.loads(r[12]) if r[12] else None, json.loads(r[13]) if r[13] else None, r[14], r[15])
 
@@ -166,7 +167,8 @@ class Jobs:
                 "UPDATE repoctx_jobs SET status='running', worker=?, attempts=attempts+1, started={now}, "
                 "heartbeat={now}, lease_until={now} + ?, error=NULL, detail=NULL "
                 "WHERE id = (SELECT j.id FROM repoctx_jobs j "
-                "  WHERE ((j.status='queued' AND j.run_after <= {now}) OR (j.status='running' AND j.lease_until < {now}))"
+                "  WHERE ((j.status='queued' AND j.run_after <= {now}) "
+                "OR (j.status='running' AND j.lease_until < {now}))"
                 "  AND NOT EXISTS (SELECT 1 FROM repoctx_jobs r WHERE r.repo = j.repo AND r.id <> j.id"
                 "                  AND r.status='running' AND r.lease_until >= {now})"
                 f"  ORDER BY j.id LIMIT 1{skip_locked}) "
@@ -233,7 +235,7 @@ class JobLimits:
     max_bytes: int = 4 << 30  # REPOCTX_JOB_MAX_BYTES
 
     @classmethod
-    def from_settings(cls, conf) -> "JobLimits":
+    def from_settings(cls, conf) -> JobLimits:
         return cls(float(conf.job_timeout), int(conf.job_max_files), int(conf.job_max_bytes))
 
 
@@ -262,8 +264,7 @@ class _JobGuard:
         from repoctx.ingest.walk import WalkReport, walk
 
         files = size = 0
-        for sf in walk(root, settings, WalkReport()):
-            files += 1
+        for files, sf in enumerate(walk(root, settings, WalkReport()), 1):
             size += sf.size
             self.check_files(files)
             self.check_bytes(size)
@@ -342,7 +343,7 @@ class Worker:
         while not stop.is_set() and (max_jobs is None or done < max_jobs):
             try:
                 ran = self.run_once()
-            except Exception as e:  # the database went away for a moment: wait and try again
+            except Exception as e:  # noqa: BLE001 - the database went away for a moment: wait and try again
                 log.warning("worker %s: %s", self.id, type(e).__name__)
                 ran = False
             if ran:
@@ -363,7 +364,7 @@ class Worker:
         if self.on_job is not None:
             try:
                 self.on_job(job, outcome, time.perf_counter() - t0)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a failing observer must not fail the job
                 pass
         return True
 
@@ -384,7 +385,7 @@ class Worker:
                 try:
                     if not self.jobs.heartbeat(job, self.id, self.lease, dict(progress)):
                         lost.set()
-                except Exception:  # a missed beat is retried; the lease is three beats long
+                except Exception:  # noqa: BLE001 - a missed beat is retried; the lease is three beats long
                     pass
 
         def on_progress(ev: dict) -> None:
@@ -428,7 +429,7 @@ class Worker:
         except JobLimit as e:
             log.warning("job %s (%s) stopped: %s", job.id, job.repo, e)
             return "limit:" + self.jobs.fail(job, self.id, "JobLimit", str(e), retry=False)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any other failure is the job's: recorded, retried by the queue
             detail = (str(e).strip().splitlines() or [""])[0][:300]
             log.warning("job %s (%s) failed: %s: %s", job.id, job.repo, type(e).__name__, detail)
             return "error:" + self.jobs.fail(job, self.id, type(e).__name__, detail)
@@ -449,7 +450,7 @@ class InProcessWorkers:
         self.jobs = jobs
         self.git_poll = float(git_poll or 0.0)  # seconds between polls of the git entries' branch heads; 0: never
 
-    def start(self) -> "InProcessWorkers":
+    def start(self) -> InProcessWorkers:
         for w in self.workers:
             t = threading.Thread(target=w.run, args=(self.stop,), name=f"repoctx-worker-{w.id}", daemon=True)
             t.start()

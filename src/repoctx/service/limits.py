@@ -108,9 +108,9 @@ class BodyLimit:
             try:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
-                    raise asyncio.TimeoutError
+                    raise TimeoutError
                 message = await asyncio.wait_for(receive(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return await refuse(error_response(
                     408, "request_timeout", f"the request body did not arrive within {self.timeout:g} s "
                                             "(REPOCTX_BODY_TIMEOUT)", {"Connection": "close"}))
@@ -159,12 +159,15 @@ class RateLimit:
     def check(self, who: str) -> tuple[int, Any] | None:
         """Count one request of ``who``; None when it may go on, else (seconds until it may try again, the limit
         it reached). No await between the test and the hit: on one event loop the two are one step."""
+        limiter = self.limiter
+        if limiter is None:  # no limits configured
+            return None
         for item in self.items:
-            if not self.limiter.test(item, who):
-                reset = self.limiter.get_window_stats(item, who).reset_time
+            if not limiter.test(item, who):
+                reset = limiter.get_window_stats(item, who).reset_time
                 return max(1, math.ceil(reset - time.time())), item
         for item in self.items:
-            self.limiter.hit(item, who)
+            limiter.hit(item, who)
         return None
 
     @staticmethod

@@ -4,7 +4,7 @@ tokens, limit cuts and tool errors, stream timeouts, index job durations and the
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -27,7 +27,7 @@ class _JobsCollector:
         by_status = GaugeMetricFamily("repoctx_index_jobs", "Index jobs by status", labels=["status"])
         try:
             counts = self.counts()
-        except Exception as e:  # a scrape never fails because the database blinked
+        except Exception as e:  # noqa: BLE001 - a scrape never fails because the database blinked
             log.warning("metrics: job counts unavailable: %s", type(e).__name__)
             return
         depth.add_metric([], counts.get("queued", 0))

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path as PathParam, Query
 from pydantic import Field, StringConstraints, model_validator
@@ -44,7 +45,7 @@ class RegisterRequest(_Model):
         None, description="The name of a server-side credential (an entry of REPOCTX_GIT_CREDENTIALS), with url.")
 
     @model_validator(mode="after")
-    def _one_source(self) -> "RegisterRequest":
+    def _one_source(self) -> RegisterRequest:
         if (self.path is None) == (self.url is None):
             raise ValueError("give either path or url (with branch)")
         if self.url is None and (self.branch is not None or self.credential is not None):
@@ -102,6 +103,7 @@ def repos_router(svc, threaded: Callable) -> APIRouter:
         return await threaded(work)
 
     def register_path(req: RegisterRequest):
+        assert req.path is not None  # RegisterRequest._one_source: a path, or a url with a branch
         root = Path(req.path).expanduser()
         if not root.is_absolute():
             raise _invalid("path must be absolute")
@@ -123,6 +125,7 @@ def repos_router(svc, threaded: Callable) -> APIRouter:
         return sources.put_path(req.name, str(root)), str(root)
 
     def register_git(req: RegisterRequest):
+        assert req.url is not None and req.branch is not None  # RegisterRequest._one_source
         try:
             u = parse_git_url(req.url, conf.repo_roots)
             branch = check_branch(req.branch)

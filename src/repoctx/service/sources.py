@@ -40,7 +40,7 @@ class RepoSource:
     last_error: str | None = None
 
     @classmethod
-    def from_row(cls, r) -> "RepoSource":
+    def from_row(cls, r) -> RepoSource:
         return cls(*r)
 
     def lag(self, now: float | None = None) -> dict[str, Any]:
@@ -100,7 +100,7 @@ class Sources:
         self.db.q("INSERT INTO repoctx_repo_sources(name, kind, path, created, updated) VALUES(?, 'path', ?, {now}, "
                   "{now}) ON CONFLICT (name) DO UPDATE SET kind='path', path=excluded.path, url=NULL, url_key=NULL, "
                   "branch=NULL, credential=NULL, updated={now}", (name, path))
-        return self.get(name)
+        return self._written(name)
 
     def put_git(self, name: str, url: str, url_key: str, branch: str, credential: str | None) -> RepoSource:
         """Register (or re-register) a git entry; a new URL or branch forgets what was seen of the old one."""
@@ -108,7 +108,14 @@ class Sources:
                   "VALUES(?, 'git', ?, ?, ?, ?, {now}, {now}) ON CONFLICT (name) DO UPDATE SET kind='git', "
                   "url=excluded.url, url_key=excluded.url_key, branch=excluded.branch, "
                   "credential=excluded.credential, path=NULL, updated={now}", (name, url, url_key, branch, credential))
-        return self.get(name)
+        return self._written(name)
+
+    def _written(self, name: str) -> RepoSource:
+        """The entry just written (an error if another request removed it in between)."""
+        got = self.get(name)
+        if got is None:
+            raise ValueError(f"repository source {name!r} was removed while it was being written")
+        return got
 
     def now(self) -> float:
         """The database's clock (the one every time in the table is read from)."""

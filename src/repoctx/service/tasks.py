@@ -29,6 +29,7 @@ workers run procrastinate's asynchronous worker, restarted after a database outa
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import logging
 import os
@@ -36,8 +37,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from repoctx.service.db import ServiceDB
 from repoctx.service.jobs import Job, JobLimit, JobLimits, _JobGuard, _resolve_embedder, _summary
@@ -105,7 +107,7 @@ def poll_cron(seconds: float) -> str:
 
 
 # ------------------------------------------------------------------------------------ the app
-def make_app(connector, runtime: "JobRuntime | None" = None, *, poll_seconds: float = 0.0, attempts: int = 3):
+def make_app(connector, runtime: JobRuntime | None = None, *, poll_seconds: float = 0.0, attempts: int = 3):
     """A procrastinate App with the service's tasks; ``runtime`` runs them (a worker), None only defers (the API)."""
     from procrastinate import App
 
@@ -141,7 +143,7 @@ SELECT j.id, COALESCE(q.repo, j.args->>'repo'), j.status::text, j.abort_requeste
 
 
 def _job(row, max_attempts: int) -> Job:
-    (jid, repo, status, abort, _attempts, created, attempt, worker, started, heartbeat, finished, run_status,
+    (jid, repo, status, abort, _attempts, created, attempt, worker, started, heartbeat, finished, _run_status,
      progress, result, error, detail, _scheduled) = row
     state = _STATUS.get(status, status)
     if state == "running" and abort:
@@ -198,12 +200,21 @@ class PgJobs:
                     "ON CONFLICT (job_id) DO NOTHING", (job_id, repo, reason))
                 fresh = True
         job = self.get(job_id)
-        if fresh and job is not None and job.status != "queued":  # a worker took it already: it was queued
+        if job is None:  # a worker took it and the queue let it go already: it was queued
+            return Job(job_id, repo, "", "queued", 0, self.max_attempts)
+        if fresh and job.status != "queued":  # a worker took it already: it was queued
             job = Job(job.id, job.repo, "", "queued", 0, job.max_attempts, created=job.created)
         return job
 
+    def _connection(self):
+        """A connection of the service database's pool (this queue runs on PostgreSQL, which has one)."""
+        pool = self.db.pool
+        if pool is None:
+            raise RuntimeError("the PostgreSQL job queue needs a PostgreSQL service database")
+        return pool.connection()
+
     def get(self, job_id: int) -> Job | None:
-        with self.db.pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(_JOB_SQL + " AND j.id = %s", (INDEX_TASK, int(job_id))).fetchone()
         return _job(row, self.max_attempts) if row else None
 
@@ -212,7 +223,8 @@ class PgJobs:
         return self.get(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def list(self, repo: str | None = None, status: str | None = None, limit: int = 100) -> list[Job]:
-        sql, args = _JOB_SQL, [INDEX_TASK]
+        sql = _JOB_SQL
+        args: list[Any] = [INDEX_TASK]
         if repo:
             sql += " AND j.lock = %s"
             args.append(index_lock(repo))
@@ -224,11 +236,11 @@ class PgJobs:
                 args.append(status == "cancelling")
         sql += " ORDER BY j.id DESC LIMIT %s"
         args.append(int(limit))
-        with self.db.pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(sql, args).fetchall()
         return [_job(r, self.max_attempts) for r in rows]
 
-    def all(self) -> list[Job]:
+    def all(self) -> builtins.list[Job]:  # builtins: `list` here is the method above
         return list(reversed(self.list(limit=1_000_000)))
 
     def cancel(self, job_id: int) -> bool:
@@ -353,7 +365,7 @@ class JobRuntime:
                 last[0] = now
                 try:
                     self._run_progress(job_id, attempt, dict(progress))
-                except Exception:  # a record, not the work: the next event tries again
+                except Exception:  # noqa: BLE001 - a record, not the work: the next event tries again
                     pass
 
         outcome, commit = "error", None
@@ -407,7 +419,7 @@ class JobRuntime:
                 try:
                     job = Job(job_id, repo, "", outcome, attempt, self.jobs.max_attempts, self.name)
                     self.on_job(job, outcome, time.perf_counter() - t0)
-                except Exception:
+                except Exception:  # noqa: BLE001 - a failing observer must not fail the job
                     pass
 
     def _record_failure(self, job_id, attempt, repo, error, detail, commit, progress, status="failed") -> None:
@@ -415,7 +427,7 @@ class JobRuntime:
         try:
             self._run_ended(job_id, attempt, status, commit=commit, progress=dict(progress), error=error,
                             detail=detail)
-        except Exception as e:  # the database may be what failed
+        except Exception as e:  # noqa: BLE001 - the database may be what failed
             log.warning("job %s: its record could not be written (%s)", job_id, type(e).__name__)
 
     # ---- the poll
@@ -508,7 +520,7 @@ class WorkerRunner:
                 sweeper.cancel()
                 try:
                     await sweeper
-                except BaseException:
+                except BaseException:  # noqa: BLE001 - the sweeper's own cancellation (or last error): the worker is stopping
                     pass
 
     async def _sweep_forever(self) -> None:
@@ -526,32 +538,32 @@ class WorkerRunner:
         try); the ids handled."""
         attempts = int(self.runtime.conf.job_attempts)
         done: list[int] = []
-        async with self.app.connector.pool.connection() as conn:
-            async with conn.transaction():
-                got = await (await conn.execute("SELECT pg_try_advisory_xact_lock(hashtext('repoctx:sweep'))"))\
+        async with self.app.connector.pool.connection() as conn, conn.transaction():
+            got = await (await conn.execute("SELECT pg_try_advisory_xact_lock(hashtext('repoctx:sweep'))"))\
                     .fetchone()
-                if not got or not got[0]:
-                    return done
-                rows = await (await conn.execute(_STALLED_SQL, (INDEX_TASK, self.lease))).fetchall()
-                for job_id, tries, repo in rows:
-                    lost = await (await conn.execute(
-                        "UPDATE repoctx_job_runs SET status = 'lost', finished = extract(epoch from clock_timestamp()), "
-                        "error = 'WorkerLost', detail = %s WHERE job_id = %s AND status = 'running' RETURNING attempt",
-                        (_LOST, job_id))).fetchall()
-                    if not lost:  # its worker died before it wrote a record: the try still counts, and shows
-                        await conn.execute(
-                            "INSERT INTO repoctx_job_runs(job_id, attempt, repo, started, finished, status, error, "
-                            "detail) SELECT %s, COALESCE(max(attempt), 0) + 1, %s, extract(epoch from "
-                            "clock_timestamp()), extract(epoch from clock_timestamp()), 'lost', 'WorkerLost', %s "
-                            "FROM repoctx_job_runs WHERE job_id = %s", (job_id, repo or "", _LOST, job_id))
-                    if tries + 1 >= attempts:
-                        await conn.execute("SELECT procrastinate_finish_job_v1(%s, 'failed', false)", (job_id,))
-                        log.warning("job %s (%s): its workers stopped %d times; failed", job_id, repo, tries + 1)
-                    else:
-                        await conn.execute("SELECT procrastinate_retry_job_v2(%s, now(), NULL, NULL, NULL)",
-                                           (job_id,))
-                        log.warning("job %s (%s): its worker stopped; back in the queue", job_id, repo)
-                    done.append(int(job_id))
+            if not got or not got[0]:
+                return done
+            rows = await (await conn.execute(_STALLED_SQL, (INDEX_TASK, self.lease))).fetchall()
+            for job_id, tries, repo in rows:
+                lost = await (await conn.execute(
+                    "UPDATE repoctx_job_runs SET status = 'lost', "
+                    "finished = extract(epoch from clock_timestamp()), "
+                    "error = 'WorkerLost', detail = %s WHERE job_id = %s AND status = 'running' RETURNING attempt",
+                    (_LOST, job_id))).fetchall()
+                if not lost:  # its worker died before it wrote a record: the try still counts, and shows
+                    await conn.execute(
+                        "INSERT INTO repoctx_job_runs(job_id, attempt, repo, started, finished, status, error, "
+                        "detail) SELECT %s, COALESCE(max(attempt), 0) + 1, %s, extract(epoch from "
+                        "clock_timestamp()), extract(epoch from clock_timestamp()), 'lost', 'WorkerLost', %s "
+                        "FROM repoctx_job_runs WHERE job_id = %s", (job_id, repo or "", _LOST, job_id))
+                if tries + 1 >= attempts:
+                    await conn.execute("SELECT procrastinate_finish_job_v1(%s, 'failed', false)", (job_id,))
+                    log.warning("job %s (%s): its workers stopped %d times; failed", job_id, repo, tries + 1)
+                else:
+                    await conn.execute("SELECT procrastinate_retry_job_v2(%s, now(), NULL, NULL, NULL)",
+                                       (job_id,))
+                    log.warning("job %s (%s): its worker stopped; back in the queue", job_id, repo)
+                done.append(int(job_id))
         return done
 
 
@@ -579,10 +591,10 @@ class InProcessProcrastinate:
     def _run(self) -> None:
         try:
             self.runner.run()
-        except Exception as e:  # noqa: BLE001 - logged; the API keeps serving
+        except Exception as e:  # logged; the API keeps serving
             log.error("in-process worker stopped: %s", type(e).__name__, exc_info=e)
 
-    def start(self) -> "InProcessProcrastinate":
+    def start(self) -> InProcessProcrastinate:
         self.thread.start()
         return self
 

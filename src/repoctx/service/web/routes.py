@@ -18,10 +18,11 @@ Authenticated like every API endpoint (the middleware in ``app.py``), each answe
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Callable
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -112,7 +113,10 @@ def web_router(svc, threaded: Callable) -> APIRouter:
                 raise HTTPException(status, error_body("not_found" if status == 404 else code,
                                                        "file not found" if status == 404 else out.get("detail", "")))
             lines = [_NUMBERED.sub("", ln, count=1) for ln in out.pop("text").split("\n")]
-            marked = tuple(int(x) for x in mark.split("-")) if mark else None
+            marked: tuple[int, int] | None = None
+            if mark:  # "<first>-<last>" (the query's pattern)
+                lo, hi = mark.split("-")
+                marked = (int(lo), int(hi))
             out["lines"] = lines
             out["html"] = highlight_lines(lines, out["path"], out["start"], marked)
             return out
