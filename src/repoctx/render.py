@@ -79,7 +79,8 @@ def _seed_name(seed: str) -> str:
 
 def why_text(why: dict | None) -> str:
     """A hit's explanation in a few words: the (at most ``WHY_SIGNALS``) signals that ranked it best and at
-    which rank (ranks past ``WHY_RANKS`` left out), a graph step (``callee of commit``: it calls or is called by a better hit), demotions."""
+    which rank (ranks past ``WHY_RANKS`` left out), a graph step (``callee of commit``: it calls or is called by a
+    better hit), demotions."""
     if not why:
         return ""
     parts: list[str] = []

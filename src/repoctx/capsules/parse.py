@@ -577,10 +577,12 @@ _RECEIVER_PATTERNS = """
 (assignment left: (identifier) @var type: (type [(identifier) (attribute)] @ctor))
 (assignment left: (attribute object: (identifier) @obj attribute: (identifier) @var)
             right: (call function: [(identifier) (attribute)] @ctor))
-(assignment left: (attribute object: (identifier) @obj attribute: (identifier) @var) type: (type [(identifier) (attribute)] @ctor))
+(assignment left: (attribute object: (identifier) @obj attribute: (identifier) @var)
+            type: (type [(identifier) (attribute)] @ctor))
 (typed_parameter (identifier) @var type: (type [(identifier) (attribute)] @ctor))
 (typed_default_parameter name: (identifier) @var type: (type [(identifier) (attribute)] @ctor))
-(with_item value: (as_pattern (call function: [(identifier) (attribute)] @ctor) alias: (as_pattern_target (identifier) @var)))
+(with_item value: (as_pattern (call function: [(identifier) (attribute)] @ctor)
+                            alias: (as_pattern_target (identifier) @var)))
 """
 _RECEIVER_SELF = ("self", "cls")
 

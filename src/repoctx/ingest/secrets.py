@@ -171,7 +171,7 @@ class _Engine:
         # plugin classes looked up by name (annotated: the library's return type is a TypeVar it binds to nothing,
         # which type checkers read as Never)
         by_name: dict[str, type[Any]] = {
-            cls.__name__: cls for cls in get_mapping_from_secret_type_to_class().values()}
+            plugin.__name__: plugin for plugin in get_mapping_from_secret_type_to_class().values()}
         self.plugins: list[_Plugin] = []
         for name, gates, precheck in _PLUGINS:
             cls = by_name.get(name)

@@ -2,9 +2,10 @@
 
 ``build_server(repos, settings, scope_for_key=None)`` returns the official SDK's ``MCPServer`` with the tools
 ``search_code``, ``get_context``, ``symbol``, ``grep``, ``outline``, ``callers``, ``callees``, ``read_file``,
-``list_files``, ``index_status`` and ``reindex``. Each read calls the one implementation, ``repoctx.copilot.tools.RepoTools``,
-under the caller's ``Scope``, and search hits are shaped by ``repoctx.render`` at the ``detail`` asked
-(``brief`` by default: one line per hit). The package adds what a protocol server needs on top:
+``list_files``, ``index_status`` and ``reindex``. Each read calls the one implementation,
+``repoctx.copilot.tools.RepoTools``, under the caller's ``Scope``, and search hits are shaped by ``repoctx.render``
+at the ``detail`` asked (``brief`` by default: one line per hit). The package adds what a protocol server needs on
+top:
 
 * ``server.py``: the SDK's server, bearer keys over HTTP, the ``repoctx mcp`` command;
 * ``tools.py``: the tools' arguments and the descriptions an agent chooses them by;

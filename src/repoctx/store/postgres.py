@@ -334,7 +334,8 @@ class PostgresStore(MemoryReads):
             return remembered
         where, args = self._stats_filter(scope, "repo")
         return {t: int(n) for t, n in self._q(
-            f"SELECT term, sum(df) FROM repoctx_term_df WHERE term = ANY(%s){where} GROUP BY term HAVING sum(df) > 0",
+            f"SELECT term, sum(df) FROM repoctx_term_df WHERE term = ANY(%s){where} "
+            "GROUP BY term HAVING sum(df) > 0",
             [list(set(terms))] + args)}
 
     def n_capsules(self, scope: Scope = EVERYTHING) -> int:
@@ -793,7 +794,8 @@ class PostgresRepoWriter:
     def edges_needing(self, keys: set[str], dsts: set[str], exclude_paths: set[str]) -> list[tuple]:
         with self._c() as conn:
             rows = conn.execute(
-                "SELECT eid, src, kind, dst_name, dst, src_path FROM repoctx_edges WHERE repo=%s AND kind != 'contains' "
+                "SELECT eid, src, kind, dst_name, dst, src_path FROM repoctx_edges "
+                "WHERE repo=%s AND kind != 'contains' "
                 "AND (dst_key = ANY(%s) OR dst = ANY(%s))", (self.repo, sorted(keys), sorted(dsts))).fetchall()
         return [tuple(r) for r in rows if r[5] not in exclude_paths]
 
@@ -810,7 +812,8 @@ class PostgresRepoWriter:
     def capsule_rows(self, path: str) -> list[tuple]:
         with self._c() as conn:
             return [tuple(r) for r in conn.execute(
-                "SELECT id, path, qualname, kind, module, language, name FROM repoctx_capsules WHERE repo=%s AND path=%s",
+                "SELECT id, path, qualname, kind, module, language, name FROM repoctx_capsules "
+                "WHERE repo=%s AND path=%s",
                 (self.repo, path)).fetchall()]
 
     # ---- vectors: only what lacks a vector of the model is embedded; each batch commits on its own
