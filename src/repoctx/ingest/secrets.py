@@ -168,10 +168,10 @@ class _Engine:
         from detect_secrets.plugins.base import RegexBasedDetector
         from detect_secrets.util.filetype import FileType, determine_file_type
 
-        # plugin classes looked up by name (annotated: the library's return type is a TypeVar it binds to nothing,
-        # which type checkers read as Never)
-        by_name: dict[str, type[Any]] = {
-            plugin.__name__: plugin for plugin in get_mapping_from_secret_type_to_class().values()}
+        # plugin classes by name (annotated: the library's return type is a TypeVar it binds to nothing, which type
+        # checkers read as Never)
+        classes: dict[str, type[Any]] = get_mapping_from_secret_type_to_class()
+        by_name = {plugin.__name__: plugin for plugin in classes.values()}
         self.plugins: list[_Plugin] = []
         for name, gates, precheck in _PLUGINS:
             cls = by_name.get(name)
