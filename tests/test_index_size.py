@@ -1,22 +1,25 @@
-"""The compact SQLite layout (schema 5, issue 39): edges as integers, a contentless lexical index, units' texts
+"""The compact SQLite layout (schemas 5 and 6, issue 39): edges as integers, a contentless lexical index, units' texts
 read from their file's. Whatever was updated incrementally reads exactly as a fresh index of the same tree."""
 from __future__ import annotations
 
 import os
 import sqlite3
 
-from repoctx import Index, Settings
 from tests.conftest import write_tree
+
+from repoctx import Index, Settings
 
 BASE = {
     "pkg/__init__.py": "",
     "pkg/models.py": (
-        "class Base:\n    \"\"\"The base of every model.\"\"\"\n\n    def save(self):\n        return self.validate()\n\n"
+        "class Base:\n    \"\"\"The base of every model.\"\"\"\n\n"
+        "    def save(self):\n        return self.validate()\n\n"
         "    def validate(self):\n        return True\n\n\n"
         "class Model(Base):\n    def save(self):\n        return super().save()\n\n    def clean(self):\n"
         "        return self.validate()\n"),
     "pkg/views.py": (
-        "from pkg.models import Model\n\n\ndef render(request):\n    m = Model()\n    m.save()\n    return m.clean()\n\n\n"
+        "from pkg.models import Model\n\n\n"
+        "def render(request):\n    m = Model()\n    m.save()\n    return m.clean()\n\n\n"
         "def helper():\n    return render(None)\n"),
     "pkg/util.py": "def slugify(text):\n    return text.lower().replace(' ', '-')\n",
     "docs/guide.md": "# Guide\n\nSave a model with save(); validate it first.\n\n## Rendering\n\nrender() the view.\n",
@@ -55,7 +58,8 @@ def test_incremental_updates_read_as_a_fresh_index(tmp_path):
         (root / "pkg" / "models.py").write_text(BASE["pkg/models.py"].replace("def clean", "def tidy")
                                                 .replace("class Model(Base)", "class Model"))
         (root / "pkg" / "util.py").unlink()
-        write_tree(root, {"pkg/forms.py": "from pkg.util import slugify\n\n\ndef clean(form):\n    return slugify(form)\n"})
+        write_tree(root, {"pkg/forms.py": "from pkg.util import slugify\n\n\n"
+                                          "def clean(form):\n    return slugify(form)\n"})
         os.utime(root / "pkg" / "views.py")
         report = ix.update()
         assert report.changed and report.deleted == ["pkg/util.py"]

@@ -735,7 +735,7 @@ class SQLiteRepoWriter:
                         (self.repo, rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
                          json.dumps(rec.imports), rec.method, rec.note, key))
         rows, bodies = [], []
-        for c, where in zip(capsules, slices):
+        for c, where in zip(capsules, slices, strict=True):
             lex = lexical_bodies.get(c.id)
             lex = lex if lex is not None and lex != c.text else None
             rows.append((self._freed.pop(c.id, None), c.id, self.repo, c.path, c.language, c.kind, c.name, c.qualname,
@@ -759,7 +759,7 @@ class SQLiteRepoWriter:
         self.db.executemany("INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) "
                             "VALUES(?,?,?,?,?,?,?)",
                             [(rowids[c.id], tok(c.name), tok(c.qualname), tok(c.path), tok(c.signature),
-                              tok(c.docstring), fts_text(body)) for c, body in zip(capsules, bodies)])
+                              tok(c.docstring), fts_text(body)) for c, body in zip(capsules, bodies, strict=True)])
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
         self.db.execute("UPDATE files SET size=?, mtime_ns=? WHERE repo=? AND path=?", (size, mtime_ns, self.repo, path))
