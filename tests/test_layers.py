@@ -21,7 +21,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("repoctx.providers",),
     ("repoctx.ingest", "repoctx.capsules"),
     ("repoctx.graph", "repoctx.store"),
-    ("repoctx.vectors", "repoctx.indexer", "repoctx.retrieve", "repoctx.render", "repoctx.watch"),
+    ("repoctx.vectors", "repoctx.indexer", "repoctx.history", "repoctx.retrieve", "repoctx.render", "repoctx.watch"),
     ("repoctx", "repoctx.index"),
     ("repoctx.copilot", "repoctx.evaluate"),
     ("repoctx.service", "repoctx.mcp"),

@@ -1,0 +1,257 @@
+"""Does a repository's own history help find what a fix changes? A time-split evaluation on a git repository:
+
+* cut-off: the last first-parent commit before a date; the tree at that commit is indexed once;
+* gold: the commits after it (within a window) whose message names a fix, each with the functions and methods it
+  changed (named at its parent by ``repoctx.history``), outside tests, kept when they exist at the cut-off tree;
+* query: the commit's message, title and body, trailers, issue numbers and URLs removed (``clean_message``);
+* without: repoctx's standard search over the cut-off index; with: the same candidates fused (weighted reciprocal
+  ranks) with a BM25 ranking over a field learned only from commits reachable from the cut-off: per function, the
+  words of the messages of the commits that changed it (per file, of the commits that modified it).
+
+The signal is a pure re-ranking of the index's candidates and the mined field (``history_field``,
+``HistoryRanker``, ``fuse``): no store change."""
+from __future__ import annotations
+
+import io
+import math
+import re
+import subprocess
+import tarfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from repoctx.config import Settings
+from repoctx.evaluate.metrics import function_key, rank_metrics
+from repoctx.history import MinedCommit, clean_message
+from repoctx.index import Index
+from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, is_test_path, to_files
+from repoctx.tokens import code_tokens
+from repoctx.types import DEFS, outermost_def
+
+KS = (1, 5, 10)
+_FIX = re.compile(r"\bfix(?:e[sd]|ing)?\b|\bbug(?:s|fix)?\b|\b(?:close[sd]?|resolve[sd]?)\s+#\d+", re.IGNORECASE)
+
+
+def is_fix(message: str) -> bool:
+    """A message that names a fix: Fix/fixes/fixed, bug, bugfix, or closes/resolves #N."""
+    return bool(_FIX.search(message))
+
+
+# ---- the history field and its BM25
+
+def history_field(commits: Iterable[MinedCommit], keep: set[str] | None = None,
+                  by: str = "symbols") -> dict[str, list[str]]:
+    """Key (``path:qualname`` with ``by="symbols"``, path with ``by="files"``) → tokens of the cleaned messages of
+    the commits that changed it. ``keep``: only these keys (those the index has). Sweeps add nothing."""
+    out: dict[str, list[str]] = {}
+    for c in commits:
+        if c.sweep:
+            continue
+        keys = c.symbols if by == "symbols" else c.files
+        toks: list[str] | None = None
+        for key in dict.fromkeys(keys):
+            if keep is not None and key not in keep:
+                continue
+            if toks is None:
+                toks = code_tokens(clean_message(c.message), keep_stopwords=False)
+            out.setdefault(key, []).extend(toks)
+    return out
+
+
+class HistoryRanker:
+    """BM25 (k1 1.2, b 0.75) over one history field."""
+
+    def __init__(self, docs: dict[str, list[str]], k1: float = 1.2, b: float = 0.75):
+        self.k1, self.b = k1, b
+        self.postings: dict[str, list[tuple[str, int]]] = {}
+        self.length = {k: len(v) for k, v in docs.items()}
+        self.avg = sum(self.length.values()) / len(docs) if docs else 1.0
+        for key, toks in docs.items():
+            for term, tf in Counter(toks).items():
+                self.postings.setdefault(term, []).append((key, tf))
+        self.n = len(docs)
+
+    def rank(self, query: str, limit: int = 100) -> list[tuple[str, float]]:
+        scores: dict[str, float] = {}
+        for term in dict.fromkeys(code_tokens(query, keep_stopwords=False)):
+            post = self.postings.get(term)
+            if not post:
+                continue
+            idf = math.log(1 + (self.n - len(post) + 0.5) / (len(post) + 0.5))
+            for key, tf in post:
+                norm = tf + self.k1 * (1 - self.b + self.b * self.length[key] / self.avg)
+                scores[key] = scores.get(key, 0.0) + idf * tf * (self.k1 + 1) / norm
+        return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+
+
+def fuse(base: Sequence[str], hist: Sequence[str], weight: float, k: int = 60) -> list[str]:
+    """Weighted reciprocal-rank fusion: ``1/(k + rank in base) + weight/(k + rank in hist)``. Weight 0 keeps the
+    base order; a key only the history ranks joins the list."""
+    if weight <= 0 or not hist:
+        return list(dict.fromkeys(base))
+    score: dict[str, float] = {}
+    for i, key in enumerate(dict.fromkeys(base), 1):
+        score[key] = 1.0 / (k + i)
+    for i, key in enumerate(dict.fromkeys(hist), 1):
+        score[key] = score.get(key, 0.0) + weight / (k + i)
+    order = {key: i for i, key in enumerate(dict.fromkeys([*base, *hist]))}
+    return sorted(score, key=lambda key: (-score[key], order[key]))
+
+
+# ---- the time split on one repository
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True,
+                          timeout=600).stdout.decode("utf-8", "replace")
+
+
+def cutoff_commit(repo: Path, date: str) -> tuple[str, int]:
+    """The last first-parent commit of HEAD before ``date``, and its committer time."""
+    out = _git(repo, "rev-list", "-1", "--first-parent", f"--before={date}", "HEAD").strip()
+    if not out:
+        raise ValueError(f"no commit before {date} in {repo}")
+    return out, int(_git(repo, "show", "-s", "--format=%ct", out).strip())
+
+
+def export_tree(repo: Path, sha: str, dest: Path) -> Path:
+    """The tree of ``sha`` as files under ``dest`` (once)."""
+    if (dest / ".repoctx-tree-done").exists():
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    data = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", sha], capture_output=True, check=True,
+                          timeout=600).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(dest, filter="data")
+    (dest / ".repoctx-tree-done").write_text(sha)
+    return dest
+
+
+@dataclass
+class GoldRow:
+    sha: str
+    time: int
+    query: str
+    gold_functions: list[str]
+    gold_files: list[str]
+    dropped: int = 0  # gold functions of the commit (outside tests) that the cut-off tree does not have
+
+
+@dataclass
+class Split:
+    cutoff: str
+    cutoff_time: int
+    train: list[MinedCommit]
+    rows: list[GoldRow]
+    fix_commits: int  # fix commits after the cut-off in the window, before any filtering
+    no_gold: int  # of those, left out: no function outside tests, or none that exists at the cut-off
+    too_many: int  # of those, left out: more gold functions than max_gold
+
+
+def make_split(commits: Sequence[MinedCommit], train_shas: set[str], cutoff: str, cutoff_time: int,
+               functions: set[str], files: set[str], window_days: float = 730, max_gold: int = 5) -> Split:
+    """Train: the mined commits reachable from the cut-off. Gold: the fix commits after it (not reachable from it,
+    committed after it and within ``window_days`` of it) with 1 to ``max_gold`` functions outside tests that exist
+    in ``functions``."""
+    train = [c for c in commits if c.sha in train_shas]
+    end = cutoff_time + window_days * 86400
+    rows: list[GoldRow] = []
+    n_fix = no_gold = too_many = 0
+    for c in commits:
+        if c.sha in train_shas or c.time > end or c.time <= cutoff_time or not is_fix(c.message):
+            continue
+        n_fix += 1
+        code = [s for s in dict.fromkeys(c.symbols) if not is_test_path(s.split(":", 1)[0])]
+        gold = [s for s in code if s in functions]
+        if not gold:
+            no_gold += 1
+            continue
+        if len(gold) > max_gold:
+            too_many += 1
+            continue
+        gold_files = [f for f in dict.fromkeys(s.split(":", 1)[0] for s in gold) if f in files]
+        rows.append(GoldRow(c.sha, c.time, clean_message(c.message), gold, gold_files, len(code) - len(gold)))
+    rows.sort(key=lambda r: r.time)
+    return Split(cutoff, cutoff_time, train, rows, n_fix, no_gold, too_many)
+
+
+def index_keys(ix: Index) -> tuple[set[str], set[str], set[str]]:
+    """(function keys, class keys, files) of an index, as gold and the mined history name them."""
+    caps = ix.store.all_capsules(ix.scope())
+    by_id = {c.id: c for c in caps}
+    funcs, classes, files = set(), set(), set()
+    for c in caps:
+        files.add(c.path)
+        if c.kind in DEFS:
+            funcs.add(function_key(c.path, outermost_def(c, by_id.get).qualname))
+        elif c.kind == "class":
+            classes.add(function_key(c.path, c.qualname))
+    return funcs, classes, files
+
+
+@dataclass
+class Ranked:
+    """One gold row's rankings without the history signal, and the history's own rankings."""
+
+    row: GoldRow
+    functions: list[str]
+    files: list[str]
+    hist_functions: list[str] = field(default_factory=list)
+    hist_files: list[str] = field(default_factory=list)
+
+
+def rank_rows(ix: Index, split: Split, functions: set[str], files: set[str], pool: int = 300) -> list[Ranked]:
+    """Search each gold row's query (lexical standard search, the default stages) and rank the history field."""
+    from repoctx.evaluate.runner import function_ranking
+
+    fn_field = HistoryRanker(history_field(split.train, keep=functions))
+    file_field = HistoryRanker(history_field(split.train, keep=files, by="files"))
+    opts = SearchOptions(dense=False, pool=pool)
+    out = []
+    for row in split.rows:
+        hits = ix.retrieve(row.query, k=pool, mode="standard", options=opts).hits
+        ranked_files = [f.path for f in to_files(hits, file_aggregation(opts.file_agg, row.query))]
+        out.append(Ranked(row, function_ranking(hits, ix), ranked_files,
+                          [k for k, _ in fn_field.rank(row.query)], [k for k, _ in file_field.rank(row.query)]))
+    return out
+
+
+def score(ranked: Sequence[Ranked], weight: float) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """Mean metrics (x100) and per-row metrics of the rankings fused with the history at ``weight``."""
+    per_row = []
+    for r in ranked:
+        fm = rank_metrics(fuse(r.functions, r.hist_functions, weight), r.row.gold_functions, KS)
+        row = {f"fn_acc@{k}": fm[f"acc@{k}"] for k in KS} | {"fn_mrr": fm["mrr"]}
+        if r.row.gold_files:
+            fl = rank_metrics(fuse(r.files, r.hist_files, weight), r.row.gold_files, KS)
+            row |= {"file_acc@1": fl["acc@1"], "file_acc@5": fl["acc@5"]}
+        per_row.append(row)
+    keys = sorted({k for row in per_row for k in row})
+    means = {k: round(100 * sum(row.get(k, 0.0) for row in per_row) / max(1, sum(k in row for row in per_row)), 1)
+             for k in keys}
+    means["n"] = len(per_row)
+    return means, per_row
+
+
+def mcnemar(before: Sequence[dict[str, float]], after: Sequence[dict[str, float]],
+            metric: str) -> tuple[int, int, float]:
+    """Rows gained and lost on one 0/1 metric, and the exact two-sided McNemar (binomial) p-value."""
+    gained = sum(1 for a, b in zip(before, after, strict=True) if not a.get(metric) and b.get(metric))
+    lost = sum(1 for a, b in zip(before, after, strict=True) if a.get(metric) and not b.get(metric))
+    n = gained + lost
+    if n == 0:
+        return 0, 0, 1.0
+    tail = sum(math.comb(n, i) for i in range(0, min(gained, lost) + 1)) / 2 ** n
+    return gained, lost, min(1.0, 2 * tail)
+
+
+def tune(ranked: Sequence[Ranked], weights: Sequence[float], metric: str = "fn_acc@10") -> float:
+    """The weight with the best ``metric`` (ties: function Acc@1, then the smaller weight)."""
+    best = max(weights, key=lambda w: (score(ranked, w)[0].get(metric, 0.0), score(ranked, w)[0].get("fn_acc@1", 0.0),
+                                       -w))
+    return best
+
+
+def lexical_settings(index_dir: Path) -> Settings:
+    return replace(Settings.from_env(), index_dir=index_dir, embedder="none")

@@ -1,0 +1,454 @@
+"""A repository's own history as supervision: each commit's message → the functions, methods and classes it
+changed, named as they were at its parent (``path:qualname``, the capsule parser's qualnames, so the names match
+what the index stores).
+
+How: one ``git log --no-merges -p -U0`` stream gives every commit's message and the old-side line ranges of its
+hunks; the parent's version of each modified file (its blob, from the diff's ``index`` line) is read through one
+``git cat-file --batch`` process and parsed with ``repoctx.capsules``; each changed line goes to the innermost
+capsule that holds it (a def nested in a function counts as that function, as gold locations count it). Local
+git only, never the network.
+
+Bounded and incremental: ``mine`` reads newest first and stops after ``max_commits`` or ``time_budget`` seconds;
+``update_history`` keeps the mined commits in a JSON-lines file with the head they reach and mines only the
+commits after it. The diff → line-range parsing (``parse_diff``) and the range → capsule mapping
+(``changed_symbols``) are pure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from repoctx.capsules.fallback import parse_any
+from repoctx.ingest.languages import GRAMMAR_EXT, language_of
+from repoctx.types import DEFS, Capsule
+
+HISTORY_VERSION = 1
+_MARK = "\x1e\x1frepoctx-commit "  # starts each commit's header in the log stream (no message holds it)
+_END = "\x1e\x1frepoctx-end"
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
+_INDEX = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
+_EMPTY_BLOB = re.compile(r"^0+$")
+# a commit touching more files than this is a sweep (a reformat, a rename of a package, a licence header): its
+# message says nothing about each function, and parsing every file would cost most of the budget
+MAX_FILES = 40
+_TRAILER = re.compile(r"^[A-Za-z][A-Za-z-]*-by:|^(?:Change-Id|Reviewed-on|Closes|Refs|See|Fixes):?\s*(?:#|https?:|$)",
+                      re.IGNORECASE)
+_ISSUE_REF = re.compile(r"(?:\b[\w.-]+/[\w.-]+)?#\d+|\bgh-\d+\b|https?://\S+", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    """One file a commit modified: its path and blob at the parent, and the parent's lines the commit changed as
+    ``(start, count, indent)`` hunks. ``count == 0``: lines were inserted after line ``start``, the first of them
+    that is not blank indented by ``indent`` columns (-1: all blank), which tells whose body they extend."""
+
+    old_path: str
+    old_blob: str
+    hunks: tuple[tuple[int, int, int], ...]
+
+
+@dataclass
+class MinedCommit:
+    sha: str
+    parents: list[str]
+    time: int  # committer time, unix seconds
+    message: str
+    symbols: list[str] = field(default_factory=list)  # "path:qualname" at the parent, in file order
+    files: list[str] = field(default_factory=list)  # code files modified (paths at the parent)
+    sweep: bool = False  # more than MAX_FILES files: files listed, symbols not mapped
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MinedCommit:
+        return cls(d["sha"], list(d.get("parents") or []), int(d.get("time") or 0), d.get("message") or "",
+                   list(d.get("symbols") or []), list(d.get("files") or []), bool(d.get("sweep")))
+
+
+@dataclass
+class MineReport:
+    commits: list[MinedCommit]  # newest first
+    head: str | None  # the commit the mining started from (what the next incremental run starts after)
+    seconds: float = 0.0
+    complete: bool = True  # False: a bound (max_commits, time_budget) stopped it before the range's end
+    files_parsed: int = 0
+
+    @property
+    def rate(self) -> float:
+        return len(self.commits) / self.seconds if self.seconds > 0 else 0.0
+
+
+# ---- pure: the diff text → changed line ranges → capsule names
+
+def _unquote(path: str) -> str:
+    """A path as git prints it in ``---``/``+++`` lines (C-quoted when it has unusual bytes)."""
+    path = path.rstrip("\t")
+    if len(path) >= 2 and path[0] == '"' and path[-1] == '"':
+        raw = path[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
+        path = raw.encode("latin-1", "replace").decode("utf-8", "replace")
+    return path
+
+
+def parse_diff(lines: Iterable[str]) -> list[FileDiff]:
+    """The files a ``git diff -U0 --full-index`` (or one commit's part of ``git log -p -U0``) modified, with the
+    parent-side hunks. Added files (no parent version) and binary files are left out; a deleted file keeps its
+    hunks (its functions were changed: removed)."""
+    out: list[FileDiff] = []
+    old_path: str | None = None
+    old_blob = ""
+    hunks: list[tuple[int, int, int]] = []
+    pending = False  # the last hunk is an insertion still waiting for its first non-blank line
+
+    def flush() -> None:
+        if old_path is not None and hunks and old_blob and not _EMPTY_BLOB.match(old_blob):
+            out.append(FileDiff(old_path, old_blob, tuple(hunks)))
+
+    for line in lines:
+        if pending and line.startswith("+") and line[1:].strip():
+            body = line[1:].expandtabs(8)
+            hunks[-1] = (hunks[-1][0], 0, len(body) - len(body.lstrip()))
+            pending = False
+            continue
+        if line.startswith("diff --git "):
+            flush()
+            old_path, old_blob, hunks, pending = None, "", [], False
+        elif line.startswith("index "):
+            m = _INDEX.match(line)
+            if m:
+                old_blob = m.group(1)
+        elif line.startswith("--- "):
+            name = _unquote(line[4:])
+            old_path = None if name == "/dev/null" else name[2:] if name[:2] in ("a/", '"a') else name
+        elif line.startswith("@@ "):
+            m = _HUNK.match(line)
+            if m:
+                count = 1 if m.group(2) is None else int(m.group(2))
+                hunks.append((int(m.group(1)), count, -1))
+                pending = count == 0
+    flush()
+    return out
+
+
+def _owners(capsules: list[Capsule], n_lines: int) -> list[Capsule | None]:
+    """Line (1-based) → the innermost function, method or class capsule holding it (None: module level)."""
+    owner: list[Capsule | None] = [None] * (n_lines + 2)
+    units = sorted((c for c in capsules if c.kind in ("function", "method", "class")),
+                   key=lambda c: (c.start_line, -c.end_line))
+    for c in units:  # an inner unit comes after its outer one and overwrites its lines
+        for i in range(max(c.start_line, 1), min(c.end_line, n_lines) + 1):
+            owner[i] = c
+    return owner
+
+
+class SpanMap:
+    """The capsules of one file version, ready to name the units a set of hunks changed."""
+
+    def __init__(self, path: str, capsules: list[Capsule], lines: list[str]):
+        self.path = path
+        self.by_id = {c.id: c for c in capsules}
+        self.n_lines = len(lines)
+        self.owner = _owners(capsules, self.n_lines)
+        self.indent: dict[str, int] = {}
+        for c in capsules:
+            first = lines[c.start_line - 1].expandtabs(8) if 0 < c.start_line <= len(lines) else ""
+            self.indent[c.id] = len(first) - len(first.lstrip())
+
+    def _unit_parent(self, c: Capsule) -> Capsule | None:
+        p = self.by_id.get(c.parent) if c.parent else None
+        return p if p is not None and p.kind in ("function", "method", "class") else None
+
+    def _named(self, c: Capsule) -> Capsule:
+        while c.kind in DEFS and c.parent:  # a def nested in a function counts as the function
+            p = self.by_id.get(c.parent)
+            if p is None or p.kind not in DEFS:
+                break
+            c = p
+        return c
+
+    def _inserted_into(self, a: int, indent: int) -> Capsule | None:
+        """The unit lines inserted after line a extend: the innermost unit holding line a whose first line is
+        indented less than they are (lines appended to a function's body are its own; a method added after
+        the last one belongs to the class). Without an indent (blank lines): the unit that holds a and a+1."""
+        c = self.owner[a] if 0 < a <= self.n_lines else None
+        if indent < 0:
+            while c is not None and c.end_line < a + 1:
+                c = self._unit_parent(c)
+            return c
+        while c is not None and self.indent[c.id] >= indent:
+            c = self._unit_parent(c)
+        return c
+
+    def changed(self, hunks: Iterable[tuple[int, int, int]]) -> list[Capsule]:
+        """The units the hunks change, each once, in file order. Changed or deleted lines count for the
+        innermost unit holding them (none at module level); inserted lines as ``_inserted_into`` says."""
+        seen: dict[str, Capsule] = {}
+        for start, count, indent in hunks:
+            if count == 0:
+                c = self._inserted_into(start, indent)
+                if c is not None:
+                    c = self._named(c)
+                    seen.setdefault(c.id, c)
+                continue
+            for i in range(max(start, 1), min(start + count - 1, self.n_lines) + 1):
+                c = self.owner[i]
+                if c is not None:
+                    c = self._named(c)
+                    seen.setdefault(c.id, c)
+        return sorted(seen.values(), key=lambda c: (c.start_line, c.end_line))
+
+
+def span_map(path: str, text: str) -> SpanMap | None:
+    """The parser's capsules of one file version; None for a language without a grammar."""
+    language = language_of(path)
+    if language is None or language not in set(GRAMMAR_EXT.values()):
+        return None
+    pf = parse_any(path, text, language)
+    if pf.method != "tree-sitter" and pf.method != "regex":
+        return None
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return SpanMap(path, pf.capsules, lines)
+
+
+def changed_symbols(path: str, parent_text: str, hunks: Iterable[tuple[int, int, int]]) -> list[str]:
+    """``path:qualname`` of the units that hunks (parent-side, as ``parse_diff`` gives them) change in the
+    parent's text of ``path``."""
+    sm = span_map(path, parent_text)
+    return [] if sm is None else [f"{path}:{c.qualname}" for c in sm.changed(hunks)]
+
+
+def clean_message(message: str) -> str:
+    """A commit message as words a question could share: trailers (Signed-off-by, Co-authored-by), issue and
+    pull-request numbers and URLs dropped. The title and the body are kept."""
+    keep = [line for line in message.splitlines() if not _TRAILER.match(line.strip())]
+    return _ISSUE_REF.sub(" ", "\n".join(keep)).strip()
+
+
+# ---- git at the edges
+
+def _git_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", LC_ALL="C")
+    return env
+
+
+def _git(repo: Path, *args: str, check: bool = True) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), "-c", "core.quotePath=false", *args], capture_output=True,
+                          env=_git_env(), timeout=600)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"git {args[0]} failed: {proc.stderr.decode('utf-8', 'replace').strip()[:300]}")
+    return proc.stdout.decode("utf-8", "replace")
+
+
+def head_commit(repo: str | Path) -> str | None:
+    out = _git(Path(repo), "rev-parse", "--verify", "-q", "HEAD^{commit}", check=False).strip()
+    return out or None
+
+
+def is_ancestor(repo: str | Path, older: str, newer: str) -> bool:
+    proc = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", older, newer],
+                          capture_output=True, env=_git_env(), timeout=60)
+    return proc.returncode == 0
+
+
+class BlobReader:
+    """One ``git cat-file --batch`` process for the whole mining: blobs by id, as text."""
+
+    def __init__(self, repo: Path):
+        self.proc = subprocess.Popen(["git", "-C", str(repo), "cat-file", "--batch"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_git_env())
+
+    def read(self, obj: str) -> str | None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(obj.encode() + b"\n")
+        self.proc.stdin.flush()
+        header = self.proc.stdout.readline().decode("utf-8", "replace").split()
+        if len(header) < 3 or header[1] == "missing":
+            return None
+        size = int(header[2])
+        data = self.proc.stdout.read(size)
+        self.proc.stdout.read(1)  # the newline after the object
+        if header[1] != "blob" or b"\x00" in data[:8000]:
+            return None
+        return data.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()  # type: ignore[union-attr]
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+
+
+def _pathspecs() -> list[str]:
+    return [f"*{ext}" for ext in sorted(GRAMMAR_EXT)]
+
+
+def _log_commits(repo: Path, rev_range: list[str], max_commits: int | None) -> Iterator[tuple[list[str], list[str]]]:
+    """(header fields + message lines, diff lines) per commit, newest first, streamed from one git log."""
+    args = ["git", "-C", str(repo), "-c", "core.quotePath=false", "log", "--no-merges", "-p", "-U0", "--full-index",
+            "-M", "--no-color", "--no-ext-diff", "--diff-filter=MDR", f"--format={_MARK}%H %ct %P%n%B{_END}"]
+    if max_commits is not None:
+        args.append(f"-n{max_commits}")
+    args += [*rev_range, "--", *_pathspecs()]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_git_env())
+    assert proc.stdout is not None
+    head: list[str] | None = None
+    diff: list[str] = []
+    in_message = False
+    try:
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if line.startswith(_MARK):
+                if head is not None:
+                    yield head, diff
+                head, diff, in_message = [line[len(_MARK):]], [], True
+            elif in_message:
+                if line.endswith(_END):
+                    head.append(line[: -len(_END)])  # type: ignore[union-attr]
+                    in_message = False
+                else:
+                    head.append(line)  # type: ignore[union-attr]
+            else:
+                diff.append(line)
+        if head is not None:
+            yield head, diff
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def mine(repo: str | Path, since: str | None = None, until: str = "HEAD", max_commits: int | None = None,
+         time_budget: float | None = None, max_files: int = MAX_FILES) -> MineReport:
+    """Mine the commits reachable from ``until`` and not from ``since`` (all of them when ``since`` is None),
+    newest first, stopping after ``max_commits`` commits or ``time_budget`` seconds. Merges and commits that
+    change no code file (by the grammar languages' extensions) are not listed."""
+    repo = Path(repo)
+    t0 = time.perf_counter()
+    head = _git(repo, "rev-parse", "--verify", f"{until}^{{commit}}").strip()
+    rev_range = [head] if since is None else [f"{since}..{head}"]
+    blobs = BlobReader(repo)
+    maps: dict[str, SpanMap | None] = {}  # blob id → spans (a file changed by several commits in a row)
+    commits: list[MinedCommit] = []
+    complete = True
+    parsed = 0
+    try:
+        for header, diff in _log_commits(repo, rev_range, max_commits):
+            if time_budget is not None and time.perf_counter() - t0 > time_budget:
+                complete = False
+                break
+            fields = header[0].split()
+            sha, ctime, parents = fields[0], int(fields[1]), fields[2:]
+            message = "\n".join(header[1:]).strip()
+            files = parse_diff(diff)
+            mc = MinedCommit(sha, parents, ctime, message, files=[f.old_path for f in files])
+            if len(files) > max_files:
+                mc.sweep = True
+            else:
+                for fd in files:
+                    if fd.old_blob not in maps:
+                        text = blobs.read(fd.old_blob)
+                        maps[fd.old_blob] = span_map(fd.old_path, text) if text is not None else None
+                        parsed += 1
+                        if len(maps) > 256:
+                            maps.pop(next(iter(maps)))
+                    sm = maps[fd.old_blob]
+                    if sm is not None:
+                        mc.symbols += [f"{fd.old_path}:{c.qualname}" for c in sm.changed(fd.hunks)]
+            commits.append(mc)
+        else:
+            if max_commits is not None and len(commits) >= max_commits:
+                complete = False
+    finally:
+        blobs.close()
+    return MineReport(commits, head, time.perf_counter() - t0, complete, parsed)
+
+
+# ---- the mined history kept beside an index, updated incrementally
+
+@dataclass
+class History:
+    head: str | None
+    commits: list[MinedCommit]  # newest first
+    complete: bool = True  # False: older commits were left out by a bound
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(json.dumps({"version": HISTORY_VERSION, "head": self.head, "complete": self.complete}) + "\n")
+            for c in self.commits:
+                f.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> History | None:
+        try:
+            with Path(path).open(encoding="utf-8") as f:
+                meta = json.loads(f.readline() or "{}")
+                if meta.get("version") != HISTORY_VERSION:
+                    return None
+                commits = [MinedCommit.from_dict(json.loads(line)) for line in f if line.strip()]
+        except (OSError, ValueError, KeyError):
+            return None
+        return cls(meta.get("head"), commits, bool(meta.get("complete", True)))
+
+
+@dataclass
+class HistoryUpdate:
+    history: History
+    mined: int  # commits mined by this update
+    seconds: float
+    incremental: bool  # True: only the commits after the previous head were read
+
+
+def update_history(repo: str | Path, path: str | Path, max_commits: int | None = None,
+                   time_budget: float | None = None, max_files: int = MAX_FILES) -> HistoryUpdate:
+    """Bring the mined history at ``path`` up to the repository's HEAD: only the commits after the head it
+    records are mined (all of them, within the bounds, when there is no file or the head is no longer an
+    ancestor, as after a force push)."""
+    t0 = time.perf_counter()
+    old = History.load(path)
+    head = head_commit(repo)
+    if head is None:
+        hist = History(None, [])
+        hist.save(path)
+        return HistoryUpdate(hist, 0, time.perf_counter() - t0, False)
+    if old is not None and old.head == head:
+        return HistoryUpdate(old, 0, time.perf_counter() - t0, True)
+    incremental = old is not None and old.head is not None and is_ancestor(repo, old.head, head)
+    report = mine(repo, since=old.head if incremental and old else None, until=head, max_commits=max_commits,
+                  time_budget=time_budget, max_files=max_files)
+    if incremental and old is not None:
+        if not report.complete:  # a gap between the new and the old commits: keep the new ones only
+            hist = History(head, report.commits, False)
+        else:
+            hist = History(head, report.commits + old.commits, old.complete)
+    else:
+        hist = History(head, report.commits, report.complete)
+    hist.save(path)
+    return HistoryUpdate(hist, len(report.commits), time.perf_counter() - t0, incremental)
+
+
+def symbol_messages(commits: Iterable[MinedCommit], before: int | None = None) -> dict[str, list[str]]:
+    """``path:qualname`` → the cleaned messages of the commits that changed it (committed before ``before``,
+    unix seconds, when given), newest first."""
+    out: dict[str, list[str]] = {}
+    for c in commits:
+        if before is not None and c.time >= before:
+            continue
+        msg = clean_message(c.message)
+        for s in dict.fromkeys(c.symbols):
+            out.setdefault(s, []).append(msg)
+    return out

@@ -1,0 +1,190 @@
+"""Mining a repository's history: commit message → the functions it changed, named at its parent."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from repoctx.evaluate.history import HistoryRanker, fuse, history_field, is_fix, mcnemar
+from repoctx.history import History, changed_symbols, clean_message, mine, parse_diff, update_history
+
+DIFF = """\
+diff --git a/pkg/core.py b/pkg/core.py
+index 1111111111111111111111111111111111111111..2222222222222222222222222222222222222222 100644
+--- a/pkg/core.py
++++ b/pkg/core.py
+@@ -3 +3 @@ def add(a, b):
+-    return a - b
++    return a + b
+@@ -10,0 +11,2 @@ class Box:
++        self.y = 0
++        self.z = 0
+@@ -20,3 +22,0 @@ class Box:
+-    def gone(self):
+-        pass
+-
+diff --git a/new.py b/new.py
+new file mode 100644
+index 0000000000000000000000000000000000000000..3333333333333333333333333333333333333333
+--- /dev/null
++++ b/new.py
+@@ -0,0 +1 @@
++x = 1
+diff --git a/old name.py b/renamed.py
+similarity index 90%
+rename from old name.py
+rename to renamed.py
+index 4444444444444444444444444444444444444444..5555555555555555555555555555555555555555 100644
+--- a/old name.py
++++ b/renamed.py
+@@ -7 +7 @@
+-a
++b
+"""
+
+PARENT = """\
+def add(a, b):
+    '''Add.'''
+    return a - b
+
+
+class Box:
+    size = 1
+
+    def __init__(self):
+        self.x = 0
+
+    def area(self):
+        def inner():
+            return self.x
+        return inner()
+
+    def empty(self):
+        pass
+
+    def gone(self):
+        pass
+
+"""
+
+
+def test_hunks_become_parent_line_ranges():
+    files = parse_diff(DIFF.splitlines())
+    assert [(f.old_path, f.old_blob[:4], f.hunks) for f in files] == [
+        ("pkg/core.py", "1111", ((3, 1, -1), (10, 0, 8), (20, 3, -1))),  # an insertion keeps its indent
+        ("old name.py", "4444", ((7, 1, -1),)),  # a renamed file is named by its path at the parent
+    ]  # the added file has no parent version
+
+
+def test_ranges_name_the_units_at_the_parent():
+    # line 3: add's body; lines appended to __init__'s body (after its last line, line 10); lines 20-22: gone
+    assert changed_symbols("pkg/core.py", PARENT, [(3, 1, -1), (10, 0, 8), (20, 3, -1)]) == [
+        "pkg/core.py:add", "pkg/core.py:Box.__init__", "pkg/core.py:Box.gone"]
+    # a def nested in a method counts as the method; a class attribute as the class
+    assert changed_symbols("pkg/core.py", PARENT, [(14, 1, -1)]) == ["pkg/core.py:Box.area"]
+    assert changed_symbols("pkg/core.py", PARENT, [(7, 1, -1)]) == ["pkg/core.py:Box"]
+    # a method added after the last one, or between two, changes the class, not its neighbour
+    assert changed_symbols("pkg/core.py", PARENT, [(21, 0, 4)]) == ["pkg/core.py:Box"]
+    assert changed_symbols("pkg/core.py", PARENT, [(16, 0, 4)]) == ["pkg/core.py:Box"]
+    assert changed_symbols("pkg/core.py", PARENT, [(21, 0, 8)]) == ["pkg/core.py:Box.gone"]
+    # module level: nothing
+    assert changed_symbols("pkg/core.py", PARENT, [(4, 1, -1)]) == []
+    assert changed_symbols("pkg/core.py", PARENT, [(4, 0, 0)]) == []
+    assert changed_symbols("README.md", "text\n", [(1, 1, -1)]) == []
+
+
+def test_messages_are_cleaned_of_numbers_and_trailers():
+    msg = "Fix Box.area for empty boxes (#123)\n\nCloses #45, see https://x.org/y\n\nCo-authored-by: A <a@b.c>"
+    cleaned = clean_message(msg)
+    assert "123" not in cleaned and "45" not in cleaned and "https" not in cleaned and "Co-authored" not in cleaned
+    assert cleaned.startswith("Fix Box.area for empty boxes")
+    assert is_fix(msg) and is_fix("closes #12") and not is_fix("Add a prefix option")
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t",
+               GIT_CONFIG_NOSYSTEM="1", HOME=str(repo))
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True, env=env, text=True).stdout
+
+
+def _commit(repo: Path, files: dict[str, str], message: str) -> str:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", message)
+    return _git(repo, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    r = tmp_path / "r"
+    r.mkdir()
+    _git(r, "init", "-q", "-b", "main")
+    _commit(r, {"shapes.py": PARENT, "README.md": "shapes\n"}, "Initial shapes")
+    return r
+
+
+def test_mining_a_repository_names_what_each_commit_changed(repo: Path):
+    fixed = PARENT.replace("return a - b", "return a + b")
+    fix = _commit(repo, {"shapes.py": fixed}, "Fix add subtracting instead of adding\n\nFixes #7")
+    docs = _commit(repo, {"README.md": "shapes, fixed\n"}, "Docs only")
+    grown = fixed.replace("    def empty(self):\n        pass\n", "    def empty(self):\n        return self.x == 0\n")
+    grown = grown.replace("            return self.x\n", "            return self.x * 2\n")
+    second = _commit(repo, {"shapes.py": grown, "extra.py": "def new():\n    pass\n"},
+                     "Box: area doubles, empty says so")
+    report = mine(repo)
+    assert report.complete and report.head == second
+    got = {c.message.splitlines()[0]: c.symbols for c in report.commits}
+    assert got == {
+        "Box: area doubles, empty says so": ["shapes.py:Box.area", "shapes.py:Box.empty"],  # extra.py is new
+        "Fix add subtracting instead of adding": ["shapes.py:add"],
+    }  # the first commit adds files only; the docs commit changes no code
+    assert docs not in {c.sha for c in report.commits}
+    assert [c.sha for c in report.commits] == [second, fix]  # newest first
+    bounded = mine(repo, max_commits=1)
+    assert [c.sha for c in bounded.commits] == [second] and not bounded.complete
+
+
+def test_incremental_mining_reads_only_the_new_commits(repo: Path, tmp_path: Path):
+    _commit(repo, {"shapes.py": PARENT.replace("return a - b", "return a + b")}, "Fix add")
+    path = tmp_path / "history.jsonl"
+    first = update_history(repo, path)
+    assert first.mined == 1 and not first.incremental
+    again = update_history(repo, path)
+    assert again.mined == 0 and again.incremental  # nothing new: nothing mined
+    text = PARENT.replace("return a - b", "return a + b")
+    text = text.replace("gone(self):\n        pass", "gone(self):\n        return 1")
+    new = _commit(repo, {"shapes.py": text}, "Fix gone returning None")
+    third = update_history(repo, path)
+    assert third.incremental and third.mined == 1  # the earlier fix is not read again
+    hist = History.load(path)
+    assert hist is not None and hist.head == new
+    assert [c.symbols for c in hist.commits] == [["shapes.py:Box.gone"], ["shapes.py:add"]]
+
+
+def test_history_field_reranks_the_candidates():
+    commits = [
+        _mc("a", "Fix unicode handling of the echo output", ["m.py:echo"]),
+        _mc("b", "Speed up option parsing", ["m.py:parse"]),
+        _mc("c", "Reformat everything", ["m.py:echo", "m.py:parse"], sweep=True),
+    ]
+    field = history_field(commits, keep={"m.py:echo", "m.py:parse"})
+    assert "reformat" not in field["m.py:echo"]  # a sweep says nothing about each function
+    ranked = [k for k, _ in HistoryRanker(field).rank("echo breaks on unicode")]
+    assert ranked == ["m.py:echo"]
+    assert fuse(["m.py:parse", "m.py:echo"], ranked, 0.0) == ["m.py:parse", "m.py:echo"]
+    assert fuse(["m.py:parse", "m.py:echo"], ranked, 1.0) == ["m.py:echo", "m.py:parse"]
+    assert mcnemar([{"a": 0}, {"a": 1}, {"a": 0}], [{"a": 1}, {"a": 1}, {"a": 1}], "a")[:2] == (2, 0)
+
+
+def _mc(sha, message, symbols, sweep=False):
+    from repoctx.history import MinedCommit
+
+    return MinedCommit(sha, [], 0, message, symbols, sorted({s.split(":")[0] for s in symbols}), sweep)
