@@ -821,8 +821,12 @@ class SQLiteRepoWriter:
             "AND kind NOT IN ('module','window') ORDER BY id", (name, self.repo))]
 
     def module_cand(self, key: str) -> tuple | None:
-        r = self.db.execute("SELECT id, path, qualname, kind, module FROM capsules WHERE repo=? AND kind='module' AND "
-                            "(qualname=? OR path=?) ORDER BY id LIMIT 1", (self.repo, key, key)).fetchone()
+        # by the qualname index, then the path index (with "repo=? AND (qualname=? OR path=?)" SQLite read every
+        # module of the repository: 1.5 ms a lookup, 0.07 s of a one-file update of Django)
+        r = self.db.execute("SELECT id, path, qualname, kind, module FROM capsules WHERE rowid IN ("
+                            "SELECT rowid FROM capsules WHERE qualname=? AND +repo=? AND kind='module' UNION ALL "
+                            "SELECT rowid FROM capsules WHERE repo=? AND path=? AND kind='module') ORDER BY id LIMIT 1",
+                            (key, self.repo, self.repo, key)).fetchone()
         return tuple(r) if r else None
 
     def edges_needing(self, keys: set[str], dsts: set[str], exclude_paths: set[str]) -> list[tuple]:
@@ -832,11 +836,13 @@ class SQLiteRepoWriter:
         gone = {rowid: cid for cid, rowid in self._freed.items()}  # a deleted unit's edges still name it
         known = self._rowid_map(dsts)
         dst_rowids = sorted({known[d] for d in dsts if d in known} | {self._freed[d] for d in dsts if d in self._freed})
-        sel = (f"SELECT e.rowid, s.id, e.kind, n.name, e.dst, d.id, s.path {_EDGE_FROM} WHERE s.repo=? "
+        # from the names (or the targets) to their edges: "s.repo=?" would read every edge of the repository
+        sel = (f"SELECT e.rowid, s.id, e.kind, n.name, e.dst, d.id, s.path {_EDGE_FROM} WHERE +s.repo=? "
                f"AND e.kind != {_CONTAINS} AND ")
-        for col, values in (("n.key", sorted(keys)), ("e.dst", dst_rowids)):
+        for where, values in (("e.name IN (SELECT id FROM names WHERE key IN ({}))", sorted(keys)),
+                              ("e.dst IN ({})", dst_rowids)):
             for chunk in _chunks(values):
-                for r in self.db.execute(sel + f"{col} IN ({_ph(len(chunk))})", [self.repo] + chunk):
+                for r in self.db.execute(sel + where.format(_ph(len(chunk))), [self.repo] + chunk):
                     if r[6] not in exclude_paths:
                         dst = r[5] if r[5] is not None or r[4] is None else gone.get(r[4])
                         rows[r[0]] = (r[0], r[1], EDGE_KINDS[r[2]], r[3], dst, r[6])
