@@ -180,6 +180,8 @@ class Index:
         self._dense: DenseRetriever | None = None
         self._bg: threading.Thread | None = None
         self._vstates: dict[tuple[str, str], tuple[float, VectorState]] = {}  # (repo, model) -> (until, state)
+        self._vstates_lock = threading.Lock()
+        self._names: tuple[float, tuple[str, ...]] | None = None  # (until, the store's repository names)
         self.last_embed: EmbedReport | None = None
         self.embed_error: str | None = None
         from repoctx.store.grep import GrepLimits
@@ -200,11 +202,20 @@ class Index:
 
     # ---- scope
     def scope(self, scope: Scope | None = None) -> Scope:
-        """The caller's scope narrowed to this view's repositories when it names none."""
+        """The caller's scope narrowed to this view's repositories when it names none. Grants that each allow a
+        whole repository (no path rules) become that list of repositories, grants dropped: the same rows, read
+        through the stores' per-repository paths (no per-row grant test, the scope's own BM25 statistics, an
+        exact dense scan of those repositories) instead of a WHERE clause over every row."""
         scope = scope or EVERYTHING
+        granted = scope.granted_repos()
+        if granted is not None and _whole_repositories(scope):
+            wanted = scope.repos or granted
+            within = tuple(r for r in wanted if r in granted and (scope.repos or not self.repos or r in self.repos))
+            if within:
+                return replace(scope, repos=within, grants=None)
+            return scope  # nothing granted is asked for: the grants stay and admit nothing
         if scope.repos:
             return scope
-        granted = scope.granted_repos()
         if granted is not None:  # a key's grants that each name a repository bound the read to those
             within = tuple(r for r in granted if not self.repos or r in self.repos)
             if within:
@@ -234,6 +245,7 @@ class Index:
         with writer.lock("index", wait=wait):
             report = update_index(self.root, writer, self.settings, progress, by=by)
         self._vstates.clear()
+        self._names = None
         report.notes += notes
         if embed and self.embedder is not None:
             if background:
@@ -305,7 +317,10 @@ class Index:
         if emb is None:
             return {"enabled": False, "model": None, "indexed_model": None, "count": 0, "total": 0,
                     "coverage": 0.0, "current": False, "error": self.embed_error}
-        states = [self.store.vector_state(r, emb.model_id) for r in self.repos or [r.name for r in self.store.repos()]]
+        repos = list(self.repos or [r.name for r in self.store.repos()])
+        many = getattr(self.store, "vector_states", None)
+        states = (list(many(repos, emb.model_id).values()) if many is not None
+                  else [self.store.vector_state(r, emb.model_id) for r in repos])
         count, total = sum(s.count for s in states), sum(s.total for s in states)
         models = {s.model for s in states if s.model}
         return {"enabled": True, "model": emb.model_id, "indexed_model": ", ".join(sorted(models)) or None,
@@ -491,18 +506,29 @@ class Index:
         """(repository, its vector state) for the repositories ``scope`` may see, each read at most once per
         ``VECTOR_STATE_SECONDS``: a search asks twice (dense or not, notes), and a store of many repositories
         would count each one's units on every request."""
-        repos = scope.repos or tuple(r.name for r in self.store.repos())
+        repos = [r for r in scope.repos or self._repo_names() if scope.allows_repo(r)]
         now = time.monotonic()
-        out = []
-        for r in repos:
-            if not scope.allows_repo(r):
-                continue
-            hit = self._vstates.get((r, model))
-            if hit is None or hit[0] < now:
-                hit = (now + VECTOR_STATE_SECONDS, self.store.vector_state(r, model))
-                self._vstates[(r, model)] = hit
-            out.append((r, hit[1]))
-        return out
+        stale = [r for r in repos if (hit := self._vstates.get((r, model))) is None or hit[0] < now]
+        if stale:
+            with self._vstates_lock:  # one reader at a time: concurrent searches wait for its answer, not repeat it
+                now = time.monotonic()
+                stale = [r for r in stale if (hit := self._vstates.get((r, model))) is None or hit[0] < now]
+                if stale:
+                    many = getattr(self.store, "vector_states", None)  # one round trip for many repositories
+                    got = many(stale, model) if many is not None else {r: self.store.vector_state(r, model)
+                                                                       for r in stale}
+                    until = time.monotonic() + VECTOR_STATE_SECONDS
+                    self._vstates.update({(r, model): (until, state) for r, state in got.items()})
+        return [(r, hit[1]) for r in repos if (hit := self._vstates.get((r, model))) is not None]
+
+    def _repo_names(self) -> tuple[str, ...]:
+        """The store's repository names, read at most once per ``VECTOR_STATE_SECONDS``."""
+        now = time.monotonic()
+        if self._names is None or self._names[0] < now:
+            names = getattr(self.store, "repo_names", None)  # names only: no metadata read per repository
+            listed = tuple(names()) if names is not None else tuple(r.name for r in self.store.repos())
+            self._names = (now + VECTOR_STATE_SECONDS, listed)
+        return self._names[1]
 
     def _filling(self, repos: list[str]) -> bool:
         """Whether vectors of ``repos`` are being filled now: by this view's thread, or by whoever holds a
@@ -701,6 +727,12 @@ class Index:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _whole_repositories(scope: Scope) -> bool:
+    """Whether each grant of ``scope`` allows a whole repository: no path rule in the grants or the scope."""
+    return (scope.grants is not None and not (scope.include or scope.exclude)
+            and all(not (g.include or g.exclude) for g in scope.grants))
 
 
 def second_stage_keeps(query: str, hits: list[Hit], report: bool | None = None) -> set[str]:
