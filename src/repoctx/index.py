@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -360,6 +361,12 @@ class Index:
                   stats: dict | None = None) -> tuple[list[Hit], str]:
         """The standard search's units and what its second stage did: for files every candidate in the first
         stage's order (files are ranked from its scores); for units the first max(k, depth) re-ranked."""
+        reading = getattr(self.store, "reading", None)  # both stages' reads: one content key, one connection
+        with reading() if reading is not None else nullcontext():
+            return self._stages(query, k, level, opts, scope, dense, stats)
+
+    def _stages(self, query: str, k: int, level: str, opts: SearchOptions, scope: Scope, dense,
+                stats: dict | None) -> tuple[list[Hit], str]:
         if level == "file":
             return search(self.store, query, opts, dense, scope, stats=stats), ""
         if not (opts.rerank and self.settings.second_stage):

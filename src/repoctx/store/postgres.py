@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import zlib
 from collections import Counter
@@ -217,14 +218,36 @@ class PostgresStore(MemoryReads):
         self.pool = connection_pool(url, timeout=connect_timeout, min_size=min_size, max_size=max_size,
                                     configure=configure, kwargs={"autocommit": True}, name="repoctx-store")
         self._init_memory(memory_lexical)  # long-lived processes: BM25 and units in memory (memory_bm25.py)
+        self._held = threading.local()  # the connection a search holds (reading())
 
     def close(self) -> None:
         self.pool.close()
 
     @contextmanager
     def _conn(self):
+        held = getattr(self._held, "conn", None)
+        if held is not None:  # inside reading(): the search's one connection
+            yield held
+            return
         with self.pool.connection() as conn:
             yield conn
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """One search's reads on one connection, taken from the pool (and checked) once: a search makes a dozen
+        small reads, and each checkout's check is a round trip of its own. The content key is pinned as in
+        MemoryReads. Nested uses keep the outer connection."""
+        if getattr(self._held, "conn", None) is not None:
+            with super().reading():
+                yield
+            return
+        with self.pool.connection() as conn:
+            self._held.conn = conn
+            try:
+                with super().reading():
+                    yield
+            finally:
+                self._held.conn = None
 
     def _q(self, sql: str, args=()) -> list[tuple]:
         with self._conn() as conn:
