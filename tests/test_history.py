@@ -73,10 +73,12 @@ class Box:
 
 def test_hunks_become_parent_line_ranges():
     files = parse_diff(DIFF.splitlines())
-    assert [(f.old_path, f.old_blob[:4], f.hunks) for f in files] == [
-        ("pkg/core.py", "1111", ((3, 1, -1), (10, 0, 8), (20, 3, -1))),  # an insertion keeps its indent
-        ("old name.py", "4444", ((7, 1, -1),)),  # a renamed file is named by its path at the parent
+    assert [(f.old_path, f.old_blob[:4], f.hunks, f.new_path) for f in files] == [
+        ("pkg/core.py", "1111", ((3, 1, -1), (10, 0, 8), (20, 3, -1)), ""),  # an insertion keeps its indent
+        ("old name.py", "4444", ((7, 1, -1),), "renamed.py"),  # a renamed file is named by its path at the parent
     ]  # the added file has no parent version
+    pure = "diff --git a/a.py b/b/a.py\nsimilarity index 100%\nrename from a.py\nrename to b/a.py\n"
+    assert [(f.old_path, f.hunks, f.new_path) for f in parse_diff(pure.splitlines())] == [("a.py", (), "b/a.py")]
 
 
 def test_ranges_name_the_units_at_the_parent():
@@ -101,7 +103,8 @@ def test_messages_are_cleaned_of_numbers_and_trailers():
     cleaned = clean_message(msg)
     assert "123" not in cleaned and "45" not in cleaned and "https" not in cleaned and "Co-authored" not in cleaned
     assert cleaned.startswith("Fix Box.area for empty boxes")
-    assert is_fix(msg) and is_fix("closes #12") and not is_fix("Add a prefix option")
+    assert is_fix(msg) and is_fix("Add a prefix option\n\ncloses #12") and not is_fix("Add a prefix option")
+    assert not is_fix("Fix typo in the docs") and not is_fix("apply ruff fixes")
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -182,6 +185,14 @@ def test_history_field_reranks_the_candidates():
     assert fuse(["m.py:parse", "m.py:echo"], ranked, 0.0) == ["m.py:parse", "m.py:echo"]
     assert fuse(["m.py:parse", "m.py:echo"], ranked, 1.0) == ["m.py:echo", "m.py:parse"]
     assert mcnemar([{"a": 0}, {"a": 1}, {"a": 0}], [{"a": 1}, {"a": 1}, {"a": 1}], "a")[:2] == (2, 0)
+
+
+def test_renamed_files_carry_their_history_to_the_new_name():
+    newest = _mc("c", "Move the package under src", [])
+    newest.renames = [("m.py", "src/m.py")]
+    older = _mc("b", "Fix echo", ["m.py:echo"])
+    field = history_field([newest, older])
+    assert set(field) == {"src/m.py:echo"}
 
 
 def _mc(sha, message, symbols, sweep=False):

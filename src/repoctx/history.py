@@ -25,10 +25,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from repoctx.capsules.fallback import parse_any
+from repoctx.capsules.parse import parse_source, supported
 from repoctx.ingest.languages import GRAMMAR_EXT, language_of
 from repoctx.types import DEFS, Capsule
 
-HISTORY_VERSION = 1
+HISTORY_VERSION = 2  # 2: renames recorded
 _MARK = "\x1e\x1frepoctx-commit "  # starts each commit's header in the log stream (no message holds it)
 _END = "\x1e\x1frepoctx-end"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
@@ -46,11 +47,13 @@ _ISSUE_REF = re.compile(r"(?:\b[\w.-]+/[\w.-]+)?#\d+|\bgh-\d+\b|https?://\S+", r
 class FileDiff:
     """One file a commit modified: its path and blob at the parent, and the parent's lines the commit changed as
     ``(start, count, indent)`` hunks. ``count == 0``: lines were inserted after line ``start``, the first of them
-    that is not blank indented by ``indent`` columns (-1: all blank), which tells whose body they extend."""
+    that is not blank indented by ``indent`` columns (-1: all blank), which tells whose body they extend.
+    ``new_path``: the path after the commit, when it renamed the file (a pure rename has no hunks)."""
 
     old_path: str
     old_blob: str
     hunks: tuple[tuple[int, int, int], ...]
+    new_path: str = ""
 
 
 @dataclass
@@ -62,6 +65,7 @@ class MinedCommit:
     symbols: list[str] = field(default_factory=list)  # "path:qualname" at the parent, in file order
     files: list[str] = field(default_factory=list)  # code files modified (paths at the parent)
     sweep: bool = False  # more than MAX_FILES files: files listed, symbols not mapped
+    renames: list[tuple[str, str]] = field(default_factory=list)  # (path at the parent, path after)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -69,7 +73,8 @@ class MinedCommit:
     @classmethod
     def from_dict(cls, d: dict) -> MinedCommit:
         return cls(d["sha"], list(d.get("parents") or []), int(d.get("time") or 0), d.get("message") or "",
-                   list(d.get("symbols") or []), list(d.get("files") or []), bool(d.get("sweep")))
+                   list(d.get("symbols") or []), list(d.get("files") or []), bool(d.get("sweep")),
+                   [(a, b) for a, b in d.get("renames") or []])
 
 
 @dataclass
@@ -99,16 +104,20 @@ def _unquote(path: str) -> str:
 def parse_diff(lines: Iterable[str]) -> list[FileDiff]:
     """The files a ``git diff -U0 --full-index`` (or one commit's part of ``git log -p -U0``) modified, with the
     parent-side hunks. Added files (no parent version) and binary files are left out; a deleted file keeps its
-    hunks (its functions were changed: removed)."""
+    hunks (its functions were changed: removed); a renamed file is listed even without hunks."""
     out: list[FileDiff] = []
     old_path: str | None = None
     old_blob = ""
+    renamed = ("", "")
     hunks: list[tuple[int, int, int]] = []
     pending = False  # the last hunk is an insertion still waiting for its first non-blank line
 
     def flush() -> None:
-        if old_path is not None and hunks and old_blob and not _EMPTY_BLOB.match(old_blob):
-            out.append(FileDiff(old_path, old_blob, tuple(hunks)))
+        old = old_path or renamed[0]
+        has_parent = bool(old_blob) and not _EMPTY_BLOB.match(old_blob)
+        if old and ((hunks and has_parent) or renamed[1]):
+            out.append(FileDiff(old, old_blob if has_parent else "", tuple(hunks) if has_parent else (),
+                                renamed[1]))
 
     for line in lines:
         if pending and line.startswith("+") and line[1:].strip():
@@ -118,7 +127,11 @@ def parse_diff(lines: Iterable[str]) -> list[FileDiff]:
             continue
         if line.startswith("diff --git "):
             flush()
-            old_path, old_blob, hunks, pending = None, "", [], False
+            old_path, old_blob, renamed, hunks, pending = None, "", ("", ""), [], False
+        elif line.startswith("rename from "):
+            renamed = (_unquote(line[12:]), renamed[1])
+        elif line.startswith("rename to "):
+            renamed = (renamed[0], _unquote(line[10:]))
         elif line.startswith("index "):
             m = _INDEX.match(line)
             if m:
@@ -209,7 +222,7 @@ def span_map(path: str, text: str) -> SpanMap | None:
     language = language_of(path)
     if language is None or language not in set(GRAMMAR_EXT.values()):
         return None
-    pf = parse_any(path, text, language)
+    pf = parse_source(path, text, language, calls=False) if supported(language) else parse_any(path, text, language)
     if pf.method != "tree-sitter" and pf.method != "regex":
         return None
     lines = text.split("\n")
@@ -350,8 +363,10 @@ def mine(repo: str | Path, since: str | None = None, until: str = "HEAD", max_co
             fields = header[0].split()
             sha, ctime, parents = fields[0], int(fields[1]), fields[2:]
             message = "\n".join(header[1:]).strip()
-            files = parse_diff(diff)
-            mc = MinedCommit(sha, parents, ctime, message, files=[f.old_path for f in files])
+            diffs = parse_diff(diff)
+            files = [f for f in diffs if f.hunks]
+            mc = MinedCommit(sha, parents, ctime, message, files=[f.old_path for f in files],
+                             renames=[(f.old_path, f.new_path) for f in diffs if f.new_path])
             if len(files) > max_files:
                 mc.sweep = True
             else:
@@ -381,13 +396,15 @@ class History:
     head: str | None
     commits: list[MinedCommit]  # newest first
     complete: bool = True  # False: older commits were left out by a bound
+    seconds: float = 0.0  # mining time of the commits listed, summed over the updates that mined them
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
         with tmp.open("w", encoding="utf-8") as f:
-            f.write(json.dumps({"version": HISTORY_VERSION, "head": self.head, "complete": self.complete}) + "\n")
+            f.write(json.dumps({"version": HISTORY_VERSION, "head": self.head, "complete": self.complete,
+                                "seconds": round(self.seconds, 3)}) + "\n")
             for c in self.commits:
                 f.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
         os.replace(tmp, path)
@@ -402,7 +419,7 @@ class History:
                 commits = [MinedCommit.from_dict(json.loads(line)) for line in f if line.strip()]
         except (OSError, ValueError, KeyError):
             return None
-        return cls(meta.get("head"), commits, bool(meta.get("complete", True)))
+        return cls(meta.get("head"), commits, bool(meta.get("complete", True)), float(meta.get("seconds") or 0.0))
 
 
 @dataclass
@@ -432,23 +449,40 @@ def update_history(repo: str | Path, path: str | Path, max_commits: int | None =
                   time_budget=time_budget, max_files=max_files)
     if incremental and old is not None:
         if not report.complete:  # a gap between the new and the old commits: keep the new ones only
-            hist = History(head, report.commits, False)
+            hist = History(head, report.commits, False, report.seconds)
         else:
-            hist = History(head, report.commits + old.commits, old.complete)
+            hist = History(head, report.commits + old.commits, old.complete, old.seconds + report.seconds)
     else:
-        hist = History(head, report.commits, report.complete)
+        hist = History(head, report.commits, report.complete, report.seconds)
     hist.save(path)
     return HistoryUpdate(hist, len(report.commits), time.perf_counter() - t0, incremental)
 
 
-def symbol_messages(commits: Iterable[MinedCommit], before: int | None = None) -> dict[str, list[str]]:
-    """``path:qualname`` → the cleaned messages of the commits that changed it (committed before ``before``,
-    unix seconds, when given), newest first."""
-    out: dict[str, list[str]] = {}
+def named_now(commits: Iterable[MinedCommit]) -> Iterator[tuple[MinedCommit, list[str], list[str]]]:
+    """Each commit (newest first, as mined) with its symbols and files named as the newest commit names them: a
+    file renamed since (by a later commit of the list) is carried to its new path."""
+    forward: dict[str, str] = {}  # path at some older commit → the path at the newest one
     for c in commits:
+        for old, new in c.renames:  # the commit's own renames first: its symbols are named at its parent
+            forward[old] = forward.get(new, new)
+        if not forward:
+            yield c, c.symbols, c.files
+            continue
+        symbols = []
+        for s in c.symbols:
+            path, _, qual = s.partition(":")
+            symbols.append(f"{forward.get(path, path)}:{qual}")
+        yield c, symbols, [forward.get(f, f) for f in c.files]
+
+
+def symbol_messages(commits: Iterable[MinedCommit], before: int | None = None) -> dict[str, list[str]]:
+    """``path:qualname`` (named as the newest commit names it) → the cleaned messages of the commits that changed
+    it (committed before ``before``, unix seconds, when given), newest first."""
+    out: dict[str, list[str]] = {}
+    for c, symbols, _files in named_now(commits):
         if before is not None and c.time >= before:
             continue
         msg = clean_message(c.message)
-        for s in dict.fromkeys(c.symbols):
+        for s in dict.fromkeys(symbols):
             out.setdefault(s, []).append(msg)
     return out

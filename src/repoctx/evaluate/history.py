@@ -24,7 +24,7 @@ from pathlib import Path
 
 from repoctx.config import Settings
 from repoctx.evaluate.metrics import function_key, rank_metrics
-from repoctx.history import MinedCommit, clean_message
+from repoctx.history import MinedCommit, clean_message, named_now
 from repoctx.index import Index
 from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, is_test_path, to_files
 from repoctx.tokens import code_tokens
@@ -32,11 +32,20 @@ from repoctx.types import DEFS, outermost_def
 
 KS = (1, 5, 10)
 _FIX = re.compile(r"\bfix(?:e[sd]|ing)?\b|\bbug(?:s|fix)?\b|\b(?:close[sd]?|resolve[sd]?)\s+#\d+", re.IGNORECASE)
+# a fix of the tooling or the prose, not of behaviour: "apply ruff fixes", "fix typo", "fix docs build"
+_NOT_BEHAVIOUR = re.compile(r"\b(?:typos?|lint(?:ing)?|ruff|mypy|flake8|pyflakes|black|isort|pre-commit|docs?|"
+                            r"documentation|docstrings?|spelling|grammar|changelog|readme|ci|tox|travis|coverage|"
+                            r"fixed font|fixtures?)\b", re.IGNORECASE)
 
 
 def is_fix(message: str) -> bool:
-    """A message that names a fix: Fix/fixes/fixed, bug, bugfix, or closes/resolves #N."""
-    return bool(_FIX.search(message))
+    """A message that names a fix of behaviour: its title says Fix/fixes/fixed, bug or bugfix, or the message
+    closes/resolves #N; a title about tooling or prose (typo, lint, docs, CI) is not one."""
+    title = message.strip().split("\n", 1)[0]
+    if _NOT_BEHAVIOUR.search(title):
+        return False
+    return bool(_FIX.search(title)) or bool(re.search(r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s+#\d+",
+                                                       message, re.IGNORECASE))
 
 
 # ---- the history field and its BM25
@@ -44,15 +53,17 @@ def is_fix(message: str) -> bool:
 def history_field(commits: Iterable[MinedCommit], keep: set[str] | None = None,
                   by: str = "symbols") -> dict[str, list[str]]:
     """Key (``path:qualname`` with ``by="symbols"``, path with ``by="files"``) → tokens of the cleaned messages of
-    the commits that changed it. ``keep``: only these keys (those the index has). Sweeps add nothing."""
+    the commits that changed it, named as the newest commit names them (``named_now``: files renamed since are
+    followed). ``keep``: only these keys (those the index has). Sweeps add nothing; tests get no field (the
+    search demotes them for a question about code, and a fix's gold is outside them)."""
     out: dict[str, list[str]] = {}
-    for c in commits:
+    for c, symbols, files in named_now(commits):
         if c.sweep:
             continue
-        keys = c.symbols if by == "symbols" else c.files
+        keys = symbols if by == "symbols" else files
         toks: list[str] | None = None
         for key in dict.fromkeys(keys):
-            if keep is not None and key not in keep:
+            if (keep is not None and key not in keep) or is_test_path(key.split(":", 1)[0]):
                 continue
             if toks is None:
                 toks = code_tokens(clean_message(c.message), keep_stopwords=False)
@@ -147,22 +158,32 @@ class Split:
     fix_commits: int  # fix commits after the cut-off in the window, before any filtering
     no_gold: int  # of those, left out: no function outside tests, or none that exists at the cut-off
     too_many: int  # of those, left out: more gold functions than max_gold
+    empty: int = 0  # of those, left out: a message with no searchable word once cleaned ("Fix #123")
 
 
 def make_split(commits: Sequence[MinedCommit], train_shas: set[str], cutoff: str, cutoff_time: int,
-               functions: set[str], files: set[str], window_days: float = 730, max_gold: int = 5) -> Split:
+               functions: set[str], files: set[str], window_days: float = 730, max_gold: int = 5,
+               fixes_only: bool = True) -> Split:
     """Train: the mined commits reachable from the cut-off. Gold: the fix commits after it (not reachable from it,
     committed after it and within ``window_days`` of it) with 1 to ``max_gold`` functions outside tests that exist
-    in ``functions``."""
+    in ``functions``, named at the cut-off (a file renamed between the cut-off and the fix's parent is followed
+    back). ``commits``: newest first, as mined. ``fixes_only=False``: every commit after the cut-off is a row
+    (more rows, a weaker likeness to an issue)."""
     train = [c for c in commits if c.sha in train_shas]
     end = cutoff_time + window_days * 86400
     rows: list[GoldRow] = []
-    n_fix = no_gold = too_many = 0
-    for c in commits:
-        if c.sha in train_shas or c.time > end or c.time <= cutoff_time or not is_fix(c.message):
+    n_fix = no_gold = too_many = empty = 0
+    backward: dict[str, str] = {}  # path after the cut-off → its path at the cut-off
+    for c in reversed(commits):
+        if c.sha in train_shas:
+            continue
+        symbols = [(backward.get(p, p), q) for p, _, q in (s.partition(":") for s in c.symbols)]
+        for old, new in c.renames:
+            backward[new] = backward.get(old, old)
+        if c.time > end or c.time <= cutoff_time or c.sweep or (fixes_only and not is_fix(c.message)):
             continue
         n_fix += 1
-        code = [s for s in dict.fromkeys(c.symbols) if not is_test_path(s.split(":", 1)[0])]
+        code = list(dict.fromkeys(f"{p}:{q}" for p, q in symbols if not is_test_path(p)))
         gold = [s for s in code if s in functions]
         if not gold:
             no_gold += 1
@@ -170,10 +191,14 @@ def make_split(commits: Sequence[MinedCommit], train_shas: set[str], cutoff: str
         if len(gold) > max_gold:
             too_many += 1
             continue
+        query = clean_message(c.message)
+        if not code_tokens(query, keep_stopwords=False):
+            empty += 1
+            continue
         gold_files = [f for f in dict.fromkeys(s.split(":", 1)[0] for s in gold) if f in files]
-        rows.append(GoldRow(c.sha, c.time, clean_message(c.message), gold, gold_files, len(code) - len(gold)))
+        rows.append(GoldRow(c.sha, c.time, query, gold, gold_files, len(code) - len(gold)))
     rows.sort(key=lambda r: r.time)
-    return Split(cutoff, cutoff_time, train, rows, n_fix, no_gold, too_many)
+    return Split(cutoff, cutoff_time, train, rows, n_fix, no_gold, too_many, empty)
 
 
 def index_keys(ix: Index) -> tuple[set[str], set[str], set[str]]:
@@ -190,41 +215,81 @@ def index_keys(ix: Index) -> tuple[set[str], set[str], set[str]]:
     return funcs, classes, files
 
 
+class SimilarCommits:
+    """The other way to read the same history: the past commits whose messages are most like the query (BM25 over
+    one document per commit) vote for the units they changed, each vote the commit's score relative to the best one,
+    shared out by the square root of the number of units it changed (the similar-report score of BugLocator, Zhou
+    et al., ICSE 2012, at function level)."""
+
+    def __init__(self, commits: Iterable[MinedCommit], keep: set[str] | None = None, by: str = "symbols",
+                 depth: int = 20):
+        self.depth = depth
+        self.changed: dict[str, list[str]] = {}
+        docs: dict[str, list[str]] = {}
+        for c, symbols, files in named_now(commits):
+            if c.sweep:
+                continue
+            keys = [k for k in dict.fromkeys(symbols if by == "symbols" else files)
+                    if (keep is None or k in keep) and not is_test_path(k.split(":", 1)[0])]
+            if keys:
+                self.changed[c.sha] = keys
+                docs[c.sha] = code_tokens(clean_message(c.message), keep_stopwords=False)
+        self.commits = HistoryRanker(docs)
+
+    def rank(self, query: str, limit: int = 100) -> list[tuple[str, float]]:
+        hits = self.commits.rank(query, limit=self.depth)
+        votes: dict[str, float] = {}
+        for sha, s in hits:
+            keys = self.changed[sha]
+            for key in keys:
+                votes[key] = votes.get(key, 0.0) + (s / hits[0][1]) / math.sqrt(len(keys))
+        return sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+
+
+SIGNALS = ("field", "similar")  # HistoryRanker over history_field; SimilarCommits
+
+
 @dataclass
 class Ranked:
-    """One gold row's rankings without the history signal, and the history's own rankings."""
+    """One gold row's rankings without the history signal, and each history signal's own rankings:
+    ``signals[name] = (functions, files)``."""
 
     row: GoldRow
     functions: list[str]
     files: list[str]
-    hist_functions: list[str] = field(default_factory=list)
-    hist_files: list[str] = field(default_factory=list)
+    signals: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
 
 
 def rank_rows(ix: Index, split: Split, functions: set[str], files: set[str], pool: int = 300) -> list[Ranked]:
-    """Search each gold row's query (lexical standard search, the default stages) and rank the history field."""
+    """Search each gold row's query (lexical standard search, the default stages) and rank it by each history
+    signal, learned from the split's training commits only."""
     from repoctx.evaluate.runner import function_ranking
 
-    fn_field = HistoryRanker(history_field(split.train, keep=functions))
-    file_field = HistoryRanker(history_field(split.train, keep=files, by="files"))
+    rankers: dict[str, tuple[HistoryRanker | SimilarCommits, HistoryRanker | SimilarCommits]] = {
+        "field": (HistoryRanker(history_field(split.train, keep=functions)),
+                  HistoryRanker(history_field(split.train, keep=files, by="files"))),
+        "similar": (SimilarCommits(split.train, keep=functions), SimilarCommits(split.train, keep=files, by="files"))}
     opts = SearchOptions(dense=False, pool=pool)
     out = []
     for row in split.rows:
         hits = ix.retrieve(row.query, k=pool, mode="standard", options=opts).hits
         ranked_files = [f.path for f in to_files(hits, file_aggregation(opts.file_agg, row.query))]
-        out.append(Ranked(row, function_ranking(hits, ix), ranked_files,
-                          [k for k, _ in fn_field.rank(row.query)], [k for k, _ in file_field.rank(row.query)]))
+        signals = {name: ([k for k, _ in fn.rank(row.query)], [k for k, _ in fl.rank(row.query)])
+                   for name, (fn, fl) in rankers.items()}
+        out.append(Ranked(row, function_ranking(hits, ix), ranked_files, signals))
     return out
 
 
-def score(ranked: Sequence[Ranked], weight: float) -> tuple[dict[str, float], list[dict[str, float]]]:
-    """Mean metrics (x100) and per-row metrics of the rankings fused with the history at ``weight``."""
+def score(ranked: Sequence[Ranked], weight: float,
+          signal: str = "field") -> tuple[dict[str, float], list[dict[str, float]]]:
+    """Mean metrics (x100) and per-row metrics of the rankings fused with a history signal at ``weight``."""
     per_row = []
     for r in ranked:
-        fm = rank_metrics(fuse(r.functions, r.hist_functions, weight), r.row.gold_functions, KS)
+        hist_fn, hist_files = r.signals.get(signal, ([], []))
+        fm = rank_metrics(fuse(r.functions, hist_fn, weight), r.row.gold_functions, KS)
         row = {f"fn_acc@{k}": fm[f"acc@{k}"] for k in KS} | {"fn_mrr": fm["mrr"]}
         if r.row.gold_files:
-            fl = rank_metrics(fuse(r.files, r.hist_files, weight), r.row.gold_files, KS)
+            fl = rank_metrics(fuse(r.files, hist_files, weight), r.row.gold_files, KS)
             row |= {"file_acc@1": fl["acc@1"], "file_acc@5": fl["acc@5"]}
         per_row.append(row)
     keys = sorted({k for row in per_row for k in row})
@@ -246,11 +311,11 @@ def mcnemar(before: Sequence[dict[str, float]], after: Sequence[dict[str, float]
     return gained, lost, min(1.0, 2 * tail)
 
 
-def tune(ranked: Sequence[Ranked], weights: Sequence[float], metric: str = "fn_acc@10") -> float:
+def tune(ranked: Sequence[Ranked], weights: Sequence[float], signal: str = "field",
+         metric: str = "fn_acc@10") -> float:
     """The weight with the best ``metric`` (ties: function Acc@1, then the smaller weight)."""
-    best = max(weights, key=lambda w: (score(ranked, w)[0].get(metric, 0.0), score(ranked, w)[0].get("fn_acc@1", 0.0),
-                                       -w))
-    return best
+    means = {w: score(ranked, w, signal)[0] for w in weights}
+    return max(weights, key=lambda w: (means[w].get(metric, 0.0), means[w].get("fn_acc@1", 0.0), -w))
 
 
 def lexical_settings(index_dir: Path) -> Settings:
