@@ -155,6 +155,14 @@ def test_mining_a_repository_names_what_each_commit_changed(repo: Path):
     assert [c.sha for c in bounded.commits] == [second] and not bounded.complete
 
 
+def test_test_files_are_listed_but_named_only_when_asked(repo: Path):
+    _commit(repo, {"tests/test_shapes.py": "def test_add():\n    assert add(1, 1) == 0\n"}, "Test add")
+    _commit(repo, {"tests/test_shapes.py": "def test_add():\n    assert add(1, 1) == 2\n"}, "Fix the add test")
+    newest = mine(repo, max_commits=1).commits[0]
+    assert newest.files == ["tests/test_shapes.py"] and newest.symbols == []
+    assert mine(repo, max_commits=1, tests=True).commits[0].symbols == ["tests/test_shapes.py:test_add"]
+
+
 def test_incremental_mining_reads_only_the_new_commits(repo: Path, tmp_path: Path):
     _commit(repo, {"shapes.py": PARENT.replace("return a - b", "return a + b")}, "Fix add")
     path = tmp_path / "history.jsonl"
