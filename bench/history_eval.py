@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                               args.gold == "fixes", say) for n in names}
     tuned = results[args.tune]["ranked"]
     weights = {sig: tune(tuned, WEIGHTS, sig) for sig in SIGNALS}
+    file_weights = {sig: tune(tuned, WEIGHTS, sig, level="file") for sig in SIGNALS}
     rows_are = "fix commits" if args.gold == "fixes" else "commits (any message)"
     lines = [f"History signals (issue 44), {time.strftime('%Y-%m-%d')}. Rows: the {rows_are} after each cut-off, "
              f"query = the cleaned message, gold = the functions it changed outside tests that exist at the cut-off. "
@@ -133,14 +134,17 @@ def main(argv: list[str] | None = None) -> int:
              f"cut-off tree. With, learned from the commits before the cut-off only and fused by weighted reciprocal "
              f"ranks (k 60): **field** = BM25 over the words of the messages of the commits that changed each "
              f"function (file); **similar** = the 20 past commits whose messages best match vote for what they "
-             f"changed. Weights tuned on **{args.tune}** only (function Acc@10, then Acc@1): field **"
-             f"{weights['field']}**, similar **{weights['similar']}**, fixed on the others. Load avg at start "
+             f"changed. Weights tuned on **{args.tune}** only, for functions on function Acc@10 (then Acc@1): "
+             f"field **{weights['field']}**, similar **{weights['similar']}**; for files on file Acc@1 (then "
+             f"Acc@5): field **{file_weights['field']}**, similar **{file_weights['similar']}**; fixed on the "
+             f"others. Load avg at start "
              f"{load[0]:.2f}/{load[1]:.2f}; 2 shared CPUs.", "",
              "| project | rows | signal | fn Acc@1 | fn Acc@5 | fn Acc@10 | fn MRR | file Acc@1 | file Acc@5 |",
              "|---|---|---|---|---|---|---|---|---|"]
     mc_lines = ["| project | signal | fn Acc@1 gained / lost (p) | fn Acc@10 gained / lost (p) | "
                 "file Acc@1 gained / lost (p) |", "|---|---|---|---|---|"]
-    out_json: dict = {"weights": weights, "tuned_on": args.tune, "gold": args.gold, "projects": {}}
+    out_json: dict = {"weights": weights, "file_weights": file_weights, "tuned_on": args.tune, "gold": args.gold,
+                      "projects": {}}
     pooled: dict[str, tuple[list, list]] = {sig: ([], []) for sig in SIGNALS}  # the untuned projects' rows
     for n in names:
         r = results[n]
@@ -149,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {n}{mark} | {base['n']} | without | {_fmt(base)} |")
         rec = {k: v for k, v in r.items() if k != "ranked"} | {"without": base}
         for sig in SIGNALS:
-            hist, hist_rows = score(r["ranked"], weights[sig], sig)
-            lines.append(f"| {n}{mark} | {hist['n']} | {sig} (w {weights[sig]}) | {_fmt(hist)} |")
+            hist, hist_rows = score(r["ranked"], weights[sig], sig, file_weights[sig])
+            lines.append(f"| {n}{mark} | {hist['n']} | {sig} (w {weights[sig]}, files {file_weights[sig]}) | "
+                         f"{_fmt(hist)} |")
             mc_lines.append(f"| {n}{mark} | {sig} | {_gains(base_rows, hist_rows)} |")
             if n != args.tune:
                 pooled[sig][0].extend(base_rows)
@@ -165,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             "|---|" + "---|" * (len(names) * len(SIGNALS))]
     for w in WEIGHTS:
         cells = [score(results[n]["ranked"], w, sig)[0] for sig in SIGNALS for n in names]
-        grid.append(f"| {w} | " + " | ".join(f"{m.get('fn_acc@10')} / {m.get('fn_acc@1')}" for m in cells) + " |")
+        grid.append(f"| {w} | " + " | ".join(f"{m.get('fn_acc@10')} / {m.get('fn_acc@1')} · {m.get('file_acc@1')}"
+                                             for m in cells) + " |")
     setup = ["| project | commits mined | s (load) | commits/s | (commit, function) pairs | commits with ≥ 1 | "
              f"cut-off | commits before | {args.gold} commits after | rows | left out: no function at cut-off / > "
              f"{args.max_gold} |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -182,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"would take {30000 / max(rates) / 60:.0f}-{30000 / min(rates) / 60:.0f} min (the cost grows with "
                   f"the size of the files each commit changes)."]
     text = "\n".join(lines + ["", "Rows gained / lost with each signal (exact McNemar p):", ""] + mc_lines
-                     + ["", "Function Acc@10 / Acc@1 by weight (only the tuned-on columns chose the weights):", ""]
+                     + ["", "Function Acc@10 / Acc@1 · file Acc@1 by weight (only the tuned-on columns chose the "
+                        "weights):", ""]
                      + grid + ["", "Mining and the split:", ""] + setup) + "\n"
     print(text)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -280,16 +280,18 @@ def rank_rows(ix: Index, split: Split, functions: set[str], files: set[str], poo
     return out
 
 
-def score(ranked: Sequence[Ranked], weight: float,
-          signal: str = "field") -> tuple[dict[str, float], list[dict[str, float]]]:
-    """Mean metrics (x100) and per-row metrics of the rankings fused with a history signal at ``weight``."""
+def score(ranked: Sequence[Ranked], weight: float, signal: str = "field",
+          file_weight: float | None = None) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """Mean metrics (x100) and per-row metrics of the rankings fused with a history signal at ``weight`` (files at
+    ``file_weight``, the same weight when None)."""
     per_row = []
+    fw = weight if file_weight is None else file_weight
     for r in ranked:
         hist_fn, hist_files = r.signals.get(signal, ([], []))
         fm = rank_metrics(fuse(r.functions, hist_fn, weight), r.row.gold_functions, KS)
         row = {f"fn_acc@{k}": fm[f"acc@{k}"] for k in KS} | {"fn_mrr": fm["mrr"]}
         if r.row.gold_files:
-            fl = rank_metrics(fuse(r.files, hist_files, weight), r.row.gold_files, KS)
+            fl = rank_metrics(fuse(r.files, hist_files, fw), r.row.gold_files, KS)
             row |= {"file_acc@1": fl["acc@1"], "file_acc@5": fl["acc@5"]}
         per_row.append(row)
     keys = sorted({k for row in per_row for k in row})
@@ -312,10 +314,12 @@ def mcnemar(before: Sequence[dict[str, float]], after: Sequence[dict[str, float]
 
 
 def tune(ranked: Sequence[Ranked], weights: Sequence[float], signal: str = "field",
-         metric: str = "fn_acc@10") -> float:
-    """The weight with the best ``metric`` (ties: function Acc@1, then the smaller weight)."""
+         level: str = "function") -> float:
+    """The weight with the best function Acc@10 (ties: Acc@1, then the smaller weight), or with
+    ``level="file"`` the best file Acc@1 (ties: Acc@5, then the smaller weight)."""
     means = {w: score(ranked, w, signal)[0] for w in weights}
-    return max(weights, key=lambda w: (means[w].get(metric, 0.0), means[w].get("fn_acc@1", 0.0), -w))
+    first, second = ("fn_acc@10", "fn_acc@1") if level == "function" else ("file_acc@1", "file_acc@5")
+    return max(weights, key=lambda w: (means[w].get(first, 0.0), means[w].get(second, 0.0), -w))
 
 
 def lexical_settings(index_dir: Path) -> Settings:
