@@ -329,26 +329,7 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
     old_bases = dict.fromkeys(old_classes, []) | (store.bases_of(sorted(old_classes)) if old_classes else {})
 
     parsed: list[tuple[SourceFile, str, ParsedFile]] = []
-    texts: dict[str, str] = {}
     done = 0
-    for sf, data, h in to_parse:
-        pf, note, flags = _parse_one(sf, data, settings, store.repo)
-        done += 1
-        if pf is None:
-            walk_report.skip(sf.path, note)
-        else:
-            if flags.get("invalid_utf8"):
-                report.invalid_utf8.append(sf.path)
-            if flags.get("redactions"):
-                report.redacted.append(sf.path)
-            if pf.syntax_errors or flags.get("parse_failed"):
-                report.syntax_errors.append(sf.path)
-            parsed.append((sf, h, pf))
-            texts[sf.path] = flags.get("text")
-            (report.modified if sf.path in stored else report.added).append(sf.path)
-        if done % 50 == 0 or done == len(to_parse):
-            emit({"event": "parse", "done": done, "total": len(to_parse)})
-
     with store.transaction():
         if rebuild:
             store.clear()
@@ -359,13 +340,32 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
             if sf.path in stored:
                 store.delete_file(sf.path)
         new_defs: set[tuple] = set()
-        for sf, h, pf in parsed:
-            store.put_file(FileRecord(sf.path, sf.language, sf.size, sf.mtime_ns, h, pf.module, pf.imports,
-                                      pf.method, f"syntax errors: {pf.syntax_errors}" if pf.syntax_errors else ""),
-                           pf.capsules, lexical_bodies(pf.capsules), texts.pop(sf.path, None))
-            report.capsules_written += len(pf.capsules)
-            for c in pf.capsules:
-                new_defs.add(_def_key(c.id, c.path, c.qualname, c.kind, pf.module, c.name))
+        # each file is written as soon as it is parsed, and its bytes and texts let go: linking reads names only
+        # (holding every file's until all were parsed made Django's cold peak RSS 385 MiB)
+        for i, (sf, data, h) in enumerate(to_parse):
+            pf, note, flags = _parse_one(sf, data, settings, store.repo)
+            to_parse[i] = (sf, None, h)
+            done += 1
+            if pf is None:
+                walk_report.skip(sf.path, note)
+            else:
+                if flags.get("invalid_utf8"):
+                    report.invalid_utf8.append(sf.path)
+                if flags.get("redactions"):
+                    report.redacted.append(sf.path)
+                if pf.syntax_errors or flags.get("parse_failed"):
+                    report.syntax_errors.append(sf.path)
+                parsed.append((sf, h, pf))
+                (report.modified if sf.path in stored else report.added).append(sf.path)
+                store.put_file(FileRecord(sf.path, sf.language, sf.size, sf.mtime_ns, h, pf.module, pf.imports,
+                                          pf.method, f"syntax errors: {pf.syntax_errors}" if pf.syntax_errors else ""),
+                               pf.capsules, lexical_bodies(pf.capsules), flags.get("text"))
+                report.capsules_written += len(pf.capsules)
+                for c in pf.capsules:
+                    new_defs.add(_def_key(c.id, c.path, c.qualname, c.kind, pf.module, c.name))
+                    c.text = c.docstring = ""
+            if done % 50 == 0 or done == len(to_parse):
+                emit({"event": "parse", "done": done, "total": len(to_parse)})
         for sf in touched:
             store.touch_file(sf.path, sf.size, sf.mtime_ns)
         for path, text in backfill:
