@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from repoctx.store.grep import GrepPlan
 
-PG_SCHEMA_VERSION = 3
+PG_SCHEMA_VERSION = 4
 # every unit kind embedded: a repository's units (n_docs) are then what it embeds
 _EMBEDS_EVERY_KIND = set(EMBED_KINDS) >= set(get_args(CapsuleKind))
 DEFAULT_DIM = 384  # the embedded default model's; other dimensions are searched exactly, without HNSW
@@ -105,6 +105,10 @@ CREATE INDEX IF NOT EXISTS repoctx_texts_trgm ON repoctx_texts USING gin (text g
 ALTER TABLE repoctx_files ADD COLUMN IF NOT EXISTS text_hash TEXT;
 CREATE INDEX IF NOT EXISTS repoctx_files_text ON repoctx_files(repo, text_hash);
 """,
+    # names counted and looked up within a scope's repositories (the re-ranker's name_counts, exact names): the
+    # name index alone matched every repository's __init__/get/run (13,554 rows at 500k units) before the
+    # repository was tested, 6 ms for Flask and 19 ms for Django on each search
+    4: "CREATE INDEX IF NOT EXISTS repoctx_capsules_repo_name ON repoctx_capsules(repo, name) INCLUDE (kind);",
 }
 # extensions a migration creates: checked first, so a server without one is named, not a driver error
 _EXTENSIONS: dict[int, tuple[tuple[str, str], ...]] = {
