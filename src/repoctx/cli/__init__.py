@@ -514,14 +514,18 @@ def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval 
                                                                     "first-stage, hybrid+graph."),
              config: str | None = typer.Option(None, "--config", help="Configs by name, comma-separated."),
              repo: list[str] = typer.Option([], "--repo", help="Only rows of this GitHub repo (repeatable)."),
+             tree: str = typer.Option("wheel", "--tree",
+                                      help="Index each PyPI release as its wheel, its sdist (tests and docs "
+                                           "included, as a checkout has them), or both side by side."),
              quiet: bool = typer.Option(False, "-q", "--quiet",
                                         help="No per-row progress (skipped rows are still reported).")):
     """Localization quality on real issues: Acc@k, Recall@k and MRR at file and function level.
 
-    A row whose corpus cannot be built is reported on stderr, listed under "errors" and skipped."""
+    A row whose corpus cannot be built is reported on stderr, listed under "errors" and skipped.
+    With --tree both, --json is {"wheel": {config: ...}, "sdist": {config: ...}}."""
     from rich.markup import escape
 
-    from repoctx.evaluate.runner import ABLATION, CONFIGS, DEFAULT, evaluate, markdown_table
+    from repoctx.evaluate.runner import ABLATION, CONFIGS, DEFAULT, evaluate_trees, markdown_table, markdown_trees
 
     if not dataset.is_file():
         err.print(f"[red]error:[/] no such dataset: {dataset}")
@@ -532,6 +536,10 @@ def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval 
         err.print(f"[red]error:[/] unknown config {unknown[0]!r}; one of {', '.join(CONFIGS)}")
         raise typer.Exit(2)
     configs = ABLATION if ablation else (chosen or (DEFAULT,))
+    trees = {"wheel": ("wheel",), "sdist": ("sdist",), "both": ("wheel", "sdist")}.get(tree)
+    if trees is None:
+        err.print(f"[red]error:[/] unknown --tree {tree!r}; one of wheel, sdist, both")
+        raise typer.Exit(2)
     reported: set[tuple[str, str]] = set()
 
     def on_error(cname: str, iid: str, reason: str) -> None:
@@ -541,17 +549,21 @@ def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval 
         err.print(f"[yellow]skipped[/] {escape(iid)} ({escape(cname)}): {escape(reason)}", highlight=False)
 
     try:
-        results = evaluate(dataset, limit, configs,
-                           progress=None if quiet else (lambda s: err.print(s, highlight=False, markup=False)),
-                           repos=tuple(repo), on_error=on_error)
+        by_tree = evaluate_trees(dataset, trees, limit=limit, configs=configs,
+                                 progress=None if quiet else (lambda s: err.print(s, highlight=False, markup=False)),
+                                 repos=tuple(repo), on_error=on_error)
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:  # unreadable dataset, a line that is not JSON
         err.print(f"[red]error:[/] cannot read {escape(str(dataset))}: {escape(str(e))}", highlight=False)
         raise typer.Exit(2) from None
-    skipped = {e["instance_id"] for r in results.values() for e in r["errors"]}
+    every = [r for results in by_tree.values() for r in results.values()]
+    skipped = {e["instance_id"] for r in every for e in r["errors"]}
     if skipped:
-        total = max(r["rows_total"] for r in results.values())
+        total = max(r["rows_total"] for r in every)
         err.print(f"{len(skipped)} of {total} rows skipped", highlight=False)
-    if as_json:
-        print(json.dumps(results))  # always {config name: result}, one config or several
+    if as_json:  # {config name: result} on one tree, {tree: {config name: result}} with --tree both
+        print(json.dumps(by_tree if len(trees) > 1 else by_tree[trees[0]]))
         return
-    console.print(markdown_table(results), highlight=False)
+    if trees == ("wheel",):
+        console.print(markdown_table(by_tree["wheel"]), highlight=False)
+    else:
+        console.print(markdown_trees(by_tree), highlight=False)

@@ -4,7 +4,10 @@ the repository.
 A row of the evaluation set (see ``/work/shared/eval/README.md``) names its corpus as either
 
 * ``{"pypi": NAME, "version": V, "path_prefix": P, "mode": M}``: the wheel ``NAME==V`` unpacked,
-  with every file ``f`` of the wheel at the repository path ``P + f``; or
+  with every file ``f`` of the wheel at the repository path ``P + f``; or, in sdist mode
+  (``materialize(row, tree="sdist")``), the same release's sdist unpacked with its top folder
+  stripped (``Django-4.2.16/django/db/...`` is ``django/db/...``): the repository's tests and docs
+  as a checkout has them, every path already repository-relative (``P`` does not apply); or
 * ``{"git": PATH_OR_URL, "commit": REV, "path_prefix": P}``: the files of commit ``REV`` of a git
   repository, every file ``f`` of the commit at ``P + f`` (``P`` is usually ``""``). A local path
   (relative to the current directory) is read in place, nothing is written to it; a URL
@@ -18,13 +21,16 @@ Layout of the cache (``$REPOCTX_CACHE`` or ``~/.cache/repoctx``)::
 
     wheels/                         downloaded distributions (any ``*.whl`` / sdist dropped here is used)
     git/NAME-HASH.git               bare clones of git URLs (HASH of the URL)
-    trees/NAME-VERSION[--PREFIX]/   materialized release trees
+    trees/NAME-VERSION[--PREFIX]/   materialized release trees (the wheel)
+    trees/sdist/NAME-VERSION/       materialized sdists (sdist mode)
     trees/git/NAME-HASH-SHA12[--PREFIX]/  materialized commits (HASH of the repository, SHA12 of the commit)
     trees/reverted/INSTANCE-HASH/   per-instance trees with the gold patch reverted
 
 Trees only ever appear by an atomic rename of a fully written temporary directory, so the
 existence of a tree directory means it is complete. No package code is ever run: wheels and
-sdists are only unpacked (``pip download`` is used for wheels only, which never builds anything).
+sdists are only unpacked (``pip download`` is used for wheels only, which never builds anything; an
+sdist is fetched as a file from the index, since ``pip download --no-binary`` runs its build backend
+to read its metadata).
 
 One file of a snapshot that cannot be read (a wheel member with a bad checksum or a compression
 method zipfile lacks, a tar member cut short, a git blob a partial clone never fetched) is left out
@@ -55,6 +61,7 @@ __all__ = [
     "CorpusError",
     "cache_dir",
     "corpus_kind",
+    "fetch_sdist",
     "fetch_wheel",
     "materialize",
     "load_rows",
@@ -173,7 +180,9 @@ def _wheel_rank(filename: str) -> tuple[int, str]:
     return (0 if filename.endswith("-none-any.whl") else 1, filename)
 
 
-def _find_cached(wheels: Path, name: str, version: str) -> Path | None:
+def _find_cached(wheels: Path, name: str, version: str, kind: str | None = None) -> Path | None:
+    """A cached distribution of ``name==version``: a wheel if any, else an sdist; only that ``kind``
+    ('wheel' | 'sdist') when given."""
     if not wheels.is_dir():
         return None
     want = (_canon_name(name), _canon_version(version))
@@ -185,7 +194,8 @@ def _find_cached(wheels: Path, name: str, version: str) -> Path | None:
         parsed = _parse_dist_filename(p.name)
         if parsed is None or parsed[:2] != want:
             continue
-        (found_wheels if parsed[2] == "wheel" else found_sdists).append(p)
+        if kind is None or parsed[2] == kind:
+            (found_wheels if parsed[2] == "wheel" else found_sdists).append(p)
     if found_wheels:
         return min(found_wheels, key=lambda p: _wheel_rank(p.name))
     if found_sdists:
@@ -238,6 +248,58 @@ def _download_sdist(name: str, version: str, dest: Path) -> tuple[bool, str]:
         return False, "no sdist on PyPI"
     except Exception as exc:  # noqa: BLE001 - network errors, 404, bad JSON
         return False, f"sdist download failed: {exc}"
+
+
+def _download_sdist_simple(name: str, version: str, dest: Path) -> tuple[bool, str]:
+    """Fetch the sdist file of ``name==version`` from PyPI's simple index (PEP 691 JSON), checked against
+    its sha256; the JSON API (:func:`_download_sdist`) when the simple index fails. Nothing is built."""
+    want = (_canon_name(name), _canon_version(version))
+    url = f"https://pypi.org/simple/{_canon_name(name)}/"
+    try:
+        req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            files = json.load(resp).get("files", [])
+        found = [f for f in files if _parse_dist_filename(str(f.get("filename", ""))) == (*want, "sdist")]
+        if not found:
+            return False, f"no sdist of {name}=={version} in {url}"
+        # a pinned release's yanked file is still that release (as pip does for ==), taken last
+        f = min(found, key=lambda f: (bool(f.get("yanked")), not f["filename"].endswith(".tar.gz"), f["filename"]))
+        target = dest / f["filename"]
+        with urllib.request.urlopen(f["url"], timeout=600) as resp, open(target, "wb") as out:
+            shutil.copyfileobj(resp, out)
+        sha = (f.get("hashes") or {}).get("sha256")
+        if sha and hashlib.sha256(target.read_bytes()).hexdigest() != sha:
+            target.unlink()
+            return False, f"sha256 mismatch for {f['filename']}"
+        return True, ""
+    except Exception as exc:  # noqa: BLE001 - network errors, 404, bad JSON
+        ok, err = _download_sdist(name, version, dest)
+        return ok, "" if ok else f"{url}: {exc}; {err}"
+
+
+def fetch_sdist(name: str, version: str, cache: Path | None = None,
+                download: Callable[[str, str, Path], tuple[bool, str]] | None = None) -> Path:
+    """Path of the cached sdist of ``name==version`` (in ``CACHE/wheels``, beside the wheels).
+
+    Without it in the cache, ``download(name, version, dest_dir) -> (ok, error)`` puts it in
+    ``dest_dir`` (default: from PyPI's simple index, :func:`_download_sdist_simple`); a cached sdist
+    needs no network. Raises :class:`CorpusError` saying where to put the file to run offline."""
+    cache = Path(cache) if cache is not None else cache_dir()
+    wheels = cache / "wheels"
+    hit = _find_cached(wheels, name, version, "sdist")
+    if hit is not None:
+        return hit
+    wheels.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=wheels, prefix=".dl-") as tmp:
+        ok, err = (download or _download_sdist_simple)(name, version, Path(tmp))
+        got = _find_cached(Path(tmp), name, version, "sdist") if ok else None
+        if got is None:
+            raise CorpusError(f"could not fetch the sdist of {name}=={version}: none in {wheels} and the download "
+                              f"failed ({_one_line(err or 'no sdist file was written', 300)}); to run offline, "
+                              f"put NAME-VERSION.tar.gz (or .zip) there")
+        final = wheels / got.name
+        os.replace(got, final)
+    return final
 
 
 def fetch_wheel(name: str, version: str, cache: Path | None = None) -> Path:
@@ -643,14 +705,23 @@ def corpus_kind(row: dict) -> str:
                       f"\"commit\": SHA}}, got {json.dumps(corpus)[:200]}")
 
 
-def materialize(row: dict, cache: Path | None = None) -> Path:
+TREES = ("wheel", "sdist")
+
+
+def materialize(row: dict, cache: Path | None = None, tree: str = "wheel",
+                download_sdist: Callable[[str, str, Path], tuple[bool, str]] | None = None) -> Path:
     """Directory laid out like the repository for ``row`` (corpus file ``f`` at ``path_prefix + f``).
 
-    Rows with ``revert_patch`` get a private tree per ``instance_id`` with the patch reversed.
+    ``tree="sdist"``: a PyPI corpus is the release's sdist instead of its wheel (top folder stripped,
+    tests and docs included; ``download_sdist`` as in :func:`fetch_sdist`); a git corpus is the same
+    checkout in either mode. Rows with ``revert_patch`` get a private tree per ``instance_id`` with the
+    patch reversed.
     Idempotent: the same input returns the same path without redoing work. Raises
     :class:`CorpusError` for anything that keeps the tree from being built.
     """
     cache = Path(cache) if cache is not None else cache_dir()
+    if tree not in TREES:
+        raise ValueError(f"tree must be one of {TREES}, got {tree!r}")
     kind = corpus_kind(row)
     corpus = row["corpus"]
     prefix = corpus.get("path_prefix") or ""
@@ -664,6 +735,18 @@ def materialize(row: dict, cache: Path | None = None) -> Path:
     if kind == "git":
         key, base_final, build_base = _git_base(corpus, prefix, cache)
         what = f"{corpus['git']}@{str(corpus['commit'])[:12]}"
+    elif tree == "sdist":
+        name, version = str(corpus["pypi"]), str(corpus["version"])
+        key = f"sdist-{_canon_name(name)}-{_slug(version)}"
+        base_final = trees / "sdist" / key[len("sdist-"):]
+        what = f"{name}=={version} (sdist)"
+
+        def build_base(tmp: Path) -> list[tuple[str, str]]:
+            dist = fetch_sdist(name, version, cache, download_sdist)
+            try:
+                return _unpack_sdist(dist, tmp)
+            except (zipfile.BadZipFile, tarfile.TarError, OSError) as exc:
+                raise CorpusError(f"cannot unpack {dist.name} for {name}=={version}: {exc}") from exc
     else:
         name, version = str(corpus["pypi"]), str(corpus["version"])
         key = f"{_canon_name(name)}-{_slug(version)}" + (f"--{_slug(prefix.replace('/', '_'))}" if prefix else "")

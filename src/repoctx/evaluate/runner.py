@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from repoctx.config import Settings
-from repoctx.evaluate.corpus import CorpusError, cache_dir, load_rows, materialize, unread_files
+from repoctx.evaluate.corpus import TREES, CorpusError, cache_dir, load_rows, materialize, unread_files
 from repoctx.evaluate.metrics import aggregate, function_key, rank_metrics
 from repoctx.index import Index
 from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, to_files
@@ -54,7 +54,7 @@ ABLATION = ("baseline", "capsules+dense", "bm25", "hybrid", "first-stage", "hybr
 
 def _index_dir(tree: Path, windows: bool) -> Path:
     base = cache_dir() / "indexes"
-    key = f"{tree.parent.name}-{tree.name}" if tree.parent.name in ("reverted", "git") else tree.name
+    key = f"{tree.parent.name}-{tree.name}" if tree.parent.name in ("reverted", "git", "sdist") else tree.name
     return base / (key + ("--windows" if windows else ""))
 
 
@@ -83,12 +83,15 @@ def _tree_index(tree: Path, windows: bool, settings: Settings, name_from: Path |
                  name=name)
 
 
-def open_corpus_index(row: dict, windows: bool, settings: Settings) -> Index:
-    tree = materialize(row)
+def open_corpus_index(row: dict, windows: bool, settings: Settings, tree_kind: str = "wheel",
+                      download_sdist: Callable | None = None) -> Index:
+    """The index of ``row``'s corpus as ``tree_kind`` ('wheel' | 'sdist', see :func:`materialize`)."""
+    tree = materialize(row, tree=tree_kind, download_sdist=download_sdist)
     idx_dir = _index_dir(tree, windows)
     if tree.parent.name == "reverted" and not settings.database_url:
         # index the release once, then each reverted tree starts from it and re-parses only the patched files
-        release = materialize({k: v for k, v in row.items() if k != "revert_patch"})
+        release = materialize({k: v for k, v in row.items() if k != "revert_patch"}, tree=tree_kind,
+                              download_sdist=download_sdist)
         if not idx_dir.exists():
             rel = _tree_index(release, windows, settings)
             rel.update(embed=False)
@@ -147,14 +150,28 @@ def _unread(ix: Index, reports: list) -> list[dict[str, str]]:
     return list(out.values())
 
 
+def _gold_missing(root: Path | None, gold_files: list[str]) -> list[str]:
+    """The gold files that are not in the indexed tree (a wheel lacks what is outside the package)."""
+    if root is None:
+        return []
+    return [g for g in gold_files if not (Path(root) / g).is_file()]
+
+
 def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, ...] = (DEFAULT,),
              settings: Settings | None = None, progress: Callable[[str], None] | None = None,
              repos: tuple[str, ...] = (), on_error: Callable[[str, str, str], None] | None = None,
-             on_warning: Callable[[str, str, str], None] | None = None) -> dict:
+             on_warning: Callable[[str, str, str], None] | None = None, tree: str = "wheel",
+             download_sdist: Callable[[str, str, Path], tuple[bool, str]] | None = None) -> dict:
     """Run the configs over the dataset (rows of ``repos`` if given, then the first ``limit`` of them).
 
-    Returns ``{config: {"name", "n", "rows_total", "skipped", "errors", "warnings", "file", "function",
-    "by_repo", "query_ms_p50", "index_seconds", "rows"}}`` whatever the number of configs. ``n`` counts
+    ``tree``: index each PyPI release as its wheel (``"wheel"``) or as its sdist (``"sdist"``: tests and
+    docs included, as a checkout has them; ``download_sdist`` fetches one that is not cached, see
+    :func:`repoctx.evaluate.corpus.fetch_sdist`). Git corpora are the same checkout in both.
+
+    Returns ``{config: {"name", "tree", "n", "rows_total", "skipped", "errors", "warnings", "gold_missing",
+    "file", "function", "by_repo", "query_ms_p50", "index_seconds", "rows"}}`` whatever the number of
+    configs. ``gold_missing`` counts the scored rows with a gold file absent from the tree (each row lists
+    them as ``gold_missing``). ``n`` counts
     the scored rows; ``errors`` lists ``{"instance_id", "reason"}`` of the rows skipped for that config
     (a corpus that cannot be built is tried once and skipped in every config); ``on_error(config,
     instance_id, reason)`` is called as each row is skipped. ``warnings`` lists ``{"instance_id",
@@ -162,6 +179,8 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
     lists them as ``unread_files``); ``on_warning(config, instance_id, warning)`` is called for each,
     else the warning is logged (``repoctx.eval``) once per row and message.
     """
+    if tree not in TREES:
+        raise ValueError(f"tree must be one of {TREES}, got {tree!r}")
     settings = settings or Settings.from_env()
     say = progress or (lambda s: None)
     rows = load_rows(dataset)
@@ -201,12 +220,13 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
             ix = cap_ix = None
             stage = "index"
             try:
-                ix = open_corpus_index(row, cfg.windows, cfg_settings)
+                ix = open_corpus_index(row, cfg.windows, cfg_settings, tree, download_sdist)
                 reports = [ix.update()]
                 if cfg.windows:
-                    cap_ix = open_corpus_index(row, False, replace(cfg_settings, embedder="none"))
+                    cap_ix = open_corpus_index(row, False, replace(cfg_settings, embedder="none"), tree, download_sdist)
                     reports.append(cap_ix.update(embed=False))
                 unread = _unread(ix, reports)
+                missing = _gold_missing(ix.root, list(row["gold_files"]))
                 index_s += time.perf_counter() - t0
                 stage = "search"
                 t1 = time.perf_counter()
@@ -245,7 +265,7 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
                              "function_rank": _first_rank(funcs, gold_funcs),
                              "gold_file_ranks": _ranks(files, gold_files),
                              "gold_function_ranks": _ranks(funcs, gold_funcs),
-                             "unread_files": unread})
+                             "gold_missing": missing, "unread_files": unread})
             if unread:
                 shown = ", ".join(f"{d['path']} ({d['reason']})" for d in unread[:3])
                 message = (f"scored without {len(unread)} file{'s' if len(unread) != 1 else ''} of its snapshot "
@@ -256,18 +276,24 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
                 elif (iid, message) not in warned:
                     warned.add((iid, message))
                     log.warning("%s: %s", iid, message)
-            say(f"[{cname}] {i}/{len(rows)} {iid}: file acc@5={fm['acc@5']:.0f} "
+            say(f"[{cname}{'' if tree == 'wheel' else ' ' + tree}] {i}/{len(rows)} {iid}: file acc@5={fm['acc@5']:.0f} "
                 f"func acc@10={fn['acc@10'] if fn else float('nan'):.0f} ({time.perf_counter() - t0:.1f}s)")
         times.sort()
         results[cname] = {
-            "name": cfg.name, "n": len(rows_out), "rows_total": len(rows), "skipped": len(errors),
-            "errors": errors, "warnings": warnings, "file": _summary(per_file), "function": _summary(per_func),
+            "name": cfg.name, "tree": tree, "n": len(rows_out), "rows_total": len(rows), "skipped": len(errors),
+            "gold_missing": sum(1 for r in rows_out if r["gold_missing"]), "errors": errors,
+            "warnings": warnings, "file": _summary(per_file), "function": _summary(per_func),
             "by_repo": {repo: {"n": len(v["file"]), "file": _summary(v["file"]), "function": _summary(v["function"])}
                         for repo, v in sorted(by_repo.items())},
             "query_ms_p50": round(1000 * times[len(times) // 2], 1) if times else None,
             "index_seconds": round(index_s, 1), "rows": rows_out,
         }
     return results
+
+
+def evaluate_trees(dataset: str | Path, trees: tuple[str, ...] = TREES, **kwargs) -> dict:
+    """:func:`evaluate` once per tree kind, same rows and configs: ``{tree: {config: result}}``."""
+    return {t: evaluate(dataset, tree=t, **kwargs) for t in trees}
 
 
 def _ranks(ranked: list[str], gold: list[str]) -> dict[str, int | None]:
@@ -312,4 +338,33 @@ def markdown_table(results: dict) -> str:
             ids = ", ".join(w["instance_id"] for w in warned[:5]) + (", ..." if len(warned) > 5 else "")
             notes.append(f"{r['name']}: {len(warned)} of {r['n']} rows scored without files that could not be "
                          f"read ({ids})")
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def markdown_trees(by_tree: dict) -> str:
+    """The same configs on each tree kind, side by side: one line per config and tree, with the rows
+    whose gold files are missing from the tree counted (they cannot be ranked)."""
+    lines = ["| config | tree | n | skipped | gold missing | file Acc@1 | @3 | @5 | @10 | file MRR | fn n | fn Acc@1 "
+             "| fn Acc@5 | fn Acc@10 | fn MRR |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    notes = []
+    configs = list(dict.fromkeys(c for results in by_tree.values() for c in results))
+    for cname in configs:
+        for tree, results in by_tree.items():
+            r = results.get(cname)
+            if r is None:
+                continue
+            f, fn = r["file"], r["function"]
+            lines.append(f"| {r['name']} | {tree} | {r['n']} | {r.get('skipped', 0)} | {r.get('gold_missing', 0)} | "
+                         f"{f.get('acc@1', '-')} | {f.get('acc@3', '-')} | {f.get('acc@5', '-')} | "
+                         f"{f.get('acc@10', '-')} | {f.get('mrr', '-')} | {fn.get('n', 0)} | {fn.get('acc@1', '-')} | "
+                         f"{fn.get('acc@5', '-')} | {fn.get('acc@10', '-')} | {fn.get('mrr', '-')} |")
+            if r.get("skipped"):
+                ids = ", ".join(e["instance_id"] for e in r.get("errors", [])[:5])
+                more = ", ..." if r["skipped"] > 5 else ""
+                notes.append(f"{r['name']} ({tree}): {r['skipped']} of {r.get('rows_total')} rows skipped "
+                             f"({ids}{more})")
+        scored = [{x["instance_id"] for x in res[cname]["rows"]} for res in by_tree.values() if cname in res]
+        if len(scored) > 1 and len({frozenset(s) for s in scored}) > 1:
+            notes.append(f"{cname}: {len(set.intersection(*scored))} rows scored on every tree")
     return "\n".join(lines + ([""] + notes if notes else []))
