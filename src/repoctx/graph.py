@@ -6,8 +6,9 @@ update (queries against the store).
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Protocol
 
 from repoctx.types import Capsule, Edge, Ref
 

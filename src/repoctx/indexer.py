@@ -13,15 +13,24 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from repoctx.capsules.fallback import parse_any
 from repoctx.capsules.parse import PARSER_VERSION, ParsedFile, own_text
 from repoctx.config import Settings
-from repoctx.graph import (Cand, Resolver, SrcInfo, ancestors, class_of, contains_edges, file_bases, ref_key,
-                           resolve_file)
+from repoctx.graph import (
+    Cand,
+    Resolver,
+    SrcInfo,
+    ancestors,
+    class_of,
+    contains_edges,
+    file_bases,
+    ref_key,
+    resolve_file,
+)
 from repoctx.ingest.walk import SourceFile, WalkReport, load_text, walk
 from repoctx.store.base import FileRecord, IndexBusy, RepoWriter, capsule_id  # noqa: F401 (IndexBusy re-exported)
 from repoctx.tokens import TOKENIZER_VERSION
@@ -201,7 +210,7 @@ def _parse_one(sf: SourceFile, data: bytes, settings: Settings, repo: str) -> tu
             pf = windows(sf.path, loaded.text, sf.language, settings.window_chunk_size, settings.window_overlap)
         else:
             pf = parse_any(sf.path, loaded.text, sf.language, settings.window_chunk_size, settings.window_overlap)
-    except Exception as e:  # a parser bug must cost one file, not the index
+    except Exception as e:  # noqa: BLE001 - a parser bug must cost one file, not the index
         pf = windows(sf.path, loaded.text, sf.language, settings.window_chunk_size, settings.window_overlap)
         flags["parse_failed"] = f"{type(e).__name__}"
     return namespaced(pf, repo), "", flags
@@ -276,7 +285,7 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
     else:
         rebuild = False
     seen_paths = {f.path for f in files}
-    to_parse: list[tuple[SourceFile, bytes, str]] = []
+    to_parse: list[tuple[SourceFile, bytes | None, str]] = []  # the bytes let go once the file is written
     touched: list[SourceFile] = []
     for sf in files:
         try:
@@ -285,6 +294,7 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
             walk_report.skip(sf.path, f"unreadable: {e.strerror}")
             continue
         if state == "changed":
+            assert data is not None and h is not None  # need_data=True: a changed file comes with its bytes
             to_parse.append((sf, data, h))
         else:
             report.unchanged += 1
@@ -326,7 +336,8 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
                     old_classes.add(cid)
     # the bases of the changed files' classes before the change (a class without any listed as having none): with
     # the unchanged files' edges they give each class's old ancestors, should its bases change
-    old_bases = dict.fromkeys(old_classes, []) | (store.bases_of(sorted(old_classes)) if old_classes else {})
+    old_bases: dict[str, list] = {cid: [] for cid in old_classes} | (
+        store.bases_of(sorted(old_classes)) if old_classes else {})
 
     parsed: list[tuple[SourceFile, str, ParsedFile]] = []
     done = 0
@@ -343,6 +354,7 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
         # each file is written as soon as it is parsed, and its bytes and texts let go: linking reads names only
         # (holding every file's until all were parsed made Django's cold peak RSS 385 MiB)
         for i, (sf, data, h) in enumerate(to_parse):
+            assert data is not None
             pf, note, flags = _parse_one(sf, data, settings, store.repo)
             to_parse[i] = (sf, None, h)
             done += 1
@@ -371,20 +383,22 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
         for path, text in backfill:
             store.put_text(path, text)
         emit({"event": "link", "files": len(parsed)})
+        memory = None
         if cold:
             from repoctx.graph import MemoryLookup
 
-            resolver = Resolver(MemoryLookup([c for _, _, pf in parsed for c in pf.capsules],
-                                             {pf.path: pf.module for _, _, pf in parsed}))
+            memory = MemoryLookup([c for _, _, pf in parsed for c in pf.capsules],
+                                  {pf.path: pf.module for _, _, pf in parsed})
+            resolver = Resolver(memory)
         else:
             resolver = Resolver(StoreLookup(store))
         # base classes first, over every parsed file, so a call through a class parsed later in this update resolves
         bases: dict[str, list] = {}
-        for sf, h, pf in parsed:
+        for _sf, _h, pf in parsed:
             bases.update(file_bases(resolver, pf.capsules, pf.refs, pf.imports, pf.module))
-        if cold:
-            resolver.lookup.add_bases(bases)
-        for sf, h, pf in parsed:
+        if memory is not None:
+            memory.add_bases(bases)
+        for sf, _h, pf in parsed:
             edges = contains_edges(pf.capsules) + resolve_file(resolver, pf.capsules, pf.refs, pf.imports, pf.module,
                                                                bases)
             store.put_edges(((e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges), sf.path)
@@ -509,7 +523,8 @@ def describe_no_change(previous: dict | None, counts: bool = True, now: float | 
 def stale_files(root: Path, store: RepoWriter, settings: Settings) -> dict:
     """What changed since the last index, without writing: mtime+size, then content hash to confirm."""
     stored = store.files()
-    added, modified = [], []
+    added: list[str] = []
+    modified: list[str] = []
     seen = set()
     for sf in walk(root, settings, WalkReport()):
         seen.add(sf.path)

@@ -9,18 +9,32 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from repoctx.store.base import (EMBED_KINDS, EVERYTHING, EmbedRow, FileRecord, RepoRecord,
-                                IndexBusy, SchemaMismatch, Scope, StoreError, VectorState, check_repo_name, compile_all,
-                                like_suffix, text_key)
-from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
+from repoctx.store.base import (
+    EMBED_KINDS,
+    EVERYTHING,
+    EmbedRow,
+    FileRecord,
+    IndexBusy,
+    RepoRecord,
+    SchemaMismatch,
+    Scope,
+    StoreError,
+    VectorState,
+    check_repo_name,
+    compile_all,
+    like_suffix,
+    text_key,
+)
 from repoctx.store.faiss_index import FaissIndex
+from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
 from repoctx.types import Capsule, Edge
 
 if TYPE_CHECKING:
@@ -269,7 +283,10 @@ class SQLiteStore(MemoryReads):
             db.execute("INSERT INTO repos VALUES(?,?,?)", (name, root, time.time()))
         elif row[1] != root:
             db.execute("UPDATE repos SET root=? WHERE name=?", (root, name))
-        return self.repo(name)
+        rec = self.repo(name)
+        if rec is None:  # dropped by another process in between
+            raise StoreError(f"repository {name!r} was dropped while it was being registered")
+        return rec
 
     def drop_repo(self, name: str) -> None:
         w = self.writer(name)
@@ -286,14 +303,15 @@ class SQLiteStore(MemoryReads):
         return RepoRecord(row[0], row[1], row[2], meta)
 
     def repos(self, scope: Scope = EVERYTHING) -> list[RepoRecord]:
+        # a repository dropped between the two reads is left out, not listed as None
         names = [r[0] for r in self.db.execute("SELECT name FROM repos ORDER BY name")]
-        return [self.repo(n) for n in names if scope.allows_repo(n)]
+        return [r for n in names if scope.allows_repo(n) and (r := self.repo(n)) is not None]
 
     def repo_by_root(self, root: str) -> RepoRecord | None:
         row = self.db.execute("SELECT name FROM repos WHERE root=? ORDER BY created LIMIT 1", (root,)).fetchone()
         return self.repo(row[0]) if row else None
 
-    def writer(self, repo: str) -> "SQLiteRepoWriter":
+    def writer(self, repo: str) -> SQLiteRepoWriter:
         return SQLiteRepoWriter(self, check_repo_name(repo))
 
     # ---- reads
@@ -407,7 +425,7 @@ class SQLiteStore(MemoryReads):
         db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_instances USING fts5vocab(main, 'fts', 'instance')")
         started = time.perf_counter()
         cols = ("name", "qualname", "path", "signature", "docstring", "body")
-        case = " ".join(f"WHEN '{c}' THEN {w!r}" for c, w in zip(cols, map(float, BM25_WEIGHTS)))
+        case = " ".join(f"WHEN '{c}' THEN {w!r}" for c, w in zip(cols, map(float, BM25_WEIGHTS), strict=True))
         db.execute("BEGIN")
         try:
             key = self._content_key()
@@ -417,7 +435,7 @@ class SQLiteStore(MemoryReads):
             units = db.execute("SELECT rowid, id FROM capsules").fetchall()
         finally:
             db.execute("COMMIT")
-        terms, docs, wtf, counts = zip(*got) if got else ((), (), (), ())
+        terms, docs, wtf, counts = zip(*got, strict=True) if got else ((), (), (), ())
         doc_ids = np.fromiter(docs, dtype=np.int64, count=len(docs))
         lengths = np.bincount(doc_ids, weights=np.fromiter(counts, dtype=np.float64, count=len(counts)))
         avgdl = float(lengths.sum()) / n_rows if n_rows else 1.0
@@ -522,7 +540,7 @@ class SQLiteStore(MemoryReads):
         return out
 
     # ---- grep: the files' texts, narrowed by the trigram index
-    def grep_texts(self, plan: "GrepPlan", scopes: Sequence[Scope]) -> Iterator[tuple[str, str, int, str]]:
+    def grep_texts(self, plan: GrepPlan, scopes: Sequence[Scope]) -> Iterator[tuple[str, str, int, str]]:
         from repoctx.store.grep import fts5_query
 
         where, args = compile_all(scopes, "+f.repo", "f.path", "?", "sqlite")
@@ -676,7 +694,7 @@ class SQLiteRepoWriter:
         """The text's key and its row's id."""
         key = text_key(text)
         cur = self.db.execute("INSERT OR IGNORE INTO texts(repo, hash, text) VALUES(?,?,?)", (self.repo, key, text))
-        if cur.rowcount:
+        if cur.rowcount and cur.lastrowid is not None:
             self.db.execute("INSERT INTO text_fts(rowid, text) VALUES(?,?)", (cur.lastrowid, text))
             return key, cur.lastrowid
         return key, self.db.execute("SELECT id FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()[0]
@@ -779,7 +797,7 @@ class SQLiteRepoWriter:
         if old is not None:
             self._release_text(old[0])
 
-    def _rowid_map(self, ids: Iterable[str]) -> dict[str, int]:
+    def _rowid_map(self, ids: Iterable[str | None]) -> dict[str, int]:
         """Units' rowids by id: those this transaction wrote from memory, the rest read."""
         want = [i for i in dict.fromkeys(ids) if i is not None and i not in self._rowids]
         for chunk in _chunks(want):
@@ -880,7 +898,7 @@ class SQLiteRepoWriter:
         old = self.store.faiss_for(self.repo).reusable(model, None, EMBED_TEXT_VERSION)
         if old is not None:
             ids, matrix, old_hashes = old
-            pos = [i for i, (cid, h) in enumerate(zip(ids, old_hashes)) if h and hashes.get(cid) == h]
+            pos = [i for i, (cid, h) in enumerate(zip(ids, old_hashes, strict=True)) if h and hashes.get(cid) == h]
             keep_ids, keep = [ids[i] for i in pos], matrix[pos]
         self._carry = _Carry(keep_ids, keep, hashes, EMBED_TEXT_VERSION)
         kept = set(keep_ids)
@@ -892,7 +910,7 @@ class SQLiteRepoWriter:
                 f"AND id IN ({_ph(len(chunk))})", kinds + chunk).fetchall(), 5)
         return [EmbedRow(*r) for r in sorted(rows)], True
 
-    def vector_sink(self, model: str, dim: int, whole: bool) -> "FaissSink":
+    def vector_sink(self, model: str, dim: int, whole: bool) -> FaissSink:
         carry, self._carry = self._carry, None
         sink = FaissSink(self.store.faiss_for(self.repo), model, dim, self.meta("generation") or "", carry)
         if carry is not None and carry.ids:
