@@ -1,4 +1,5 @@
 """repoctx: the whole repository as context for coding agents."""
+
 from repoctx.config import Settings
 from repoctx.index import Index
 from repoctx.store.base import Scope

@@ -1,4 +1,5 @@
 """One Settings object: REPOCTX_* environment variables over defaults, validated once."""
+
 from __future__ import annotations
 
 import os

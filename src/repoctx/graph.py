@@ -3,6 +3,7 @@
 Lookups are injected, so the same rules serve a cold build (dicts in memory) and an incremental
 update (queries against the store).
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -84,8 +85,14 @@ class Resolver:
     def __init__(self, lookup: Lookup):
         self.lookup = lookup
 
-    def resolve(self, ref: Ref, src: SrcInfo, imports: dict[str, str], enclosing_class: str | None,
-                local_bases: dict[str, list[Base]] | None = None) -> str | None:
+    def resolve(
+        self,
+        ref: Ref,
+        src: SrcInfo,
+        imports: dict[str, str],
+        enclosing_class: str | None,
+        local_bases: dict[str, list[Base]] | None = None,
+    ) -> str | None:
         """The capsule ``ref`` names, or None. ``local_bases``: the base classes of the file's own classes, resolved
         before its calls (a store does not hold them yet during an update)."""
         hit = self._resolve(ref, src, imports, enclosing_class)
@@ -96,10 +103,18 @@ class Resolver:
         if parts[0] in SELF_NAMES and len(parts) == 2:
             if not enclosing_class:
                 return None
-            owner = next((c.id for c in self.lookup.by_name(enclosing_class.rsplit(".", 1)[-1])
-                          if c.kind == "class" and c.path == src.path and c.qualname == enclosing_class), None)
+            owner = next(
+                (
+                    c.id
+                    for c in self.lookup.by_name(enclosing_class.rsplit(".", 1)[-1])
+                    if c.kind == "class" and c.path == src.path and c.qualname == enclosing_class
+                ),
+                None,
+            )
         else:
-            owner = self._resolve(Ref(ref.src, "inherits", ".".join(parts[:-1]), ref.line), src, imports, enclosing_class)
+            owner = self._resolve(
+                Ref(ref.src, "inherits", ".".join(parts[:-1]), ref.line), src, imports, enclosing_class
+            )
         return self.inherited(owner, parts[-1], local_bases) if owner else None
 
     def inherited(self, class_id: str, name: str, local_bases: dict[str, list[Base]] | None = None) -> str | None:
@@ -169,8 +184,11 @@ class Resolver:
                 return hit
         dotted = ".".join(parts[-2:])
         # on a dot boundary: "Parser.parse" is not "DebugParser.parse"
-        owners = [c for c in cands if c.qualname == dotted or c.qualname.endswith("." + dotted)
-                  or c.full.endswith("." + dotted)]
+        owners = [
+            c
+            for c in cands
+            if c.qualname == dotted or c.qualname.endswith("." + dotted) or c.full.endswith("." + dotted)
+        ]
         if len(owners) == 1:
             return owners[0].id
         local = [c for c in owners if c.path == src.path]
@@ -188,7 +206,11 @@ class Resolver:
         below = [c for c in cands if c.qualname == name and (c.module == pkg or c.module.startswith(pkg + "."))]
         if below:
             return min(below, key=lambda c: (len(c.module), c.module)).id
-        tail = [c for c in cands if target.endswith("." + c.qualname) and c.module and target.startswith(c.module.split(".")[0])]
+        tail = [
+            c
+            for c in cands
+            if target.endswith("." + c.qualname) and c.module and target.startswith(c.module.split(".")[0])
+        ]
         return tail[0].id if len(tail) == 1 else None
 
     def _resolve_import(self, target: str, src: SrcInfo) -> str | None:
@@ -252,8 +274,9 @@ def contains_edges(capsules: Iterable[Capsule]) -> list[Edge]:
     return [Edge(c.parent, "contains", c.qualname, c.id) for c in capsules if c.parent]
 
 
-def file_bases(resolver: Resolver, capsules: list[Capsule], refs: list[Ref], imports: dict[str, str],
-               module: str) -> dict[str, list[Base]]:
+def file_bases(
+    resolver: Resolver, capsules: list[Capsule], refs: list[Ref], imports: dict[str, str], module: str
+) -> dict[str, list[Base]]:
     """The base classes of one file's classes (class id → resolved bases, in the order they are listed)."""
     by_id = {c.id: c for c in capsules}
     out: dict[str, list[Base]] = {}
@@ -269,8 +292,14 @@ def file_bases(resolver: Resolver, capsules: list[Capsule], refs: list[Ref], imp
     return out
 
 
-def resolve_file(resolver: Resolver, capsules: list[Capsule], refs: list[Ref], imports: dict[str, str],
-                 module: str, bases: dict[str, list[Base]] | None = None) -> list[Edge]:
+def resolve_file(
+    resolver: Resolver,
+    capsules: list[Capsule],
+    refs: list[Ref],
+    imports: dict[str, str],
+    module: str,
+    bases: dict[str, list[Base]] | None = None,
+) -> list[Edge]:
     """Edges for one parsed file: its references resolved where the rules allow. ``bases``: the base classes
     resolved beforehand for every file of the update (``file_bases``); else this file's own are resolved first."""
     by_id = {c.id: c for c in capsules}

@@ -13,6 +13,7 @@ Bounded and incremental: ``mine`` reads newest first and stops after ``max_commi
 commits after it. The diff → line-range parsing (``parse_diff``) and the range → capsule mapping
 (``changed_symbols``) are pure.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,9 @@ _EMPTY_BLOB = re.compile(r"^0+$")
 # a commit touching more files than this is a sweep (a reformat, a rename of a package, a licence header): its
 # message says nothing about each function, and parsing every file would cost most of the budget
 MAX_FILES = 40
-_TRAILER = re.compile(r"^[A-Za-z][A-Za-z-]*-by:|^(?:Change-Id|Reviewed-on|Closes|Refs|See|Fixes):?\s*(?:#|https?:|$)",
-                      re.IGNORECASE)
+_TRAILER = re.compile(
+    r"^[A-Za-z][A-Za-z-]*-by:|^(?:Change-Id|Reviewed-on|Closes|Refs|See|Fixes):?\s*(?:#|https?:|$)", re.IGNORECASE
+)
 _ISSUE_REF = re.compile(r"(?:\b[\w.-]+/[\w.-]+)?#\d+|\bgh-\d+\b|https?://\S+", re.IGNORECASE)
 
 
@@ -73,9 +75,16 @@ class MinedCommit:
 
     @classmethod
     def from_dict(cls, d: dict) -> MinedCommit:
-        return cls(d["sha"], list(d.get("parents") or []), int(d.get("time") or 0), d.get("message") or "",
-                   list(d.get("symbols") or []), list(d.get("files") or []), bool(d.get("sweep")),
-                   [(a, b) for a, b in d.get("renames") or []])
+        return cls(
+            d["sha"],
+            list(d.get("parents") or []),
+            int(d.get("time") or 0),
+            d.get("message") or "",
+            list(d.get("symbols") or []),
+            list(d.get("files") or []),
+            bool(d.get("sweep")),
+            [(a, b) for a, b in d.get("renames") or []],
+        )
 
 
 @dataclass
@@ -92,6 +101,7 @@ class MineReport:
 
 
 # ---- pure: the diff text → changed line ranges → capsule names
+
 
 def _unquote(path: str) -> str:
     """A path as git prints it in ``---``/``+++`` lines (C-quoted when it has unusual bytes)."""
@@ -117,8 +127,7 @@ def parse_diff(lines: Iterable[str]) -> list[FileDiff]:
         old = old_path or renamed[0]
         has_parent = bool(old_blob) and not _EMPTY_BLOB.match(old_blob)
         if old and ((hunks and has_parent) or renamed[1]):
-            out.append(FileDiff(old, old_blob if has_parent else "", tuple(hunks) if has_parent else (),
-                                renamed[1]))
+            out.append(FileDiff(old, old_blob if has_parent else "", tuple(hunks) if has_parent else (), renamed[1]))
 
     for line in lines:
         if pending and line.startswith("+") and line[1:].strip():
@@ -153,8 +162,9 @@ def parse_diff(lines: Iterable[str]) -> list[FileDiff]:
 def _owners(capsules: list[Capsule], n_lines: int) -> list[Capsule | None]:
     """Line (1-based) → the innermost function, method or class capsule holding it (None: module level)."""
     owner: list[Capsule | None] = [None] * (n_lines + 2)
-    units = sorted((c for c in capsules if c.kind in ("function", "method", "class")),
-                   key=lambda c: (c.start_line, -c.end_line))
+    units = sorted(
+        (c for c in capsules if c.kind in ("function", "method", "class")), key=lambda c: (c.start_line, -c.end_line)
+    )
     for c in units:  # an inner unit comes after its outer one and overwrites its lines
         for i in range(max(c.start_line, 1), min(c.end_line, n_lines) + 1):
             owner[i] = c
@@ -248,6 +258,7 @@ def clean_message(message: str) -> str:
 
 # ---- git at the edges
 
+
 def _git_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", LC_ALL="C")
@@ -255,8 +266,9 @@ def _git_env() -> dict[str, str]:
 
 
 def _git(repo: Path, *args: str, check: bool = True) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), "-c", "core.quotePath=false", *args], capture_output=True,
-                          env=_git_env(), timeout=600)
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "-c", "core.quotePath=false", *args], capture_output=True, env=_git_env(), timeout=600
+    )
     if check and proc.returncode != 0:
         raise RuntimeError(f"git {args[0]} failed: {proc.stderr.decode('utf-8', 'replace').strip()[:300]}")
     return proc.stdout.decode("utf-8", "replace")
@@ -268,8 +280,12 @@ def head_commit(repo: str | Path) -> str | None:
 
 
 def is_ancestor(repo: str | Path, older: str, newer: str) -> bool:
-    proc = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", older, newer],
-                          capture_output=True, env=_git_env(), timeout=60)
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "merge-base", "--is-ancestor", older, newer],
+        capture_output=True,
+        env=_git_env(),
+        timeout=60,
+    )
     return proc.returncode == 0
 
 
@@ -277,8 +293,13 @@ class BlobReader:
     """One ``git cat-file --batch`` process for the whole mining: blobs by id, as text."""
 
     def __init__(self, repo: Path):
-        self.proc = subprocess.Popen(["git", "-C", str(repo), "cat-file", "--batch"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_git_env())
+        self.proc = subprocess.Popen(
+            ["git", "-C", str(repo), "cat-file", "--batch"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_git_env(),
+        )
 
     def read(self, obj: str) -> str | None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -309,8 +330,23 @@ def _pathspecs() -> list[str]:
 
 def _log_commits(repo: Path, rev_range: list[str], max_commits: int | None) -> Iterator[tuple[list[str], list[str]]]:
     """(header fields + message lines, diff lines) per commit, newest first, streamed from one git log."""
-    args = ["git", "-C", str(repo), "-c", "core.quotePath=false", "log", "--no-merges", "-p", "-U0", "--full-index",
-            "-M", "--no-color", "--no-ext-diff", "--diff-filter=MDR", f"--format={_MARK}%H %ct %P%n%B{_END}"]
+    args = [
+        "git",
+        "-C",
+        str(repo),
+        "-c",
+        "core.quotePath=false",
+        "log",
+        "--no-merges",
+        "-p",
+        "-U0",
+        "--full-index",
+        "-M",
+        "--no-color",
+        "--no-ext-diff",
+        "--diff-filter=MDR",
+        f"--format={_MARK}%H %ct %P%n%B{_END}",
+    ]
     if max_commits is not None:
         args.append(f"-n{max_commits}")
     args += [*rev_range, "--", *_pathspecs()]
@@ -325,7 +361,7 @@ def _log_commits(repo: Path, rev_range: list[str], max_commits: int | None) -> I
             if line.startswith(_MARK):
                 if head is not None:
                     yield head, diff
-                head, diff, in_message = [line[len(_MARK):]], [], True
+                head, diff, in_message = [line[len(_MARK) :]], [], True
             elif in_message:
                 if line.endswith(_END):
                     head.append(line[: -len(_END)])  # type: ignore[union-attr]
@@ -342,8 +378,15 @@ def _log_commits(repo: Path, rev_range: list[str], max_commits: int | None) -> I
         proc.wait()
 
 
-def mine(repo: str | Path, since: str | None = None, until: str = "HEAD", max_commits: int | None = None,
-         time_budget: float | None = None, max_files: int = MAX_FILES, tests: bool = False) -> MineReport:
+def mine(
+    repo: str | Path,
+    since: str | None = None,
+    until: str = "HEAD",
+    max_commits: int | None = None,
+    time_budget: float | None = None,
+    max_files: int = MAX_FILES,
+    tests: bool = False,
+) -> MineReport:
     """Mine the commits reachable from ``until`` and not from ``since`` (all of them when ``since`` is None),
     newest first, stopping after ``max_commits`` commits or ``time_budget`` seconds. Merges and commits that
     change no code file (by the grammar languages' extensions) are not listed. Test files are listed in a
@@ -368,8 +411,14 @@ def mine(repo: str | Path, since: str | None = None, until: str = "HEAD", max_co
             message = "\n".join(header[1:]).strip()
             diffs = parse_diff(diff)
             files = [f for f in diffs if f.hunks]
-            mc = MinedCommit(sha, parents, ctime, message, files=[f.old_path for f in files],
-                             renames=[(f.old_path, f.new_path) for f in diffs if f.new_path])
+            mc = MinedCommit(
+                sha,
+                parents,
+                ctime,
+                message,
+                files=[f.old_path for f in files],
+                renames=[(f.old_path, f.new_path) for f in diffs if f.new_path],
+            )
             if len(files) > max_files:
                 mc.sweep = True
             else:
@@ -396,6 +445,7 @@ def mine(repo: str | Path, since: str | None = None, until: str = "HEAD", max_co
 
 # ---- the mined history kept beside an index, updated incrementally
 
+
 @dataclass
 class History:
     head: str | None
@@ -408,8 +458,17 @@ class History:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
         with tmp.open("w", encoding="utf-8") as f:
-            f.write(json.dumps({"version": HISTORY_VERSION, "head": self.head, "complete": self.complete,
-                                "seconds": round(self.seconds, 3)}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "version": HISTORY_VERSION,
+                        "head": self.head,
+                        "complete": self.complete,
+                        "seconds": round(self.seconds, 3),
+                    }
+                )
+                + "\n"
+            )
             for c in self.commits:
                 f.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
         os.replace(tmp, path)
@@ -435,8 +494,14 @@ class HistoryUpdate:
     incremental: bool  # True: only the commits after the previous head were read
 
 
-def update_history(repo: str | Path, path: str | Path, max_commits: int | None = None,
-                   time_budget: float | None = None, max_files: int = MAX_FILES, tests: bool = False) -> HistoryUpdate:
+def update_history(
+    repo: str | Path,
+    path: str | Path,
+    max_commits: int | None = None,
+    time_budget: float | None = None,
+    max_files: int = MAX_FILES,
+    tests: bool = False,
+) -> HistoryUpdate:
     """Bring the mined history at ``path`` up to the repository's HEAD: only the commits after the head it
     records are mined (all of them, within the bounds, when there is no file or the head is no longer an
     ancestor, as after a force push)."""
@@ -450,8 +515,15 @@ def update_history(repo: str | Path, path: str | Path, max_commits: int | None =
     if old is not None and old.head == head:
         return HistoryUpdate(old, 0, time.perf_counter() - t0, True)
     incremental = old is not None and old.head is not None and is_ancestor(repo, old.head, head)
-    report = mine(repo, since=old.head if incremental and old else None, until=head, max_commits=max_commits,
-                  time_budget=time_budget, max_files=max_files, tests=tests)
+    report = mine(
+        repo,
+        since=old.head if incremental and old else None,
+        until=head,
+        max_commits=max_commits,
+        time_budget=time_budget,
+        max_files=max_files,
+        tests=tests,
+    )
     if incremental and old is not None:
         if not report.complete:  # a gap between the new and the old commits: keep the new ones only
             hist = History(head, report.commits, False, report.seconds)

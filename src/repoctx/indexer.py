@@ -3,6 +3,7 @@
 A ``kill -9`` at any moment leaves the previous committed index whole (SQLite WAL); the next
 update redoes what was lost. Only one indexer writes at a time (a lock file); readers never wait.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -121,9 +122,13 @@ def _warn_untrusted(root: Path) -> None:
         if key in _untrusted_warned:
             return
         _untrusted_warned.add(key)
-    log.warning("git refuses to read %s: the repository belongs to another user (git's safe.directory check). "
-                "repoctx read its HEAD from .git and cannot tell whether the tree is dirty; to let git read it: "
-                "git config --global --add safe.directory %s", key, key)
+    log.warning(
+        "git refuses to read %s: the repository belongs to another user (git's safe.directory check). "
+        "repoctx read its HEAD from .git and cannot tell whether the tree is dirty; to let git read it: "
+        "git config --global --add safe.directory %s",
+        key,
+        key,
+    )
 
 
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
@@ -143,7 +148,7 @@ def read_git_head(root: Path) -> str | None:
             line = dotgit.read_text(encoding="utf-8", errors="replace").strip()
             if not line.startswith("gitdir:"):
                 return None
-            gitdir = (dotgit.parent / line[len("gitdir:"):].strip()).resolve()
+            gitdir = (dotgit.parent / line[len("gitdir:") :].strip()).resolve()
         common = gitdir
         if (gitdir / "commondir").is_file():
             common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip()).resolve()
@@ -222,8 +227,9 @@ def grep_text(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
-def _texts_to_keep(files: list[SourceFile], stored: dict[str, FileRecord], changed: set[str],
-                   settings: Settings) -> list[tuple[str, str]]:
+def _texts_to_keep(
+    files: list[SourceFile], stored: dict[str, FileRecord], changed: set[str], settings: Settings
+) -> list[tuple[str, str]]:
     """(path, text) of the unchanged files the store keeps no text of (indexed before grep existed): read and
     redacted as an update reads them, so grep covers every indexed file without parsing them again."""
     out = []
@@ -264,8 +270,9 @@ def lexical_bodies(capsules: list) -> dict[str, str]:
     return {c.id: own_text(c, children.get(c.id, [])) for c in capsules if c.kind == "class"}
 
 
-def update_index(root: Path, store: RepoWriter, settings: Settings, progress: ProgressFn | None = None, *,
-                 by: str = "index update") -> UpdateReport:
+def update_index(
+    root: Path, store: RepoWriter, settings: Settings, progress: ProgressFn | None = None, *, by: str = "index update"
+) -> UpdateReport:
     """Bring the store up to date with the files under root. One transaction. ``by`` names who updates
     (e.g. "background refresh of the MCP server"): it is kept with a change, so an update that finds nothing
     left to do can say which one applied it."""
@@ -305,8 +312,9 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
     report.git_head, report.git_dirty = git_state(root)
     backfill = _texts_to_keep(files, stored, {sf.path for sf, _, _ in to_parse}, settings)
     if backfill:
-        report.notes.append(f"kept the text of {len(backfill)} file{'s' if len(backfill) != 1 else ''} indexed "
-                            "before grep, for grep")
+        report.notes.append(
+            f"kept the text of {len(backfill)} file{'s' if len(backfill) != 1 else ''} indexed before grep, for grep"
+        )
 
     if not to_parse and not deleted:
         if touched or backfill:
@@ -337,7 +345,8 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
     # the bases of the changed files' classes before the change (a class without any listed as having none): with
     # the unchanged files' edges they give each class's old ancestors, should its bases change
     old_bases: dict[str, list] = {cid: [] for cid in old_classes} | (
-        store.bases_of(sorted(old_classes)) if old_classes else {})
+        store.bases_of(sorted(old_classes)) if old_classes else {}
+    )
 
     parsed: list[tuple[SourceFile, str, ParsedFile]] = []
     done = 0
@@ -369,9 +378,22 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
                     report.syntax_errors.append(sf.path)
                 parsed.append((sf, h, pf))
                 (report.modified if sf.path in stored else report.added).append(sf.path)
-                store.put_file(FileRecord(sf.path, sf.language, sf.size, sf.mtime_ns, h, pf.module, pf.imports,
-                                          pf.method, f"syntax errors: {pf.syntax_errors}" if pf.syntax_errors else ""),
-                               pf.capsules, lexical_bodies(pf.capsules), flags.get("text"))
+                store.put_file(
+                    FileRecord(
+                        sf.path,
+                        sf.language,
+                        sf.size,
+                        sf.mtime_ns,
+                        h,
+                        pf.module,
+                        pf.imports,
+                        pf.method,
+                        f"syntax errors: {pf.syntax_errors}" if pf.syntax_errors else "",
+                    ),
+                    pf.capsules,
+                    lexical_bodies(pf.capsules),
+                    flags.get("text"),
+                )
                 report.capsules_written += len(pf.capsules)
                 for c in pf.capsules:
                     new_defs.add(_def_key(c.id, c.path, c.qualname, c.kind, pf.module, c.name))
@@ -387,8 +409,9 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
         if cold:
             from repoctx.graph import MemoryLookup
 
-            memory = MemoryLookup([c for _, _, pf in parsed for c in pf.capsules],
-                                  {pf.path: pf.module for _, _, pf in parsed})
+            memory = MemoryLookup(
+                [c for _, _, pf in parsed for c in pf.capsules], {pf.path: pf.module for _, _, pf in parsed}
+            )
             resolver = Resolver(memory)
         else:
             resolver = Resolver(StoreLookup(store))
@@ -399,8 +422,9 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
         if memory is not None:
             memory.add_bases(bases)
         for sf, _h, pf in parsed:
-            edges = contains_edges(pf.capsules) + resolve_file(resolver, pf.capsules, pf.refs, pf.imports, pf.module,
-                                                               bases)
+            edges = contains_edges(pf.capsules) + resolve_file(
+                resolver, pf.capsules, pf.refs, pf.imports, pf.module, bases
+            )
             store.put_edges(((e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges), sf.path)
         if not cold:
             names = {d[0] for d in old_defs ^ new_defs}
@@ -410,8 +434,9 @@ def update_index(root: Path, store: RepoWriter, settings: Settings, progress: Pr
                 if [b[0] for b in old_bases.get(cid, [])] != [b[0] for b in bases.get(cid, [])]:
                     names |= _ancestor_methods(store, old_bases, cid) | _ancestor_methods(store, bases, cid)
             gone = old_ids - {d[1] for d in new_defs}
-            report.edges_reresolved = _reresolve(store, resolver, names, gone,
-                                                 {sf.path for sf, _, _ in parsed} | set(deleted))
+            report.edges_reresolved = _reresolve(
+                store, resolver, names, gone, {sf.path for sf, _, _ in parsed} | set(deleted)
+            )
         _write_meta(store, report, by)
     if not report.changed:
         report.previous_change = last_change(store)
@@ -435,18 +460,21 @@ def _def_key(cid: str, path: str, qual: str, kind: str, module: str, name: str) 
 def _ancestor_methods(store: RepoWriter, bases: dict[str, list], cls: str) -> set[str]:
     """Names of the methods defined in the ancestors of class ``cls``: each class's bases from ``bases`` where it has
     them, else from the store's inheritance edges."""
+
     def level_bases(ids: list[str]) -> dict[str, list]:
         return {c: bases[c] for c in ids if c in bases} | store.bases_of([c for c in ids if c not in bases])
 
     names: set[str] = set()
     for _bid, path, qual in ancestors([cls], level_bases):
-        names.update(q[len(qual) + 1:] for _id, _p, q, kind, *_ in store.capsule_rows(path)
-                     if kind == "method" and q.startswith(qual + ".") and "." not in q[len(qual) + 1:])
+        names.update(
+            q[len(qual) + 1 :]
+            for _id, _p, q, kind, *_ in store.capsule_rows(path)
+            if kind == "method" and q.startswith(qual + ".") and "." not in q[len(qual) + 1 :]
+        )
     return names
 
 
-def _reresolve(store: RepoWriter, resolver: Resolver, names: set[str], old_ids: set[str],
-               fresh_paths: set[str]) -> int:
+def _reresolve(store: RepoWriter, resolver: Resolver, names: set[str], old_ids: set[str], fresh_paths: set[str]) -> int:
     """Re-resolve edges of unchanged files that may point into what changed (base classes first: a call through
     a class resolves with the class's bases as they are now)."""
     rows = sorted(store.edges_needing(names, old_ids, fresh_paths), key=lambda r: r[2] != "inherits")
@@ -475,8 +503,18 @@ def _reresolve(store: RepoWriter, resolver: Resolver, names: set[str], old_ids: 
 
 def _write_meta(store: RepoWriter, report: UpdateReport, by: str = "index update") -> None:
     if report.changed:
-        store.set_meta("last_change", json.dumps({"at": time.time(), "by": by, "added": len(report.added),
-                                                  "modified": len(report.modified), "deleted": len(report.deleted)}))
+        store.set_meta(
+            "last_change",
+            json.dumps(
+                {
+                    "at": time.time(),
+                    "by": by,
+                    "added": len(report.added),
+                    "modified": len(report.modified),
+                    "deleted": len(report.deleted),
+                }
+            ),
+        )
     store.set_meta("indexed_at", str(time.time()))
     store.set_meta("git_head", report.git_head or "")
     store.set_meta("git_dirty", "" if report.git_dirty is None else str(int(report.git_dirty)))
@@ -488,7 +526,8 @@ def _write_meta(store: RepoWriter, report: UpdateReport, by: str = "index update
 
 def _finish_meta_if_needed(store: RepoWriter, report: UpdateReport) -> None:
     if store.meta("git_head") != (report.git_head or "") or store.meta("git_dirty") != (
-            "" if report.git_dirty is None else str(int(report.git_dirty))):
+        "" if report.git_dirty is None else str(int(report.git_dirty))
+    ):
         with store.transaction():
             _write_meta(store, report)
 
@@ -512,8 +551,11 @@ def describe_no_change(previous: dict | None, counts: bool = True, now: float | 
     same_day = time.gmtime(at)[:3] == time.gmtime(now if now is not None else time.time())[:3]
     when = time.strftime("%H:%M:%S UTC" if same_day else "%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
     out = f"no changes since the {previous.get('by') or 'index update'} at {when}"
-    parts = [f"{int(previous.get(k) or 0)} {word}" for k, word in
-             (("modified", "changed"), ("added", "added"), ("deleted", "deleted")) if previous.get(k)]
+    parts = [
+        f"{int(previous.get(k) or 0)} {word}"
+        for k, word in (("modified", "changed"), ("added", "added"), ("deleted", "deleted"))
+        if previous.get(k)
+    ]
     if counts and parts:
         n = sum(int(previous.get(k) or 0) for k in ("modified", "added", "deleted"))
         out += f", which applied {n} file{'s' if n != 1 else ''} ({', '.join(parts)})"
@@ -537,6 +579,13 @@ def stale_files(root: Path, store: RepoWriter, settings: Settings) -> dict:
             (added if rec is None else modified).append(sf.path)
     deleted = sorted(set(stored) - seen)
     head, dirty = git_state(root)
-    return {"fresh": not (added or modified or deleted), "added": added, "modified": modified, "deleted": deleted,
-            "git_head": head, "git_dirty": dirty, "indexed_git_head": store.meta("git_head") or None,
-            "indexed_at": float(store.meta("indexed_at") or 0) or None}
+    return {
+        "fresh": not (added or modified or deleted),
+        "added": added,
+        "modified": modified,
+        "deleted": deleted,
+        "git_head": head,
+        "git_dirty": dirty,
+        "indexed_git_head": store.meta("git_head") or None,
+        "indexed_at": float(store.meta("indexed_at") or 0) or None,
+    }

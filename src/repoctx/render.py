@@ -29,15 +29,35 @@ the MCP server's text content.
 surface; their text forms are here too (``grep_text``: ``path:line: text`` as ``git grep -n`` prints it,
 ``outline_text``: one line per unit, ``symbol_text``: each definition's citation and body).
 """
+
 from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["DETAILS", "DEFAULT_DETAIL", "check_detail", "why_text", "short_signature", "hit_dict", "file_dict",
-           "result_dicts", "retrieval_dict", "wire", "item_text", "items_text", "retrieval_text", "call_counts",
-           "grep_match_text", "grep_text", "outline_unit_text", "outline_text", "symbol_match_text", "symbol_text"]
+__all__ = [
+    "DETAILS",
+    "DEFAULT_DETAIL",
+    "check_detail",
+    "why_text",
+    "short_signature",
+    "hit_dict",
+    "file_dict",
+    "result_dicts",
+    "retrieval_dict",
+    "wire",
+    "item_text",
+    "items_text",
+    "retrieval_text",
+    "call_counts",
+    "grep_match_text",
+    "grep_text",
+    "outline_unit_text",
+    "outline_text",
+    "symbol_match_text",
+    "symbol_text",
+]
 
 DETAILS = ("brief", "signatures", "full")
 DEFAULT_DETAIL = "brief"
@@ -88,9 +108,16 @@ def why_text(why: dict | None) -> str:
     if ex:
         matched = ex.get("matched", "") if isinstance(ex, dict) else ""
         parts.append("exact path" if "/" in str(matched) else "exact name")
-    ranked = [(rank, label) for signal, label in (("lexical", "lexical"), ("dense", "dense"),
-                                                   ("summary_lexical", "title lexical"), ("summary_dense", "title dense"))
-              if (rank := _ranked(why.get(signal))) is not None]
+    ranked = [
+        (rank, label)
+        for signal, label in (
+            ("lexical", "lexical"),
+            ("dense", "dense"),
+            ("summary_lexical", "title lexical"),
+            ("summary_dense", "title dense"),
+        )
+        if (rank := _ranked(why.get(signal))) is not None
+    ]
     ranked.sort()  # the signals that ranked it best, at most WHY_SIGNALS of them: a reason, not a ledger
     parts += [f"{label} #{rank}" for rank, label in ranked[:WHY_SIGNALS]]
     g = why.get("graph")
@@ -155,7 +182,7 @@ def _param_name(p: str, language: str) -> str:
 
 def _cut(text: str, limit: int) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def short_signature(c, limit: int = SIG_CHARS) -> str:
@@ -171,7 +198,7 @@ def short_signature(c, limit: int = SIG_CHARS) -> str:
         if not params and "(" not in sig:
             return _cut(sig, limit) if sig else "()"
         if not params:  # the parser kept no parameter list: the declaration's own, from its first '('
-            inner = sig[sig.find("("):]
+            inner = sig[sig.find("(") :]
             return _cut(inner, limit)
         names = [n for n in (_param_name(p, getattr(c, "language", "")) for p in params) if n not in _RECEIVERS]
         room = max(limit - len(tail) - 2, 8)
@@ -199,7 +226,7 @@ def _doc_line(doc: str) -> str:
 
 def _doc_lines(doc: str, n: int = FULL_DOC_LINES, max_chars: int = 400) -> str:
     out = "\n".join(inspect.cleandoc(doc or "").splitlines()[:n])
-    return out if len(out) <= max_chars else out[:max_chars - 1] + "…"
+    return out if len(out) <= max_chars else out[: max_chars - 1] + "…"
 
 
 # ---------------------------------------------------------------------------------------------- dicts
@@ -227,28 +254,43 @@ def hit_dict(hit, detail: str = DEFAULT_DETAIL, counts: tuple[int, int] | None =
     out: dict[str, Any] = {"citation": c.citation, "repo": c.repo, "sig": short_signature(c), "why": why_text(hit.why)}
     if detail == "brief":
         return out
-    out.update(path=c.path, start_line=c.start_line, end_line=c.end_line, symbol=c.qualname, kind=c.kind,
-               score=round(float(hit.score), 4), signature=c.signature,
-               docstring=_doc_line(c.docstring) if detail == "signatures" else _doc_lines(c.docstring))
+    out.update(
+        path=c.path,
+        start_line=c.start_line,
+        end_line=c.end_line,
+        symbol=c.qualname,
+        kind=c.kind,
+        score=round(float(hit.score), 4),
+        signature=c.signature,
+        docstring=_doc_line(c.docstring) if detail == "signatures" else _doc_lines(c.docstring),
+    )
     if counts is not None:
         out["callers"], out["callees"] = counts
     if detail == "full":
         lines = (c.text or "").split("\n")
         out["snippet"] = "\n".join(lines[:SNIPPET_LINES])
         if len(lines) > SNIPPET_LINES:
-            out["snippet_note"] = (f"first {SNIPPET_LINES} of {len(lines)} lines; read the range "
-                                   f"{c.start_line}-{c.end_line} for the rest")
+            out["snippet_note"] = (
+                f"first {SNIPPET_LINES} of {len(lines)} lines; read the range {c.start_line}-{c.end_line} for the rest"
+            )
     return out
 
 
 def file_dict(f, detail: str = DEFAULT_DETAIL) -> dict:
     """One file hit at ``detail``."""
     caps = [h.capsule for h in f.capsules]
-    out: dict[str, Any] = {"repo": caps[0].repo if caps else "", "path": f.path, "score": round(float(f.score), 4),
-                           "units": len(caps), "citations": [c.citation for c in caps]}
+    out: dict[str, Any] = {
+        "repo": caps[0].repo if caps else "",
+        "path": f.path,
+        "score": round(float(f.score), 4),
+        "units": len(caps),
+        "citations": [c.citation for c in caps],
+    }
     if detail != "brief":
-        out["symbols"] = [{"citation": c.citation, "kind": c.kind, "signature": c.signature,
-                           "docstring": _doc_line(c.docstring)} for c in caps[:FILE_SYMBOLS]]
+        out["symbols"] = [
+            {"citation": c.citation, "kind": c.kind, "signature": c.signature, "docstring": _doc_line(c.docstring)}
+            for c in caps[:FILE_SYMBOLS]
+        ]
     return out
 
 
@@ -275,8 +317,18 @@ def retrieval_dict(r, detail: str = DEFAULT_DETAIL, *, index=None, scope=None, t
     ``detail`` (``trace``: the trace events too)."""
     detail = check_detail(detail)
     results = result_dicts(r, detail, index=index, scope=scope)
-    out = {"query": r.query, "mode": r.mode, "route": r.route, "level": r.level, "k": r.k, "detail": detail,
-           "notes": list(r.notes), "seconds": round(r.seconds, 4), "count": len(results), "results": results}
+    out = {
+        "query": r.query,
+        "mode": r.mode,
+        "route": r.route,
+        "level": r.level,
+        "k": r.k,
+        "detail": detail,
+        "notes": list(r.notes),
+        "seconds": round(r.seconds, 4),
+        "count": len(results),
+        "results": results,
+    }
     for key in ("sub_queries", "iterations", "sufficient"):
         if key in r.details:
             out[key] = r.details[key]
@@ -430,8 +482,9 @@ def outline_head(d: dict, total: int | None = None, *, with_repo: bool = False) 
     where = f"{d['repo']}:{d['path']}" if d.get("repo") and with_repo else d.get("path")
     if not d.get("language"):
         return f"outline {where}: not an indexed file in scope"
-    return (f"outline {where} ({d['language']}): {n} unit{'' if n == 1 else 's'}"
-            + (f"; cite as {d.get('path')}:start-end :: qualname" if n else ""))
+    return f"outline {where} ({d['language']}): {n} unit{'' if n == 1 else 's'}" + (
+        f"; cite as {d.get('path')}:start-end :: qualname" if n else ""
+    )
 
 
 def outline_text(d: dict) -> str:
@@ -471,5 +524,6 @@ def symbol_text(d: dict, *, body: bool = True) -> str:
     if d.get("did_you_mean"):
         notes.append(f"did you mean: {', '.join(d['did_you_mean'])}")
     head = "\n".join([symbol_head(d), *notes])
-    return ("\n\n" if body else "\n").join([head, *(symbol_match_text(m, body=body, with_repo=several)
-                                                      for m in matches)])
+    return ("\n\n" if body else "\n").join(
+        [head, *(symbol_match_text(m, body=body, with_repo=several) for m in matches)]
+    )

@@ -1,5 +1,6 @@
 """Code-aware tokens for the lexical index: identifiers kept whole and split at camelCase, snake_case
 and dots, lower-cased. Used on documents and queries alike so both sides agree."""
+
 from __future__ import annotations
 
 import re
@@ -13,13 +14,15 @@ TOKENIZER_VERSION = "1"
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+[A-Za-z_][A-Za-z0-9_]*")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z0-9])|[A-Z]?[a-z0-9]+|[A-Z]+")
 
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a an the and or not of to in on at by for from with without is are was were be been being it its this that
 these those as if then else but so do does did done have has had i we you he she they me my our your
 can could should would will shall may might must there here when where which who whom what why how
 all any some no yes into out up down over under again further once only own same than too very just
 also get got use used using like want make made one two new now please thanks thank issue bug error
-""".split())
+""".split()
+)
 
 
 def split_identifier(word: str) -> list[str]:
@@ -63,28 +66,92 @@ def fts_text(text: str) -> str:
 # Words people write in full that code abbreviates. Used to match a question's words against names and
 # paths (``local memory`` ~ ``LocMemCache``, ``database`` ~ ``db.py``); never changes indexed tokens.
 ABBREVIATIONS: dict[str, tuple[str, ...]] = {
-    "administrator": ("admin",), "allocate": ("alloc",), "application": ("app",), "argument": ("arg", "args"),
-    "arguments": ("args", "arg"), "asynchronous": ("async", "aio"), "attribute": ("attr", "attrs"),
-    "attributes": ("attrs", "attr"), "authentication": ("auth", "authn"), "authorization": ("auth", "authz"),
-    "boolean": ("bool",), "buffer": ("buf",), "calculate": ("calc",), "character": ("char",),
-    "command": ("cmd",), "compiler": ("comp",), "configuration": ("config", "conf", "cfg"), "config": ("conf", "cfg"),
-    "connection": ("conn",), "context": ("ctx",), "current": ("cur", "curr"), "database": ("db",),
-    "descriptor": ("fd",), "destination": ("dst", "dest"), "dictionary": ("dict",), "dictionaries": ("dict",),
-    "directory": ("dir",), "document": ("doc",), "element": ("elem",), "environment": ("env",),
-    "error": ("err",), "evaluate": ("eval",), "exception": ("exc",), "expression": ("expr",),
-    "expressions": ("expr", "exprs"), "filesystem": ("fs",), "function": ("func", "fn"), "functions": ("funcs", "func"),
-    "generate": ("gen",), "generator": ("gen",), "identifier": ("id", "ident"), "implementation": ("impl",),
-    "index": ("idx",), "information": ("info",), "initialize": ("init",), "integer": ("int",),
-    "length": ("len",), "library": ("lib",), "local": ("loc",), "matrix": ("mat",), "matrices": ("mat", "matrix"),
-    "maximum": ("max",), "memory": ("mem",), "message": ("msg",), "minimum": ("min",), "module": ("mod",),
-    "number": ("num",), "object": ("obj",), "package": ("pkg",), "parameter": ("param", "params"),
-    "parameters": ("params", "param"), "polynomial": ("poly",), "polynomials": ("poly", "polys"),
-    "position": ("pos",), "previous": ("prev",), "reference": ("ref",), "references": ("refs", "ref"),
-    "regular": ("re",), "repository": ("repo",), "request": ("req",), "response": ("resp",),
-    "sequence": ("seq",), "source": ("src",), "specification": ("spec",), "statistics": ("stats",),
-    "string": ("str",), "strings": ("str",), "synchronize": ("sync",), "system": ("sys",),
-    "temporary": ("tmp", "temp"), "transaction": ("txn",), "utility": ("util", "utils"), "value": ("val",),
-    "values": ("vals", "val"), "variable": ("var",), "variables": ("vars", "var"),
+    "administrator": ("admin",),
+    "allocate": ("alloc",),
+    "application": ("app",),
+    "argument": ("arg", "args"),
+    "arguments": ("args", "arg"),
+    "asynchronous": ("async", "aio"),
+    "attribute": ("attr", "attrs"),
+    "attributes": ("attrs", "attr"),
+    "authentication": ("auth", "authn"),
+    "authorization": ("auth", "authz"),
+    "boolean": ("bool",),
+    "buffer": ("buf",),
+    "calculate": ("calc",),
+    "character": ("char",),
+    "command": ("cmd",),
+    "compiler": ("comp",),
+    "configuration": ("config", "conf", "cfg"),
+    "config": ("conf", "cfg"),
+    "connection": ("conn",),
+    "context": ("ctx",),
+    "current": ("cur", "curr"),
+    "database": ("db",),
+    "descriptor": ("fd",),
+    "destination": ("dst", "dest"),
+    "dictionary": ("dict",),
+    "dictionaries": ("dict",),
+    "directory": ("dir",),
+    "document": ("doc",),
+    "element": ("elem",),
+    "environment": ("env",),
+    "error": ("err",),
+    "evaluate": ("eval",),
+    "exception": ("exc",),
+    "expression": ("expr",),
+    "expressions": ("expr", "exprs"),
+    "filesystem": ("fs",),
+    "function": ("func", "fn"),
+    "functions": ("funcs", "func"),
+    "generate": ("gen",),
+    "generator": ("gen",),
+    "identifier": ("id", "ident"),
+    "implementation": ("impl",),
+    "index": ("idx",),
+    "information": ("info",),
+    "initialize": ("init",),
+    "integer": ("int",),
+    "length": ("len",),
+    "library": ("lib",),
+    "local": ("loc",),
+    "matrix": ("mat",),
+    "matrices": ("mat", "matrix"),
+    "maximum": ("max",),
+    "memory": ("mem",),
+    "message": ("msg",),
+    "minimum": ("min",),
+    "module": ("mod",),
+    "number": ("num",),
+    "object": ("obj",),
+    "package": ("pkg",),
+    "parameter": ("param", "params"),
+    "parameters": ("params", "param"),
+    "polynomial": ("poly",),
+    "polynomials": ("poly", "polys"),
+    "position": ("pos",),
+    "previous": ("prev",),
+    "reference": ("ref",),
+    "references": ("refs", "ref"),
+    "regular": ("re",),
+    "repository": ("repo",),
+    "request": ("req",),
+    "response": ("resp",),
+    "sequence": ("seq",),
+    "source": ("src",),
+    "specification": ("spec",),
+    "statistics": ("stats",),
+    "string": ("str",),
+    "strings": ("str",),
+    "synchronize": ("sync",),
+    "system": ("sys",),
+    "temporary": ("tmp", "temp"),
+    "transaction": ("txn",),
+    "utility": ("util", "utils"),
+    "value": ("val",),
+    "values": ("vals", "val"),
+    "variable": ("var",),
+    "variables": ("vars", "var"),
 }
 
 
@@ -114,8 +181,11 @@ def base_forms(word: str) -> list[str]:
 def term_in(term: str, tokens: set[str]) -> bool:
     """Whether a question's term is among a name's tokens: directly, as a known abbreviation, or uninflected
     (``resolved`` ~ ``_resolve_lookup``)."""
-    return term in tokens or any(a in tokens for a in ABBREVIATIONS.get(term, ())) \
+    return (
+        term in tokens
+        or any(a in tokens for a in ABBREVIATIONS.get(term, ()))
         or any(f in tokens for f in base_forms(term))
+    )
 
 
 def name_tokens(text: str) -> set[str]:

@@ -1,4 +1,5 @@
 """The few plain-data types everything speaks. All serialise to JSON via ``to_dict``."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -9,7 +10,7 @@ CapsuleKind = Literal["function", "method", "class", "module", "window"]
 EdgeKind = Literal["calls", "imports", "inherits", "contains"]
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in range(32)} | {0x7f: "\\x7f"}
+_CONTROL = {c: f"\\x{c:02x}" for c in range(32)} | {0x7F: "\\x7f"}
 
 
 def printable(text: str) -> str:
@@ -93,8 +94,12 @@ class Hit:
     why: dict[str, Any] = field(default_factory=dict)  # signal -> rank / details
 
     def to_dict(self) -> dict[str, Any]:
-        return {"capsule": self.capsule.to_dict(), "score": self.score, "why": self.why,
-                "citation": self.capsule.citation}
+        return {
+            "capsule": self.capsule.to_dict(),
+            "score": self.score,
+            "why": self.why,
+            "citation": self.capsule.citation,
+        }
 
 
 @dataclass(slots=True)
@@ -104,8 +109,7 @@ class FileHit:
     capsules: list[Hit] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "score": self.score,
-                "capsules": [h.capsule.citation for h in self.capsules]}
+        return {"path": self.path, "score": self.score, "capsules": [h.capsule.citation for h in self.capsules]}
 
 
 @dataclass(slots=True)

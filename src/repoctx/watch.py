@@ -19,6 +19,7 @@ listing and watching the folders costs 0.06 + 0.06 s, and 0.23 + 0.05 s for 10,0
 for 30,000 (bench/results/big_tree.md). At 10,000 folders of a real tree the refresh is ~3x Django's, still
 inside 2 s; past that a save would wait on the walk, and one process holds that many inotify watches.
 """
+
 from __future__ import annotations
 
 import errno
@@ -49,8 +50,16 @@ class TreeWatcher:
     to files the walk would index. ``start()`` returns at once (the folders are listed on the thread);
     ``status()`` says whether the tree is watched, and if not why; ``stop()`` ends it."""
 
-    def __init__(self, root: str | Path, settings: Settings, on_change: ChangeFn, *, name: str = "",
-                 debounce_ms: int = DEBOUNCE_MS, step_ms: int = STEP_MS):
+    def __init__(
+        self,
+        root: str | Path,
+        settings: Settings,
+        on_change: ChangeFn,
+        *,
+        name: str = "",
+        debounce_ms: int = DEBOUNCE_MS,
+        step_ms: int = STEP_MS,
+    ):
         self.root = Path(root).resolve()
         self.settings = settings
         self.name = name or self.root.name
@@ -92,8 +101,14 @@ class TreeWatcher:
         return self.state == "on"
 
     def status(self) -> dict:
-        return {"watching": self.watching, "state": self.state, "folders": self.dirs, "note": self.note,
-                "changes": self.changes, "last_change": self.last_change}
+        return {
+            "watching": self.watching,
+            "state": self.state,
+            "folders": self.dirs,
+            "note": self.note,
+            "changes": self.changes,
+            "last_change": self.last_change,
+        }
 
     # ------------------------------------------------------------------ the thread
     def _off(self, note: str, warn: bool = True) -> None:
@@ -118,16 +133,20 @@ class TreeWatcher:
             while not self._stop.is_set():
                 folders = self._folders()
                 if folders is None:
-                    self._off(f"not watching: the tree has more than {self.settings.watch_max_dirs:,} folders "
-                              "(REPOCTX_WATCH_MAX_DIRS); changes are picked up by the freshness check instead")
+                    self._off(
+                        f"not watching: the tree has more than {self.settings.watch_max_dirs:,} folders "
+                        "(REPOCTX_WATCH_MAX_DIRS); changes are picked up by the freshness check instead"
+                    )
                     return
                 try:
                     notify = RustNotify(list(folders), False, False, 300, False, False)
                 except OSError as e:
                     if e.errno in (errno.ENOSPC, errno.EMFILE) or "inotify" in str(e).lower():
-                        self._off(f"not watching: the system refuses more file watches ({e}; on Linux raise "
-                                  "fs.inotify.max_user_watches / max_user_instances); changes are picked up by "
-                                  "the freshness check instead")
+                        self._off(
+                            f"not watching: the system refuses more file watches ({e}; on Linux raise "
+                            "fs.inotify.max_user_watches / max_user_instances); changes are picked up by "
+                            "the freshness check instead"
+                        )
                         return
                     if self._stop.wait(RETRY_S):  # a folder vanished between listing and watching
                         return
@@ -173,7 +192,7 @@ class TreeWatcher:
                 self._report(sorted(set(paths)))
 
     def _classify(self, change: int, path: str, folders: dict[str, Folder]) -> str:
-        """"file" (a file the walk indexes), "tree" (the folders to watch or their rules changed) or ""."""
+        """ "file" (a file the walk indexes), "tree" (the folders to watch or their rules changed) or ""."""
         if path in folders:  # a watched folder itself: gone, or replaced by a file
             return "tree" if change == DELETED or not os.path.isdir(path) else ""
         parent, name = os.path.split(path)

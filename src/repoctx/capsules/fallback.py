@@ -1,4 +1,5 @@
 """No grammar table for a file: a regex symbol pass, then LangChain text windows."""
+
 from __future__ import annotations
 
 import re
@@ -21,9 +22,23 @@ _CLASSY = {"class", "interface", "trait", "object", "struct", "enum", "module", 
 def _splitter(language: str, chunk_size: int, overlap: int):
     from langchain_text_splitters import Language, RecursiveCharacterTextSplitter
 
-    aliases = {"javascript": "js", "typescript": "ts", "tsx": "ts", "csharp": "csharp", "make": None,
-               "dockerfile": None, "yaml": None, "toml": None, "json": None, "ini": None, "text": None,
-               "sql": None, "css": None, "xml": None, "bash": None}
+    aliases = {
+        "javascript": "js",
+        "typescript": "ts",
+        "tsx": "ts",
+        "csharp": "csharp",
+        "make": None,
+        "dockerfile": None,
+        "yaml": None,
+        "toml": None,
+        "json": None,
+        "ini": None,
+        "text": None,
+        "sql": None,
+        "css": None,
+        "xml": None,
+        "bash": None,
+    }
     name = aliases.get(language, language)
     try:
         lang = Language(name) if name else None
@@ -31,17 +46,28 @@ def _splitter(language: str, chunk_size: int, overlap: int):
         lang = None
     if lang is not None:
         try:
-            return RecursiveCharacterTextSplitter.from_language(lang, chunk_size=chunk_size, chunk_overlap=overlap,
-                                                                add_start_index=True)
+            return RecursiveCharacterTextSplitter.from_language(
+                lang, chunk_size=chunk_size, chunk_overlap=overlap, add_start_index=True
+            )
         except ValueError:
             pass
     return RecursiveCharacterTextSplitter(chunk_size=chunk_size, chunk_overlap=overlap, add_start_index=True)
 
 
 def _module_capsule(path: str, language: str, text: str, n_lines: int) -> Capsule:
-    return Capsule(id=f"{path}#<module>", path=path, language=language, kind="module",
-                   name=path.rsplit("/", 1)[-1], qualname=path, signature=f"file {path}", start_line=1,
-                   end_line=max(n_lines, 1), text=text, content_hash=content_hash(text))
+    return Capsule(
+        id=f"{path}#<module>",
+        path=path,
+        language=language,
+        kind="module",
+        name=path.rsplit("/", 1)[-1],
+        qualname=path,
+        signature=f"file {path}",
+        start_line=1,
+        end_line=max(n_lines, 1),
+        text=text,
+        content_hash=content_hash(text),
+    )
 
 
 def regex_symbols(path: str, text: str, language: str) -> ParsedFile | None:
@@ -75,18 +101,29 @@ def regex_symbols(path: str, text: str, language: str) -> ParsedFile | None:
         if seen[cid] > 1:
             cid = f"{cid}~{seen[cid]}"
         kind = "class" if kw in _CLASSY else ("method" if classes else "function")
-        body = "\n".join(lines[i:end + 1])
+        body = "\n".join(lines[i : end + 1])
         doc_lines: list[str] = []
         k = i - 1
         while k >= 0 and re.match(r"^\s*(#|//|--|\*|/\*)", lines[k]):
             doc_lines.insert(0, re.sub(r"^\s*(#+|//+|--|/\*\*?|\*/?)\s?", "", lines[k]))
             k -= 1
-        capsules.append(Capsule(
-            id=cid, path=path, language=language, kind=kind, name=name, qualname=qual,
-            signature=lines[i].strip()[:300], start_line=i + 1, end_line=end + 1, text=body,
-            content_hash=content_hash(body), docstring="\n".join(doc_lines).strip(),
-            parent=classes[-1][3] if classes else mod.id,
-        ))
+        capsules.append(
+            Capsule(
+                id=cid,
+                path=path,
+                language=language,
+                kind=kind,
+                name=name,
+                qualname=qual,
+                signature=lines[i].strip()[:300],
+                start_line=i + 1,
+                end_line=end + 1,
+                text=body,
+                content_hash=content_hash(body),
+                docstring="\n".join(doc_lines).strip(),
+                parent=classes[-1][3] if classes else mod.id,
+            )
+        )
         if kind == "class":
             classes.append((indent, end, qual, cid))
     return ParsedFile(path, language, path, capsules, [], method="regex")
@@ -109,12 +146,22 @@ def windows(path: str, text: str, language: str, chunk_size: int = 1200, overlap
             seen[qual] = seen.get(qual, 0) + 1
             if seen[qual] > 1:  # one very long line split into several windows
                 qual = f"{qual}~{seen[qual]}"
-            capsules.append(Capsule(
-                id=f"{path}#{qual}", path=path, language=language, kind="window",
-                name=path.rsplit("/", 1)[-1], qualname=qual, signature=doc.page_content.split("\n", 1)[0][:200],
-                start_line=start_line, end_line=end_line, text=doc.page_content,
-                content_hash=content_hash(doc.page_content), parent=capsules[0].id,
-            ))
+            capsules.append(
+                Capsule(
+                    id=f"{path}#{qual}",
+                    path=path,
+                    language=language,
+                    kind="window",
+                    name=path.rsplit("/", 1)[-1],
+                    qualname=qual,
+                    signature=doc.page_content.split("\n", 1)[0][:200],
+                    start_line=start_line,
+                    end_line=end_line,
+                    text=doc.page_content,
+                    content_hash=content_hash(doc.page_content),
+                    parent=capsules[0].id,
+                )
+            )
     return ParsedFile(path, language, path, capsules, [], method="window")
 
 

@@ -2,6 +2,7 @@
 
 Pure: no I/O. Languages without a table in ``langs.SPECS`` go to ``fallback``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -68,6 +69,7 @@ def module_name(path: str, language: str) -> str:
 @cache
 def _language(name: str):
     from tree_sitter_language_pack import get_language
+
     return get_language(cast("SupportedLanguage", name))  # a name from langs.py's table
 
 
@@ -77,6 +79,7 @@ def _parser(name: str):
         cache = _local.parsers = {}
     if name not in cache:
         from tree_sitter_language_pack import get_parser
+
         cache[name] = get_parser(cast("SupportedLanguage", name))
     return cache[name]
 
@@ -90,8 +93,13 @@ def _query(language: str) -> Query:
         known = [t for t in types if lang.id_for_node_kind(t, True)]
         return f"[{' '.join(f'({t})' for t in known)}] @{cap}" if known else ""
 
-    parts = [alt(spec.functions, "function"), alt(spec.classes, "class"), alt(spec.scopes, "scope"),
-             alt(tuple(spec.calls), "call"), alt(spec.imports, "import")]
+    parts = [
+        alt(spec.functions, "function"),
+        alt(spec.classes, "class"),
+        alt(spec.scopes, "scope"),
+        alt(tuple(spec.calls), "call"),
+        alt(spec.imports, "import"),
+    ]
     if language == "ruby":
         parts.append('((call method: (identifier) @_m) @import (#match? @_m "^require"))')
     return Query(lang, "\n".join(p for p in parts if p))
@@ -102,7 +110,7 @@ def supported(language: str) -> bool:
 
 
 def _text(node: Node | None, src: bytes) -> str:
-    return src[node.start_byte:node.end_byte].decode("utf-8", "replace") if node is not None else ""
+    return src[node.start_byte : node.end_byte].decode("utf-8", "replace") if node is not None else ""
 
 
 def _collapse(s: str, limit: int = 400) -> str:
@@ -151,14 +159,25 @@ def _name_of(node: Node, src: bytes, language: str) -> str:
     decl = node.child_by_field_name("declarator")
     depth = 0
     while decl is not None and depth < 8:  # C/C++: unwrap pointer/function declarators
-        if decl.type in ("identifier", "field_identifier", "qualified_identifier", "destructor_name",
-                         "operator_name", "type_identifier"):
+        if decl.type in (
+            "identifier",
+            "field_identifier",
+            "qualified_identifier",
+            "destructor_name",
+            "operator_name",
+            "type_identifier",
+        ):
             return _text(decl, src)
         inner = decl.child_by_field_name("declarator")
         if inner is None:
             for c in decl.named_children:
-                if c.type in ("identifier", "field_identifier", "qualified_identifier", "destructor_name",
-                              "operator_name"):
+                if c.type in (
+                    "identifier",
+                    "field_identifier",
+                    "qualified_identifier",
+                    "destructor_name",
+                    "operator_name",
+                ):
                     return _text(c, src)
             break
         decl = inner
@@ -180,10 +199,17 @@ _C_TYPES = ("struct_specifier", "union_specifier", "enum_specifier", "class_spec
 def _typedef_of(node: Node) -> Node | None:
     """The ``type_definition`` that names an anonymous C/C++ struct/union/enum, if any."""
     parent = node.parent
-    if (node.type in _C_TYPES and node.child_by_field_name("name") is None and parent is not None
-            and parent.type == "type_definition" and parent.child_by_field_name("type") == node):
+    if (
+        node.type in _C_TYPES
+        and node.child_by_field_name("name") is None
+        and parent is not None
+        and parent.type == "type_definition"
+        and parent.child_by_field_name("type") == node
+    ):
         return parent
     return None
+
+
 # nodes that wrap a definition and carry its leading comments
 _WRAPPERS = ("export_statement", "decorated_definition", "template_declaration", "type_declaration")
 
@@ -193,12 +219,19 @@ def _doc_target(node: Node) -> Node:
     typedef = _typedef_of(node)
     if typedef is not None:  # /* doc */ typedef struct { ... } name_t;
         return typedef
-    if target.type == "variable_declarator" and target.parent is not None and \
-            target.parent.type in ("lexical_declaration", "variable_declaration") and \
-            target.parent.named_children[0] == target:
+    if (
+        target.type == "variable_declarator"
+        and target.parent is not None
+        and target.parent.type in ("lexical_declaration", "variable_declaration")
+        and target.parent.named_children[0] == target
+    ):
         target = target.parent
-    while target.parent is not None and target.parent.type in _WRAPPERS and \
-            target.parent.named_children and target.parent.named_children[-1] == target:
+    while (
+        target.parent is not None
+        and target.parent.type in _WRAPPERS
+        and target.parent.named_children
+        and target.parent.named_children[-1] == target
+    ):
         # only the wrapped definition itself (Go grouped ``type ( ... )`` keeps per-spec comments)
         if target.parent.type == "type_declaration" and len(target.parent.named_children) > 1:
             break
@@ -287,7 +320,8 @@ def _returns(node: Node, spec: LangSpec, src: bytes) -> str:
                 while decl is not None and decl.type in ("pointer_declarator", "reference_declarator"):
                     ptr += "*" if decl.type == "pointer_declarator" else _text(decl.children[0], src)
                     decl = decl.child_by_field_name("declarator") or (
-                        decl.named_children[0] if decl.named_children else None)
+                        decl.named_children[0] if decl.named_children else None
+                    )
                 out = f"{out} {ptr}" if ptr else out
             return _collapse(out, 120)
     return ""
@@ -307,7 +341,7 @@ def _signature(node: Node, src: bytes, spec: LangSpec | None = None) -> str:
     if end is None:
         line_end = src.find(b"\n", node.start_byte)
         end = node.end_byte if line_end == -1 else min(line_end, node.end_byte)
-    sig = _collapse(src[node.start_byte:end].decode("utf-8", "replace"))
+    sig = _collapse(src[node.start_byte : end].decode("utf-8", "replace"))
     sig = sig.rstrip("{").rstrip().rstrip(":").rstrip() if sig else sig
     if spec is not None:
         typedef = _typedef_of(node)
@@ -340,8 +374,7 @@ def _bases(node: Node, spec: LangSpec, src: bytes, language: str = "python") -> 
                 raw = re.sub(r"'\w+", "", _strip_generics(raw)).split(" where ")[0]
             for m in re.finditer(r"[A-Za-z_][\w.:\\]*", raw):
                 tok = m.group(0).replace("::", ".").replace("\\", ".")
-                if tok in ("extends", "implements", "public", "private", "protected", "virtual", "metaclass",
-                           "object"):
+                if tok in ("extends", "implements", "public", "private", "protected", "virtual", "metaclass", "object"):
                     continue
                 names.append(tok)
     return list(dict.fromkeys(names))
@@ -351,8 +384,12 @@ def _is_function_node(node: Node) -> bool:
     if node.type != "variable_declarator":
         return True
     value = node.child_by_field_name("value")
-    return value is not None and value.type in ("arrow_function", "function_expression", "function",
-                                                "generator_function")
+    return value is not None and value.type in (
+        "arrow_function",
+        "function_expression",
+        "function",
+        "generator_function",
+    )
 
 
 def _python_imports(node: Node, src: bytes, module: str, is_package: bool) -> dict[str, str]:
@@ -398,7 +435,7 @@ def _import_targets(node: Node, src: bytes, language: str) -> list[str]:
         return [_text(args, src).strip("()'\" ")] if args is not None else []
     raw = _text(node, src)
     raw = re.sub(r"^\s*(import|use|using|#include|static)\s+", "", raw).rstrip(";").strip()
-    raw = raw.strip("<>\"")
+    raw = raw.strip('<>"')
     return [raw.replace("::", ".").replace("\\", ".")] if raw else []
 
 
@@ -476,11 +513,14 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
             continue
         kind = "class" if cap == "class" else ("method" if in_class else "function")
         start_line, end_line = node.start_point[0] + 1, node.end_point[0] + 1
-        outer = node.parent if node.parent is not None and node.parent.type in (
-            "decorated_definition", "template_declaration") else node
+        outer = (
+            node.parent
+            if node.parent is not None and node.parent.type in ("decorated_definition", "template_declaration")
+            else node
+        )
         if outer is not node:
             start_line = outer.start_point[0] + 1
-        body_text = "\n".join(lines[start_line - 1:end_line])
+        body_text = "\n".join(lines[start_line - 1 : end_line])
         cid = f"{path}#{qual}"
         if cid in seen_ids:
             seen_ids[cid] += 1
@@ -488,14 +528,26 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
         else:
             seen_ids[cid] = 1
         parent_id = next((s[1] for s in reversed(stack) if s[1] is not None), mod_id)
-        capsules.append(Capsule(
-            id=cid, path=path, language=language, kind=kind, name=name.split(".")[-1], qualname=qual,
-            signature=_signature(node, src, spec if language != "python" else None), start_line=start_line, end_line=end_line, text=body_text,
-            content_hash=content_hash(body_text), params=_params(node, src) if cap == "function" else [],
-            returns=_returns(node, spec, src) if cap == "function" else "",
-            docstring=_docstring(node, spec, src, language), decorators=_decorators(node, src),
-            parent=parent_id,
-        ))
+        capsules.append(
+            Capsule(
+                id=cid,
+                path=path,
+                language=language,
+                kind=kind,
+                name=name.split(".")[-1],
+                qualname=qual,
+                signature=_signature(node, src, spec if language != "python" else None),
+                start_line=start_line,
+                end_line=end_line,
+                text=body_text,
+                content_hash=content_hash(body_text),
+                params=_params(node, src) if cap == "function" else [],
+                returns=_returns(node, spec, src) if cap == "function" else "",
+                docstring=_docstring(node, spec, src, language),
+                decorators=_decorators(node, src),
+                parent=parent_id,
+            )
+        )
         spans.append((node.start_byte, node.end_byte, cid))
         if cap == "class":
             for base in _bases(node, spec, src, language):
@@ -524,11 +576,24 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
     mod_text = "\n".join(mod_lines).strip("\n")
     mod_doc = _python_docstring(root, src) if language == "python" else ""
     mod_name = module.split(".")[-1] if language == "python" else path.rsplit("/", 1)[-1]
-    capsules.insert(0, Capsule(
-        id=mod_id, path=path, language=language, kind="module", name=mod_name, qualname=module,
-        signature=f"module {module}", start_line=1, end_line=line_count(text), text=mod_text,
-        content_hash=content_hash(mod_text), docstring=mod_doc, parent=None,
-    ))
+    capsules.insert(
+        0,
+        Capsule(
+            id=mod_id,
+            path=path,
+            language=language,
+            kind="module",
+            name=mod_name,
+            qualname=module,
+            signature=f"module {module}",
+            start_line=1,
+            end_line=line_count(text),
+            text=mod_text,
+            content_hash=content_hash(mod_text),
+            docstring=mod_doc,
+            parent=None,
+        ),
+    )
     if not calls:
         return ParsedFile(path, language, module, capsules, refs, {}, _count_errors(root) if root.has_error else 0)
 
@@ -560,7 +625,7 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
         callee = _callee(node, spec, src)
         if callee:
             src_id = owner(node.start_byte)
-            for typed in (receivers.rewrite(src_id, callee) if receivers else (callee,)):
+            for typed in receivers.rewrite(src_id, callee) if receivers else (callee,):
                 refs.append(Ref(src_id, "calls", typed, node.start_point[0] + 1))
     for node in sorted(captures.get("import", ()), key=lambda n: (n.start_byte, n.end_byte)):  # unordered
         if language == "python":
@@ -603,6 +668,7 @@ class _Receivers:
     ``x: Lexer`` in the class body). A call ``x.tokenize()`` (``self.x.tokenize()``) is then recorded as
     ``Lexer.tokenize``, which the resolver can find where ``x.tokenize`` named nothing. Only names whose last part is
     capitalized count as classes (``x = make()`` says nothing about ``x``)."""
+
     local: dict[str, dict[str, set[str]]]  # capsule id -> variable -> class names
     attrs: dict[str, dict[str, set[str]]]  # class capsule id -> attribute -> class names
     parents: dict[str, tuple[str | None, str]]  # capsule id -> (parent id, kind)

@@ -2,6 +2,7 @@
 
 ``copilot_app`` is a standalone Typer app; ``register(app)`` adds the same commands to another one
 (the main ``repoctx`` CLI)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -18,8 +19,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-copilot_app = typer.Typer(add_completion=False, no_args_is_help=True,
-                          help="Ask questions about a repository; answers cite their sources.")
+copilot_app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Ask questions about a repository; answers cite their sources."
+)
 sessions_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Saved copilot conversations.")
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -74,8 +76,10 @@ def _turn_timeout(err: Console) -> float:
 def _timeout_message(seconds: float) -> str:
     from repoctx.copilot.agent import TIMEOUT_ENV
 
-    return (f"no answer within {seconds:g} s, so the turn was stopped: the model stalled or is slow "
-            f"({TIMEOUT_ENV}={seconds:g}; raise it for a slow model)")
+    return (
+        f"no answer within {seconds:g} s, so the turn was stopped: the model stalled or is slow "
+        f"({TIMEOUT_ENV}={seconds:g}; raise it for a slow model)"
+    )
 
 
 class _Watchdog:
@@ -219,8 +223,10 @@ class _Renderer:
         m = done["metrics"]
         tokens = f" · {m['tokens_in']}→{m['tokens_out']} tokens" if m.get("tokens_in") is not None else ""
         cut = f" · {m['limit_cut']} limit" if m.get("limit_cut") else ""
-        self.err.print(f"[dim]{m['model_calls']} model calls · {m['tool_calls']} tool calls{tokens} · "
-                       f"{m['latency_s']:.2f}s{cut}[/]")
+        self.err.print(
+            f"[dim]{m['model_calls']} model calls · {m['tool_calls']} tool calls{tokens} · "
+            f"{m['latency_s']:.2f}s{cut}[/]"
+        )
 
 
 async def _turn(copilot, question: str, renderer: _Renderer | None, timeout: float | None = None) -> list[dict]:
@@ -237,10 +243,12 @@ async def _turn(copilot, question: str, renderer: _Renderer | None, timeout: flo
     return events
 
 
-def ask_cmd(question: str = typer.Argument(..., help="The question."),
-            repo: Path = typer.Option(Path("."), "--repo", "-r", help="Repository root (indexed)."),
-            session: str | None = typer.Option(None, "--session", "-s", help="Save to / resume this session."),
-            as_json: bool = typer.Option(False, "--json", help="Print the turn as JSON.")):
+def ask_cmd(
+    question: str = typer.Argument(..., help="The question."),
+    repo: Path = typer.Option(Path("."), "--repo", "-r", help="Repository root (indexed)."),
+    session: str | None = typer.Option(None, "--session", "-s", help="Save to / resume this session."),
+    as_json: bool = typer.Option(False, "--json", help="Print the turn as JSON."),
+):
     """Ask one question about a repository."""
     _quiet_logs()
     out, err = _consoles()
@@ -265,9 +273,10 @@ def ask_cmd(question: str = typer.Argument(..., help="The question."),
         raise typer.Exit(1)
 
 
-def chat_cmd(repo: Path = typer.Option(Path("."), "--repo", "-r", help="Repository root (indexed)."),
-             session: str | None = typer.Option(None, "--session", "-s",
-                                                   help="Save to / resume this session.")):
+def chat_cmd(
+    repo: Path = typer.Option(Path("."), "--repo", "-r", help="Repository root (indexed)."),
+    session: str | None = typer.Option(None, "--session", "-s", help="Save to / resume this session."),
+):
     """A conversation about a repository (Ctrl-D or `exit` to leave)."""
     _quiet_logs()
     out, err = _consoles()
@@ -323,10 +332,12 @@ def _redact(target: str) -> str:
 
 
 @sessions_app.command("list")
-def sessions_list(repo: Path | None = typer.Option(None, "--repo", "-r", help="Sessions of this repository's index."),
-                  url: str | None = typer.Option(None, "--url", help="A postgresql:// URL or SQLite path."),
-                  principal: str | None = typer.Option(None, "--principal", help="Only this principal's."),
-                  as_json: bool = typer.Option(False, "--json")):
+def sessions_list(
+    repo: Path | None = typer.Option(None, "--repo", "-r", help="Sessions of this repository's index."),
+    url: str | None = typer.Option(None, "--url", help="A postgresql:// URL or SQLite path."),
+    principal: str | None = typer.Option(None, "--principal", help="Only this principal's."),
+    as_json: bool = typer.Option(False, "--json"),
+):
     """List saved conversations, most recent first."""
     from repoctx.copilot.sessions import SessionStoreNotMigrated, list_sessions
 
@@ -344,15 +355,19 @@ def sessions_list(repo: Path | None = typer.Option(None, "--repo", "-r", help="S
     if not rows:
         err.print(f"[dim]no sessions in {escape(_redact(target))}[/]")
     for r in rows:
-        out.print(f"{escape(r['id'])}  [dim]{escape(r['principal'])}  {r['messages']} messages  "
-                  f"updated {r['updated'][:19]}[/]")
+        out.print(
+            f"{escape(r['id'])}  [dim]{escape(r['principal'])}  {r['messages']} messages  "
+            f"updated {r['updated'][:19]}[/]"
+        )
 
 
 @sessions_app.command("prune")
-def sessions_prune(older_than: str = typer.Option("7d", "--older-than", help="Age, e.g. 7d, 12h, 30m."),
-                   repo: Path | None = typer.Option(None, "--repo", "-r"),
-                   url: str | None = typer.Option(None, "--url", help="A postgresql:// URL or SQLite path."),
-                   principal: str | None = typer.Option(None, "--principal", help="Only this principal's.")):
+def sessions_prune(
+    older_than: str = typer.Option("7d", "--older-than", help="Age, e.g. 7d, 12h, 30m."),
+    repo: Path | None = typer.Option(None, "--repo", "-r"),
+    url: str | None = typer.Option(None, "--url", help="A postgresql:// URL or SQLite path."),
+    principal: str | None = typer.Option(None, "--principal", help="Only this principal's."),
+):
     """Delete conversations not touched for a while."""
     from repoctx.copilot.sessions import SessionStoreNotMigrated, prune_sessions
 
@@ -369,8 +384,10 @@ def sessions_prune(older_than: str = typer.Option("7d", "--older-than", help="Ag
 
 
 @sessions_app.command("migrate")
-def sessions_migrate(repo: Path | None = typer.Option(None, "--repo", "-r"),
-                     url: str | None = typer.Option(None, "--url", help="A postgresql:// URL or SQLite path.")):
+def sessions_migrate(
+    repo: Path | None = typer.Option(None, "--repo", "-r"),
+    url: str | None = typer.Option(None, "--url", help="A postgresql:// URL or SQLite path."),
+):
     """Create or upgrade the session store's schema (what `repoctx db migrate` does for sessions)."""
     from repoctx.copilot.sessions import migrate
 

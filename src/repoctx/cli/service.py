@@ -2,6 +2,7 @@
 
 ``service_app`` is a standalone Typer app (``python -m repoctx.cli.service``); ``register(app)`` adds the
 same commands to another one (the main ``repoctx`` CLI)."""
+
 from __future__ import annotations
 
 import json
@@ -15,10 +16,12 @@ from rich.console import Console
 from rich.text import Text
 
 service_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The repoctx HTTP service.")
-keys_app = typer.Typer(add_completion=False, no_args_is_help=True,
-                       help="API keys: each belongs to a principal and names a role.")
-roles_app = typer.Typer(add_completion=False, no_args_is_help=True,
-                        help="Roles: which repositories and paths a key may read.")
+keys_app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="API keys: each belongs to a principal and names a role."
+)
+roles_app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Roles: which repositories and paths a key may read."
+)
 
 
 def _consoles() -> tuple[Console, Console]:
@@ -47,27 +50,38 @@ def _key_store():
 
     settings, conf = _settings()
     try:
-        return KeyStore(ServiceDB(service_db_target(settings)), roles_file=conf.roles_file, cache_seconds=0,
-                        owns_db=True)
+        return KeyStore(
+            ServiceDB(service_db_target(settings)), roles_file=conf.roles_file, cache_seconds=0, owns_db=True
+        )
     except (NotMigrated, ValueError, OSError) as e:
         raise _fail(str(e), 1) from None
 
 
 # ------------------------------------------------------------------------------------ serve / worker
-def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-          port: int = typer.Option(8000, "--port", help="Port to listen on."),
-          jobs: int | None = typer.Option(None, "--jobs", min=0,
-                                             help="Index-job threads in this process (default: 1 with SQLite, "
-                                                  "0 with PostgreSQL, where `repoctx worker` runs them)."),
-          workers: int = typer.Option(1, "--workers", min=1, max=64,
-                                      help="uvicorn processes (each with its own app and connection pools)."),
-          worker_healthcheck: int = typer.Option(
-              120, "--worker-healthcheck", min=5, max=3600,
-              help="With --workers: seconds a process may take to answer uvicorn's health ping. Each process builds "
-                   "BM25 for the whole store in memory as it starts (a 500k-unit store: about a minute of CPU that "
-                   "starves the ping); at uvicorn's 5 s every process was killed and restarted, none ever ready."),
-          log_level: str = typer.Option("info", "--log-level",
-                                        help="debug | info (with access log) | warning | error")):
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    jobs: int | None = typer.Option(
+        None,
+        "--jobs",
+        min=0,
+        help="Index-job threads in this process (default: 1 with SQLite, "
+        "0 with PostgreSQL, where `repoctx worker` runs them).",
+    ),
+    workers: int = typer.Option(
+        1, "--workers", min=1, max=64, help="uvicorn processes (each with its own app and connection pools)."
+    ),
+    worker_healthcheck: int = typer.Option(
+        120,
+        "--worker-healthcheck",
+        min=5,
+        max=3600,
+        help="With --workers: seconds a process may take to answer uvicorn's health ping. Each process builds "
+        "BM25 for the whole store in memory as it starts (a 500k-unit store: about a minute of CPU that "
+        "starves the ping); at uvicorn's 5 s every process was killed and restarted, none ever ready.",
+    ),
+    log_level: str = typer.Option("info", "--log-level", help="debug | info (with access log) | warning | error"),
+):
     """Serve the HTTP API (uvicorn) over the store named by REPOCTX_DATABASE_URL or REPOCTX_INDEX_DIR."""
     import os
 
@@ -78,13 +92,23 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to liste
     from repoctx.store.base import StoreError
 
     settings, conf = _settings()
-    opts: dict[str, Any] = dict(host=host, port=port, log_level=log_level,
-                                access_log=log_level in ("debug", "info"), timeout_graceful_shutdown=10)
+    opts: dict[str, Any] = dict(
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=log_level in ("debug", "info"),
+        timeout_graceful_shutdown=10,
+    )
     if workers > 1:  # each process builds its app from the environment; job claims keep their threads apart
         if jobs is not None:
             os.environ["REPOCTX_SERVE_JOBS"] = str(jobs)
-        uvicorn.run("repoctx.service.app:app_from_env", factory=True, workers=workers,
-                    timeout_worker_healthcheck=worker_healthcheck, **opts)
+        uvicorn.run(
+            "repoctx.service.app:app_from_env",
+            factory=True,
+            workers=workers,
+            timeout_worker_healthcheck=worker_healthcheck,
+            **opts,
+        )
         return
     try:
         app = create_app(settings, service=conf, inprocess_workers=jobs)
@@ -93,16 +117,23 @@ def serve(host: str = typer.Option("127.0.0.1", "--host", help="Address to liste
     uvicorn.run(app, **opts)
 
 
-def worker(worker_id: str | None = typer.Option(None, "--id", help="This worker's name (default host:pid:random)."),
-           lease: float | None = typer.Option(None, "--lease", min=0.5,
-                                                 help="Seconds of silence after which a worker's job is given to "
-                                                      "another (REPOCTX_JOB_LEASE, 30)."),
-           poll: float | None = typer.Option(None, "--poll", min=0.05, help="Seconds between looks at the queue."),
-           concurrency: int = typer.Option(1, "--concurrency", min=1, max=64,
-                                           help="Index jobs this process runs at once (PostgreSQL)."),
-           max_jobs: int | None = typer.Option(None, "--max-jobs", min=1, help="Stop after this many jobs."),
-           metrics_port: int | None = typer.Option(None, "--metrics-port",
-                                                      help="Serve this worker's Prometheus metrics on this port.")):
+def worker(
+    worker_id: str | None = typer.Option(None, "--id", help="This worker's name (default host:pid:random)."),
+    lease: float | None = typer.Option(
+        None,
+        "--lease",
+        min=0.5,
+        help="Seconds of silence after which a worker's job is given to another (REPOCTX_JOB_LEASE, 30).",
+    ),
+    poll: float | None = typer.Option(None, "--poll", min=0.05, help="Seconds between looks at the queue."),
+    concurrency: int = typer.Option(
+        1, "--concurrency", min=1, max=64, help="Index jobs this process runs at once (PostgreSQL)."
+    ),
+    max_jobs: int | None = typer.Option(None, "--max-jobs", min=1, help="Stop after this many jobs."),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", help="Serve this worker's Prometheus metrics on this port."
+    ),
+):
     """Run index jobs from the shared queue (PostgreSQL: procrastinate; start as many as you like, on any machine)."""
     from repoctx.service.db import NotMigrated, ServiceDB, service_db_target
     from repoctx.service.metrics import ServiceMetrics
@@ -170,8 +201,16 @@ def _embedded_worker(settings, conf, jobs, worker_id, lease, poll, max_jobs, on_
     from repoctx.service.checkout import Checkouts
     from repoctx.service.jobs import JobLimits, Worker
 
-    w = Worker(settings, jobs, worker=worker_id, lease=lease or conf.job_lease, poll=poll or conf.job_poll,
-               on_job=on_job, limits=JobLimits.from_settings(conf), checkouts=Checkouts(jobs.db, conf))
+    w = Worker(
+        settings,
+        jobs,
+        worker=worker_id,
+        lease=lease or conf.job_lease,
+        poll=poll or conf.job_poll,
+        on_job=on_job,
+        limits=JobLimits.from_settings(conf),
+        checkouts=Checkouts(jobs.db, conf),
+    )
     stop = threading.Event()
 
     def on_signal(signum, frame) -> None:  # finish the job in hand, then stop
@@ -190,8 +229,10 @@ def _embedded_worker(settings, conf, jobs, worker_id, lease, poll, max_jobs, on_
 
 # ------------------------------------------------------------------------------------ keys
 @keys_app.command("add")
-def keys_add(name: str = typer.Argument(..., help="The principal the key belongs to (e.g. alice or ci-bot)."),
-             role: str = typer.Option(..., "--role", help="A role from `repoctx roles list` (admin always exists).")):
+def keys_add(
+    name: str = typer.Argument(..., help="The principal the key belongs to (e.g. alice or ci-bot)."),
+    role: str = typer.Option(..., "--role", help="A role from `repoctx roles list` (admin always exists)."),
+):
     """Create a key and print it once: only its hash is stored."""
     err = _consoles()[1]
     ks = _key_store()
@@ -206,8 +247,10 @@ def keys_add(name: str = typer.Argument(..., help="The principal the key belongs
 
 
 @keys_app.command("list")
-def keys_list(as_json: bool = typer.Option(False, "--json"),
-              revoked: bool = typer.Option(False, "--revoked", help="Include revoked keys.")):
+def keys_list(
+    as_json: bool = typer.Option(False, "--json"),
+    revoked: bool = typer.Option(False, "--revoked", help="Include revoked keys."),
+):
     """Keys by id, principal and role (never the keys themselves)."""
     out, _ = _consoles()
     ks = _key_store()
@@ -238,12 +281,15 @@ def keys_revoke(name_or_id: str = typer.Argument(..., help="A key id, or a princ
 
 # ------------------------------------------------------------------------------------ roles
 @roles_app.command("add")
-def roles_add(name: str = typer.Argument(..., help="The role's name."),
-              repo: str | None = typer.Option(None, "--repo", help="A repository this role may read ('*': any)."),
-              include: list[str] = typer.Option([], "--include", help="Path glob it may read there (repeatable; "
-                                                                      "default: every path). '*' crosses '/'."),
-              exclude: list[str] = typer.Option([], "--exclude", help="Path glob it may not read (repeatable)."),
-              admin: bool = typer.Option(False, "--admin", help="Every repository, and may register repositories.")):
+def roles_add(
+    name: str = typer.Argument(..., help="The role's name."),
+    repo: str | None = typer.Option(None, "--repo", help="A repository this role may read ('*': any)."),
+    include: list[str] = typer.Option(
+        [], "--include", help="Path glob it may read there (repeatable; default: every path). '*' crosses '/'."
+    ),
+    exclude: list[str] = typer.Option([], "--exclude", help="Path glob it may not read (repeatable)."),
+    admin: bool = typer.Option(False, "--admin", help="Every repository, and may register repositories."),
+):
     """Create a role or add a grant to it (grants add up: run again for another repository)."""
     out, _ = _consoles()
     if repo is None and not include and not exclude and not admin:
@@ -274,8 +320,12 @@ def roles_list(as_json: bool = typer.Option(False, "--json")):
         if r["admin"]:
             out.print(f"{r['name']}: admin (every repository)")
             continue
-        grants = "; ".join(f"{g['repo']}" + (f" include {','.join(g['include'])}" if g["include"] else "")
-                           + (f" exclude {','.join(g['exclude'])}" if g["exclude"] else "") for g in r["grants"])
+        grants = "; ".join(
+            f"{g['repo']}"
+            + (f" include {','.join(g['include'])}" if g["include"] else "")
+            + (f" exclude {','.join(g['exclude'])}" if g["exclude"] else "")
+            for g in r["grants"]
+        )
         out.print(f"{r['name']}: {grants or 'nothing'}")
 
 

@@ -4,6 +4,7 @@ Light on import: the submodules (``agent``, ``sessions``, ``tools``) load what t
 from ``repoctx.providers.llm``; its commands (``repoctx ask``, ``chat``, ``sessions``) live in
 ``repoctx.cli.copilot``.
 """
+
 from __future__ import annotations
 
 __all__ = ["build_agent", "ask", "stream_turn", "Limits", "TurnMetrics", "TurnResult"]

@@ -21,6 +21,7 @@ note ``stopped: tool-call limit 6 reached`` (or ``model-call``), never an except
 A tool that raises reaches the model as the tool result ``{"error": <exception type>, "detail": <message>,
 "tool": <name>}`` (status error) and the turn goes on.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,10 +50,28 @@ from strands.types.exceptions import MaxTokensReachedException
 
 from repoctx.copilot.tools import error_detail
 
-__all__ = ["Limits", "TurnMetrics", "TurnResult", "MetricsSink", "JsonlMetricsSink", "CallbackSink",
-           "MetricsAggregate", "Copilot", "build_agent", "ask", "stream_turn", "parse_citations", "tool_citations",
-           "repair_history", "turn_timeout_from_env", "SYSTEM_PROMPT", "AGENT_ID", "INTERRUPTED_NOTE",
-           "TIMEOUT_ENV", "DEFAULT_TURN_TIMEOUT"]
+__all__ = [
+    "Limits",
+    "TurnMetrics",
+    "TurnResult",
+    "MetricsSink",
+    "JsonlMetricsSink",
+    "CallbackSink",
+    "MetricsAggregate",
+    "Copilot",
+    "build_agent",
+    "ask",
+    "stream_turn",
+    "parse_citations",
+    "tool_citations",
+    "repair_history",
+    "turn_timeout_from_env",
+    "SYSTEM_PROMPT",
+    "AGENT_ID",
+    "INTERRUPTED_NOTE",
+    "TIMEOUT_ENV",
+    "DEFAULT_TURN_TIMEOUT",
+]
 
 AGENT_ID = "copilot"
 WINDOW_SIZE = 20
@@ -63,8 +82,17 @@ DEFAULT_TURN_TIMEOUT = 60.0
 # what an interrupted turn leaves in the history in place of the answer it never got, so roles alternate
 INTERRUPTED_NOTE = "(interrupted: no answer)"
 INTERRUPTED_TOOL = "interrupted: the turn ended before this tool returned"
-DEFAULT_TOOL_NAMES = ("search_code", "get_context", "symbol", "callers", "callees", "outline", "grep", "read_file",
-                      "list_files")
+DEFAULT_TOOL_NAMES = (
+    "search_code",
+    "get_context",
+    "symbol",
+    "callers",
+    "callees",
+    "outline",
+    "grep",
+    "read_file",
+    "list_files",
+)
 
 SYSTEM_PROMPT = """You are the repoctx copilot. You answer questions about the code repository {repo} using \
 only what your tools return ({tools}).
@@ -134,8 +162,14 @@ class TurnResult:
     error: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "citations": self.citations, "sources": self.sources,
-                "metrics": self.metrics.to_dict(), "stop_reason": self.stop_reason, "error": self.error}
+        return {
+            "text": self.text,
+            "citations": self.citations,
+            "sources": self.sources,
+            "metrics": self.metrics.to_dict(),
+            "stop_reason": self.stop_reason,
+            "error": self.error,
+        }
 
 
 @runtime_checkable
@@ -173,8 +207,18 @@ class MetricsAggregate:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._t = {"turns": 0, "model_calls": 0, "tool_calls": 0, "tokens_in": 0, "tokens_out": 0,
-                   "tool_errors": 0, "limit_cuts": 0, "errors": 0, "latency_s_sum": 0.0, "latency_s_max": 0.0}
+        self._t = {
+            "turns": 0,
+            "model_calls": 0,
+            "tool_calls": 0,
+            "tokens_in": 0,
+            "tokens_out": 0,
+            "tool_errors": 0,
+            "limit_cuts": 0,
+            "errors": 0,
+            "latency_s_sum": 0.0,
+            "latency_s_max": 0.0,
+        }
 
     def record(self, m: TurnMetrics) -> None:
         with self._lock:
@@ -333,6 +377,7 @@ def _add_message(agent, message: Any) -> None:  # a Strands Message (a TypedDict
 
     try:
         from strands.types.content import _ensure_tracking_id  # the SDK's own id for messages it appends
+
         _ensure_tracking_id(message)
     except ImportError:  # pragma: no cover - an SDK without tracking ids
         pass
@@ -366,9 +411,22 @@ def repair_history(agent) -> int:
         return added
     last = messages[-1]
     if last.get("role") == "assistant" and _blocks(last, "toolUse"):
-        _add_message(agent, {"role": "user", "content": [
-            {"toolResult": {"toolUseId": b["toolUse"]["toolUseId"], "status": "error",
-                            "content": [{"text": INTERRUPTED_TOOL}]}} for b in _blocks(last, "toolUse")]})
+        _add_message(
+            agent,
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "toolResult": {
+                            "toolUseId": b["toolUse"]["toolUseId"],
+                            "status": "error",
+                            "content": [{"text": INTERRUPTED_TOOL}],
+                        }
+                    }
+                    for b in _blocks(last, "toolUse")
+                ],
+            },
+        )
         added += 1
         last = messages[-1]
     if last.get("role") == "user":
@@ -391,8 +449,15 @@ class TurnGuard(HookProvider):
     """A Strands ``HookProvider``: counts and caps model and tool calls per turn, shapes tool errors,
     measures the turn and hands its ``TurnMetrics`` to the sinks."""
 
-    def __init__(self, limits: Limits, sinks: list[MetricsSink], *, session_id: str | None, principal: str | None,
-                 model_name: str | None):
+    def __init__(
+        self,
+        limits: Limits,
+        sinks: list[MetricsSink],
+        *,
+        session_id: str | None,
+        principal: str | None,
+        model_name: str | None,
+    ):
         self.limits = limits
         self.sinks = sinks
         self.session_id = session_id
@@ -419,8 +484,14 @@ class TurnGuard(HookProvider):
 
     # ---- events
     def _start(self, event: BeforeInvocationEvent) -> None:
-        self.turn = _Turn(TurnMetrics(session_id=self.session_id, principal=self.principal, model=self.model_name,
-                                      started_at=datetime.now(UTC).isoformat()))
+        self.turn = _Turn(
+            TurnMetrics(
+                session_id=self.session_id,
+                principal=self.principal,
+                model=self.model_name,
+                started_at=datetime.now(UTC).isoformat(),
+            )
+        )
 
     def _cur(self) -> _Turn:
         if self.turn is None:  # a hook fired outside an invocation (direct tool call): measure it anyway
@@ -470,12 +541,15 @@ class TurnGuard(HookProvider):
             exc = event.exception
             error = "unknown_tool" if event.selected_tool is None else type(exc).__name__
             detail = error_detail(str(exc)) or type(exc).__name__
-            event.result = {"toolUseId": event.result.get("toolUseId", event.tool_use.get("toolUseId")),
-                            "status": "error",
-                            "content": [{"json": {"error": error, "detail": detail, "tool": name}}]}
+            event.result = {
+                "toolUseId": event.result.get("toolUseId", event.tool_use.get("toolUseId")),
+                "status": "error",
+                "content": [{"json": {"error": error, "detail": detail, "tool": name}}],
+            }
         result = event.result
         if result.get("status") == "error" or any(
-                isinstance(b.get("json"), dict) and "error" in b["json"] for b in result.get("content") or []):
+            isinstance(b.get("json"), dict) and "error" in b["json"] for b in result.get("content") or []
+        ):
             turn.metrics.tool_errors += 1
         for c in _tool_result_citations(result):
             turn.turn_sources.setdefault(c)
@@ -503,8 +577,18 @@ class TurnGuard(HookProvider):
 class Copilot:
     """The Strands agent plus the per-turn guard. ``copilot.agent`` is a plain ``strands.Agent``."""
 
-    def __init__(self, agent, guard: TurnGuard, *, session_id: str | None, principal: str,
-                 session_repository=None, owns_repository: bool = False, model=None, owns_model: bool = False):
+    def __init__(
+        self,
+        agent,
+        guard: TurnGuard,
+        *,
+        session_id: str | None,
+        principal: str,
+        session_repository=None,
+        owns_repository: bool = False,
+        model=None,
+        owns_model: bool = False,
+    ):
         self.agent = agent
         self.guard = guard
         self.session_id = session_id
@@ -555,10 +639,21 @@ def _model_name(model) -> str | None:
         return type(model).__name__
 
 
-def build_agent(index, session_id: str | None = None, principal: str = "local", *, model=None, tools=None,
-                scope=None, limits: Limits = Limits(), session_repository=None, callback_handler=None,
-                on_metrics: Callable[[TurnMetrics], None] | None = None,
-                metrics_sinks: Iterable[MetricsSink] = (), system_prompt: str | None = None) -> Copilot:
+def build_agent(
+    index,
+    session_id: str | None = None,
+    principal: str = "local",
+    *,
+    model=None,
+    tools=None,
+    scope=None,
+    limits: Limits = Limits(),
+    session_repository=None,
+    callback_handler=None,
+    on_metrics: Callable[[TurnMetrics], None] | None = None,
+    metrics_sinks: Iterable[MetricsSink] = (),
+    system_prompt: str | None = None,
+) -> Copilot:
     """A copilot over ``index`` (a ``repoctx.Index``; may be None when ``tools`` are given).
 
     ``model``: a Strands Model; None reads ``REPOCTX_LLM`` (raises ``ProviderNotConfigured``, never falls
@@ -590,12 +685,12 @@ def build_agent(index, session_id: str | None = None, principal: str = "local", 
 
         validate_session_id(session_id)
         if session_repository is None:
-            session_repository = open_session_repository(sessions_target(getattr(index, "index_dir", None)),
-                                                         principal)
+            session_repository = open_session_repository(sessions_target(getattr(index, "index_dir", None)), principal)
             owns_repo = True
         elif getattr(session_repository, "principal", principal) != principal:
-            raise ValueError(f"the session repository belongs to principal {session_repository.principal!r}, "
-                             f"not {principal!r}")
+            raise ValueError(
+                f"the session repository belongs to principal {session_repository.principal!r}, not {principal!r}"
+            )
         session_manager = RepositorySessionManager(session_id=session_id, session_repository=session_repository)
 
     sinks: list[MetricsSink] = list(metrics_sinks)
@@ -621,8 +716,16 @@ def build_agent(index, session_id: str | None = None, principal: str = "local", 
     )
     if session_manager is not None:
         repair_history(agent)  # a resumed session whose last turn was interrupted
-    return Copilot(agent, guard, session_id=session_id, principal=principal, session_repository=session_repository,
-                   owns_repository=owns_repo, model=model, owns_model=owns_model)
+    return Copilot(
+        agent,
+        guard,
+        session_id=session_id,
+        principal=principal,
+        session_repository=session_repository,
+        owns_repository=owns_repo,
+        model=model,
+        owns_model=owns_model,
+    )
 
 
 # ----------------------------------------------------------------------------------------- turns
@@ -680,13 +783,21 @@ async def stream_turn(copilot: Copilot, question: str, *, timeout: float | None 
                     if "toolUse" in block:
                         tu = block["toolUse"]
                         names[tu["toolUseId"]] = tu["name"]
-                        yield {"type": "tool", "name": tu["name"], "input": tu.get("input") or {},
-                               "id": tu["toolUseId"]}
+                        yield {
+                            "type": "tool",
+                            "name": tu["name"],
+                            "input": tu.get("input") or {},
+                            "id": tu["toolUseId"],
+                        }
                     elif "toolResult" in block:
                         tr = block["toolResult"]
-                        yield {"type": "tool_result", "name": names.get(tr["toolUseId"], "?"),
-                               "status": tr.get("status", "success"), "id": tr["toolUseId"],
-                               "chars": _result_chars(tr)}
+                        yield {
+                            "type": "tool_result",
+                            "name": names.get(tr["toolUseId"], "?"),
+                            "status": tr.get("status", "success"),
+                            "id": tr["toolUseId"],
+                            "chars": _result_chars(tr),
+                        }
             elif "result" in ev:
                 result = ev["result"]
     except _Deadline as e:
@@ -711,8 +822,11 @@ async def stream_turn(copilot: Copilot, question: str, *, timeout: float | None 
 
     turn = copilot.guard.turn
     began = turn is not None and turn is not previous_turn
-    metrics = turn.metrics if turn is not None and began else TurnMetrics(session_id=copilot.session_id,
-                                                                           principal=copilot.principal)
+    metrics = (
+        turn.metrics
+        if turn is not None and began
+        else TurnMetrics(session_id=copilot.session_id, principal=copilot.principal)
+    )
     if error and metrics.error in (None, "turn failed"):
         metrics.error = f"{error['error']}: {error['detail']}"
     text = _final_text(result.message) if result is not None else ""
@@ -729,8 +843,13 @@ async def stream_turn(copilot: Copilot, question: str, *, timeout: float | None 
     sources = set(_history_sources(agent.messages))
     for c in parse_citations(text, known=sources):
         yield {"type": "citation", **c, "verified": c["citation"] in sources}
-    yield {"type": "done", "text": text, "stop_reason": stop_reason, "metrics": metrics.to_dict(),
-           **({"error": error} if error else {})}
+    yield {
+        "type": "done",
+        "text": text,
+        "stop_reason": stop_reason,
+        "metrics": metrics.to_dict(),
+        **({"error": error} if error else {}),
+    }
 
 
 class _Partial:
@@ -775,9 +894,18 @@ def ask(copilot: Copilot, question: str, *, timeout: float | None = None) -> Tur
     events = _run_sync(collect())
     done = events[-1]
     turn = copilot.guard.turn
-    metrics = turn.metrics if turn is not None and turn.metrics.to_dict() == done["metrics"] \
+    metrics = (
+        turn.metrics
+        if turn is not None and turn.metrics.to_dict() == done["metrics"]
         else TurnMetrics(**done["metrics"])
+    )
     citations = [{k: v for k, v in e.items() if k != "type"} for e in events if e["type"] == "citation"]
     sources = list(turn.turn_sources) if turn is not None else []
-    return TurnResult(text=done["text"], citations=citations, sources=sources, metrics=metrics,
-                      stop_reason=done["stop_reason"], error=done.get("error"))
+    return TurnResult(
+        text=done["text"],
+        citations=citations,
+        sources=sources,
+        metrics=metrics,
+        stop_reason=done["stop_reason"],
+        error=done.get("error"),
+    )

@@ -10,6 +10,7 @@ script (the last step repeats). A step is
 
 Usage is reported like a real provider's, estimated at four characters a token, so metrics can be tested.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,7 +75,7 @@ class ScriptedToolModel(Model):
         if text:
             yield {"contentBlockStart": {"start": {}}}
             for i in range(0, len(text), self.chunk):
-                yield {"contentBlockDelta": {"delta": {"text": text[i:i + self.chunk]}}}
+                yield {"contentBlockDelta": {"delta": {"text": text[i : i + self.chunk]}}}
             yield {"contentBlockStop": {}}
         out = text
         for j, call in enumerate(tools):
@@ -85,11 +86,16 @@ class ScriptedToolModel(Model):
             yield {"contentBlockStop": {}}
         yield {"messageStop": {"stopReason": "tool_use" if tools else "end_turn"}}
         if self.report_usage:
-            tin = _tokens(json.dumps(messages, default=str) + (system_prompt or "")
-                          + json.dumps(tool_specs or [], default=str))
+            tin = _tokens(
+                json.dumps(messages, default=str) + (system_prompt or "") + json.dumps(tool_specs or [], default=str)
+            )
             tout = _tokens(out)
-            yield {"metadata": {"usage": {"inputTokens": tin, "outputTokens": tout, "totalTokens": tin + tout},
-                                "metrics": {"latencyMs": 0}}}
+            yield {
+                "metadata": {
+                    "usage": {"inputTokens": tin, "outputTokens": tout, "totalTokens": tin + tout},
+                    "metrics": {"latencyMs": 0},
+                }
+            }
 
     async def structured_output(self, output_model, prompt, system_prompt=None, **kwargs) -> AsyncGenerator:
         raise NotImplementedError("the scripted model answers in text and tool calls")

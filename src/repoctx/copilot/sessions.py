@@ -13,6 +13,7 @@ constructing a repository against an unmigrated database raises ``SessionStoreNo
 Every row belongs to a principal: a repository constructed for principal ``"alice"`` never reads,
 lists, resumes or prunes ``"bob"``'s sessions (to it they do not exist).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,9 +41,18 @@ _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _PRINCIPAL = re.compile(r"[A-Za-z0-9_.@:-]{1,256}")
 
 __all__ = [
-    "SCHEMA_VERSION", "SessionStoreNotMigrated", "SQLiteSessionRepository", "PostgresSessionRepository",
-    "validate_session_id", "migrate", "migrate_sqlite", "migrate_postgres", "open_session_repository",
-    "sessions_target", "list_sessions", "prune_sessions",
+    "SCHEMA_VERSION",
+    "SessionStoreNotMigrated",
+    "SQLiteSessionRepository",
+    "PostgresSessionRepository",
+    "validate_session_id",
+    "migrate",
+    "migrate_sqlite",
+    "migrate_postgres",
+    "open_session_repository",
+    "sessions_target",
+    "list_sessions",
+    "prune_sessions",
 ]
 
 
@@ -79,7 +89,8 @@ def _is_postgres(target: str) -> bool:
 def _not_migrated(where: str, found: int | None) -> SessionStoreNotMigrated:
     have = "no copilot schema" if found is None else f"copilot schema version {found}"
     return SessionStoreNotMigrated(
-        f"the session store {where} has {have} (need version {SCHEMA_VERSION}): run `repoctx db migrate`")
+        f"the session store {where} has {have} (need version {SCHEMA_VERSION}): run `repoctx db migrate`"
+    )
 
 
 # --------------------------------------------------------------------------------------------- SQLite
@@ -172,12 +183,16 @@ class SQLiteSessionRepository(_Base):
             self._local.db = None
 
     def _session_row(self, session_id: str):
-        return self._db.execute("SELECT data FROM copilot_sessions WHERE principal=? AND session_id=?",
-                                (self.principal, validate_session_id(session_id))).fetchone()
+        return self._db.execute(
+            "SELECT data FROM copilot_sessions WHERE principal=? AND session_id=?",
+            (self.principal, validate_session_id(session_id)),
+        ).fetchone()
 
     def _touch(self, session_id: str, now: float) -> None:
-        self._db.execute("UPDATE copilot_sessions SET updated_at=? WHERE principal=? AND session_id=?",
-                         (now, self.principal, session_id))
+        self._db.execute(
+            "UPDATE copilot_sessions SET updated_at=? WHERE principal=? AND session_id=?",
+            (now, self.principal, session_id),
+        )
 
     # ---- SessionRepository
     def create_session(self, session: Session, **kwargs: Any) -> Session:
@@ -185,8 +200,10 @@ class SQLiteSessionRepository(_Base):
         now = time.time()
         try:
             with self._db:
-                self._db.execute("INSERT INTO copilot_sessions VALUES (?, ?, ?, ?, ?)",
-                                 (self.principal, sid, json.dumps(session.to_dict()), now, now))
+                self._db.execute(
+                    "INSERT INTO copilot_sessions VALUES (?, ?, ?, ?, ?)",
+                    (self.principal, sid, json.dumps(session.to_dict()), now, now),
+                )
         except sqlite3.IntegrityError:
             raise SessionException(f"session {sid} already exists") from None
         return session
@@ -204,13 +221,15 @@ class SQLiteSessionRepository(_Base):
             self._db.execute(
                 "INSERT INTO copilot_agents VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (principal, session_id, agent_id)"
                 " DO UPDATE SET data=excluded.data, updated_at=excluded.updated_at",
-                (self.principal, sid, aid, json.dumps(session_agent.to_dict()), now, now))
+                (self.principal, sid, aid, json.dumps(session_agent.to_dict()), now, now),
+            )
             self._touch(sid, now)
 
     def read_agent(self, session_id: str, agent_id: str, **kwargs: Any) -> SessionAgent | None:
         row = self._db.execute(
             "SELECT data FROM copilot_agents WHERE principal=? AND session_id=? AND agent_id=?",
-            (self.principal, validate_session_id(session_id), _validate_agent_id(agent_id))).fetchone()
+            (self.principal, validate_session_id(session_id), _validate_agent_id(agent_id)),
+        ).fetchone()
         return SessionAgent.from_dict(json.loads(row[0])) if row else None
 
     def update_agent(self, session_id: str, session_agent: SessionAgent, **kwargs: Any) -> None:
@@ -224,7 +243,8 @@ class SQLiteSessionRepository(_Base):
         with self._db:
             self._db.execute(
                 "UPDATE copilot_agents SET data=?, updated_at=? WHERE principal=? AND session_id=? AND agent_id=?",
-                (json.dumps(session_agent.to_dict()), now, self.principal, sid, aid))
+                (json.dumps(session_agent.to_dict()), now, self.principal, sid, aid),
+            )
             self._touch(sid, now)
 
     def create_message(self, session_id: str, agent_id: str, session_message: SessionMessage, **kwargs: Any) -> None:
@@ -233,20 +253,26 @@ class SQLiteSessionRepository(_Base):
         mid = int(session_message.message_id)
         now = time.time()
         with self._db:
-            if self._db.execute("SELECT 1 FROM copilot_agents WHERE principal=? AND session_id=? AND agent_id=?",
-                                (self.principal, sid, aid)).fetchone() is None:
+            if (
+                self._db.execute(
+                    "SELECT 1 FROM copilot_agents WHERE principal=? AND session_id=? AND agent_id=?",
+                    (self.principal, sid, aid),
+                ).fetchone()
+                is None
+            ):
                 raise SessionException(f"agent {aid} in session {sid} does not exist")
             self._db.execute(
                 "INSERT INTO copilot_messages VALUES (?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (principal, session_id, agent_id, message_id)"
                 " DO UPDATE SET data=excluded.data, updated_at=excluded.updated_at",
-                (self.principal, sid, aid, mid, json.dumps(session_message.to_dict()), now, now))
+                (self.principal, sid, aid, mid, json.dumps(session_message.to_dict()), now, now),
+            )
             self._touch(sid, now)
 
     def read_message(self, session_id: str, agent_id: str, message_id: int, **kwargs: Any) -> SessionMessage | None:
         row = self._db.execute(
             "SELECT data FROM copilot_messages WHERE principal=? AND session_id=? AND agent_id=? AND message_id=?",
-            (self.principal, validate_session_id(session_id), _validate_agent_id(agent_id), int(message_id))
+            (self.principal, validate_session_id(session_id), _validate_agent_id(agent_id), int(message_id)),
         ).fetchone()
         return SessionMessage.from_dict(json.loads(row[0])) if row else None
 
@@ -262,16 +288,24 @@ class SQLiteSessionRepository(_Base):
             self._db.execute(
                 "UPDATE copilot_messages SET data=?, updated_at=?"
                 " WHERE principal=? AND session_id=? AND agent_id=? AND message_id=?",
-                (json.dumps(session_message.to_dict()), now, self.principal, sid, aid, int(session_message.message_id)))
+                (json.dumps(session_message.to_dict()), now, self.principal, sid, aid, int(session_message.message_id)),
+            )
             self._touch(sid, now)
 
-    def list_messages(self, session_id: str, agent_id: str, limit: int | None = None, offset: int = 0,
-                      **kwargs: Any) -> list[SessionMessage]:
+    def list_messages(
+        self, session_id: str, agent_id: str, limit: int | None = None, offset: int = 0, **kwargs: Any
+    ) -> list[SessionMessage]:
         rows = self._db.execute(
             "SELECT data FROM copilot_messages WHERE principal=? AND session_id=? AND agent_id=?"
             " ORDER BY message_id LIMIT ? OFFSET ?",
-            (self.principal, validate_session_id(session_id), _validate_agent_id(agent_id),
-             -1 if limit is None else int(limit), int(offset))).fetchall()
+            (
+                self.principal,
+                validate_session_id(session_id),
+                _validate_agent_id(agent_id),
+                -1 if limit is None else int(limit),
+                int(offset),
+            ),
+        ).fetchall()
         return [SessionMessage.from_dict(json.loads(r[0])) for r in rows]
 
     # ---- administration (this principal only, unless ``every_principal``)
@@ -294,18 +328,25 @@ class SQLiteSessionRepository(_Base):
         rows = self._db.execute(
             "SELECT s.session_id, s.principal, s.created_at, s.updated_at,"
             " (SELECT COUNT(*) FROM copilot_messages m WHERE m.principal=s.principal AND m.session_id=s.session_id)"
-            f" FROM copilot_sessions s {where} ORDER BY s.updated_at DESC", args).fetchall()
-        return [{"id": r[0], "principal": r[1], "created": _iso(r[2]), "updated": _iso(r[3]), "messages": r[4]}
-                for r in rows]
+            f" FROM copilot_sessions s {where} ORDER BY s.updated_at DESC",
+            args,
+        ).fetchall()
+        return [
+            {"id": r[0], "principal": r[1], "created": _iso(r[2]), "updated": _iso(r[3]), "messages": r[4]}
+            for r in rows
+        ]
 
     def prune(self, older_than_seconds: float, every_principal: bool = False, now: float | None = None) -> int:
         # no session predates the epoch: an older cutoff means the same (and stays a number)
         cutoff = max((time.time() if now is None else now) - float(older_than_seconds), 0.0)
         where, args = ("", ()) if every_principal else (" AND principal=?", (self.principal,))
         with self._db:
-            keys = [tuple(r) for r in self._db.execute(
-                f"SELECT principal, session_id FROM copilot_sessions WHERE updated_at < ?{where}",
-                (cutoff, *args)).fetchall()]
+            keys = [
+                tuple(r)
+                for r in self._db.execute(
+                    f"SELECT principal, session_id FROM copilot_sessions WHERE updated_at < ?{where}", (cutoff, *args)
+                ).fetchall()
+            ]
             return self._delete(self._db, keys)
 
 
@@ -358,15 +399,22 @@ class PostgresSessionRepository(_Base):
     """Sessions in PostgreSQL through a psycopg_pool ``ConnectionPool`` (given, or opened from a URL and
     then owned: ``close()`` closes it). ``migrate_postgres(url)`` first."""
 
-    def __init__(self, url_or_pool: str | ConnectionPool, principal: str = "local", *, min_size: int = 1,
-                 max_size: int = 4):
+    def __init__(
+        self, url_or_pool: str | ConnectionPool, principal: str = "local", *, min_size: int = 1, max_size: int = 4
+    ):
         psycopg, self._Jsonb = _psycopg()
         self.principal = _validate_principal(principal)
         if isinstance(url_or_pool, str):
             from psycopg_pool import ConnectionPool
 
-            self.pool = ConnectionPool(url_or_pool, min_size=min_size, max_size=max_size, open=True,
-                                       timeout=15.0, name="repoctx-copilot-sessions")
+            self.pool = ConnectionPool(
+                url_or_pool,
+                min_size=min_size,
+                max_size=max_size,
+                open=True,
+                timeout=15.0,
+                name="repoctx-copilot-sessions",
+            )
             self._owns_pool = True
         else:
             self.pool = url_or_pool
@@ -396,13 +444,16 @@ class PostgresSessionRepository(_Base):
             return conn.execute(sql, args).fetchone()
 
     def _session_row(self, session_id: str):
-        return self._one("SELECT data FROM copilot_sessions WHERE principal=%s AND session_id=%s",
-                         (self.principal, validate_session_id(session_id)))
+        return self._one(
+            "SELECT data FROM copilot_sessions WHERE principal=%s AND session_id=%s",
+            (self.principal, validate_session_id(session_id)),
+        )
 
     @staticmethod
     def _touch(conn, principal: str, session_id: str) -> None:
-        conn.execute("UPDATE copilot_sessions SET updated_at=now() WHERE principal=%s AND session_id=%s",
-                     (principal, session_id))
+        conn.execute(
+            "UPDATE copilot_sessions SET updated_at=now() WHERE principal=%s AND session_id=%s", (principal, session_id)
+        )
 
     # ---- SessionRepository
     def create_session(self, session: Session, **kwargs: Any) -> Session:
@@ -411,7 +462,8 @@ class PostgresSessionRepository(_Base):
             row = conn.execute(
                 "INSERT INTO copilot_sessions (principal, session_id, data) VALUES (%s, %s, %s)"
                 " ON CONFLICT DO NOTHING RETURNING 1",
-                (self.principal, sid, self._Jsonb(session.to_dict()))).fetchone()
+                (self.principal, sid, self._Jsonb(session.to_dict())),
+            ).fetchone()
         if row is None:
             raise SessionException(f"session {sid} already exists")
         return session
@@ -424,18 +476,26 @@ class PostgresSessionRepository(_Base):
         sid = validate_session_id(session_id)
         aid = _validate_agent_id(session_agent.agent_id)
         with self.pool.connection() as conn:
-            if conn.execute("SELECT 1 FROM copilot_sessions WHERE principal=%s AND session_id=%s FOR UPDATE",
-                            (self.principal, sid)).fetchone() is None:
+            if (
+                conn.execute(
+                    "SELECT 1 FROM copilot_sessions WHERE principal=%s AND session_id=%s FOR UPDATE",
+                    (self.principal, sid),
+                ).fetchone()
+                is None
+            ):
                 raise SessionException(f"session {sid} does not exist")
             conn.execute(
                 "INSERT INTO copilot_agents (principal, session_id, agent_id, data) VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT (principal, session_id, agent_id) DO UPDATE SET data=excluded.data, updated_at=now()",
-                (self.principal, sid, aid, self._Jsonb(session_agent.to_dict())))
+                (self.principal, sid, aid, self._Jsonb(session_agent.to_dict())),
+            )
             self._touch(conn, self.principal, sid)
 
     def read_agent(self, session_id: str, agent_id: str, **kwargs: Any) -> SessionAgent | None:
-        row = self._one("SELECT data FROM copilot_agents WHERE principal=%s AND session_id=%s AND agent_id=%s",
-                        (self.principal, validate_session_id(session_id), _validate_agent_id(agent_id)))
+        row = self._one(
+            "SELECT data FROM copilot_agents WHERE principal=%s AND session_id=%s AND agent_id=%s",
+            (self.principal, validate_session_id(session_id), _validate_agent_id(agent_id)),
+        )
         return SessionAgent.from_dict(row[0]) if row else None
 
     def update_agent(self, session_id: str, session_agent: SessionAgent, **kwargs: Any) -> None:
@@ -446,30 +506,38 @@ class PostgresSessionRepository(_Base):
             raise SessionException(f"agent {aid} in session {sid} does not exist")
         session_agent.created_at = previous.created_at
         with self.pool.connection() as conn:
-            conn.execute("UPDATE copilot_agents SET data=%s, updated_at=now()"
-                         " WHERE principal=%s AND session_id=%s AND agent_id=%s",
-                         (self._Jsonb(session_agent.to_dict()), self.principal, sid, aid))
+            conn.execute(
+                "UPDATE copilot_agents SET data=%s, updated_at=now()"
+                " WHERE principal=%s AND session_id=%s AND agent_id=%s",
+                (self._Jsonb(session_agent.to_dict()), self.principal, sid, aid),
+            )
             self._touch(conn, self.principal, sid)
 
     def create_message(self, session_id: str, agent_id: str, session_message: SessionMessage, **kwargs: Any) -> None:
         sid = validate_session_id(session_id)
         aid = _validate_agent_id(agent_id)
         with self.pool.connection() as conn:
-            if conn.execute("SELECT 1 FROM copilot_agents WHERE principal=%s AND session_id=%s AND agent_id=%s",
-                            (self.principal, sid, aid)).fetchone() is None:
+            if (
+                conn.execute(
+                    "SELECT 1 FROM copilot_agents WHERE principal=%s AND session_id=%s AND agent_id=%s",
+                    (self.principal, sid, aid),
+                ).fetchone()
+                is None
+            ):
                 raise SessionException(f"agent {aid} in session {sid} does not exist")
             conn.execute(
                 "INSERT INTO copilot_messages (principal, session_id, agent_id, message_id, data)"
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (principal, session_id, agent_id, message_id)"
                 " DO UPDATE SET data=excluded.data, updated_at=now()",
-                (self.principal, sid, aid, int(session_message.message_id), self._Jsonb(session_message.to_dict())))
+                (self.principal, sid, aid, int(session_message.message_id), self._Jsonb(session_message.to_dict())),
+            )
             self._touch(conn, self.principal, sid)
 
     def read_message(self, session_id: str, agent_id: str, message_id: int, **kwargs: Any) -> SessionMessage | None:
-        row = self._one("SELECT data FROM copilot_messages"
-                        " WHERE principal=%s AND session_id=%s AND agent_id=%s AND message_id=%s",
-                        (self.principal, validate_session_id(session_id), _validate_agent_id(agent_id),
-                         int(message_id)))
+        row = self._one(
+            "SELECT data FROM copilot_messages WHERE principal=%s AND session_id=%s AND agent_id=%s AND message_id=%s",
+            (self.principal, validate_session_id(session_id), _validate_agent_id(agent_id), int(message_id)),
+        )
         return SessionMessage.from_dict(row[0]) if row else None
 
     def update_message(self, session_id: str, agent_id: str, session_message: SessionMessage, **kwargs: Any) -> None:
@@ -480,28 +548,40 @@ class PostgresSessionRepository(_Base):
             raise SessionException(f"message {session_message.message_id} does not exist")
         session_message.created_at = previous.created_at
         with self.pool.connection() as conn:
-            conn.execute("UPDATE copilot_messages SET data=%s, updated_at=now()"
-                         " WHERE principal=%s AND session_id=%s AND agent_id=%s AND message_id=%s",
-                         (self._Jsonb(session_message.to_dict()), self.principal, sid, aid,
-                          int(session_message.message_id)))
+            conn.execute(
+                "UPDATE copilot_messages SET data=%s, updated_at=now()"
+                " WHERE principal=%s AND session_id=%s AND agent_id=%s AND message_id=%s",
+                (self._Jsonb(session_message.to_dict()), self.principal, sid, aid, int(session_message.message_id)),
+            )
             self._touch(conn, self.principal, sid)
 
-    def list_messages(self, session_id: str, agent_id: str, limit: int | None = None, offset: int = 0,
-                      **kwargs: Any) -> list[SessionMessage]:
+    def list_messages(
+        self, session_id: str, agent_id: str, limit: int | None = None, offset: int = 0, **kwargs: Any
+    ) -> list[SessionMessage]:
         with self.pool.connection() as conn:
             rows = conn.execute(
                 "SELECT data FROM copilot_messages WHERE principal=%s AND session_id=%s AND agent_id=%s"
                 " ORDER BY message_id LIMIT %s OFFSET %s",
-                (self.principal, validate_session_id(session_id), _validate_agent_id(agent_id),
-                 None if limit is None else int(limit), int(offset))).fetchall()
+                (
+                    self.principal,
+                    validate_session_id(session_id),
+                    _validate_agent_id(agent_id),
+                    None if limit is None else int(limit),
+                    int(offset),
+                ),
+            ).fetchall()
         return [SessionMessage.from_dict(r[0]) for r in rows]
 
     # ---- administration
     def delete_session(self, session_id: str) -> bool:
         sid = validate_session_id(session_id)
         with self.pool.connection() as conn:
-            return conn.execute("DELETE FROM copilot_sessions WHERE principal=%s AND session_id=%s",
-                                (self.principal, sid)).rowcount > 0
+            return (
+                conn.execute(
+                    "DELETE FROM copilot_sessions WHERE principal=%s AND session_id=%s", (self.principal, sid)
+                ).rowcount
+                > 0
+            )
 
     def list_sessions(self, every_principal: bool = False) -> list[dict]:
         where, args = ("", ()) if every_principal else ("WHERE s.principal=%s", (self.principal,))
@@ -510,9 +590,13 @@ class PostgresSessionRepository(_Base):
                 "SELECT s.session_id, s.principal, s.created_at, s.updated_at,"
                 " (SELECT COUNT(*) FROM copilot_messages m"
                 "  WHERE m.principal=s.principal AND m.session_id=s.session_id)"
-                f" FROM copilot_sessions s {where} ORDER BY s.updated_at DESC", args).fetchall()
-        return [{"id": r[0], "principal": r[1], "created": r[2].isoformat(), "updated": r[3].isoformat(),
-                 "messages": r[4]} for r in rows]
+                f" FROM copilot_sessions s {where} ORDER BY s.updated_at DESC",
+                args,
+            ).fetchall()
+        return [
+            {"id": r[0], "principal": r[1], "created": r[2].isoformat(), "updated": r[3].isoformat(), "messages": r[4]}
+            for r in rows
+        ]
 
     def prune(self, older_than_seconds: float, every_principal: bool = False, now: float | None = None) -> int:
         where, args = ("", ()) if every_principal else (" AND principal=%s", (self.principal,))
@@ -524,7 +608,8 @@ class PostgresSessionRepository(_Base):
             return conn.execute(
                 f"DELETE FROM copilot_sessions WHERE updated_at < {ref} - make_interval(secs => "
                 f"LEAST(%s::float8, EXTRACT(EPOCH FROM {ref})::float8)){where}",
-                (*ref_args, float(older_than_seconds), *ref_args, *args)).rowcount
+                (*ref_args, float(older_than_seconds), *ref_args, *args),
+            ).rowcount
 
 
 # ------------------------------------------------------------------------------------------ targets
@@ -544,8 +629,9 @@ def migrate(target: str | Path) -> int:
     return migrate_postgres(str(target)) if _is_postgres(str(target)) else migrate_sqlite(target)
 
 
-def open_session_repository(target: str | Path, principal: str = "local") -> SQLiteSessionRepository | \
-        PostgresSessionRepository:
+def open_session_repository(
+    target: str | Path, principal: str = "local"
+) -> SQLiteSessionRepository | PostgresSessionRepository:
     """The repository for a target (see ``sessions_target``); raises SessionStoreNotMigrated when unmigrated."""
     if _is_postgres(str(target)):
         return PostgresSessionRepository(str(target), principal)
@@ -580,8 +666,9 @@ def list_sessions(repo_or_url, principal: str | None = None) -> list[dict]:
             repo.close()
 
 
-def prune_sessions(repo_or_url, older_than_seconds: float, principal: str | None = None,
-                   now: float | None = None) -> int:
+def prune_sessions(
+    repo_or_url, older_than_seconds: float, principal: str | None = None, now: float | None = None
+) -> int:
     """Delete sessions not updated for ``older_than_seconds``; returns how many were deleted. Any age is
     accepted (an age beyond the epoch deletes nothing: no session is that old)."""
     if not older_than_seconds >= 0:  # negative, or NaN

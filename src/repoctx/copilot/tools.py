@@ -16,6 +16,7 @@ path, ``..``, symlink out of the root), ``not_served`` (not a file the index ser
 ``ambiguous`` (a path in several repositories), ``binary``, ``too_large``, ``unavailable`` (the repository's
 files are not on this machine); any other failure is named by its exception type.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,11 +31,31 @@ from repoctx.render import DEFAULT_DETAIL, DETAILS, retrieval_dict, wire
 from repoctx.store.base import Scope
 from repoctx.store.globs import GlobError, parse as parse_glob
 
-__all__ = ["RepoTools", "make_tools", "TOOL_NAMES", "ToolError", "error_detail", "MAX_K", "MAX_READ_LINES",
-           "MAX_LIST_FILES", "MIN_BUDGET", "MAX_BUDGET", "MAX_DETAIL"]
+__all__ = [
+    "RepoTools",
+    "make_tools",
+    "TOOL_NAMES",
+    "ToolError",
+    "error_detail",
+    "MAX_K",
+    "MAX_READ_LINES",
+    "MAX_LIST_FILES",
+    "MIN_BUDGET",
+    "MAX_BUDGET",
+    "MAX_DETAIL",
+]
 
-TOOL_NAMES = ("search_code", "get_context", "symbol", "callers", "callees", "outline", "grep", "read_file",
-              "list_files")
+TOOL_NAMES = (
+    "search_code",
+    "get_context",
+    "symbol",
+    "callers",
+    "callees",
+    "outline",
+    "grep",
+    "read_file",
+    "list_files",
+)
 LEVELS = ("symbol", "file")
 MODES = ("auto", "standard", "agentic")
 TASKS = ("code_query", "refactor", "code_gen", "search")
@@ -71,7 +92,7 @@ def error_detail(message: str, limit: int = MAX_DETAIL) -> str:
         if ln.strip() and not ln.lstrip().startswith("For further information visit"):
             lines.append(ln)
     out = "\n".join(lines).strip()
-    return out if len(out) <= limit else out[:limit - 1] + "…"
+    return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
 def _redact_line(text: str) -> str:
@@ -220,8 +241,9 @@ class RepoTools:
         return self.index.retrieve(query, k=k, level=level, mode=mode, scope=self.scope), detail
 
     @_guarded("search_code")
-    def search_retrieval(self, query: str, k: int = 8, level: str = "symbol", mode: str = "auto",
-                         detail: str = DEFAULT_DETAIL):
+    def search_retrieval(
+        self, query: str, k: int = 8, level: str = "symbol", mode: str = "auto", detail: str = DEFAULT_DETAIL
+    ):
         """``search_code``'s arguments checked and its ``(Retrieval, detail)``, or the same error dict: for a
         server that merges several views' hits by score before rendering them (``search_answer``)."""
         return self._retrieve(query, k, level, mode, detail)
@@ -234,8 +256,9 @@ class RepoTools:
         return out
 
     @_guarded("search_code")
-    def search_code(self, query: str, k: int = 8, level: str = "symbol", mode: str = "auto",
-                    detail: str = DEFAULT_DETAIL) -> dict:
+    def search_code(
+        self, query: str, k: int = 8, level: str = "symbol", mode: str = "auto", detail: str = DEFAULT_DETAIL
+    ) -> dict:
         r, detail = self._retrieve(query, k, level, mode, detail)
         return self.search_answer(r, detail)
 
@@ -266,13 +289,23 @@ class RepoTools:
             lines = (m.get("text") or "").split("\n")
             if len(lines) > MAX_READ_LINES:
                 m["text"] = "\n".join(lines[:MAX_READ_LINES])
-                m["text_note"] = (f"first {MAX_READ_LINES} of {len(lines)} lines; read_file {m['path']} from line "
-                                  f"{m['start_line'] + MAX_READ_LINES} for the rest")
+                m["text_note"] = (
+                    f"first {MAX_READ_LINES} of {len(lines)} lines; read_file {m['path']} from line "
+                    f"{m['start_line'] + MAX_READ_LINES} for the rest"
+                )
         return out
 
     @_guarded("grep")
-    def grep(self, pattern: str, fixed: bool = False, ignore_case: bool = False, paths: list[str] | str | None = None,
-             limit: int = GREP_LIMIT, offset: int = 0, context: int = 0) -> dict:
+    def grep(
+        self,
+        pattern: str,
+        fixed: bool = False,
+        ignore_case: bool = False,
+        paths: list[str] | str | None = None,
+        limit: int = GREP_LIMIT,
+        offset: int = 0,
+        context: int = 0,
+    ) -> dict:
         if not isinstance(pattern, str) or not pattern:
             raise ToolError("invalid_argument", "pattern is empty: give a regular expression or, with fixed, a string")
         for flag, v in (("fixed", fixed), ("ignore_case", ignore_case)):
@@ -291,8 +324,16 @@ class RepoTools:
         offset = _int_arg("offset", offset, 0)
         context = _int_arg("context", context, 0, MAX_GREP_CONTEXT)
         try:  # a bad regex or path glob: the library's message names the problem and where
-            return self.index.grep(pattern, fixed=fixed, ignore_case=ignore_case, paths=globs, scope=self.scope,
-                                   limit=limit, offset=offset, context=context)
+            return self.index.grep(
+                pattern,
+                fixed=fixed,
+                ignore_case=ignore_case,
+                paths=globs,
+                scope=self.scope,
+                limit=limit,
+                offset=offset,
+                context=context,
+            )
         except ValueError as e:
             raise ToolError("invalid_argument", str(e)) from None
 
@@ -316,19 +357,26 @@ class RepoTools:
         symbol = _text_arg("symbol", symbol)
         targets = self._resolve(symbol)
         key = "callers" if incoming else "callees"
-        out: dict[str, Any] = {"symbol": symbol, "resolved": [c.citation for c in targets[:MAX_SYMBOLS]],
-                               "ambiguous": len(targets) > 1, "count": 0, "total": 0, key: []}
+        out: dict[str, Any] = {
+            "symbol": symbol,
+            "resolved": [c.citation for c in targets[:MAX_SYMBOLS]],
+            "ambiguous": len(targets) > 1,
+            "count": 0,
+            "total": 0,
+            key: [],
+        }
         if not targets:
             out["note"] = f"no symbol {symbol!r} in scope; find it with symbol or search_code first"
             return out
         if len(targets) > 1:
-            out["note"] = (f"{len(targets)} definitions are named {symbol!r}: the {key} of all of them are listed "
-                           "(field 'of'); pass a qualname or capsule id to narrow")
+            out["note"] = (
+                f"{len(targets)} definitions are named {symbol!r}: the {key} of all of them are listed "
+                "(field 'of'); pass a qualname or capsule id to narrow"
+            )
         rows: list[tuple[str | None, str, Any]] = []  # (the other end's id, the name called, target), in graph order
         seen: set = set()
         for target in targets[:MAX_SYMBOLS]:
-            edges = (self.index.callers(target.id, self.scope) if incoming
-                     else self.index.callees(target.id, self.scope))
+            edges = self.index.callers(target.id, self.scope) if incoming else self.index.callees(target.id, self.scope)
             for e in edges:
                 other_id = e.src if incoming else e.dst
                 k = (other_id, target.id) if other_id is not None else ("name", e.dst_name, target.id)
@@ -343,9 +391,19 @@ class RepoTools:
                 listed.append({"citation": None, "name": name, "resolved": False, "of": target.citation})
             elif other_id in found:  # (absent: outside the scope, not shown)
                 other = found[other_id]
-                listed.append({"citation": other.citation, "repo": other.repo, "path": other.path,
-                               "symbol": other.qualname, "kind": other.kind, "signature": other.signature,
-                               "name": name, "resolved": True, "of": target.citation})
+                listed.append(
+                    {
+                        "citation": other.citation,
+                        "repo": other.repo,
+                        "path": other.path,
+                        "symbol": other.qualname,
+                        "kind": other.kind,
+                        "signature": other.signature,
+                        "name": name,
+                        "resolved": True,
+                        "of": target.citation,
+                    }
+                )
         shown = listed[:limit] if limit else listed
         out[key] = shown
         out["count"] = len(shown)
@@ -390,11 +448,16 @@ class RepoTools:
         rel = "/".join(parts)
         candidates = sorted(r for r, p in served if p == rel and (not repo or r == repo))
         if not candidates:
-            raise ToolError("not_served", f"{rel!r} is not a file the index serves in this scope (ignored, secret, "
-                                          "excluded or not indexed); use list_files to see what is")
+            raise ToolError(
+                "not_served",
+                f"{rel!r} is not a file the index serves in this scope (ignored, secret, "
+                "excluded or not indexed); use list_files to see what is",
+            )
         if len(candidates) > 1:
-            raise ToolError("ambiguous", f"{rel!r} is in several repositories ({', '.join(candidates)}): "
-                                         "pass repo or write 'repo:path'")
+            raise ToolError(
+                "ambiguous",
+                f"{rel!r} is in several repositories ({', '.join(candidates)}): pass repo or write 'repo:path'",
+            )
         repo = candidates[0]
         root = self._repo_root(repo)
         try:
@@ -423,12 +486,23 @@ class RepoTools:
         last = min(want_end, start + MAX_READ_LINES - 1)
         width = len(str(max(last, 1)))
         text = "\n".join(f"{n:>{width}}| {lines[n - 1]}" for n in range(start, last + 1))
-        symbols = [c.citation for c in self.index.store.file_capsules(repo, rel, self.scope)
-                   if c.kind != "module" and c.start_line <= last and c.end_line >= start][:40]
-        out: dict[str, Any] = {"repo": repo, "path": rel, "start": start, "end": last, "total_lines": total,
-               "truncated": last < want_end, "text": text, "symbols": symbols,
-               "note": f"lines {start}-{last} of {total}, numbered 'N| '; cite as {rel}:{start}-{last} :: <symbol> "
-                       f"(or a citation from 'symbols')"}
+        symbols = [
+            c.citation
+            for c in self.index.store.file_capsules(repo, rel, self.scope)
+            if c.kind != "module" and c.start_line <= last and c.end_line >= start
+        ][:40]
+        out: dict[str, Any] = {
+            "repo": repo,
+            "path": rel,
+            "start": start,
+            "end": last,
+            "total_lines": total,
+            "truncated": last < want_end,
+            "text": text,
+            "symbols": symbols,
+            "note": f"lines {start}-{last} of {total}, numbered 'N| '; cite as {rel}:{start}-{last} :: <symbol> "
+            f"(or a citation from 'symbols')",
+        }
         if last < want_end:
             out["note"] += f"; at most {MAX_READ_LINES} lines per call: call again with start={last + 1}"
         if loaded.redactions:
@@ -450,10 +524,14 @@ class RepoTools:
             raise ToolError("invalid_argument", str(e)) from None
         served = self.index.files(self.scope)
         several = len({r for r, _ in served}) > 1
-        matched = [f"{r}:{p}" if several else p for r, p in served
-                   if glob_.matches(p) or glob_.matches(f"{r}:{p}")]
-        out = {"glob": pattern, "count": min(len(matched), MAX_LIST_FILES), "total": len(matched),
-               "truncated": len(matched) > MAX_LIST_FILES, "files": matched[:MAX_LIST_FILES]}
+        matched = [f"{r}:{p}" if several else p for r, p in served if glob_.matches(p) or glob_.matches(f"{r}:{p}")]
+        out = {
+            "glob": pattern,
+            "count": min(len(matched), MAX_LIST_FILES),
+            "total": len(matched),
+            "truncated": len(matched) > MAX_LIST_FILES,
+            "files": matched[:MAX_LIST_FILES],
+        }
         if out["truncated"]:
             out["note"] = f"showing {MAX_LIST_FILES} of {len(matched)}: narrow the glob (e.g. 'src/api/*')"
         elif not matched:
@@ -532,8 +610,9 @@ def make_tools(index, scope: Scope | None = None) -> list:
         return _as_tool_result(rt.symbol(name, body=body))
 
     @tool
-    def grep(pattern: str, fixed: bool = False, ignore_case: bool = False, paths: list[str] | None = None,
-             offset: int = 0) -> dict:
+    def grep(
+        pattern: str, fixed: bool = False, ignore_case: bool = False, paths: list[str] | None = None, offset: int = 0
+    ) -> dict:
         """Find every line of the indexed code that matches a regular expression (or, with fixed=true, an exact
         string), like `git grep -n`: each match with its path and line number. Use it for exact text: all the
         usages of a name, a string literal, an error message, a setting, an import. Unlike search_code it is

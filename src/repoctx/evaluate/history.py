@@ -10,6 +10,7 @@
 
 The signal is a pure re-ranking of the index's candidates and the mined field (``history_field``,
 ``HistoryRanker``, ``fuse``): no store change."""
+
 from __future__ import annotations
 
 import io
@@ -33,9 +34,12 @@ from repoctx.types import DEFS, outermost_def
 KS = (1, 5, 10)
 _FIX = re.compile(r"\bfix(?:e[sd]|ing)?\b|\bbug(?:s|fix)?\b|\b(?:close[sd]?|resolve[sd]?)\s+#\d+", re.IGNORECASE)
 # a fix of the tooling or the prose, not of behaviour: "apply ruff fixes", "fix typo", "fix docs build"
-_NOT_BEHAVIOUR = re.compile(r"\b(?:typos?|lint(?:ing)?|ruff|mypy|flake8|pyflakes|black|isort|pre-commit|docs?|"
-                            r"documentation|docstrings?|spelling|grammar|changelog|readme|ci|tox|travis|coverage|"
-                            r"fixed font|fixtures?)\b", re.IGNORECASE)
+_NOT_BEHAVIOUR = re.compile(
+    r"\b(?:typos?|lint(?:ing)?|ruff|mypy|flake8|pyflakes|black|isort|pre-commit|docs?|"
+    r"documentation|docstrings?|spelling|grammar|changelog|readme|ci|tox|travis|coverage|"
+    r"fixed font|fixtures?)\b",
+    re.IGNORECASE,
+)
 
 
 def is_fix(message: str) -> bool:
@@ -44,14 +48,17 @@ def is_fix(message: str) -> bool:
     title = message.strip().split("\n", 1)[0]
     if _NOT_BEHAVIOUR.search(title):
         return False
-    return bool(_FIX.search(title)) or bool(re.search(r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s+#\d+",
-                                                       message, re.IGNORECASE))
+    return bool(_FIX.search(title)) or bool(
+        re.search(r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s+#\d+", message, re.IGNORECASE)
+    )
 
 
 # ---- the history field and its BM25
 
-def history_field(commits: Iterable[MinedCommit], keep: set[str] | None = None,
-                  by: str = "symbols") -> dict[str, list[str]]:
+
+def history_field(
+    commits: Iterable[MinedCommit], keep: set[str] | None = None, by: str = "symbols"
+) -> dict[str, list[str]]:
     """Key (``path:qualname`` with ``by="symbols"``, path with ``by="files"``) → tokens of the cleaned messages of
     the commits that changed it, named as the newest commit names them (``named_now``: files renamed since are
     followed). ``keep``: only these keys (those the index has). Sweeps add nothing; tests get no field (the
@@ -113,9 +120,11 @@ def fuse(base: Sequence[str], hist: Sequence[str], weight: float, k: int = 60) -
 
 # ---- the time split on one repository
 
+
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True,
-                          timeout=600).stdout.decode("utf-8", "replace")
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True, timeout=600).stdout.decode(
+        "utf-8", "replace"
+    )
 
 
 def cutoff_commit(repo: Path, date: str) -> tuple[str, int]:
@@ -131,8 +140,9 @@ def export_tree(repo: Path, sha: str, dest: Path) -> Path:
     if (dest / ".repoctx-tree-done").exists():
         return dest
     dest.mkdir(parents=True, exist_ok=True)
-    data = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", sha], capture_output=True, check=True,
-                          timeout=600).stdout
+    data = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", sha], capture_output=True, check=True, timeout=600
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(dest, filter="data")
     (dest / ".repoctx-tree-done").write_text(sha)
@@ -161,9 +171,17 @@ class Split:
     empty: int = 0  # of those, left out: a message with no searchable word once cleaned ("Fix #123")
 
 
-def make_split(commits: Sequence[MinedCommit], train_shas: set[str], cutoff: str, cutoff_time: int,
-               functions: set[str], files: set[str], window_days: float = 730, max_gold: int = 5,
-               fixes_only: bool = True) -> Split:
+def make_split(
+    commits: Sequence[MinedCommit],
+    train_shas: set[str],
+    cutoff: str,
+    cutoff_time: int,
+    functions: set[str],
+    files: set[str],
+    window_days: float = 730,
+    max_gold: int = 5,
+    fixes_only: bool = True,
+) -> Split:
     """Train: the mined commits reachable from the cut-off. Gold: the fix commits after it (not reachable from it,
     committed after it and within ``window_days`` of it) with 1 to ``max_gold`` functions outside tests that exist
     in ``functions``, named at the cut-off (a file renamed between the cut-off and the fix's parent is followed
@@ -221,16 +239,20 @@ class SimilarCommits:
     shared out by the square root of the number of units it changed (the similar-report score of BugLocator, Zhou
     et al., ICSE 2012, at function level)."""
 
-    def __init__(self, commits: Iterable[MinedCommit], keep: set[str] | None = None, by: str = "symbols",
-                 depth: int = 20):
+    def __init__(
+        self, commits: Iterable[MinedCommit], keep: set[str] | None = None, by: str = "symbols", depth: int = 20
+    ):
         self.depth = depth
         self.changed: dict[str, list[str]] = {}
         docs: dict[str, list[str]] = {}
         for c, symbols, files in named_now(commits):
             if c.sweep:
                 continue
-            keys = [k for k in dict.fromkeys(symbols if by == "symbols" else files)
-                    if (keep is None or k in keep) and not is_test_path(k.split(":", 1)[0])]
+            keys = [
+                k
+                for k in dict.fromkeys(symbols if by == "symbols" else files)
+                if (keep is None or k in keep) and not is_test_path(k.split(":", 1)[0])
+            ]
             if keys:
                 self.changed[c.sha] = keys
                 docs[c.sha] = code_tokens(clean_message(c.message), keep_stopwords=False)
@@ -266,22 +288,28 @@ def rank_rows(ix: Index, split: Split, functions: set[str], files: set[str], poo
     from repoctx.evaluate.runner import function_ranking
 
     rankers: dict[str, tuple[HistoryRanker | SimilarCommits, HistoryRanker | SimilarCommits]] = {
-        "field": (HistoryRanker(history_field(split.train, keep=functions)),
-                  HistoryRanker(history_field(split.train, keep=files, by="files"))),
-        "similar": (SimilarCommits(split.train, keep=functions), SimilarCommits(split.train, keep=files, by="files"))}
+        "field": (
+            HistoryRanker(history_field(split.train, keep=functions)),
+            HistoryRanker(history_field(split.train, keep=files, by="files")),
+        ),
+        "similar": (SimilarCommits(split.train, keep=functions), SimilarCommits(split.train, keep=files, by="files")),
+    }
     opts = SearchOptions(dense=False, pool=pool)
     out = []
     for row in split.rows:
         hits = ix.retrieve(row.query, k=pool, mode="standard", options=opts).hits
         ranked_files = [f.path for f in to_files(hits, file_aggregation(opts.file_agg, row.query))]
-        signals = {name: ([k for k, _ in fn.rank(row.query)], [k for k, _ in fl.rank(row.query)])
-                   for name, (fn, fl) in rankers.items()}
+        signals = {
+            name: ([k for k, _ in fn.rank(row.query)], [k for k, _ in fl.rank(row.query)])
+            for name, (fn, fl) in rankers.items()
+        }
         out.append(Ranked(row, function_ranking(hits, ix), ranked_files, signals))
     return out
 
 
-def score(ranked: Sequence[Ranked], weight: float, signal: str = "field",
-          file_weight: float | None = None) -> tuple[dict[str, float], list[dict[str, float]]]:
+def score(
+    ranked: Sequence[Ranked], weight: float, signal: str = "field", file_weight: float | None = None
+) -> tuple[dict[str, float], list[dict[str, float]]]:
     """Mean metrics (x100) and per-row metrics of the rankings fused with a history signal at ``weight`` (files at
     ``file_weight``, the same weight when None)."""
     per_row = []
@@ -295,26 +323,28 @@ def score(ranked: Sequence[Ranked], weight: float, signal: str = "field",
             row |= {"file_acc@1": fl["acc@1"], "file_acc@5": fl["acc@5"]}
         per_row.append(row)
     keys = sorted({k for row in per_row for k in row})
-    means = {k: round(100 * sum(row.get(k, 0.0) for row in per_row) / max(1, sum(k in row for row in per_row)), 1)
-             for k in keys}
+    means = {
+        k: round(100 * sum(row.get(k, 0.0) for row in per_row) / max(1, sum(k in row for row in per_row)), 1)
+        for k in keys
+    }
     means["n"] = len(per_row)
     return means, per_row
 
 
-def mcnemar(before: Sequence[dict[str, float]], after: Sequence[dict[str, float]],
-            metric: str) -> tuple[int, int, float]:
+def mcnemar(
+    before: Sequence[dict[str, float]], after: Sequence[dict[str, float]], metric: str
+) -> tuple[int, int, float]:
     """Rows gained and lost on one 0/1 metric, and the exact two-sided McNemar (binomial) p-value."""
     gained = sum(1 for a, b in zip(before, after, strict=True) if not a.get(metric) and b.get(metric))
     lost = sum(1 for a, b in zip(before, after, strict=True) if a.get(metric) and not b.get(metric))
     n = gained + lost
     if n == 0:
         return 0, 0, 1.0
-    tail = sum(math.comb(n, i) for i in range(0, min(gained, lost) + 1)) / 2 ** n
+    tail = sum(math.comb(n, i) for i in range(0, min(gained, lost) + 1)) / 2**n
     return gained, lost, min(1.0, 2 * tail)
 
 
-def tune(ranked: Sequence[Ranked], weights: Sequence[float], signal: str = "field",
-         level: str = "function") -> float:
+def tune(ranked: Sequence[Ranked], weights: Sequence[float], signal: str = "field", level: str = "function") -> float:
     """The weight with the best function Acc@10 (ties: Acc@1, then the smaller weight), or with
     ``level="file"`` the best file Acc@1 (ties: Acc@5, then the smaller weight)."""
     means = {w: score(ranked, w, signal)[0] for w in weights}

@@ -29,6 +29,7 @@ real regexes only on the lines a gate hits (long lines: only around the hits). C
 plugin regexes run case-sensitively on the lower-cased line (re's IGNORECASE is ~10x slower).
 Measured in bench/redaction_share.py.
 """
+
 from __future__ import annotations
 
 import base64
@@ -81,7 +82,11 @@ _PLUGINS: list[tuple[str, tuple[Gate, ...], str | None]] = [
     ("GitHubTokenDetector", (("text", r"gh[pousr]_"),), None),
     ("GitLabTokenDetector", (("text", r"gl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-"), ("text", "GR1348941")), None),
     # its secret: exactly 44 of [A-Za-z0-9_-], after an assignment to a key/pwd/pass/token name
-    ("IbmCloudIamDetector", _words("key", "pwd", "pass", "token"), r"(?<![A-Za-z0-9_\-])[A-Za-z0-9_\-]{44}(?![A-Za-z0-9_\-])"),
+    (
+        "IbmCloudIamDetector",
+        _words("key", "pwd", "pass", "token"),
+        r"(?<![A-Za-z0-9_\-])[A-Za-z0-9_\-]{44}(?![A-Za-z0-9_\-])",
+    ),
     ("IbmCosHmacDetector", _words("secret"), r"[a-fA-F0-9]{48}"),
     ("JwtTokenDetector", (("text", r"eyJ"),), None),
     ("MailchimpDetector", (("text", r"-us\d"),), None),
@@ -116,23 +121,133 @@ _DOTTED_REFERENCE = re.compile(r"[A-Za-z_]\w*(?:[.:][A-Za-z_]\w*)+\(?\)?")  # al
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 # * documentation placeholders (``your-api-key``, ``sk-...``, ``<token>``, ``xxxx``, the ``password``
 #   of ``https://user:password@host``);
-_PLACEHOLDERS = frozenset({
-    "password", "passwd", "pass", "pwd", "secret", "token", "key", "apikey", "api_key", "api-key", "auth",
-    "changeme", "change-me", "changeit", "placeholder", "empty", "dummy", "example", "redacted", "masked",
-    "hidden", "null", "none", "undefined", "foo", "bar", "baz", "foobar", "test", "user", "username"})
+_PLACEHOLDERS = frozenset(
+    {
+        "password",
+        "passwd",
+        "pass",
+        "pwd",
+        "secret",
+        "token",
+        "key",
+        "apikey",
+        "api_key",
+        "api-key",
+        "auth",
+        "changeme",
+        "change-me",
+        "changeit",
+        "placeholder",
+        "empty",
+        "dummy",
+        "example",
+        "redacted",
+        "masked",
+        "hidden",
+        "null",
+        "none",
+        "undefined",
+        "foo",
+        "bar",
+        "baz",
+        "foobar",
+        "test",
+        "user",
+        "username",
+    }
+)
 _PLACEHOLDER = re.compile(r"(?i)(?:your|my)[-_ ]|(?:example|dummy|fake|placeholder)[-_]|<.*>|.*(?:\.\.\.|…|x{4}|\*{3})")
 # * for KeywordDetector: a sentence (help texts, descriptions), and a key whose last word names
 #   something about the secret rather than the secret (``secret_type``, ``SecretId``,
 #   ``password_validators``, ``PasswordLastUsed``; detect-secrets' own is_likely_id_string does ``_id``).
-_META_WORDS = frozenset({
-    "type", "types", "name", "names", "id", "ids", "field", "fields", "label", "path", "file", "filename",
-    "dir", "prefix", "suffix", "header", "env", "var", "policy", "length", "len", "hint", "format",
-    "method", "mode", "usage", "period", "cls", "class", "title", "help", "message", "msg", "error",
-    "errors", "template", "used", "changed", "date", "time", "at", "expiry", "expires", "ttl", "timeout",
-    "count", "min", "max", "regex", "pattern", "validator", "validators", "widget", "form", "view",
-    "manager", "input", "description", "text", "display", "required", "enabled", "hasher", "hashers",
-    "algorithm", "version", "param", "arg", "store", "arn", "ref", "url", "uri", "endpoint", "provider",
-    "backend", "attr", "column", "kind", "option", "options", "flag", "size", "fallbacks"})
+_META_WORDS = frozenset(
+    {
+        "type",
+        "types",
+        "name",
+        "names",
+        "id",
+        "ids",
+        "field",
+        "fields",
+        "label",
+        "path",
+        "file",
+        "filename",
+        "dir",
+        "prefix",
+        "suffix",
+        "header",
+        "env",
+        "var",
+        "policy",
+        "length",
+        "len",
+        "hint",
+        "format",
+        "method",
+        "mode",
+        "usage",
+        "period",
+        "cls",
+        "class",
+        "title",
+        "help",
+        "message",
+        "msg",
+        "error",
+        "errors",
+        "template",
+        "used",
+        "changed",
+        "date",
+        "time",
+        "at",
+        "expiry",
+        "expires",
+        "ttl",
+        "timeout",
+        "count",
+        "min",
+        "max",
+        "regex",
+        "pattern",
+        "validator",
+        "validators",
+        "widget",
+        "form",
+        "view",
+        "manager",
+        "input",
+        "description",
+        "text",
+        "display",
+        "required",
+        "enabled",
+        "hasher",
+        "hashers",
+        "algorithm",
+        "version",
+        "param",
+        "arg",
+        "store",
+        "arn",
+        "ref",
+        "url",
+        "uri",
+        "endpoint",
+        "provider",
+        "backend",
+        "attr",
+        "column",
+        "kind",
+        "option",
+        "options",
+        "flag",
+        "size",
+        "fallbacks",
+    }
+)
 _KEY_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
 
@@ -195,7 +310,13 @@ class _Engine:
         self.file_type = determine_file_type
         self.h = heuristic
         every = [g for p in self.plugins for g in p.gates] + [
-            *_PRIVATE_KEY_GATES, *_KEYWORD_GATES, *_ENV_GATES, _URL_GATE, _B64_PEM_GATE, *_TOKEN_GATES]
+            *_PRIVATE_KEY_GATES,
+            *_KEYWORD_GATES,
+            *_ENV_GATES,
+            _URL_GATE,
+            _B64_PEM_GATE,
+            *_TOKEN_GATES,
+        ]
         self.gates = [(g, _compiled(g[1], 0), g[0] == "low") for g in dict.fromkeys(every)]
 
     @staticmethod
@@ -232,7 +353,8 @@ _URL_CREDENTIALS = re.compile(r"(?<=[A-Za-z0-9])://[^\s/?#@:'\"<>`]*:([^\s/?#'\"
 _ENV_ASSIGN = re.compile(
     r"[ \t]*(?:export[ \t]+|ENV[ \t]+|ARG[ \t]+|set[ \t]+|setenv[ \t]+)?"
     r"[A-Z0-9_]*(?:PASSWORD|PASSWD|PASSPHRASE|PASS|PWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY"
-    r"|AUTH|CREDENTIALS?)[A-Z0-9_]*=(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s'\"`#;|&]+))")
+    r"|AUTH|CREDENTIALS?)[A-Z0-9_]*=(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s'\"`#;|&]+))"
+)
 
 # Docker ``config.json`` {"auths": {...: {"auth": "<base64 user:pass>"}}} and .npmrc ``_auth=``: the
 # key is ``auth``, which no plugin knows. Redacted only when the value decodes to ``user:password``,
@@ -266,11 +388,15 @@ _PEM_END = re.compile(r"-{4,5} ?END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}")
 _PUTTY_PRIVATE = re.compile(r"^Private-Lines:\s*(\d+)\s*$", re.M)
 # Every line between BEGIN and END must look like key material (base64, PEM headers, quotes of a
 # string literal); ``_START = b"-----BEGIN ... KEY-----"`` with ``_END = b"..."`` on the next line is code.
-_BODY_LINE = re.compile(r"""[\s"'`]*(?:[bru]?["'`])?(?:[A-Za-z0-9+/=]*|(?:Proc-Type|DEK-Info|Comment|Version|Hash"""
-                        r"""|Charset):.*)[\s"'`,+;\\]*""")
+_BODY_LINE = re.compile(
+    r"""[\s"'`]*(?:[bru]?["'`])?(?:[A-Za-z0-9+/=]*|(?:Proc-Type|DEK-Info|Comment|Version|Hash"""
+    r"""|Charset):.*)[\s"'`,+;\\]*"""
+)
 _PEM_MAX_LINES = 400  # an unterminated BEGIN redacts the base64-looking lines after it, at most this many
-_B64_LINE = re.compile(r"[\s\"'`]*(?:[A-Za-z0-9+/=]{16,}|Proc-Type:.*|DEK-Info:.*|Comment:.*|Version:.*)"
-                       r"(?:\\n)?[\s\"'`,+;]*")
+_B64_LINE = re.compile(
+    r"[\s\"'`]*(?:[A-Za-z0-9+/=]{16,}|Proc-Type:.*|DEK-Info:.*|Comment:.*|Version:.*)"
+    r"(?:\\n)?[\s\"'`,+;]*"
+)
 
 # --------------------------------------------------------------------------- code or config?
 
@@ -280,11 +406,26 @@ _B64_LINE = re.compile(r"[\s\"'`]*(?:[A-Za-z0-9+/=]{16,}|Proc-Type:.*|DEK-Info:.
 _CODE_LINE = re.compile(
     r"\s*(?:def |class |import |from \S+ import|function\b|return\b|if\b.*[:{)]\s*$|for\b.*[:{)]\s*$"
     r"|while\b|const |let |var |package |func |public |private |protected |#include|module\.exports"
-    r"|async |@\w+|\}|\)|elif\b|else\b|try\b|except\b|catch\b|switch\b)")
+    r"|async |@\w+|\}|\)|elif\b|else\b|try\b|except\b|catch\b|switch\b)"
+)
 _CONFIG_LINE = re.compile(
-    r"""\s*(?:[#;!].*|\[[^\]]+\]\s*|-(?:\s.*)?|---.*|\.\.\.\s*|(?:export\s+)?["']?[\w.\-/@$:]+["']?\s*[:=].*)""")
-_CONFIG_EXTS = {".env", ".npmrc", ".pypirc", ".netrc", ".properties", ".conf", ".cnf", ".cfg", ".ini",
-                ".toml", ".yaml", ".yml", ".eyaml"}
+    r"""\s*(?:[#;!].*|\[[^\]]+\]\s*|-(?:\s.*)?|---.*|\.\.\.\s*|(?:export\s+)?["']?[\w.\-/@$:]+["']?\s*[:=].*)"""
+)
+_CONFIG_EXTS = {
+    ".env",
+    ".npmrc",
+    ".pypirc",
+    ".netrc",
+    ".properties",
+    ".conf",
+    ".cnf",
+    ".cfg",
+    ".ini",
+    ".toml",
+    ".yaml",
+    ".yml",
+    ".eyaml",
+}
 
 
 def _looks_like_config(text: str, path: str | None, eng: _Engine) -> bool:
@@ -435,15 +576,27 @@ def _widen(text: str, s: int, e: int) -> tuple[int, int]:
 def _value_filtered(eng: _Engine, value: str) -> bool:
     """detect-secrets' default heuristic filters that look at the value alone."""
     h = eng.h
-    return (not value or REDACTED in value or h.is_templated_secret(value) or h.is_prefixed_with_dollar_sign(value)
-            or h.is_not_alphanumeric_string(value) or h.is_sequential_string(value))
+    return (
+        not value
+        or REDACTED in value
+        or h.is_templated_secret(value)
+        or h.is_prefixed_with_dollar_sign(value)
+        or h.is_not_alphanumeric_string(value)
+        or h.is_sequential_string(value)
+    )
 
 
 def _placeholder(value: str) -> bool:
     """printf / str.format / Jinja templates, env-var names and documentation placeholders."""
-    return (value.startswith(("%", "{", "<", "$")) or "{{" in value or "%(" in value or "%s" in value
-            or value.lower() in _PLACEHOLDERS or _PLACEHOLDER.match(value) is not None
-            or _ENV_NAME.fullmatch(value) is not None)
+    return (
+        value.startswith(("%", "{", "<", "$"))
+        or "{{" in value
+        or "%(" in value
+        or "%s" in value
+        or value.lower() in _PLACEHOLDERS
+        or _PLACEHOLDER.match(value) is not None
+        or _ENV_NAME.fullmatch(value) is not None
+    )
 
 
 def _meta_key(line: str, pos: int) -> bool:
@@ -511,8 +664,9 @@ def _private_keys(t: _Text, out: list[Finding], eng: _Engine) -> None:
 
 
 def _key_body(body: str) -> bool:
-    return (any(c.isalnum() for c in body)
-            and all(_BODY_LINE.fullmatch(seg) for seg in body.replace("\\n", "\n").split("\n")))
+    return any(c.isalnum() for c in body) and all(
+        _BODY_LINE.fullmatch(seg) for seg in body.replace("\\n", "\n").split("\n")
+    )
 
 
 def _plugin_span(m: re.Match, line: str) -> tuple[int, int, bool]:
@@ -549,15 +703,18 @@ def _regex_plugins(t: _Text, out: list[Finding], eng: _Engine) -> None:
                     s, e, whole = _plugin_span(m, line)
                     if whole:
                         right = _STANDALONE.get(p.kind)
-                        if right is not None and (line[s - 1:s].isalnum() or (right and line[e:e + 1].isalnum())):
+                        if right is not None and (line[s - 1 : s].isalnum() or (right and line[e : e + 1].isalnum())):
                             continue
                         s, e = _widen(line, s, e)
                     value = line[s:e]
-                    if p.custom and not any(True for _ in p.plugin.analyze_string(line[m.start():m.end()])):
+                    if p.custom and not any(True for _ in p.plugin.analyze_string(line[m.start() : m.end()])):
                         continue  # e.g. JwtTokenDetector: not a well-formed JWT
                     # detect-secrets' default filters; not the UUID one for npm (legacy npm tokens are UUIDs)
-                    if (_value_filtered(eng, value) or (p.kind != "NPM tokens" and h.is_potential_uuid(value))
-                            or _PLACEHOLDER.match(value)):  # ACxxxxxxxx..., sk-...
+                    if (
+                        _value_filtered(eng, value)
+                        or (p.kind != "NPM tokens" and h.is_potential_uuid(value))
+                        or _PLACEHOLDER.match(value)
+                    ):  # ACxxxxxxxx..., sk-...
                         continue
                     if p.kind == "Basic Auth Credentials" and _placeholder(value):
                         continue
@@ -580,15 +737,22 @@ def _keywords(t: _Text, path: str | None, out: list[Finding], eng: _Engine) -> N
         indirect = None
         for rx, low_rx, group in table:
             # every match, not detect-secrets' first per regex: a one-line JSON holds many secrets
-            for m in (low_rx.finditer(low) if low_rx is not None and low is not None else rx.finditer(line)):
+            for m in low_rx.finditer(low) if low_rx is not None and low is not None else rx.finditer(line):
                 if m.end(group) <= m.start(group) or ls + m.start() < fresh:
                     continue
                 s, e = m.span(group)
                 value = line[s:e]
-                if (_value_filtered(eng, value) or h.is_potential_uuid(value) or _placeholder(value)
-                        or " " in value.strip() or _meta_key(line, m.start())
-                        or h.is_likely_id_string(value, line if len(line) <= 1000 else line[max(0, m.start() - 100):], eng.keyword)
-                        or (config and (value.strip().lower() in _CONFIG_LITERALS or _DOTTED_REFERENCE.fullmatch(value)))):
+                if (
+                    _value_filtered(eng, value)
+                    or h.is_potential_uuid(value)
+                    or _placeholder(value)
+                    or " " in value.strip()
+                    or _meta_key(line, m.start())
+                    or h.is_likely_id_string(
+                        value, line if len(line) <= 1000 else line[max(0, m.start() - 100) :], eng.keyword
+                    )
+                    or (config and (value.strip().lower() in _CONFIG_LITERALS or _DOTTED_REFERENCE.fullmatch(value)))
+                ):
                     continue
                 if indirect is None:  # secret = get_secret_key() / request.headers['apikey']
                     indirect = h.is_indirect_reference(line)
@@ -616,7 +780,7 @@ def _extras(t: _Text, out: list[Finding], eng: _Engine) -> None:
             if not (_value_filtered(eng, v) or _placeholder(v) or v.lower() in _CONFIG_LITERALS):
                 out.append(Finding(env.start(g), env.end(g), "extra: env assignment"))
         for m in _BASE64_AUTH.finditer(text, max(ls, fresh), le):
-            before = text[max(ls, m.start() - 2):m.start()]
+            before = text[max(ls, m.start() - 2) : m.start()]
             if before[-1:].isalnum() or (before[-1:] == "_" and before[:1].isalnum()):
                 continue  # oauth, my_auth: the key must be exactly auth or _auth
             try:
@@ -706,8 +870,8 @@ def apply_redactions(text: str, findings: Iterable[Finding]) -> str:
     out: list[str] = []
     pos = 0
     for f in findings:
-        out.append(text[pos:f.start])
-        out.append(_replacement(text[f.start:f.end]))
+        out.append(text[pos : f.start])
+        out.append(_replacement(text[f.start : f.end]))
         pos = f.end
     out.append(text[pos:])
     return "".join(out)

@@ -1,5 +1,6 @@
 """Files as git sees them: nested .gitignore, .git/info/exclude, .repoctxignore, vendored folders,
 binaries, size cap, symlinks kept inside the root, secrets left out or redacted."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -17,15 +18,57 @@ from repoctx.ingest.languages import language_of
 from repoctx.ingest.secrets import redact as _redact_secrets
 
 SKIP_DIRS = {
-    ".git", ".hg", ".svn", "node_modules", "bower_components", "vendor", "third_party",
-    "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
-    ".ruff_cache", ".idea", ".vscode", ".next", ".nuxt", ".gradle", ".repoctx",
-    "site-packages", ".eggs", ".cache",
+    ".git",
+    ".hg",
+    ".svn",
+    "node_modules",
+    "bower_components",
+    "vendor",
+    "third_party",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".idea",
+    ".vscode",
+    ".next",
+    ".nuxt",
+    ".gradle",
+    ".repoctx",
+    "site-packages",
+    ".eggs",
+    ".cache",
 }
 SECRET_PATTERNS = [
-    ".env", ".env.*", "*.env", "*.pem", "*.key", "*.p12", "*.pfx", "*.crt", "*.cer", "*.der", "*.jks",
-    "*.keystore", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".netrc", ".pgpass", ".npmrc",
-    ".pypirc", "credentials", "credentials.json", "*.kdbx", "secrets.*", "*.tfstate",
+    ".env",
+    ".env.*",
+    "*.env",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "*.crt",
+    "*.cer",
+    "*.der",
+    "*.jks",
+    "*.keystore",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    ".netrc",
+    ".pgpass",
+    ".npmrc",
+    ".pypirc",
+    "credentials",
+    "credentials.json",
+    "*.kdbx",
+    "secrets.*",
+    "*.tfstate",
 ]
 # output folders that a project's own importable package may also be named (coverage.py's coverage/, pypa/build's
 # src/build/): skipped like SKIP_DIRS unless the folder holds an __init__.py
@@ -92,7 +135,7 @@ class _IgnoreStack:
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
         for base, spec in reversed(self.levels):
-            sub = rel[len(base) + 1:] if base else rel
+            sub = rel[len(base) + 1 :] if base else rel
             result = spec.check_file(sub + "/" if is_dir else sub)
             if result.include is not None:
                 return bool(result.include)
@@ -144,6 +187,7 @@ def _push_ignores(stack: _IgnoreStack, d: str, rel: str, names: set[str]) -> boo
 class Folder:
     """A folder the walk enters and the ignore rules in force inside it: what a watcher asks of a change
     there (would the walk keep this file, enter this folder) without walking again."""
+
     rel: str  # repository path, "" for the root
     path: str
     levels: tuple
@@ -173,8 +217,9 @@ def walk_dirs(root: Path, settings: Settings | None = None) -> Iterator[Folder]:
     yield from _dirs(str(root), str(root), "", _root_stack(root, settings), settings, set())
 
 
-def _dirs(root: str, d: str, rel: str, stack: _IgnoreStack, settings: Settings,
-          visited: set[tuple[int, int]]) -> Iterator[Folder]:
+def _dirs(
+    root: str, d: str, rel: str, stack: _IgnoreStack, settings: Settings, visited: set[tuple[int, int]]
+) -> Iterator[Folder]:
     try:
         st = os.stat(d)
         if (st.st_dev, st.st_ino) in visited:
@@ -229,8 +274,15 @@ def _file_language(name: str, rel: str, stack: _IgnoreStack, settings: Settings,
     return language
 
 
-def _walk_dir(root: str, d: str, rel: str, stack: _IgnoreStack, settings: Settings,
-              report: WalkReport, visited: set[tuple[int, int]]) -> Iterator[SourceFile]:
+def _walk_dir(
+    root: str,
+    d: str,
+    rel: str,
+    stack: _IgnoreStack,
+    settings: Settings,
+    report: WalkReport,
+    visited: set[tuple[int, int]],
+) -> Iterator[SourceFile]:
     try:
         st = os.stat(d)
     except OSError as e:

@@ -50,6 +50,7 @@ user's REPOCTX_* variables.
 Entry points: ``build_server``, ``http_app``, ``mcp_command`` (the ``repoctx mcp`` command),
 ``register(app)`` (adds that command to a Typer app) and ``python -m repoctx.mcp``.
 """
+
 from __future__ import annotations
 
 from repoctx.mcp.server import (
@@ -64,5 +65,16 @@ from repoctx.mcp.server import (
 )
 from repoctx.mcp.state import DEFAULT_MAX_TOKENS, TOOLS, RepoctxMCP
 
-__all__ = ["build_server", "http_app", "mcp_command", "register", "main", "RepoctxMCP", "ScopeForKey",
-           "keys_file_scope_for_key", "service_scope_for_key", "DEFAULT_MAX_TOKENS", "TOOLS"]
+__all__ = [
+    "build_server",
+    "http_app",
+    "mcp_command",
+    "register",
+    "main",
+    "RepoctxMCP",
+    "ScopeForKey",
+    "keys_file_scope_for_key",
+    "service_scope_for_key",
+    "DEFAULT_MAX_TOKENS",
+    "TOOLS",
+]

@@ -1,4 +1,5 @@
 """``python -m repoctx.mcp``: the ``repoctx mcp`` command."""
+
 from repoctx.mcp.server import main
 
 main()

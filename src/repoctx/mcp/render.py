@@ -3,6 +3,7 @@
 Search hits are shaped by ``repoctx.render`` (the one renderer every surface shares); this module adds what
 a protocol answer needs around them: headers and paging footers, the status and reindex reports, and the
 counting that keeps a result inside the server's token budget."""
+
 from __future__ import annotations
 
 import json
@@ -81,11 +82,16 @@ def header(tool: str, d: dict, shown: tuple[int, int], total: int) -> str:
     a, b = shown
     rng = f"{a}-{b} of {total}" if total else "none"
     if tool == "search_code":
-        lines = [f"search_code {d.get('query')!r}: {rng} ({d.get('level')}, {d.get('mode')}, "
-                 f"detail {d.get('detail') or shared.DEFAULT_DETAIL}); cite as given (path:start-end :: qualname)"]
+        lines = [
+            f"search_code {d.get('query')!r}: {rng} ({d.get('level')}, {d.get('mode')}, "
+            f"detail {d.get('detail') or shared.DEFAULT_DETAIL}); cite as given (path:start-end :: qualname)"
+        ]
     elif tool == "symbol":
-        lines = [f"symbol {d.get('name')!r}: definitions {a}-{b} of {d.get('total', total)}" if total
-                 else f"symbol {d.get('name')!r}: no definition"]
+        lines = [
+            f"symbol {d.get('name')!r}: definitions {a}-{b} of {d.get('total', total)}"
+            if total
+            else f"symbol {d.get('name')!r}: no definition"
+        ]
         if d.get("hint"):
             lines.append(f"note: {d['hint']}")
         if d.get("did_you_mean"):
@@ -111,7 +117,7 @@ def header(tool: str, d: dict, shown: tuple[int, int], total: int) -> str:
 def footer(tool: str, cursor: str | None) -> str:
     if not cursor:
         return ""
-    return (f"next_cursor: {cursor}\n(more: call {tool} again with the same arguments and cursor=\"{cursor}\")")
+    return f'next_cursor: {cursor}\n(more: call {tool} again with the same arguments and cursor="{cursor}")'
 
 
 def render_plain(tool: str, d: dict) -> str:
@@ -189,7 +195,7 @@ def render_status(r: dict) -> str:
 def render_report(r: dict) -> str:
     from repoctx.indexer import describe_no_change
 
-    changes = _changes(r, '_paths')
+    changes = _changes(r, "_paths")
     if changes == "no changes":  # say what an earlier refresh (this process's or another's) applied, and when
         changes = describe_no_change(r.get("previous_change"), counts="added" in (r.get("previous_change") or {}))
     line = f"{r.get('repo')}: reindexed in {r.get('seconds')}s: {changes}"
@@ -210,8 +216,11 @@ def _cut_to_fit(item: dict, field: str, render, room: int) -> int:
     """Cuts item[field] to its first lines (a third fewer at a time, one at the least) until both render(item) and
     item as JSON fit ``room`` tokens; returns how many lines it kept."""
     lines = item[field].split("\n")
-    while len(lines) > 1 and max(count(render({**item, field: "\n".join(lines)})),
-                                 count(to_json({**item, field: "\n".join(lines)}))) > room:
+    while (
+        len(lines) > 1
+        and max(count(render({**item, field: "\n".join(lines)})), count(to_json({**item, field: "\n".join(lines)})))
+        > room
+    ):
         lines = lines[: max(1, len(lines) * 2 // 3)]
     item[field] = "\n".join(lines)
     return len(lines)
@@ -222,13 +231,17 @@ def shrink(item: Any, room: int) -> Any:
     if isinstance(item, dict) and item.get("text") and "citation" in item:  # a definition (symbol)
         item = dict(item)
         kept = _cut_to_fit(item, "text", shared.symbol_match_text, room)
-        item["text_note"] = (f"body cut to its first {kept} lines to fit the token budget; read_file "
-                             f"{item.get('path')} from line {item.get('start_line', 1) + kept} for the rest")
+        item["text_note"] = (
+            f"body cut to its first {kept} lines to fit the token budget; read_file "
+            f"{item.get('path')} from line {item.get('start_line', 1) + kept} for the rest"
+        )
         return item
     if not isinstance(item, dict) or not item.get("snippet"):
         return item
     item = dict(item)
     kept = _cut_to_fit(item, "snippet", lambda x: shared.item_text(x, "full"), room)
-    item["snippet_note"] = (f"snippet cut to {kept} lines to fit the token budget; read_file "
-                            f"{item.get('path')} lines {item.get('start_line')}-{item.get('end_line')} for the rest")
+    item["snippet_note"] = (
+        f"snippet cut to {kept} lines to fit the token budget; read_file "
+        f"{item.get('path')} lines {item.get('start_line')}-{item.get('end_line')} for the rest"
+    )
     return item

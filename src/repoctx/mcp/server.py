@@ -1,5 +1,6 @@
 """The MCP server: the official SDK's ``MCPServer`` over ``RepoctxMCP``, API keys for HTTP, and the
 ``repoctx mcp`` command."""
+
 from __future__ import annotations
 
 import hashlib
@@ -32,8 +33,9 @@ ScopeForKey = Callable[[str], Scope | None]
 
 def _to_result(d: dict) -> CallToolResult:
     if is_error(d):
-        return CallToolResult(content=[TextContent(type="text", text=mr.render_error(d))], structured_content=d,
-                              is_error=True)
+        return CallToolResult(
+            content=[TextContent(type="text", text=mr.render_error(d))], structured_content=d, is_error=True
+        )
     text = d.pop("_text", None) or mr.render_plain("result", d)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=wire(d))
 
@@ -56,9 +58,15 @@ def _principal_scope(ctx: Context | None, scope_for_key: ScopeForKey | None, sco
     return scope
 
 
-def build_server(repos: Sequence[Path | str], settings: Settings | None = None,
-                 scope_for_key: ScopeForKey | None = None, *,
-                 max_tokens: int | None = None, refresh: bool = True, name: str = "repoctx") -> _Server:
+def build_server(
+    repos: Sequence[Path | str],
+    settings: Settings | None = None,
+    scope_for_key: ScopeForKey | None = None,
+    *,
+    max_tokens: int | None = None,
+    refresh: bool = True,
+    name: str = "repoctx",
+) -> _Server:
     """The MCP server for ``repos`` (paths, or names in a shared store). With ``scope_for_key`` the server
     requires a bearer key over HTTP and reads through that key's Scope; without it, it serves everything (stdio).
     The repoctx state is ``server.repoctx`` (a ``RepoctxMCP``)."""
@@ -66,8 +74,9 @@ def build_server(repos: Sequence[Path | str], settings: Settings | None = None,
     if max_tokens is None:
         env = os.environ.get("REPOCTX_MCP_MAX_TOKENS", "").strip()
         max_tokens = int(env) if env else DEFAULT_MAX_TOKENS
-    state = RepoctxMCP([Path(r) if not isinstance(r, Path) else r for r in repos], settings,
-                       max_tokens=max_tokens, refresh=refresh)
+    state = RepoctxMCP(
+        [Path(r) if not isinstance(r, Path) else r for r in repos], settings, max_tokens=max_tokens, refresh=refresh
+    )
     scopes: dict[str, Scope] = {}
     kw: dict[str, Any] = {}
     if scope_for_key is not None:
@@ -75,15 +84,23 @@ def build_server(repos: Sequence[Path | str], settings: Settings | None = None,
         from pydantic import AnyHttpUrl
 
         # bearer keys checked by the SDK's middleware (401 before MCP handling); no OAuth endpoints are served
-        kw = dict(auth=AuthSettings(issuer_url=AnyHttpUrl("http://127.0.0.1"), resource_server_url=None),
-                  token_verifier=_KeyVerifier(scope_for_key, scopes))
+        kw = dict(
+            auth=AuthSettings(issuer_url=AnyHttpUrl("http://127.0.0.1"), resource_server_url=None),
+            token_verifier=_KeyVerifier(scope_for_key, scopes),
+        )
     names = "the indexed repositories" if scope_for_key is not None else ", ".join(state.repos)
-    server = _Server(name, instructions=(
-        f"repoctx: indexed code search over {names}. Start with search_code for a question (symbol for a name you "
-        "know, grep for exact text, outline for what a file holds), follow callers/callees, read_file to check "
-        "details, get_context for compact context. Every result cites "
-        "code as 'path:start-end :: qualname': quote those citations. Results are paged: pass next_cursor back "
-        "as cursor for more."), log_level="WARNING", **kw)
+    server = _Server(
+        name,
+        instructions=(
+            f"repoctx: indexed code search over {names}. Start with search_code for a question (symbol for a name you "
+            "know, grep for exact text, outline for what a file holds), follow callers/callees, read_file to check "
+            "details, get_context for compact context. Every result cites "
+            "code as 'path:start-end :: qualname': quote those citations. Results are paged: pass next_cursor back "
+            "as cursor for more."
+        ),
+        log_level="WARNING",
+        **kw,
+    )
     server.repoctx = state
     server.repoctx_auth = scope_for_key is not None
     several = state.several
@@ -98,8 +115,9 @@ def build_server(repos: Sequence[Path | str], settings: Settings | None = None,
     fns = tool_functions(run)
     for fn in fns:
         tool = _without_repo(fn) if not several else fn
-        server.add_tool(tool, description=inspect.cleandoc(fn.__doc__ or ""),
-                        annotations=WRITE if fn.__name__ in WRITES else READ)
+        server.add_tool(
+            tool, description=inspect.cleandoc(fn.__doc__ or ""), annotations=WRITE if fn.__name__ in WRITES else READ
+        )
         server.repoctx_params[fn.__name__] = tuple(n for n in inspect.signature(tool).parameters if n != "ctx")
     return server
 
@@ -208,11 +226,16 @@ def keys_file_scope_for_key(path: str | Path) -> ScopeForKey:
         else:
             grants = spec.get("grants")
             try:
-                sc = Scope(repos=listed(spec.get("repos")), include=listed(spec.get("include")),
-                           exclude=listed(spec.get("exclude")),
-                           grants=None if grants is None else tuple(
-                               Grant(g.get("repo", "*"), listed(g.get("include")), listed(g.get("exclude")))
-                               for g in grants))
+                sc = Scope(
+                    repos=listed(spec.get("repos")),
+                    include=listed(spec.get("include")),
+                    exclude=listed(spec.get("exclude")),
+                    grants=None
+                    if grants is None
+                    else tuple(
+                        Grant(g.get("repo", "*"), listed(g.get("include")), listed(g.get("exclude"))) for g in grants
+                    ),
+                )
             except GlobError as e:  # (the key itself is a secret: named by its place in the file)
                 raise ConfigError(f"{path}: key #{n}: {e}") from None
         table.append((hashlib.sha256(key.encode()).digest(), sc))
@@ -250,17 +273,24 @@ def service_scope_for_key(settings: Settings, root: Path | None = None) -> Scope
 
 # ---------------------------------------------------------------------------------------------- CLI
 def mcp_command(
-        transport: str = typer.Option("stdio", "--transport", help="stdio (local agents) | http (streamable HTTP)"),
-        repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path, or a name in a shared store "
-                                                                 "(repeatable; default .)"),
-        host: str = typer.Option("127.0.0.1", "--host", help="HTTP: interface to listen on."),
-        port: int = typer.Option(8765, "--port", help="HTTP: port."),
-        max_tokens: int | None = typer.Option(None, "--max-tokens", min=MIN_MAX_TOKENS,
-                                                 help=f"Token budget of one result (default {DEFAULT_MAX_TOKENS}, "
-                                                      "or REPOCTX_MCP_MAX_TOKENS)."),
-        keys: Path | None = typer.Option(None, "--keys", help="HTTP: a JSON file of API keys -> scopes (default: "
-                                                                 "the service's keys, `repoctx keys add`)."),
-        no_refresh: bool = typer.Option(False, "--no-refresh", help="Never refresh the index in the background."),
+    transport: str = typer.Option("stdio", "--transport", help="stdio (local agents) | http (streamable HTTP)"),
+    repo: list[str] = typer.Option(
+        [], "--repo", "-r", help="Repository path, or a name in a shared store (repeatable; default .)"
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="HTTP: interface to listen on."),
+    port: int = typer.Option(8765, "--port", help="HTTP: port."),
+    max_tokens: int | None = typer.Option(
+        None,
+        "--max-tokens",
+        min=MIN_MAX_TOKENS,
+        help=f"Token budget of one result (default {DEFAULT_MAX_TOKENS}, or REPOCTX_MCP_MAX_TOKENS).",
+    ),
+    keys: Path | None = typer.Option(
+        None,
+        "--keys",
+        help="HTTP: a JSON file of API keys -> scopes (default: the service's keys, `repoctx keys add`).",
+    ),
+    no_refresh: bool = typer.Option(False, "--no-refresh", help="Never refresh the index in the background."),
 ):
     """Serve repoctx's tools over MCP (Claude Code, Cursor, any MCP client)."""
     err = lambda m: typer.echo(f"error: {m}", err=True)  # noqa: E731 - stdout belongs to the protocol

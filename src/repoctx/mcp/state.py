@@ -3,6 +3,7 @@ views and scopes, the background refresh, and the paging of every list under the
 
 Pages are cut with an opaque cursor (tool, a hash of the arguments, an offset): stateless, so it survives
 restarts, and a cursor used with other arguments is refused rather than misapplied."""
+
 from __future__ import annotations
 
 import base64
@@ -33,10 +34,27 @@ MIN_MAX_TOKENS = 200
 REFRESH_INTERVAL = 60.0  # seconds between freshness checks noticed by tool calls (trees not watched)
 BUSY_RETRY = 2.0  # seconds before a watched change is applied again when another process was indexing
 LIST_PREVIEW = 20  # changed paths shown by index_status / reindex
-TOOLS = ("search_code", "get_context", "symbol", "grep", "outline", "callers", "callees", "read_file", "list_files",
-         "index_status", "reindex")
-PAGED = {"search_code": "results", "symbol": "matches", "outline": "units", "callers": "callers",
-         "callees": "callees", "list_files": "files"}
+TOOLS = (
+    "search_code",
+    "get_context",
+    "symbol",
+    "grep",
+    "outline",
+    "callers",
+    "callees",
+    "read_file",
+    "list_files",
+    "index_status",
+    "reindex",
+)
+PAGED = {
+    "search_code": "results",
+    "symbol": "matches",
+    "outline": "units",
+    "callers": "callers",
+    "callees": "callees",
+    "list_files": "files",
+}
 GREP_PAGE = 200  # matching lines asked of the library per grep call (then cut to the token budget)
 SYMBOL_LIMIT = 25  # definitions symbol lists (in pages)
 
@@ -70,13 +88,21 @@ def _decode_cursor(tool: str, h: str, cursor: str) -> int:
         data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         t, ch, off = data["t"], data["h"], int(data["o"])
     except (ValueError, KeyError, TypeError, binascii.Error):
-        raise Refusal(tool, "invalid_argument", "cursor is not a cursor this server issued: pass next_cursor "
-                                                  "from the previous result unchanged, or leave it empty") from None
+        raise Refusal(
+            tool,
+            "invalid_argument",
+            "cursor is not a cursor this server issued: pass next_cursor "
+            "from the previous result unchanged, or leave it empty",
+        ) from None
     if t != tool:
         raise Refusal(tool, "invalid_argument", f"this cursor belongs to {t}, not {tool}")
     if ch != h or off < 0:
-        raise Refusal(tool, "invalid_argument", "this cursor belongs to a call with other arguments: repeat the "
-                                                  "previous call's arguments with it, or leave cursor empty")
+        raise Refusal(
+            tool,
+            "invalid_argument",
+            "this cursor belongs to a call with other arguments: repeat the "
+            "previous call's arguments with it, or leave cursor empty",
+        )
     return off
 
 
@@ -101,9 +127,15 @@ class _Repo:
 class RepoctxMCP:
     """What the MCP tools do, independent of the protocol: repositories, views, scopes, pages, refreshes."""
 
-    def __init__(self, repos: list[Path | str], settings: Settings | None = None, *,
-                 max_tokens: int = DEFAULT_MAX_TOKENS, refresh: bool = True,
-                 refresh_interval: float = REFRESH_INTERVAL):
+    def __init__(
+        self,
+        repos: list[Path | str],
+        settings: Settings | None = None,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        refresh: bool = True,
+        refresh_interval: float = REFRESH_INTERVAL,
+    ):
         self.settings = settings or resolve_settings(r for r in repos if Path(r).is_dir())
         if max_tokens < MIN_MAX_TOKENS:
             raise ValueError(f"max_tokens must be at least {MIN_MAX_TOKENS}, not {max_tokens}")
@@ -129,8 +161,10 @@ class RepoctxMCP:
         shared = bool(s.database_url or s.index_dir) and len(specs) > 1
         names_only = [p for p in specs if not Path(p).is_dir()]
         if names_only and not (s.database_url or s.index_dir):
-            raise StoreError(f"{names_only[0]} is not a directory (a repository name needs a shared store: set "
-                             "REPOCTX_INDEX_DIR or REPOCTX_DATABASE_URL)")
+            raise StoreError(
+                f"{names_only[0]} is not a directory (a repository name needs a shared store: set "
+                "REPOCTX_INDEX_DIR or REPOCTX_DATABASE_URL)"
+            )
         store = None
         if shared or names_only:
             first = next((Path(p).resolve() for p in specs if Path(p).is_dir()), None)
@@ -140,8 +174,10 @@ class RepoctxMCP:
                 raise
             except StoreError:
                 if names_only:
-                    raise StoreError(f"no index at {(s.database_url and 'REPOCTX_DATABASE_URL') or s.index_dir}: "
-                                     f"repository {names_only[0]!r} is not indexed there") from None
+                    raise StoreError(
+                        f"no index at {(s.database_url and 'REPOCTX_DATABASE_URL') or s.index_dir}: "
+                        f"repository {names_only[0]!r} is not indexed there"
+                    ) from None
                 store = open_store(s, first, create=True, long_lived=True)
         for spec in specs:
             if Path(spec).is_dir():
@@ -161,8 +197,11 @@ class RepoctxMCP:
         if store is not None:
             names = tuple(self.repos)
             only = next(iter(self.repos.values()))
-            self.views = [only.index if len(names) == 1 and only.index is not None
-                          else Index(settings=s, repos=names, store=store)]
+            self.views = [
+                only.index
+                if len(names) == 1 and only.index is not None
+                else Index(settings=s, repos=names, store=store)
+            ]
         else:
             for i, r in enumerate(self.repos.values()):
                 assert r.index is not None  # every spec is a directory here: opened above
@@ -224,8 +263,9 @@ class RepoctxMCP:
         if not self._refresh_enabled:
             return
         now = time.monotonic()
-        if now - self._last_tick >= self.refresh_interval and not all(r.watched for r in self.repos.values()
-                                                                      if r.index is not None):
+        if now - self._last_tick >= self.refresh_interval and not all(
+            r.watched for r in self.repos.values() if r.index is not None
+        ):
             self._start_refresh("tool call")
 
     def _start_refresh(self, reason: str, changed: set[str] | None = None) -> None:
@@ -241,8 +281,9 @@ class RepoctxMCP:
                 return
             self._refreshing = True
             self._last_tick = time.monotonic()
-            self._refresh_thread = threading.Thread(target=self._refresh_loop, args=(reason,), daemon=True,
-                                                    name="repoctx-mcp-refresh")
+            self._refresh_thread = threading.Thread(
+                target=self._refresh_loop, args=(reason,), daemon=True, name="repoctx-mcp-refresh"
+            )
             self._refresh_thread.start()
 
     def _refresh_loop(self, reason: str) -> None:
@@ -298,8 +339,12 @@ class RepoctxMCP:
                     t0 = time.time()
                     first = r.building or not ix.indexed()
                     # vectors: on a first build, or once a search has loaded the model (never loaded just for this)
-                    rep = ix.update(wait=False, embed=first or self._model_loaded(r), background=True,
-                                    by="background refresh of the MCP server")
+                    rep = ix.update(
+                        wait=False,
+                        embed=first or self._model_loaded(r),
+                        background=True,
+                        by="background refresh of the MCP server",
+                    )
                     r.building = False
                     if rep.changed or first:  # a save that changed no content keeps the last update's record
                         r.last_update = {"at": t0, "reason": reason, **_report_summary(rep, ix.repo, EVERYTHING)}
@@ -330,8 +375,11 @@ class RepoctxMCP:
                 ix = self.repos[n].index
                 if ix is not None and str(ix.root) == root:
                     return n
-        raise Refusal(tool, "unknown_repo", f"no repository {repo!r} here; repositories: "
-                                             f"{', '.join(visible) or 'none visible to this key'}")
+        raise Refusal(
+            tool,
+            "unknown_repo",
+            f"no repository {repo!r} here; repositories: {', '.join(visible) or 'none visible to this key'}",
+        )
 
     def _named_or_visible(self, tool: str, repo: str, scope: Scope) -> list[str]:
         """The repository a call names, else every one visible to the key; refused when that is none."""
@@ -360,11 +408,18 @@ class RepoctxMCP:
     def _check_ready(self, tool: str, names: list[str]) -> None:
         building = [n for n in names if self.repos[n].building]
         if building and not self._refresh_enabled:
-            raise Refusal(tool, "not_indexed", f"{', '.join(building)} is not indexed: call reindex (or run "
-                                                "`repoctx index` on it), then try again")
+            raise Refusal(
+                tool,
+                "not_indexed",
+                f"{', '.join(building)} is not indexed: call reindex (or run `repoctx index` on it), then try again",
+            )
         if building:
-            raise Refusal(tool, "not_indexed", f"{', '.join(building)} is being indexed for the first time; "
-                                                "call index_status to follow it, then try again")
+            raise Refusal(
+                tool,
+                "not_indexed",
+                f"{', '.join(building)} is being indexed for the first time; "
+                "call index_status to follow it, then try again",
+            )
 
     # ---------------------------------------------------------------- tools
     def call(self, tool: str, args: dict, scope: Scope | None = None) -> dict:
@@ -413,8 +468,13 @@ class RepoctxMCP:
         results = [getattr(RepoTools(view, sc), tool)(**args) for view, sc, _ in targets]
         if len(results) == 1:
             out = results[0]
-            if tool == "list_files" and self.several and not is_error(out) and len(targets[0][2]) == 1 \
-                    and len(self.views) > 1:
+            if (
+                tool == "list_files"
+                and self.several
+                and not is_error(out)
+                and len(targets[0][2]) == 1
+                and len(self.views) > 1
+            ):
                 out["files"] = [f"{targets[0][2][0]}:{p}" for p in out["files"]]
             return out
         errors = [r for r in results if is_error(r)]
@@ -466,7 +526,7 @@ class RepoctxMCP:
             return errors[0]
         scored.sort(key=lambda x: -x[0])
         out = answers[0]
-        out["results"] = [d for _, d in scored[:out["k"]]]
+        out["results"] = [d for _, d in scored[: out["k"]]]
         out["count"] = len(out["results"])
         out["notes"] = list(dict.fromkeys(n for a in answers for n in a.get("notes", [])))
         if out["results"]:
@@ -480,8 +540,11 @@ class RepoctxMCP:
         held = [r for r in ok if r.get("units") or r.get("language")]
         if len(held) > 1:
             where = ", ".join(r["repo"] for r in held)
-            return {"error": "ambiguous", "detail": f"{args.get('path')!r} is in several repositories ({where}): "
-                                                    "pass repo", "tool": "outline"}
+            return {
+                "error": "ambiguous",
+                "detail": f"{args.get('path')!r} is in several repositories ({where}): pass repo",
+                "tool": "outline",
+            }
         return held[0] if held else (ok[0] if ok else results[0])
 
     def _grep(self, args: dict, repo: str, scope: Scope, h: str, offset: int) -> dict:
@@ -514,23 +577,32 @@ class RepoctxMCP:
         if offset and offset >= total and total:
             raise Refusal("grep", "invalid_argument", f"the cursor points past the last of {total} matching lines")
         out = {k: v for k, v in base.items() if k not in ("limit", "next_offset")}
-        out.update(total=total, total_exact=exact, files_scanned=scanned, files_matched=matched, cut=cut,
-                   offset=offset)
+        out.update(total=total, total_exact=exact, files_scanned=scanned, files_matched=matched, cut=cut, offset=offset)
         budget = self.max_tokens
-        reserve = mr.count(mr.footer("grep", _encode_cursor("grep", h, 10 ** 7))) + 60
-        head_cost = mr.count(mr.to_json({**out, "matches": []})) + mr.count(shared.grep_head(out)) + \
-            sum(mr.count(f"note: {c}") for c in cut)
+        reserve = mr.count(mr.footer("grep", _encode_cursor("grep", h, 10**7))) + 60
+        head_cost = (
+            mr.count(mr.to_json({**out, "matches": []}))
+            + mr.count(shared.grep_head(out))
+            + sum(mr.count(f"note: {c}") for c in cut)
+        )
         room_tokens = budget - reserve - head_cost
         several = self.several
         keep: list[dict] = []
-        if sum(len(shared.grep_match_text(m, with_repo=several)) + len(mr.to_json(m)) + 2 for m in matches) \
-                > room_tokens:
+        if (
+            sum(len(shared.grep_match_text(m, with_repo=several)) + len(mr.to_json(m)) + 2 for m in matches)
+            > room_tokens
+        ):
             used = 0
             for j in range(0, len(matches), 32):
-                chunk = matches[j:j + 32]
-                costs = [max(a, b) + 2 for a, b in zip(
-                    mr.counts([shared.grep_match_text(m, with_repo=several) for m in chunk]),
-                    mr.counts([mr.to_json(m) for m in chunk]), strict=True)]
+                chunk = matches[j : j + 32]
+                costs = [
+                    max(a, b) + 2
+                    for a, b in zip(
+                        mr.counts([shared.grep_match_text(m, with_repo=several) for m in chunk]),
+                        mr.counts([mr.to_json(m) for m in chunk]),
+                        strict=True,
+                    )
+                ]
                 full = False
                 for m, c in zip(chunk, costs, strict=True):
                     if used + c > room_tokens and keep:
@@ -564,7 +636,7 @@ class RepoctxMCP:
             raise Refusal(tool, "invalid_argument", f"the cursor points past the last of {total} results")
         base = {k: v for k, v in full.items() if k != key}
         budget = self.max_tokens
-        foot = mr.footer(tool, _encode_cursor(tool, h, 10 ** 6))
+        foot = mr.footer(tool, _encode_cursor(tool, h, 10**6))
         head_text = mr.header(tool, base, (offset + 1, total), total)
         rest = items[offset:]
         detail = base.get("detail") or shared.DEFAULT_DETAIL
@@ -579,8 +651,12 @@ class RepoctxMCP:
             page, used, j = [], 0, 0
             while j < len(rest):  # count in batches, greedily fill the page
                 chunk = range(j, min(j + 16, len(rest)))
-                costs = [max(a, b) + 2 for a, b in zip(mr.counts([texts[i] for i in chunk]),
-                                                       mr.counts([jsons[i] for i in chunk]), strict=True)]
+                costs = [
+                    max(a, b) + 2
+                    for a, b in zip(
+                        mr.counts([texts[i] for i in chunk]), mr.counts([jsons[i] for i in chunk]), strict=True
+                    )
+                ]
                 full_page = False
                 for i, cost in zip(chunk, costs, strict=True):
                     if used + cost > room:
@@ -608,8 +684,9 @@ class RepoctxMCP:
 
     def _assemble(self, tool, base, page, key, offset, total, cursor) -> dict:
         out = dict(base)
-        out[key] = [{k: v for k, v in it.items() if not k.startswith("_")} if isinstance(it, dict) else it
-                    for it in page]
+        out[key] = [
+            {k: v for k, v in it.items() if not k.startswith("_")} if isinstance(it, dict) else it for it in page
+        ]
         out["count"] = len(page)
         out["total"] = total if tool not in ("list_files", "symbol") else base.get("total", total)
         out["offset"] = offset
@@ -619,11 +696,15 @@ class RepoctxMCP:
     def _text_of(self, tool, out, page, offset, total, cursor) -> str:
         parts = [mr.header(tool, out, (offset + 1, offset + len(page)), total)]
         parts += [mr.render_item(tool, it, out.get("detail") or shared.DEFAULT_DETAIL, self.several) for it in page]
-        if tool == "symbol" and any(isinstance(it, dict) and "text" in it for it in page):  # a blank line between bodies
+        if tool == "symbol" and any(
+            isinstance(it, dict) and "text" in it for it in page
+        ):  # a blank line between bodies
             parts = [parts[0], "\n\n".join(parts[1:])] if len(parts) > 1 else parts
         if tool == "list_files" and out.get("truncated"):
-            parts.append(f"(the index holds {out.get('total')} matching files; only the first {total} are listed: "
-                         "narrow the glob)")
+            parts.append(
+                f"(the index holds {out.get('total')} matching files; only the first {total} are listed: "
+                "narrow the glob)"
+            )
         foot = mr.footer(tool, cursor)
         if foot:
             parts.append(foot)
@@ -642,8 +723,11 @@ class RepoctxMCP:
         targets = self._targets("get_context", repo, scope)
         if len(targets) > 1:
             names = [n for _, _, ns in targets for n in ns]
-            raise Refusal("get_context", "ambiguous", f"several repositories are served ({', '.join(names)}): "
-                                                       "pass repo to choose one")
+            raise Refusal(
+                "get_context",
+                "ambiguous",
+                f"several repositories are served ({', '.join(names)}): pass repo to choose one",
+            )
         view, sc, _ = targets[0]
         asked = args.get("budget", 2000)
         room = max(self.max_tokens * 3 // 4 - 200, 100)  # the rest: header, citations, note
@@ -654,8 +738,10 @@ class RepoctxMCP:
         if is_error(d):
             return d
         if lowered:
-            d["note"] = (d.get("note", "") + f" budget lowered from {asked} to {room} tokens to fit this server's "
-                                              f"result limit ({self.max_tokens})").strip()
+            d["note"] = (
+                d.get("note", "") + f" budget lowered from {asked} to {room} tokens to fit this server's "
+                f"result limit ({self.max_tokens})"
+            ).strip()
         text = mr.render_plain("get_context", d)
         if not mr.fits(text, self.max_tokens) or not mr.fits(mr.to_json(d), self.max_tokens):
             d["text"] = mr.clip(d["text"], room)
@@ -679,8 +765,11 @@ class RepoctxMCP:
         ok = [r for r in results if not is_error(r)]
         if len(ok) > 1:
             where = ", ".join(r["repo"] for r in ok)
-            return {"error": "ambiguous", "detail": f"{args.get('path')!r} is in several repositories ({where}): "
-                                                    "pass repo", "tool": "read_file"}
+            return {
+                "error": "ambiguous",
+                "detail": f"{args.get('path')!r} is in several repositories ({where}): pass repo",
+                "tool": "read_file",
+            }
         if not ok:
             errs = sorted(results, key=lambda r: r["error"] == "not_served")
             return errs[0]
@@ -693,7 +782,7 @@ class RepoctxMCP:
         want_end = int(args.get("end") or 0) or d["total_lines"]
         budget = self.max_tokens
         head = f"read_file {d['repo']}:{d['path']} lines {{a}}-{{b}} of {d['total_lines']}"
-        reserve = mr.count(mr.footer("read_file", _encode_cursor("read_file", h, 10 ** 7))) + 40
+        reserve = mr.count(mr.footer("read_file", _encode_cursor("read_file", h, 10**7))) + 40
         meta_cost = mr.count(mr.to_json({k: v for k, v in d.items() if k != "text"})) + mr.count(head) + 20
         room = budget - reserve - meta_cost
         keep: list[str] = []
@@ -702,8 +791,11 @@ class RepoctxMCP:
         else:
             used = 0
             for j in range(0, len(lines), 64):
-                chunk = lines[j:j + 64]
-                costs = [max(a, b) + 1 for a, b in zip(mr.counts(chunk), mr.counts([mr.to_json(ln) for ln in chunk]), strict=True)]
+                chunk = lines[j : j + 64]
+                costs = [
+                    max(a, b) + 1
+                    for a, b in zip(mr.counts(chunk), mr.counts([mr.to_json(ln) for ln in chunk]), strict=True)
+                ]
                 stop = False
                 for ln, c in zip(chunk, costs, strict=True):
                     if used + c > room:
@@ -723,8 +815,10 @@ class RepoctxMCP:
         out["end"] = last
         out["truncated"] = more
         out["symbols"] = [c for c in d.get("symbols", []) if _overlaps(c, start, last)]
-        out["note"] = (f"lines {start}-{last} of {d['total_lines']}, numbered 'N| '; cite as "
-                       f"{d['path']}:{start}-{last} :: <symbol> (or a citation from 'symbols')")
+        out["note"] = (
+            f"lines {start}-{last} of {d['total_lines']}, numbered 'N| '; cite as "
+            f"{d['path']}:{start}-{last} :: <symbol> (or a citation from 'symbols')"
+        )
         if d.get("redactions"):
             out["note"] += "; secrets are shown as [REDACTED]"
         out["next_cursor"] = cursor
@@ -747,12 +841,17 @@ class RepoctxMCP:
             r = self.repos[n]
             item: dict[str, Any] = {"repo": n}
             if r.building:
-                item.update(indexed=False, fresh=False, building=True,
-                            note="being indexed for the first time in the background")
+                item.update(
+                    indexed=False, fresh=False, building=True, note="being indexed for the first time in the background"
+                )
             elif r.index is None:
                 view = self.views[r.unit]
-                item.update(indexed=True, fresh=None, counts=view.store.counts(replace(scope, repos=(n,))),
-                            note="the files are not on this machine: freshness is not checked")
+                item.update(
+                    indexed=True,
+                    fresh=None,
+                    counts=view.store.counts(replace(scope, repos=(n,))),
+                    note="the files are not on this machine: freshness is not checked",
+                )
             else:
                 st = r.index.status()
                 for k in ("added", "modified", "deleted"):
@@ -765,13 +864,22 @@ class RepoctxMCP:
                 item.update(st)
                 item["root"] = str(r.index.root) if scope.unrestricted else None
                 if not st.get("fresh"):
-                    item["note"] = ("changed since the last index: an incremental refresh runs in the background "
-                                    + ("(the tree is watched: within seconds of a change)" if r.watched
-                                       else "(at most once a minute)") + "; reindex refreshes now")
+                    item["note"] = (
+                        "changed since the last index: an incremental refresh runs in the background "
+                        + (
+                            "(the tree is watched: within seconds of a change)"
+                            if r.watched
+                            else "(at most once a minute)"
+                        )
+                        + "; reindex refreshes now"
+                    )
                     self._start_refresh("stale status")
-            item["refresh"] = {"running": bool(self._refresh_thread and self._refresh_thread.is_alive()),
-                               "last_check": r.last_check, "last_update": _scoped_update(r.last_update, n, scope),
-                               "error": r.error}
+            item["refresh"] = {
+                "running": bool(self._refresh_thread and self._refresh_thread.is_alive()),
+                "last_check": r.last_check,
+                "last_update": _scoped_update(r.last_update, n, scope),
+                "error": r.error,
+            }
             item["watch"] = self._watch_status(r)
             out.append(item)
         return {"repos": out, "max_tokens": self.max_tokens}
@@ -798,15 +906,14 @@ class RepoctxMCP:
                 try:
                     rep = r.index.update(wait=False, embed=True, background=True, by="MCP reindex")
                 except IndexBusy:
-                    raise Refusal("reindex", "busy", f"another process is indexing {n!r}; try again shortly") \
-                        from None
+                    raise Refusal("reindex", "busy", f"another process is indexing {n!r}; try again shortly") from None
                 r.building = False
                 r.last_check, r.last_fresh = time.time(), True
                 summary = _report_summary(rep, n, EVERYTHING)
                 r.last_update = {"at": time.time(), "reason": "reindex", **summary}
                 r.error = None
             item = _report_summary(rep, n, scope)
-            item["vectors"] = ("filling in the background" if r.index.embedder is not None else "off (lexical only)")
+            item["vectors"] = "filling in the background" if r.index.embedder is not None else "off (lexical only)"
             reports.append(item)
         return {"reports": reports}
 
@@ -826,8 +933,13 @@ def _report_summary(rep, repo: str, scope: Scope) -> dict:
         paths = [p for p in getattr(rep, k) if scope.allows(repo, p)]
         out[k] = len(paths)
         out[f"{k}_paths"] = paths[:LIST_PREVIEW]
-    out.update(files_seen=rep.files_seen, unchanged=rep.unchanged, capsules_written=rep.capsules_written,
-               seconds=round(rep.seconds, 3), notes=list(rep.notes))
+    out.update(
+        files_seen=rep.files_seen,
+        unchanged=rep.unchanged,
+        capsules_written=rep.capsules_written,
+        seconds=round(rep.seconds, 3),
+        notes=list(rep.notes),
+    )
     prev = getattr(rep, "previous_change", None)
     if prev:
         out["previous_change"] = dict(prev)

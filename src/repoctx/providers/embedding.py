@@ -16,6 +16,7 @@ Every embedder returned here has ``model_id: str`` (changes when the vectors wou
 ``max_length``, requested dimensions), ``dim: int`` and ``encode(texts) -> np.ndarray`` (float32,
 shape ``(n, dim)``); ``embed_documents`` / ``embed_query`` return plain lists as LangChain expects.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -240,8 +241,10 @@ class LocalMiniLM(_AsyncForms):
         return self._session is not None
 
     def __repr__(self) -> str:
-        return (f"LocalMiniLM(max_length={self.max_length}, batch_size={self.batch_size}, "
-                f"threads={self.threads}, loaded={self.loaded})")
+        return (
+            f"LocalMiniLM(max_length={self.max_length}, batch_size={self.batch_size}, "
+            f"threads={self.threads}, loaded={self.loaded})"
+        )
 
     # -- loading
     def _ensure_loaded(self) -> None:
@@ -267,8 +270,7 @@ class LocalMiniLM(_AsyncForms):
             opts.inter_op_num_threads = 1
             opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            sess = ort.InferenceSession(str(path), sess_options=opts,
-                                        providers=["CPUExecutionProvider"])
+            sess = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
             names = tuple(i.name for i in sess.get_inputs())
             if "input_ids" not in names:
                 raise RuntimeError(f"unexpected ONNX inputs {names}: no input_ids")
@@ -316,7 +318,7 @@ class LocalMiniLM(_AsyncForms):
                         f.result()
             return out
         for start in range(0, len(order), self.batch_size):
-            idx = order[start:start + self.batch_size]
+            idx = order[start : start + self.batch_size]
             out[idx] = self._run([encs[i] for i in idx], int(lengths[idx].max()))
         return out
 
@@ -495,8 +497,10 @@ def get_embedder(spec: str | None = None, **options: Any) -> LocalMiniLM | Remot
                 raise ValueError(f"spec {spec!r}: no model file at {path}")
             tok = path.with_name("tokenizer.json")
             return LocalMiniLM(model_path=path, tokenizer_path=tok if tok.is_file() else None, **options)
-        raise ValueError(f"unknown local model {rest!r} in spec {spec!r}; "
-                         "use 'local' (or 'local:minilm'), 'local:code' or 'local:PATH.onnx'")
+        raise ValueError(
+            f"unknown local model {rest!r} in spec {spec!r}; "
+            "use 'local' (or 'local:minilm'), 'local:code' or 'local:PATH.onnx'"
+        )
 
     if provider not in _PROVIDERS:
         raise ValueError(
@@ -514,8 +518,7 @@ def get_embedder(spec: str | None = None, **options: Any) -> LocalMiniLM | Remot
             if not region:
                 import boto3
 
-                region = boto3.session.Session(
-                    profile_name=options.get("credentials_profile_name")).region_name
+                region = boto3.session.Session(profile_name=options.get("credentials_profile_name")).region_name
             options["region_name"] = region or "us-east-1"
         options.setdefault("normalize", True)
         inner = cls(model_id=model, **options)
@@ -589,7 +592,7 @@ def _body_after_header(text: str, signature: str, docstring: str) -> str:
             pos = len(text) if j < 0 else j + 1
             # a closing delimiter alone on the next line (triple quotes, */)
             k = text.find("\n", pos)
-            nxt = text[pos: len(text) if k < 0 else k].strip()
+            nxt = text[pos : len(text) if k < 0 else k].strip()
             if nxt and set(nxt) <= set("\"'*/#-=`"):
                 pos = len(text) if k < 0 else k + 1
     return text[pos:]

@@ -15,6 +15,7 @@ Tuning: ``REPOCTX_LLM_MAX_TOKENS`` (default 1024), ``REPOCTX_LLM_TEMPERATURE``, 
 GGUF models ``REPOCTX_LLM_THREADS`` (default 4), ``REPOCTX_LLM_CTX`` (default 8192) and
 ``REPOCTX_LLM_VERBOSITY`` (llama.cpp's log level, default 0: quiet).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,12 +26,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ProviderNotConfigured", "ProviderUnavailable", "ProviderSpec", "parse_spec", "resolve_spec",
-           "build_model", "model_from_env", "smollm2_path", "close_model", "gguf_model"]
+__all__ = [
+    "ProviderNotConfigured",
+    "ProviderUnavailable",
+    "ProviderSpec",
+    "parse_spec",
+    "resolve_spec",
+    "build_model",
+    "model_from_env",
+    "smollm2_path",
+    "close_model",
+    "gguf_model",
+]
 
-NOT_CONFIGURED = ("No language model is configured for the copilot: set REPOCTX_LLM, for example "
-                  "REPOCTX_LLM=openai:MODEL@http://localhost:8000/v1, ollama:llama3.1, bedrock, "
-                  "gguf:/path/model.gguf or smollm2.")
+NOT_CONFIGURED = (
+    "No language model is configured for the copilot: set REPOCTX_LLM, for example "
+    "REPOCTX_LLM=openai:MODEL@http://localhost:8000/v1, ollama:llama3.1, bedrock, "
+    "gguf:/path/model.gguf or smollm2."
+)
 
 
 class ProviderNotConfigured(RuntimeError):
@@ -90,29 +103,35 @@ def parse_spec(spec: str | None) -> ProviderSpec:
     if provider == "openai":
         model, base = _split_at(rest)
         if not model:
-            raise ProviderNotConfigured("REPOCTX_LLM=openai needs a model name: set REPOCTX_LLM=openai:MODEL or "
-                                        "openai:MODEL@http://host:port/v1.")
+            raise ProviderNotConfigured(
+                "REPOCTX_LLM=openai needs a model name: set REPOCTX_LLM=openai:MODEL or "
+                "openai:MODEL@http://host:port/v1."
+            )
         return ProviderSpec("openai", model, base)
     if provider == "ollama":
         model, host = _split_at(rest)
         if not model:
-            raise ProviderNotConfigured("REPOCTX_LLM=ollama needs a model name: set REPOCTX_LLM=ollama:MODEL "
-                                        "or ollama:MODEL@http://host:11434.")
+            raise ProviderNotConfigured(
+                "REPOCTX_LLM=ollama needs a model name: set REPOCTX_LLM=ollama:MODEL or ollama:MODEL@http://host:11434."
+            )
         if host and "://" not in host:
             host = f"http://{host}"
         return ProviderSpec("ollama", model, host or "http://localhost:11434")
     if provider == "llamacpp":
         if not rest:
-            raise ProviderNotConfigured("REPOCTX_LLM=llamacpp needs the server URL: set "
-                                        "REPOCTX_LLM=llamacpp:http://localhost:8080.")
+            raise ProviderNotConfigured(
+                "REPOCTX_LLM=llamacpp needs the server URL: set REPOCTX_LLM=llamacpp:http://localhost:8080."
+            )
         return ProviderSpec("llamacpp", "default", rest)
     if provider == "gguf":
         if not rest:
             raise ProviderNotConfigured("REPOCTX_LLM=gguf needs a file: set REPOCTX_LLM=gguf:/path/model.gguf.")
         return ProviderSpec("gguf", rest)
-    raise ProviderNotConfigured(f"REPOCTX_LLM={spec!r} names no known provider: use bedrock[:MODEL_ID], "
-                                "openai:MODEL@BASE_URL, ollama:MODEL[@HOST], llamacpp:URL, "
-                                "gguf:/path/model.gguf or smollm2.")
+    raise ProviderNotConfigured(
+        f"REPOCTX_LLM={spec!r} names no known provider: use bedrock[:MODEL_ID], "
+        "openai:MODEL@BASE_URL, ollama:MODEL[@HOST], llamacpp:URL, "
+        "gguf:/path/model.gguf or smollm2."
+    )
 
 
 def resolve_spec(env: Mapping[str, str] | None = None) -> ProviderSpec:
@@ -143,8 +162,15 @@ def _params(env: Mapping[str, str], max_tokens: int | None, temperature: float |
     return params
 
 
-def build_model(spec: ProviderSpec | str, *, env: Mapping[str, str] | None = None, max_tokens: int | None = None,
-                temperature: float | None = None, threads: int | None = None, n_ctx: int | None = None):
+def build_model(
+    spec: ProviderSpec | str,
+    *,
+    env: Mapping[str, str] | None = None,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    threads: int | None = None,
+    n_ctx: int | None = None,
+):
     """A Strands ``Model`` for the spec. Provider SDKs are imported here, lazily; a missing one raises
     ProviderUnavailable naming the pip extra. Nothing here reads or reports credentials."""
     env = os.environ if env is None else env
@@ -172,8 +198,9 @@ def build_model(spec: ProviderSpec | str, *, env: Mapping[str, str] | None = Non
         if spec.provider == "llamacpp" and base:
             base = base.rstrip("/") + ("" if base.rstrip("/").endswith("/v1") else "/v1")
         if not key and not base:
-            raise ProviderNotConfigured("REPOCTX_LLM=openai:MODEL without @BASE_URL talks to api.openai.com and "
-                                        "needs REPOCTX_LLM_API_KEY.")
+            raise ProviderNotConfigured(
+                "REPOCTX_LLM=openai:MODEL without @BASE_URL talks to api.openai.com and needs REPOCTX_LLM_API_KEY."
+            )
         client_args: dict[str, Any] = {"api_key": key or "not-needed", "max_retries": 0}
         if base:
             client_args["base_url"] = base
@@ -189,10 +216,13 @@ def build_model(spec: ProviderSpec | str, *, env: Mapping[str, str] | None = Non
             kwargs["temperature"] = params["temperature"]
         return OllamaModel(spec.base_url, **kwargs)
     if spec.provider == "gguf":
-        return gguf_model(spec.model or "", params=params,
-                          threads=threads or _number(env, "REPOCTX_LLM_THREADS", 4),
-                          n_ctx=n_ctx or _number(env, "REPOCTX_LLM_CTX", 8192),
-                          verbosity=_number(env, "REPOCTX_LLM_VERBOSITY", 0))
+        return gguf_model(
+            spec.model or "",
+            params=params,
+            threads=threads or _number(env, "REPOCTX_LLM_THREADS", 4),
+            n_ctx=n_ctx or _number(env, "REPOCTX_LLM_CTX", 8192),
+            verbosity=_number(env, "REPOCTX_LLM_VERBOSITY", 0),
+        )
     raise ProviderNotConfigured()  # pragma: no cover - parse_spec rejects unknown providers
 
 
@@ -222,8 +252,14 @@ def _openai_model_class() -> Any:  # Strands' OpenAIModel, subclassed by gguf_mo
     return OpenAIModel
 
 
-def gguf_model(path: str | os.PathLike, *, params: dict[str, Any] | None = None, threads: int = 4,
-               n_ctx: int = 8192, verbosity: int = 0):
+def gguf_model(
+    path: str | os.PathLike,
+    *,
+    params: dict[str, Any] | None = None,
+    threads: int = 4,
+    n_ctx: int = 8192,
+    verbosity: int = 0,
+):
     """A GGUF model served by llama.cpp inside this process: xllamacpp's built-in OpenAI-compatible HTTP
     server on 127.0.0.1:<free port>, spoken to through Strands' OpenAI model (which streams). The returned
     model holds the server; ``close()`` (or dropping the model) stops it."""
@@ -256,8 +292,11 @@ def gguf_model(path: str | os.PathLike, *, params: dict[str, Any] | None = None,
         def close(self) -> None:
             self._server = None  # xllamacpp stops the server when the object goes
 
-    model = _GGUFModel(client_args={"base_url": base, "api_key": "not-needed", "max_retries": 0},
-                       model_id=path.name, params=dict(params or {"max_tokens": 1024}))
+    model = _GGUFModel(
+        client_args={"base_url": base, "api_key": "not-needed", "max_retries": 0},
+        model_id=path.name,
+        params=dict(params or {"max_tokens": 1024}),
+    )
     model._server = server
     model.base_url = base
     return model

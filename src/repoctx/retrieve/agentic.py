@@ -5,6 +5,7 @@ sufficiency check → re-plan only what is uncovered → FullDocumentExpansion �
 is a TraceEvent, streamed as it happens (sync and async). A failing sub-query is a FAILED event,
 never a crashed loop. Results are deduplicated across sub-queries and keep their scores.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,10 @@ from repoctx.store.base import EVERYTHING, Scope
 from repoctx.tokens import code_tokens, name_tokens, term_in
 from repoctx.types import DEFS, Capsule, Hit, TraceEvent, iterate_in_thread, outermost_def
 
-GENERIC = frozenset("how does do what where which when why handle handled work works done turn turned each one "
-                    "way ways happen happens build built".split())
+GENERIC = frozenset(
+    "how does do what where which when why handle handled work works done turn turned each one "
+    "way ways happen happens build built".split()
+)
 IN_PROGRESS, SUCCEEDED, FAILED = "IN_PROGRESS", "SUCCEEDED", "FAILED"
 
 
@@ -47,9 +50,16 @@ class AgenticResult:
     lanes: dict = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
-        return {"query": self.query, "hits": [h.to_dict() for h in self.hits], "sub_queries": self.sub_queries,
-                "iterations": self.iterations, "sufficient": self.sufficient, "coverage": self.coverage,
-                "expanded": self.expanded, "seconds": round(self.seconds, 3)}
+        return {
+            "query": self.query,
+            "hits": [h.to_dict() for h in self.hits],
+            "sub_queries": self.sub_queries,
+            "iterations": self.iterations,
+            "sufficient": self.sufficient,
+            "coverage": self.coverage,
+            "expanded": self.expanded,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 def content_terms(text: str) -> list[str]:
@@ -86,8 +96,12 @@ def sibling_groups(subs: list[SubQuery]) -> list[dict[int, set[str]]]:
     for i in range(len(subs)):
         for j in range(i + 1, len(subs)):
             shared = terms[i] & terms[j]
-            if len(shared) >= 2 and len(shared) >= 0.5 * min(len(terms[i]), len(terms[j])) \
-                    and terms[i] - terms[j] and terms[j] - terms[i]:
+            if (
+                len(shared) >= 2
+                and len(shared) >= 0.5 * min(len(terms[i]), len(terms[j]))
+                and terms[i] - terms[j]
+                and terms[j] - terms[i]
+            ):
                 parent[root(j)] = root(i)
     groups: dict[int, list[int]] = {}
     for i in range(len(subs)):
@@ -130,10 +144,21 @@ SearchFn = Callable[[str, int], list[Hit]]
 
 
 class AgenticRetriever:
-    def __init__(self, index, planner: Planner | None = None, max_iterations: int = 5, threshold: float = 0.6,
-                 k: int = 10, per_query_k: int = 10, scope: Scope = EVERYTHING, search_fn: SearchFn | None = None,
-                 options: SearchOptions | None = None, reranker: LinearReranker | bool | None = True,
-                 plan: list[SubQuery] | tuple = (), judge=None):
+    def __init__(
+        self,
+        index,
+        planner: Planner | None = None,
+        max_iterations: int = 5,
+        threshold: float = 0.6,
+        k: int = 10,
+        per_query_k: int = 10,
+        scope: Scope = EVERYTHING,
+        search_fn: SearchFn | None = None,
+        options: SearchOptions | None = None,
+        reranker: LinearReranker | bool | None = True,
+        plan: list[SubQuery] | tuple = (),
+        judge=None,
+    ):
         if not 2 <= max_iterations <= 10:
             raise ValueError("max_iterations must be between 2 and 10")
         self.index = index
@@ -210,8 +235,12 @@ class AgenticRetriever:
         except Exception as e:  # noqa: BLE001 - a broken planner degrades to the offline rules
             subs = OfflinePlanner().plan(query)
             yield TraceEvent("Planning", FAILED, f"planner failed ({_err(e)}); offline plan used")
-        yield TraceEvent("Planning", SUCCEEDED, f"{len(subs)} sub-queries" + (f" ({note}; offline plan)" if note else ""),
-                         data={"sub_queries": [s.text for s in subs]})
+        yield TraceEvent(
+            "Planning",
+            SUCCEEDED,
+            f"{len(subs)} sub-queries" + (f" ({note}; offline plan)" if note else ""),
+            data={"sub_queries": [s.text for s in subs]},
+        )
 
         coverage: dict[str, float] = {}
         searches: dict[str, list[list[Hit]]] = {}  # intent -> every search made for it, best evidence first
@@ -233,15 +262,29 @@ class AgenticRetriever:
                     runs.insert(0, hits)
                 else:
                     runs.append(hits)
-                yield TraceEvent("Retrieval", SUCCEEDED, f"{len(hits)} hits, evidence {score:.2f}", sub.text, len(hits),
-                                 data={"evidence": score, "top": [h.capsule.citation for h in hits[:3]]})
+                yield TraceEvent(
+                    "Retrieval",
+                    SUCCEEDED,
+                    f"{len(hits)} hits, evidence {score:.2f}",
+                    sub.text,
+                    len(hits),
+                    data={"evidence": score, "top": [h.capsule.citation for h in hits[:3]]},
+                )
                 if sub.unframed and sub.unframed not in asked:  # the part in its own words, fused into its lane
                     asked.append(sub.unframed)
-                    own = yield from traced_search(sub.unframed, f"iteration {iterations}, without the question's framing")
+                    own = yield from traced_search(
+                        sub.unframed, f"iteration {iterations}, without the question's framing"
+                    )
                     if own is not None:
                         runs.append(own)
-                        yield TraceEvent("Retrieval", SUCCEEDED, f"{len(own)} hits", sub.unframed, len(own),
-                                         data={"top": [h.capsule.citation for h in own[:3]]})
+                        yield TraceEvent(
+                            "Retrieval",
+                            SUCCEEDED,
+                            f"{len(own)} hits",
+                            sub.unframed,
+                            len(own),
+                            data={"top": [h.capsule.citation for h in own[:3]]},
+                        )
             uncovered = [s for s in subs if coverage.get(s.intent, 0.0) < self.threshold]
             if not uncovered:
                 break
@@ -254,27 +297,45 @@ class AgenticRetriever:
                 break
             pending = [p for p in pending if p.text not in asked]
             if pending:
-                yield TraceEvent("Planning", SUCCEEDED, f"re-planning {len(pending)} uncovered intents",
-                                 data={"sub_queries": [s.text for s in pending]})
+                yield TraceEvent(
+                    "Planning",
+                    SUCCEEDED,
+                    f"re-planning {len(pending)} uncovered intents",
+                    data={"sub_queries": [s.text for s in pending]},
+                )
         sufficient = all(coverage.get(s.intent, 0.0) >= self.threshold for s in subs)
         # each intent's lane: its one search, or the fusion of the wordings it was searched in
-        best_for = {intent: runs[0] if len(runs) == 1 else fuse_runs(runs, self.depth)
-                    for intent, runs in searches.items()}
+        best_for = {
+            intent: runs[0] if len(runs) == 1 else fuse_runs(runs, self.depth) for intent, runs in searches.items()
+        }
 
         raw_lanes = {s.intent: best_for[s.intent] for s in subs if s.intent in best_for}
         question_hits = lanes[0][1] if lanes and lanes[0][0] == query else []  # the speculative search
         if best_for:
-            yield TraceEvent("Retrieval", IN_PROGRESS, "ranking each sub-query's candidates"
-                             + (" (second stage)" if self.reranker is not None else ""))
+            yield TraceEvent(
+                "Retrieval",
+                IN_PROGRESS,
+                "ranking each sub-query's candidates" + (" (second stage)" if self.reranker is not None else ""),
+            )
             try:
                 if self.reranker is not None:
                     self._rerank(subs, best_for, question_hits)
                 aligned = self._align(subs, best_for)
-                yield TraceEvent("Retrieval", SUCCEEDED,
-                                 f"{len(best_for)} sub-query results ranked; {len(aligned)} parallel implementations "
-                                 "aligned to their sub-queries", hits=len(aligned),
-                                 data={"aligned": aligned, "top": {s.text: [h.capsule.citation for h in best_for[s.intent][:3]]
-                                                                   for s in subs if s.intent in best_for}})
+                yield TraceEvent(
+                    "Retrieval",
+                    SUCCEEDED,
+                    f"{len(best_for)} sub-query results ranked; {len(aligned)} parallel implementations "
+                    "aligned to their sub-queries",
+                    hits=len(aligned),
+                    data={
+                        "aligned": aligned,
+                        "top": {
+                            s.text: [h.capsule.citation for h in best_for[s.intent][:3]]
+                            for s in subs
+                            if s.intent in best_for
+                        },
+                    },
+                )
             except Exception as e:  # the first stage's order stands
                 if store_unavailable(e):
                     raise
@@ -287,10 +348,13 @@ class AgenticRetriever:
                     picked[s.text] = [h.capsule.citation for h in best_for[s.intent] if "judge" in h.why]
                     if note:
                         notes.append(note)
-                yield TraceEvent("Retrieval", FAILED if notes and len(notes) == len(picked) else SUCCEEDED,
-                                 f"{sum(map(len, picked.values()))} candidates judged relevant"
-                                 + (f"; {len(notes)} lanes kept their order ({notes[0]})" if notes else ""),
-                                 data={"judged": picked})
+                yield TraceEvent(
+                    "Retrieval",
+                    FAILED if notes and len(notes) == len(picked) else SUCCEEDED,
+                    f"{sum(map(len, picked.values()))} candidates judged relevant"
+                    + (f"; {len(notes)} lanes kept their order ({notes[0]})" if notes else ""),
+                    data={"judged": picked},
+                )
 
         # one lane per intent (its best-evidence search first), after the whole question's own lane
         k = self.per_query_k
@@ -302,8 +366,9 @@ class AgenticRetriever:
         if self.reranker is not None:  # the k units most likely to cover every intent first, then the fusion's order
             chosen = self._select([best_for[s.intent] for s in subs if s.intent in best_for])
             first = {h.capsule.id for h in chosen}
-            merged = [Hit(h.capsule, h.score, {**h.why, "sub_queries": found_by.get(h.capsule.id, [])}) for h in chosen] \
-                + [h for h in merged if h.capsule.id not in first]
+            merged = [
+                Hit(h.capsule, h.score, {**h.why, "sub_queries": found_by.get(h.capsule.id, [])}) for h in chosen
+            ] + [h for h in merged if h.capsule.id not in first]
         expanded: list[str] = []
         yield TraceEvent("FullDocumentExpansion", IN_PROGRESS, "adding the enclosing units that fragments need")
         try:
@@ -311,20 +376,33 @@ class AgenticRetriever:
             for h in extra:
                 expanded.append(h.capsule.citation)
             merged += extra
-            yield TraceEvent("FullDocumentExpansion", SUCCEEDED, f"{len(extra)} enclosing units added", hits=len(extra),
-                             data={"added": expanded})
+            yield TraceEvent(
+                "FullDocumentExpansion",
+                SUCCEEDED,
+                f"{len(extra)} enclosing units added",
+                hits=len(extra),
+                data={"added": expanded},
+            )
         except Exception as e:
             if store_unavailable(e):
                 raise
             yield TraceEvent("FullDocumentExpansion", FAILED, _err(e))
 
-        result = AgenticResult(query, merged, [s.text for s in subs], iterations, sufficient, coverage, expanded,
-                               time.perf_counter() - t0)
-        result.lanes = {"question": question_hits,
-                        "sub_queries": [(s, raw_lanes[s.intent]) for s in subs if s.intent in raw_lanes]}
-        yield TraceEvent("Result", SUCCEEDED, f"{len(merged)} hits from {len(lanes)} searches; "
-                         f"{'sufficient' if sufficient else 'not every intent covered'} after {iterations} iterations",
-                         hits=len(merged), data={"result": result})
+        result = AgenticResult(
+            query, merged, [s.text for s in subs], iterations, sufficient, coverage, expanded, time.perf_counter() - t0
+        )
+        result.lanes = {
+            "question": question_hits,
+            "sub_queries": [(s, raw_lanes[s.intent]) for s in subs if s.intent in raw_lanes],
+        }
+        yield TraceEvent(
+            "Result",
+            SUCCEEDED,
+            f"{len(merged)} hits from {len(lanes)} searches; "
+            f"{'sufficient' if sufficient else 'not every intent covered'} after {iterations} iterations",
+            hits=len(merged),
+            data={"result": result},
+        )
 
     def run(self, query: str) -> AgenticResult:
         last: TraceEvent | None = None
@@ -345,8 +423,14 @@ class AgenticRetriever:
         assert reranker is not None  # called only with a second stage
         todo = [s for s in subs if best_for.get(s.intent)]
         todo = list({s.intent: s for s in todo}.values())
-        feats = features_for_lanes(self.index.store, [(content_terms(s.text), best_for[s.intent]) for s in todo],
-                                   question_hits, self._dense(), [s.text for s in todo], self.scope)
+        feats = features_for_lanes(
+            self.index.store,
+            [(content_terms(s.text), best_for[s.intent]) for s in todo],
+            question_hits,
+            self._dense(),
+            [s.text for s in todo],
+            self.scope,
+        )
         for s, f in zip(todo, feats, strict=True):
             best_for[s.intent] = rerank(reranker, f, best_for[s.intent])
 
@@ -362,8 +446,11 @@ class AgenticRetriever:
         best_p: dict[str, float] = {}
         unit_of = self._units([h for hits in lanes for h in hits])
         for li, hits in enumerate(lanes):
-            ps = {h.capsule.id: 1.0 / (1.0 + math.exp(-(h.why["rerank"]["score"] - shift)))
-                  for h in hits if "rerank" in h.why}
+            ps = {
+                h.capsule.id: 1.0 / (1.0 + math.exp(-(h.why["rerank"]["score"] - shift)))
+                for h in hits
+                if "rerank" in h.why
+            }
             top_p = max(ps.values(), default=0.5)
             for h in hits:
                 if h.capsule.id not in ps and "aligned" not in h.why:
@@ -419,8 +506,9 @@ class AgenticRetriever:
                     parts = c.name.lower().split("_")
                     for t in focus[i]:
                         if t in parts:
-                            names += [c.name.lower().replace(t, u) for j in lanes if j != i for u in focus[j]
-                                      if "_" not in u]
+                            names += [
+                                c.name.lower().replace(t, u) for j in lanes if j != i for u in focus[j] if "_" not in u
+                            ]
             names = list(dict.fromkeys(names))
             family: dict[str, list[Capsule]] = {}
             for c in self.index.store.by_names(names, self.scope):
@@ -447,12 +535,23 @@ class AgenticRetriever:
             par = {n: sum(1 for i in lanes if any(fit(c, i) for c in defs)) for n, defs in family.items()}
             for i, hits in lanes.items():
                 pos = {h.capsule.id: r for r, h in enumerate(hits)}
-                scored = [((par[n], support.get(n, 0), fit(c, i)), c) for n, defs in family.items() if par[n] >= 2
-                          for c in defs if fit(c, i)]
+                scored = [
+                    ((par[n], support.get(n, 0), fit(c, i)), c)
+                    for n, defs in family.items()
+                    if par[n] >= 2
+                    for c in defs
+                    if fit(c, i)
+                ]
                 if not scored:
                     continue
-                scored.sort(key=lambda x: (tuple(-v for v in x[0]), seen_at.get(x[1].name, 3), pos.get(x[1].id, len(hits)),
-                                           x[1].id))
+                scored.sort(
+                    key=lambda x: (
+                        tuple(-v for v in x[0]),
+                        seen_at.get(x[1].name, 3),
+                        pos.get(x[1].id, len(hits)),
+                        x[1].id,
+                    )
+                )
                 best = scored[0][0]
                 cands = [c for key, c in scored if key == best]
                 if len(cands) > 2 and cands[0].id not in pos:
@@ -460,7 +559,11 @@ class AgenticRetriever:
                 cands = cands[:1] if cands[0].id in pos else cands[:2]
                 top = best[2]
                 keep = [h for h in hits if h.capsule.id not in {c.id for c in cands}]
-                fits = [h for h in keep if not (foreign(h.capsule, i) >= 0.5 and foreign(h.capsule, i) > match(h.capsule, i))]
+                fits = [
+                    h
+                    for h in keep
+                    if not (foreign(h.capsule, i) >= 0.5 and foreign(h.capsule, i) > match(h.capsule, i))
+                ]
                 away = [h for h in keep if h not in fits]
                 head = 1 if fits and match(fits[0].capsule, i) >= top else 0
                 score = hits[0].score
@@ -505,8 +608,18 @@ class AgenticRetriever:
         out = []
         for parent in self.index.store.capsules(list(need), self.scope):
             src = need[parent.id]
-            out.append(Hit(parent, src.score * 0.5, {"expansion": {"of": src.capsule.id, "reason":
-                       "class of a method" if parent.kind == "class" else "file of a fragment"}}))
+            out.append(
+                Hit(
+                    parent,
+                    src.score * 0.5,
+                    {
+                        "expansion": {
+                            "of": src.capsule.id,
+                            "reason": "class of a method" if parent.kind == "class" else "file of a fragment",
+                        }
+                    },
+                )
+            )
         return out
 
 

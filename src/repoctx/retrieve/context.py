@@ -20,6 +20,7 @@ What each task shows:
 - code_gen: the layout of the hit directories and the names (signatures) of the hit files and their neighbours.
 - search: a mini index of the hits, names and line spans grouped by file.
 """
+
 from __future__ import annotations
 
 import math
@@ -89,15 +90,17 @@ _REFACTOR_ANYWHERE = re.compile(
 )
 _REFACTOR_VERBS = frozenset(
     "move extract inline split rename restructure reorganize reorganise simplify consolidate decouple "
-    "replace convert migrate deprecate tidy untangle merge refactor dedupe deduplicate".split())
-_CODE_GEN_VERBS = frozenset(
-    "add implement write create generate scaffold build introduce draft bootstrap stub".split())
+    "replace convert migrate deprecate tidy untangle merge refactor dedupe deduplicate".split()
+)
+_CODE_GEN_VERBS = frozenset("add implement write create generate scaffold build introduce draft bootstrap stub".split())
 _SEARCH_VERBS = frozenset("find list locate enumerate grep search".split())
 _QUESTION_WORDS = frozenset(
     "how what what's whats why where when which who whose does do did is are was were can could should "
-    "would will explain describe tell".split())
+    "would will explain describe tell".split()
+)
 _CODE_GEN_ANYWHERE = re.compile(
-    r"\bscaffold\w*|\bboilerplate\b|\b(?:add|implement|write|create|generate|build) (?:a |an |the )?new\b")
+    r"\bscaffold\w*|\bboilerplate\b|\b(?:add|implement|write|create|generate|build) (?:a |an |the )?new\b"
+)
 _SEARCH_ANYWHERE = re.compile(
     r"\bwhere are (?:all|the)\b|\bwhich (?:files?|modules?|classes|functions|methods|places|tests|parts)\b"
     r"|\bwhat files\b|\busages? of\b"
@@ -135,6 +138,7 @@ def classify_task(query: str) -> str:
 
 # ---------------------------------------------------------------- graph reads (the I/O edge)
 
+
 class GraphReader(Protocol):
     def callees(self, ids: list[str]) -> list[Capsule]: ...
     def callers(self, ids: list[str]) -> list[Capsule]: ...
@@ -165,8 +169,11 @@ class StoreReader:
 
     def namesakes(self, c: Capsule) -> list[Capsule]:
         """Other functions, methods and classes with the same name, in the same repository."""
-        return [d for d in self.store.by_names([c.name], self.scope.with_repos((c.repo,)) if c.repo else self.scope)
-                if d.id != c.id and d.name == c.name and d.kind in CODE_KINDS]
+        return [
+            d
+            for d in self.store.by_names([c.name], self.scope.with_repos((c.repo,)) if c.repo else self.scope)
+            if d.id != c.id and d.name == c.name and d.kind in CODE_KINDS
+        ]
 
     def tests_naming(self, c: Capsule, limit: int) -> list[Capsule]:
         """Test functions that call ``c`` (the graph), then those whose text names it (the lexical index; a
@@ -178,8 +185,14 @@ class StoreReader:
         named = {d.id: d for d in self.store.capsules(ids, self.scope)}
         # a method's name is often common (``handle``, ``save``): its class must be named too
         words = [re.compile(rf"\b{re.escape(w)}\b") for w in [c.name] + c.qualname.split(".")[-2:-1]]
-        out += [named[i] for i in ids if i in named and named[i].kind in CODE_KINDS and is_test_unit(named[i])
-                and all(w.search(named[i].text) for w in words)]
+        out += [
+            named[i]
+            for i in ids
+            if i in named
+            and named[i].kind in CODE_KINDS
+            and is_test_unit(named[i])
+            and all(w.search(named[i].text) for w in words)
+        ]
         return list({d.id: d for d in out if d.id != c.id}.values())[:limit]
 
     def term_weights(self, query: str) -> dict[str, float]:
@@ -201,7 +214,7 @@ class StoreReader:
             for p in all_paths:
                 if not p.startswith(pre):
                     continue
-                rest = p[len(pre):]
+                rest = p[len(pre) :]
                 sub = rest.split("/", 1)[0] if "/" in rest else None
                 if sub is not None and sub in seen_sub:
                     continue
@@ -212,6 +225,7 @@ class StoreReader:
 
 
 # ---------------------------------------------------------------- the budget
+
 
 @dataclass
 class _Packer:
@@ -229,8 +243,9 @@ class _Packer:
     def heading_cost(self, section: str | None) -> int:
         return count_tokens(f"## {section}\n") if section and section not in self._sections else 0
 
-    def add(self, text: str, citations: tuple[str, ...] | list[str] = (), section: str | None = None,
-            record: bool = True) -> bool:
+    def add(
+        self, text: str, citations: tuple[str, ...] | list[str] = (), section: str | None = None, record: bool = True
+    ) -> bool:
         """Add ``text`` (under ``section``, whose heading comes with its first piece) if it fits;
         otherwise list ``citations`` as left out unless ``record`` is false (the caller will retry)."""
         if section and section not in self._sections:
@@ -261,6 +276,7 @@ class _Packer:
 
 # ---------------------------------------------------------------- rendering pieces
 
+
 def _doc_first_line(c: Capsule) -> str:
     for line in c.docstring.splitlines():
         if line.strip():
@@ -275,6 +291,7 @@ def _whole_piece(c: Capsule) -> str:
 
 
 # ---------------------------------------------------------------- code_query and refactor: sliced units
+
 
 @dataclass
 class _Unit:
@@ -357,8 +374,9 @@ class _Plan:
                 limit = u.cost + self.room()
                 if factor is not None:
                     limit = min(limit, max(u.cost, int(u.ceiling * factor * self.budget)))
-                lines = slices.grow(u.sl, u.lines, limit, u.whole_ok, core_only=u.depth == "core", small=u.small,
-                                    most=u.most)
+                lines = slices.grow(
+                    u.sl, u.lines, limit, u.whole_ok, core_only=u.depth == "core", small=u.small, most=u.most
+                )
                 if lines != u.lines:
                     new = u.cost_of(lines)
                     if new - u.cost <= self.room():
@@ -441,7 +459,13 @@ def _focus_on(target: Capsule, units: list[Capsule]) -> dict[str, tuple[str, ...
 
 
 TARGET, OUTLINE, CALLEES, CALLERS, TESTS, RELATED = (
-    "Target", "Target class (outline)", "Callees (signatures)", "Callers (call sites)", "Tests that name it", "Related")
+    "Target",
+    "Target class (outline)",
+    "Callees (signatures)",
+    "Callers (call sites)",
+    "Tests that name it",
+    "Related",
+)
 NAMESAKES, CALLEE_BODIES = "Other definitions of the name (signatures)", "Callees (bodies)"
 
 
@@ -497,8 +521,11 @@ def _assemble_refactor(query: str, hits: list[Hit], reader: GraphReader, budget:
     cands += [_Unit(c, TESTS, SITE_CEILING, whole_ok=False) for c in tests]
     cands += [_Unit(c, NAMESAKES, 0.0) for c in namesakes[:MAX_REFACTOR_SITES]]
     cands += [_Unit(c, CALLEE_BODIES, CALLEE_CEILING, depth="full") for c in callees]
-    cands += [_Unit(c, RELATED, RELATED_CEILING / 2, small=SMALL_WHOLE, most=RELATED_GROUPS) for c in _code_hits(hits)
-              if c.parent not in own]
+    cands += [
+        _Unit(c, RELATED, RELATED_CEILING / 2, small=SMALL_WHOLE, most=RELATED_GROUPS)
+        for c in _code_hits(hits)
+        if c.parent not in own
+    ]
     cands = _dedupe(cands, set())
     plan = _Plan(budget, (TARGET, CALLERS, TESTS, NAMESAKES, CALLEE_BODIES, RELATED))
     plan.skeleton(cands, reader_weights(reader, query), _focus_on(target, callers + tests + namesakes))
@@ -535,8 +562,8 @@ def _layout_lines(paths: list[str], dirs: list[str], hit_files: set[str]) -> lis
         if len(files) > MAX_DIR_FILES:
             here[f"... {len(files) - MAX_DIR_FILES} more files"] = None
         for p in paths:
-            if p.startswith(pre) and "/" in p[len(pre):]:
-                here.setdefault(p[len(pre):].split("/", 1)[0] + "/", {})
+            if p.startswith(pre) and "/" in p[len(pre) :]:
+                here.setdefault(p[len(pre) :].split("/", 1)[0] + "/", {})
 
     def render(t: dict, depth: int) -> list[str]:
         out: list[str] = []
@@ -588,14 +615,17 @@ def _assemble_code_gen(query: str, hits: list[Hit], reader: GraphReader, budget:
         module = next((c for c in caps if c.kind == "module"), None)
         if module is None and not caps:
             continue
-        cite = module.citation if module else \
-            f"{path}:{min(c.start_line for c in caps)}-{max(c.end_line for c in caps)} :: {path}"
+        cite = (
+            module.citation
+            if module
+            else f"{path}:{min(c.start_line for c in caps)}-{max(c.end_line for c in caps)} :: {path}"
+        )
         names = _names_lines(caps)
         if not names:
             continue
         head = f"### {cite}\n"
         if not names_part.add(head + names[0][0] + "\n", [cite], section="Existing names"):
-            names_part.left_out.extend(_file_cite(reader, repo, p) for p in files[n + 1:])
+            names_part.left_out.extend(_file_cite(reader, repo, p) for p in files[n + 1 :])
             break
         full = True
         for i, (line, c) in enumerate(names[1:], 1):
@@ -604,7 +634,7 @@ def _assemble_code_gen(query: str, hits: list[Hit], reader: GraphReader, budget:
                 full = False
                 break
         if not full or not names_part.add("\n"):
-            names_part.left_out.extend(_file_cite(reader, repo, p) for p in files[n + 1:])
+            names_part.left_out.extend(_file_cite(reader, repo, p) for p in files[n + 1 :])
             break
 
     cap = budget - names_part.used
@@ -642,21 +672,28 @@ def _assemble_search(query: str, hits: list[Hit], reader: GraphReader, budget: i
     by_file: dict[str, list[Capsule]] = {}
     for h in hits:
         by_file.setdefault(h.capsule.path, []).append(h.capsule)
-    listed = [(path, c) for path, caps in by_file.items()
-              for c in {c.id: c for c in ([c for c in caps if c.kind != "module"] or caps)}.values()]
+    listed = [
+        (path, c)
+        for path, caps in by_file.items()
+        for c in {c.id: c for c in ([c for c in caps if c.kind != "module"] or caps)}.values()
+    ]
     headed: set[str] = set()
     for n, (path, c) in enumerate(listed):
         doc = _doc_first_line(c)
         line = f"  {c.qualname} (lines {c.start_line}-{c.end_line})" + (f" — {doc}" if doc else "") + "\n"
         if not packer.add(("" if path in headed else f"{path}\n") + line, [c.citation]):
-            packer.left_out.extend(x.citation for _, x in listed[n + 1:])
+            packer.left_out.extend(x.citation for _, x in listed[n + 1 :])
             break
         headed.add(path)
     return packer.finish("search", budget)
 
 
-_ASSEMBLERS = {"code_query": _assemble_code_query, "refactor": _assemble_refactor,
-               "code_gen": _assemble_code_gen, "search": _assemble_search}
+_ASSEMBLERS = {
+    "code_query": _assemble_code_query,
+    "refactor": _assemble_refactor,
+    "code_gen": _assemble_code_gen,
+    "search": _assemble_search,
+}
 
 
 def _nothing_found(task: str, query: str, budget: int) -> Context:
@@ -679,8 +716,14 @@ def hits_for(task: str, budget: int) -> int:
     return max(SEARCH_K[task], min(100, budget // 250))
 
 
-def build_context(index, query: str, task: str | None = None, budget: int | None = None,
-                  scope: Scope = EVERYTHING, hits: list[Hit] | None = None) -> Context:
+def build_context(
+    index,
+    query: str,
+    task: str | None = None,
+    budget: int | None = None,
+    scope: Scope = EVERYTHING,
+    hits: list[Hit] | None = None,
+) -> Context:
     """Retrieve for ``query`` (unless ``hits`` are given) and compress the result for the task.
 
     ``task`` defaults to ``classify_task(query)``; ``budget`` to the task's default. The returned

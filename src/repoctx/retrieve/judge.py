@@ -11,6 +11,7 @@ note in the trace.
 Any Strands model serves (Bedrock, an OpenAI-compatible server, Ollama, a local GGUF, or a scripted one in
 tests). It cannot be measured here: no model of useful size runs offline on these machines.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -79,7 +80,6 @@ class LLMJudge:
         chosen = {h.capsule.id for h in first}
         judged = [Hit(h.capsule, h.score, {**h.why, "judge": {"rank": r}}) for r, h in enumerate(first, 1)]
         return judged + [h for h in hits if h.capsule.id not in chosen], None
-
 
 
 def llm_helpers(env=None):

@@ -1,4 +1,5 @@
 """LangChain plumbing: a ``BaseRetriever`` over a repoctx Index, for LCEL chains. Retrieval only."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,9 +23,18 @@ class RepoctxRetriever(BaseRetriever):
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         hits = self.index.search(query, k=self.k, scope=self.scope)
-        return [Document(
-            page_content=h.capsule.text,
-            metadata={"path": h.capsule.path, "symbol": h.capsule.qualname, "kind": h.capsule.kind,
-                      "lines": [h.capsule.start_line, h.capsule.end_line], "score": h.score,
-                      "citation": h.capsule.citation, "why": h.why},
-        ) for h in hits]
+        return [
+            Document(
+                page_content=h.capsule.text,
+                metadata={
+                    "path": h.capsule.path,
+                    "symbol": h.capsule.qualname,
+                    "kind": h.capsule.kind,
+                    "lines": [h.capsule.start_line, h.capsule.end_line],
+                    "score": h.score,
+                    "citation": h.capsule.citation,
+                    "why": h.why,
+                },
+            )
+            for h in hits
+        ]

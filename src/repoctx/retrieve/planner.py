@@ -5,6 +5,7 @@ expands comparisons into entity × aspect, splits lists, and keeps identifiers a
 ``LLMPlanner`` asks any Strands model for a plan in a strict JSON schema and falls back to the
 offline planner when the answer does not validate.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,26 +24,78 @@ WH = r"(?:how|where|what|which|when|why|who|whether|in what|does|do|is|are|can)"
 _CLAUSE_SPLIT = re.compile(
     rf"\?\s+|;\s+|\.\s+(?=[A-Z])|:\s+(?={WH}\b)|,\s*(?:and\s+|but\s+|or\s+)?(?={WH}\b)|(?<!\s)\s+and\s+(?={WH}\b)"
     rf"|,\s+and\s+(?:explain\s+|describe\s+|show\s+)",
-    re.I)
+    re.I,
+)
 _VERSUS = re.compile(r"\s+(?:versus|vs\.?|compared (?:with|to)|as opposed to)\s+", re.I)
 # verbs that start the aspect of "compare how X and Y <verb> ..." (words that are often nouns too, such as
 # cache, map, set, log or format, are left out: "the file-system and memcached bytecode caches: ...")
-_ASPECT_VERBS = [v + suffix for v in (
-    "handle", "implement", "render", "treat", "manage", "work", "deal", "process", "decide", "compute", "store",
-    "support", "check", "roll", "convert", "parse", "validate", "write", "read", "choose", "build", "create", "load",
-    "save", "draw", "resolve", "select", "split", "encode", "decode", "serialize", "generate", "collect", "find",
-    "register", "install", "schedule", "dispatch", "compile", "emit", "evaluate", "transform", "estimate",
-    "predict", "merge", "retry", "authenticate", "verify")
-    for suffix in ("", "s")] + ["do", "does", "apply", "applies", "copy", "copies", "deploy", "deploys"]
+_ASPECT_VERBS = [
+    v + suffix
+    for v in (
+        "handle",
+        "implement",
+        "render",
+        "treat",
+        "manage",
+        "work",
+        "deal",
+        "process",
+        "decide",
+        "compute",
+        "store",
+        "support",
+        "check",
+        "roll",
+        "convert",
+        "parse",
+        "validate",
+        "write",
+        "read",
+        "choose",
+        "build",
+        "create",
+        "load",
+        "save",
+        "draw",
+        "resolve",
+        "select",
+        "split",
+        "encode",
+        "decode",
+        "serialize",
+        "generate",
+        "collect",
+        "find",
+        "register",
+        "install",
+        "schedule",
+        "dispatch",
+        "compile",
+        "emit",
+        "evaluate",
+        "transform",
+        "estimate",
+        "predict",
+        "merge",
+        "retry",
+        "authenticate",
+        "verify",
+    )
+    for suffix in ("", "s")
+] + ["do", "does", "apply", "applies", "copy", "copies", "deploy", "deploys"]
 _COMPARE_ASPECT = [  # "compare how X and Y handle aspect" / "compare X, Y and Z: aspect"
-    re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s+(?P<aspect>(?:" + "|".join(_ASPECT_VERBS)
-               + r")\b.*)$", re.I),
+    re.compile(
+        r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s+(?P<aspect>(?:" + "|".join(_ASPECT_VERBS) + r")\b.*)$", re.I
+    ),
     re.compile(r"\bcompare\s+(?:how\s+)?(?P<entities>.+?)\s*:\s*(?P<aspect>.+)$", re.I),
     re.compile(r"\bdifferences?\s+between\s+(?P<entities>.+?)\s+(?:in|for|when)\s+(?P<aspect>.+)$", re.I),
     # "how do the Python domain and the C++ domain differ in parsing ..., and in resolving ...": the aspects follow
     # "differ in" (read before _COMPARE_ONLY, which would keep the entities and drop what they are compared on)
-    _DIFFER_IN := re.compile(r"^(?:how|in what way)\s+do\s+(?P<entities>.+?)\s+differ\s+(?:in|on|by|when)\s+"
-                             r"(?P<aspect>.+)$", re.I),
+    _DIFFER_IN := re.compile(
+        r"^(?:how|in what way)\s+do\s+(?P<entities>.+?)\s+differ\s+(?:in|on|by|when)\s+"
+        r"(?P<aspect>.+)$",
+        re.I,
+    ),
 ]
 # "differ in A, and in B": each "in ..." is an aspect of its own
 _DIFFER_ASPECTS = re.compile(r",?\s+(?:and|or)\s+(?:in|on|by|when)\s+(?=\w)", re.I)
@@ -59,22 +112,34 @@ _LIST_ITEMS = re.compile(r"\s*(?:,\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+)\s*", 
 LIST_CLAUSE_MAX = 600
 # "I'd like to understand how the fields get cleaned, how ...": before a question word only the phrase goes (the
 # rest up to a comma is the first item of a list, not the subject of one)
-_FILLER = re.compile(r"^(?:and\s+|also\s+|then\s+|so\s+)?(?:i'd like to understand|i want to (?:know|understand)|"
-                     r"walk me through|explain|tell me|show me|trace)\b"
-                     r"(?:\s+(?=(?:how|what|where|why|which|when|whether)\b)|[^:,]*[:,]?\s*)", re.I)
+_FILLER = re.compile(
+    r"^(?:and\s+|also\s+|then\s+|so\s+)?(?:i'd like to understand|i want to (?:know|understand)|"
+    r"walk me through|explain|tell me|show me|trace)\b"
+    r"(?:\s+(?=(?:how|what|where|why|which|when|whether)\b)|[^:,]*[:,]?\s*)",
+    re.I,
+)
 # an item starts at a non-space, or the space after each comma could go to the comma or to the item: 2^n ways
 # to fail on a list of n items (seconds for 20)
 _EACH_ITEM = r"[\w./()'-][\w\s./()'-]*?"
-_EACH = re.compile(rf"^(?P<pre>.*?\b(?:the|do|does|are|is)\s+)"
-                   rf"(?P<items>{_EACH_ITEM}(?:,\s*{_EACH_ITEM})*,?\s+(?:and|or)\s+"
-                   rf"{_EACH_ITEM})\s+(?P<head>\w+)\s+each\b(?P<post>.*)$", re.I)
-_CONTEXT = re.compile(r"^(?:for|in|when|whenever|once|after|before|if|given|on|with|inside|within|during|i want|"
-                      r"i'm|i am|we)\b", re.I)
+_EACH = re.compile(
+    rf"^(?P<pre>.*?\b(?:the|do|does|are|is)\s+)"
+    rf"(?P<items>{_EACH_ITEM}(?:,\s*{_EACH_ITEM})*,?\s+(?:and|or)\s+"
+    rf"{_EACH_ITEM})\s+(?P<head>\w+)\s+each\b(?P<post>.*)$",
+    re.I,
+)
+_CONTEXT = re.compile(
+    r"^(?:for|in|when|whenever|once|after|before|if|given|on|with|inside|within|during|i want|"
+    r"i'm|i am|we)\b",
+    re.I,
+)
 _HAS_WH = re.compile(rf"\b{WH}\b", re.I)
 _ASKS = re.compile(r"\b(?:how|where|what|which|why|who|whether)\b", re.I)
 _AUX = {"does", "do", "did", "is", "are", "was", "were", "can", "could", "should", "will", "would"}
-_LEAD = re.compile(r"^\s*(?:please\s+)?(?:walk me through|explain|describe|tell me about|show me|trace)\s+"
-                   r"(?P<subject>[^:?]{3,120}?)\s*:\s+(?P<rest>.+)$", re.I | re.S)
+_LEAD = re.compile(
+    r"^\s*(?:please\s+)?(?:walk me through|explain|describe|tell me about|show me|trace)\s+"
+    r"(?P<subject>[^:?]{3,120}?)\s*:\s+(?P<rest>.+)$",
+    re.I | re.S,
+)
 _EACH_WORD = re.compile(r"\b(?:each|both|respectively)\b", re.I)
 
 
@@ -87,8 +152,9 @@ def is_context(clause: str) -> bool:
     rest = words[1:]
     if rest and rest[0].lower() in _AUX:
         return False
-    return not _ASKS.search(" ".join(rest)) and not (words[0].lower() in ("for", "in", "on", "with")
-                                                     and _HAS_WH.search(clause))
+    return not _ASKS.search(" ".join(rest)) and not (
+        words[0].lower() in ("for", "in", "on", "with") and _HAS_WH.search(clause)
+    )
 
 
 def colon_list(clause: str) -> list[str] | None:
@@ -157,8 +223,11 @@ def _clean(s: str) -> str:
     return s.strip(" ,;:.?")
 
 
-_RELATIVE = re.compile(r"^which\s+(?:can't|cannot|can not|is|isn't|are|aren't|has|have|doesn't|don't|does not|"
-                       r"do not|was|were|will|would|also|then|means|makes|lacks)\b", re.I)
+_RELATIVE = re.compile(
+    r"^which\s+(?:can't|cannot|can not|is|isn't|are|aren't|has|have|doesn't|don't|does not|"
+    r"do not|was|were|will|would|also|then|means|makes|lacks)\b",
+    re.I,
+)
 
 
 _ASIDE = re.compile(r"\([^()]*(?:\([^()]*\)[^()]*)*\)")  # a parenthesized aside (one level of nesting inside)
@@ -175,6 +244,7 @@ def mask_asides(text: str, asides: list[str] | None = None) -> tuple[str, list[s
     def mark(m: re.Match) -> str:
         asides.append(m.group(0))
         return f"qzaside{len(asides) - 1}qz"
+
     return _ASIDE.sub(mark, text), asides
 
 
@@ -218,8 +288,11 @@ def _entities(raw: str) -> list[str]:
     # "SQLite and PostgreSQL backends", "monkeypatch, tmp_path and capsys fixtures": the last item's head noun is
     # shared by the one-word items before it, unless they are nouns of their own ("options and positional
     # arguments": a plain plural word names a thing, not a kind of the last item's)
-    if len(items) >= 2 and len(items[-1].split()) >= 2 and all(len(e.split()) == 1 and not _PLURAL.match(e)
-                                                               for e in items[:-1]):
+    if (
+        len(items) >= 2
+        and len(items[-1].split()) >= 2
+        and all(len(e.split()) == 1 and not _PLURAL.match(e) for e in items[:-1])
+    ):
         noun = items[-1].split()[-1]  # "SQLite and PostgreSQL backends": the head noun is shared
         items = [f"{e} {noun}" for e in items[:-1]] + [items[-1]]
     return items
@@ -242,9 +315,11 @@ def _aspects(aspect: str) -> list[str]:
 _WITH = re.compile(r"\s+with\s+", re.I)
 _COMPARE_WITH = re.compile(r"^(?:compare|contrast)\s+(?P<a>[^:]+?)\s+with\s+(?P<b>[^:]+)$", re.I)
 # "applied around each test": "each" after a preposition qualifies the noun after it, not the items before it
-_PREPOSITIONS = frozenset("about above across after against along among around at before behind below beneath beside "
-                          "between beyond by during for from in inside into near of off on onto out outside over per "
-                          "through throughout to toward towards under until upon with within without".split())
+_PREPOSITIONS = frozenset(
+    "about above across after against along among around at before behind below beneath beside "
+    "between beyond by during for from in inside into near of off on onto out outside over per "
+    "through throughout to toward towards under until upon with within without".split()
+)
 
 
 def _bare(phrase: str) -> str:
@@ -271,8 +346,11 @@ def expand_comparison(clause: str) -> list[str] | None:
         entities = _compared(m.group("entities"))
         if len(entities) < 2:
             continue
-        aspects = [a for part in _DIFFER_ASPECTS.split(m.group("aspect")) for a in _aspects(part)] \
-            if pat is _DIFFER_IN else _aspects(m.group("aspect"))
+        aspects = (
+            [a for part in _DIFFER_ASPECTS.split(m.group("aspect")) for a in _aspects(part)]
+            if pat is _DIFFER_IN
+            else _aspects(m.group("aspect"))
+        )
         return [f"{e} {a}" for e in entities for a in aspects]
     m = _COMPARE_WITH.match(clause)
     if m:
@@ -280,8 +358,12 @@ def expand_comparison(clause: str) -> list[str] | None:
     parts = _VERSUS.split(clause)
     if len(parts) >= 2:
         first, last = parts[0].split(), parts[-1].split()
-        if len(parts) == 2 and parts[0].rstrip().endswith(",") and len(last) >= 3 \
-                and last[1].lower() != first[-1].strip(",").lower():
+        if (
+            len(parts) == 2
+            and parts[0].rstrip().endswith(",")
+            and len(last) >= 3
+            and last[1].lower() != first[-1].strip(",").lower()
+        ):
             # "how does the old system deduce facts, compared with the newer query-based system": the comparison is
             # of the whole clause with a phrase; each is a part (word by word, it planned "... deduce facts, newer ...")
             return [parts[0].rstrip(" ,"), parts[1].strip()]
@@ -311,10 +393,13 @@ def compared_entities(clause: str) -> list[str] | None:
 
 # Each list item starts at a non-space: with "\s*[^,]+" an indented line could be split k ways per item, and
 # a pasted code block in an issue report took the match minutes (catastrophic backtracking).
-_LIST = re.compile(r"^(?P<pre>.*\b(?:are|is|do|does|the|of|for|through)\s+)"
-                   r"(?P<items>[^,\s][^,]*(?:,\s*[^,\s][^,]*)+,?\s+(?:and|or)\s+[^,\s][^,]*?)"
-                   r"(?P<post>\s+(?:handled|applied|implemented|computed|used|processed|built|evaluated|defined|"
-                   r"supported|resolved|found|stored|rendered|parsed|matched|work)\b.*)?$", re.I)
+_LIST = re.compile(
+    r"^(?P<pre>.*\b(?:are|is|do|does|the|of|for|through)\s+)"
+    r"(?P<items>[^,\s][^,]*(?:,\s*[^,\s][^,]*)+,?\s+(?:and|or)\s+[^,\s][^,]*?)"
+    r"(?P<post>\s+(?:handled|applied|implemented|computed|used|processed|built|evaluated|defined|"
+    r"supported|resolved|found|stored|rendered|parsed|matched|work)\b.*)?$",
+    re.I,
+)
 
 
 def expand_list(clause: str) -> list[str] | None:
@@ -376,15 +461,22 @@ class OfflinePlanner:
                 if entities:
                     carried = entities
                     continue
-                parts = colon_list(clause) or expand_list(clause) \
-                    or (lead and _ASKS.match(clause) is None and list_items(clause)) or [clause]
+                parts = (
+                    colon_list(clause)
+                    or expand_list(clause)
+                    or (lead and _ASKS.match(clause) is None and list_items(clause))
+                    or [clause]
+                )
             if carried and not any(e.split()[0].lower() in clause.lower() for e in carried):
                 parts = [f"{e}: {p}" for e in carried for p in parts]
             for p in parts:
                 text = unmask_asides(f"{' '.join(context)}: {p}" if context else p, asides)
                 p = unmask_asides(p, asides)
-                subs.append(SubQuery(text=text, intent=p, anchors=[a for a in anchors_all if a in p],
-                                     unframed=p if context else ""))
+                subs.append(
+                    SubQuery(
+                        text=text, intent=p, anchors=[a for a in anchors_all if a in p], unframed=p if context else ""
+                    )
+                )
         if carried and not subs:
             subs = [SubQuery(e, e) for e in (unmask_asides(e, asides) for e in carried)]
         seen: set[str] = set()
@@ -400,9 +492,11 @@ class OfflinePlanner:
         """Reformulate what is not covered: first with the question's framing words added (the subject
         the clause leaves implicit), then with the clause's content words only."""
         first = split_clauses(question)[0]
-        frame = " ".join(w for w in re.findall(r"[A-Za-z_][\w.]*", first)
-                         if (w[0].isupper() or "_" in w) and w.lower() not in STOPWORDS
-                         and w.lower() not in WH_WORDS)[:80]
+        frame = " ".join(
+            w
+            for w in re.findall(r"[A-Za-z_][\w.]*", first)
+            if (w[0].isupper() or "_" in w) and w.lower() not in STOPWORDS and w.lower() not in WH_WORDS
+        )[:80]
         out = []
         for s in uncovered:
             if attempt == 1 and frame and frame.lower() not in s.text.lower():
@@ -436,8 +530,12 @@ def ask_json(model, system_prompt: str, prompt: str, schema):
     ``{schema}`` slot of ``system_prompt``; a fenced answer is unwrapped). Raises ValueError out of schema."""
     from strands import Agent
 
-    agent = Agent(model=model, tools=[], callback_handler=None,
-                  system_prompt=system_prompt.format(schema=json.dumps(schema.model_json_schema())))
+    agent = Agent(
+        model=model,
+        tools=[],
+        callback_handler=None,
+        system_prompt=system_prompt.format(schema=json.dumps(schema.model_json_schema())),
+    )
     text = str(agent(prompt)).strip()
     if text.startswith("```"):
         text = re.sub(r"^```(?:json)?\s*|\s*```$", "", text)
@@ -473,8 +571,10 @@ class LLMPlanner:
         except Exception as e:  # noqa: BLE001 - provider unreachable etc.: plan offline rather than fail the search
             return self.fallback.plan(question), f"planner model failed: {type(e).__name__}"
         anchors = mentions(question)
-        return [SubQuery(i.query, i.intent, [a for a in anchors.identifiers + anchors.paths if a in i.query])
-                for i in plan.sub_queries], None
+        return [
+            SubQuery(i.query, i.intent, [a for a in anchors.identifiers + anchors.paths if a in i.query])
+            for i in plan.sub_queries
+        ], None
 
     def replan(self, question: str, uncovered: list[SubQuery], attempt: int) -> list[SubQuery]:
         return self.fallback.replan(question, uncovered, attempt)

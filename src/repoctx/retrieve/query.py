@@ -1,4 +1,5 @@
 """What a question mentions: identifiers, dotted names and paths (for exact matching)."""
+
 from __future__ import annotations
 
 import re
@@ -6,7 +7,9 @@ from dataclasses import dataclass
 
 from repoctx.tokens import code_tokens
 
-_PATH = re.compile(r"(?<![\w/.])((?:[\w.-]+/)*[\w-]+\.(?:py|pyi|js|jsx|ts|tsx|go|java|rs|c|h|cc|cpp|hpp|cs|rb|php|kt|swift|scala|md|ya?ml|toml|json|sql|sh))\b")
+_PATH = re.compile(
+    r"(?<![\w/.])((?:[\w.-]+/)*[\w-]+\.(?:py|pyi|js|jsx|ts|tsx|go|java|rs|c|h|cc|cpp|hpp|cs|rb|php|kt|swift|scala|md|ya?ml|toml|json|sql|sh))\b"
+)
 _DOTTED = re.compile(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)\b")
 _IDENT = re.compile(r"\b([A-Za-z_]\w*)\b")
 _BACKTICK = re.compile(r"`([^`\n]{1,120})`")
@@ -32,7 +35,11 @@ def summary_line(text: str) -> str | None:
     # a header's or quote's marks, a list bullet and **bold** go; code's own marks (__isnull, pk__in, **kwargs) stay
     first = re.sub(r"^(?:[#>]+\s*|[-*]\s+)", "", lines[0])
     first = re.sub(r"\*\*(\S(?:[^*]*\S)?)\*\*", r"\1", first).strip()
-    if len(first.split()) < 3 or len(first) > 300 or re.match(r"^(```|>>>|\$ |import |from \w+ import |def |class )", first):
+    if (
+        len(first.split()) < 3
+        or len(first) > 300
+        or re.match(r"^(```|>>>|\$ |import |from \w+ import |def |class )", first)
+    ):
         return None
     return first if len(set(code_tokens(first, keep_stopwords=False))) >= 2 else None
 
@@ -61,7 +68,7 @@ def mentions(query: str) -> Mentions:
     for m in _IDENT.finditer(query):
         w = m.group(1)
         end = m.end()
-        if looks_like_code(w) or query[end:end + 1] == "(":
+        if looks_like_code(w) or query[end : end + 1] == "(":
             idents.append(w)
     for d in dotted:
         idents.append(d.rsplit(".", 1)[-1])

@@ -15,6 +15,7 @@ One of its features is an embedding similarity, so the weights hold for the embe
 fitted with: another shipped model has its own file (``rerank_weights.<model name>.json``, see
 ``weights_file``), and an index under a model with no file of its own gets the default one.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,19 @@ WEIGHTS_FILE = Path(__file__).with_name("rerank_weights.json")
 KINDS = ("function", "method", "class", "module", "window")
 # features a class gets its own weight for: a class answers by its whole body, so size, degree and
 # overlap mean something else than for a function
-CLASS_INTERACTIONS = ("rank", "question", "callees", "callers", "lines", "name", "doc", "body", "dense", "lex",
-                      "samefile")
+CLASS_INTERACTIONS = (
+    "rank",
+    "question",
+    "callees",
+    "callers",
+    "lines",
+    "name",
+    "doc",
+    "body",
+    "dense",
+    "lex",
+    "samefile",
+)
 DEPTH = 30  # candidates a lane offers to the reranker
 ABSENT = 60  # rank given to a unit a search did not return
 
@@ -52,9 +64,15 @@ def _overlap(terms: list[str], text: str) -> float:
     return sum(1 for t in terms if term_in(t, toks)) / len(terms)
 
 
-def lane_features(terms: list[str], hits: list[Hit], question_ranks: dict[str, int], lane_counts: dict[str, int],
-                  degree: dict[str, tuple[int, int]], namesakes: dict[str, int] | None = None,
-                  name_sims: list[float] | None = None) -> list[dict[str, float]]:
+def lane_features(
+    terms: list[str],
+    hits: list[Hit],
+    question_ranks: dict[str, int],
+    lane_counts: dict[str, int],
+    degree: dict[str, tuple[int, int]],
+    namesakes: dict[str, int] | None = None,
+    name_sims: list[float] | None = None,
+) -> list[dict[str, float]]:
     """One feature dict per hit of a lane (in lane order).
 
     terms: the sub-query's content terms; question_ranks: capsule id → rank in the whole question's
@@ -139,12 +157,23 @@ class LinearReranker:
     meta: dict | None = None
 
     def score(self, f: dict[str, float]) -> float:
-        return self.bias + sum(w * (f.get(n, 0.0) - m) / s
-                               for n, m, s, w in zip(self.features, self.mean, self.std, self.weights, strict=True))
+        return self.bias + sum(
+            w * (f.get(n, 0.0) - m) / s
+            for n, m, s, w in zip(self.features, self.mean, self.std, self.weights, strict=True)
+        )
 
     def to_json(self) -> str:
-        return json.dumps({"features": self.features, "mean": self.mean, "std": self.std, "weights": self.weights,
-                           "bias": self.bias, "meta": self.meta or {}}, indent=1)
+        return json.dumps(
+            {
+                "features": self.features,
+                "mean": self.mean,
+                "std": self.std,
+                "weights": self.weights,
+                "bias": self.bias,
+                "meta": self.meta or {},
+            },
+            indent=1,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> LinearReranker:
@@ -214,8 +243,17 @@ def trained_dense(model: LinearReranker | None, dense):
     return dense if dense is not None and trained == dense.embedder.model_id else None
 
 
-def rerank_question(store, model: LinearReranker, terms: list[str], hits: list[Hit], question: str, dense=None,
-                    scope: Scope = EVERYTHING, depth: int = DEPTH, keep: frozenset[str] | set[str] = frozenset()) -> list[Hit]:
+def rerank_question(
+    store,
+    model: LinearReranker,
+    terms: list[str],
+    hits: list[Hit],
+    question: str,
+    dense=None,
+    scope: Scope = EVERYTHING,
+    depth: int = DEPTH,
+    keep: frozenset[str] | set[str] = frozenset(),
+) -> list[Hit]:
     """A standard search's second stage: its first ``depth`` units re-ordered by the lane model, the whole
     question being the one lane (its own search is the question's ranking); the rest keep their order.
     ``terms``: the question's content terms; ``dense``: as ``trained_dense`` gives it; ``keep``: ids of
@@ -238,7 +276,9 @@ def rerank_question(store, model: LinearReranker, terms: list[str], hits: list[H
     return out + hits[depth:]
 
 
-def degrees(store, ids: list[str], classes: AbstractSet[str] = frozenset(), scope: Scope = EVERYTHING) -> dict[str, tuple[int, int]]:
+def degrees(
+    store, ids: list[str], classes: AbstractSet[str] = frozenset(), scope: Scope = EVERYTHING
+) -> dict[str, tuple[int, int]]:
     """(callers, callees) per capsule id, by edge queries. A class's calls are made by its methods, so a
     class's callees are the distinct units its methods call (without this every class reads as a leaf)."""
     callers: dict[str, int] = {}
@@ -277,8 +317,14 @@ def name_phrase(c) -> str:
     return f"{' '.join(_words(c.qualname))} ({' '.join(path)})"
 
 
-def features_for_lanes(store, lanes: list[tuple[list[str], list[Hit]]], question_hits: list[Hit],
-                       dense=None, texts: list[str] | None = None, scope: Scope = EVERYTHING) -> list[list[dict]]:
+def features_for_lanes(
+    store,
+    lanes: list[tuple[list[str], list[Hit]]],
+    question_hits: list[Hit],
+    dense=None,
+    texts: list[str] | None = None,
+    scope: Scope = EVERYTHING,
+) -> list[list[dict]]:
     """Features of every lane's hits; lanes are (sub-query content terms, hits), question_hits the whole
     question's own search; with a dense retriever and the sub-queries' texts, how close each unit's
     name, read as words, is to its sub-query. The same code serves inference and training."""
@@ -289,8 +335,12 @@ def features_for_lanes(store, lanes: list[tuple[list[str], list[Hit]]], question
     names = store.name_counts(sorted({h.capsule.name for _, hits in lanes for h in hits}), scope)
     sims = [None] * len(lanes)
     if dense and texts:
-        sims = dense.similarities([(text, [name_phrase(h.capsule) for h in hits]) for text, (_, hits) in zip(texts, lanes, strict=True)])
-    return [lane_features(terms, hits, qranks, counts, deg, names, s) for (terms, hits), s in zip(lanes, sims, strict=True)]
+        sims = dense.similarities(
+            [(text, [name_phrase(h.capsule) for h in hits]) for text, (_, hits) in zip(texts, lanes, strict=True)]
+        )
+    return [
+        lane_features(terms, hits, qranks, counts, deg, names, s) for (terms, hits), s in zip(lanes, sims, strict=True)
+    ]
 
 
 def rerank(model: LinearReranker, feats: list[dict[str, float]], hits: list[Hit]) -> list[Hit]:

@@ -1,4 +1,5 @@
 """Route a question down the standard path (one intent) or the agentic path (several)."""
+
 from __future__ import annotations
 
 import re
@@ -6,14 +7,23 @@ from dataclasses import dataclass, field
 
 from repoctx.retrieve.planner import _HAS_WH, OfflinePlanner, colon_list, expand_comparison, expand_list, split_clauses
 
-_COMPARATIVE = re.compile(r"\b(compare|comparing|contrast|versus|vs\.?|differ|differences?\s+between|compared\s+(?:with|to)"
-                          r"|as opposed to|each\s+(?:one\s+)?(?:handle|do|decide))\b", re.I)
+_COMPARATIVE = re.compile(
+    r"\b(compare|comparing|contrast|versus|vs\.?|differ|differences?\s+between|compared\s+(?:with|to)"
+    r"|as opposed to|each\s+(?:one\s+)?(?:handle|do|decide))\b",
+    re.I,
+)
 MAX_QUESTION_WORDS = 80  # a multi-part question is a paragraph at most; longer text reads as a report
-_ASKS = re.compile(r"\?|^\s*(?:how|where|what|which|when|why|compare|contrast|explain|walk me|show|list|find|trace)\b"
-                   r"|[.!]\s+(?:compare|contrast|walk me through)\b", re.I)  # "X does A. Compare how ..."
+_ASKS = re.compile(
+    r"\?|^\s*(?:how|where|what|which|when|why|compare|contrast|explain|walk me|show|list|find|trace)\b"
+    r"|[.!]\s+(?:compare|contrast|walk me through)\b",
+    re.I,
+)  # "X does A. Compare how ..."
 # "^[ \t]*", not "^\s*": under re.M the latter runs from every line start over all the blank lines that follow
-_REPORT = re.compile(r"Traceback \(most recent call last\)|```|^[ \t]*(?:>>>|\$ |File \")|Steps to reproduce|"
-                     r"Expected (?:behaviou?r|result)|Actual (?:behaviou?r|result)", re.I | re.M)
+_REPORT = re.compile(
+    r"Traceback \(most recent call last\)|```|^[ \t]*(?:>>>|\$ |File \")|Steps to reproduce|"
+    r"Expected (?:behaviou?r|result)|Actual (?:behaviou?r|result)",
+    re.I | re.M,
+)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ and every gap is listed as left out the same way, so a citation names exactly th
 
 Pure: no store, no I/O. The context builder (``context.py``) decides how many tokens each unit may take.
 """
+
 from __future__ import annotations
 
 import re
@@ -101,7 +102,7 @@ def docstring_span(lines: list[str], after: int, language: str) -> tuple[int, in
     if not m:
         return None
     q = m.group(1)
-    rest = s[m.end():]
+    rest = s[m.end() :]
     if q in ('"', "'") or q in rest:
         return j, j
     for k in range(j + 1, len(lines)):
@@ -223,8 +224,12 @@ def prepare(c: Capsule, weights: dict[str, float], focus: tuple[str, ...] = ()) 
     exits = [i for i in body if _EXIT.match(raw[i].lstrip())]
     outline: list[frozenset[int]] = []
     if c.kind == "class":  # the headers of its own methods (a multi-line signature whole), decorators left out
-        defs = [i for i in body if raw[i].lstrip().startswith(("def ", "async def ", "fn ", "func ")) or (
-            lang != "python" and indents[i] == min(indents.values()) and "(" in raw[i])]
+        defs = [
+            i
+            for i in body
+            if raw[i].lstrip().startswith(("def ", "async def ", "fn ", "func "))
+            or (lang != "python" and indents[i] == min(indents.values()) and "(" in raw[i])
+        ]
         level = min((indents[i] for i in defs), default=0)  # not the functions nested in them
         outline = [frozenset(range(i, i + 1 + header_end(raw[i:], lang))) for i in defs if indents[i] == level]
     groups: list[frozenset[int]] = []
@@ -246,6 +251,7 @@ def prepare(c: Capsule, weights: dict[str, float], focus: tuple[str, ...] = ()) 
 
 
 # ---------------------------------------------------------------- rendering
+
 
 def _fence(text: str) -> str:
     fence = "```"
@@ -337,8 +343,12 @@ def cost(s: Sliceable, lines: frozenset[int]) -> int:
     c = s.capsule
     fence = _fence("\n".join(s.shown_lines))
     if len(lines) == s.n:
-        return (line_cost(f"### {c.citation}") + line_cost(f"{fence}{c.language}") + line_cost(fence)
-                + sum(line_cost(x) for x in s.shown_lines))
+        return (
+            line_cost(f"### {c.citation}")
+            + line_cost(f"{fence}{c.language}")
+            + line_cost(fence)
+            + sum(line_cost(x) for x in s.shown_lines)
+        )
     idx = sorted(lines)
     total = line_cost(f"### {printable(c.path)} :: {printable(c.qualname)} (lines {c.start_line}-{c.end_line}, sliced)")
     total += line_cost(f"{fence}{c.language}") + line_cost(fence)
@@ -353,8 +363,15 @@ def cost(s: Sliceable, lines: frozenset[int]) -> int:
     return total
 
 
-def grow(s: Sliceable, lines: frozenset[int], allowance: int, whole_ok: bool = True, core_only: bool = False,
-         small: int = 0, most: int | None = None) -> frozenset[int]:
+def grow(
+    s: Sliceable,
+    lines: frozenset[int],
+    allowance: int,
+    whole_ok: bool = True,
+    core_only: bool = False,
+    small: int = 0,
+    most: int | None = None,
+) -> frozenset[int]:
     """``lines`` grown within ``allowance`` tokens: the whole unit when it fits (and ``whole_ok``), else the plan's
     groups in order, each one that fits (a group that does not fit is skipped; a later, smaller one may).
     ``core_only``: only the groups the question needs (the ``most`` best), and the whole unit only when it costs at
@@ -363,8 +380,11 @@ def grow(s: Sliceable, lines: frozenset[int], allowance: int, whole_ok: bool = T
     whole = s.everything()
     if lines == whole:
         return whole
-    if whole_ok and cost(s, whole) <= allowance and (
-            not core_only or cost(s, whole) <= max(small, WHOLE_OVER_CORE * s.core_cost(most))):
+    if (
+        whole_ok
+        and cost(s, whole) <= allowance
+        and (not core_only or cost(s, whole) <= max(small, WHOLE_OVER_CORE * s.core_cost(most)))
+    ):
         return whole
     cur = frozenset(lines | s.head)
     if cost(s, cur) > allowance:

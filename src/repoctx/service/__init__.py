@@ -2,6 +2,7 @@
 workers (``jobs``), Prometheus metrics (``metrics``) and commands (``cli.register``).
 
 Light on import: FastAPI and friends load only when ``create_app`` is asked for."""
+
 from __future__ import annotations
 
 __all__ = ["create_app", "migrate_postgres"]

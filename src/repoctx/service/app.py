@@ -34,6 +34,7 @@ REPOCTX_RETRY_AFTER`` -- also when the key check is what could not reach it (a v
 outage) -- or, once a stream has begun, an ``error`` event of that name. ``GET``/``HEAD /health`` answers 503
 ``degraded`` with the failing components. The pools drop dead connections and reconnect by themselves.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -75,10 +76,18 @@ log = logging.getLogger("repoctx.service")
 
 __all__ = ["create_app", "app_from_env", "Service"]
 
-PUBLIC_PATHS = ("/health", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect",
-                "/")  # "/" and "/ui/": the web pages and their assets, which hold no data (service/web/)
-PUBLIC_PREFIXES = ("/hooks/",  # push webhooks: no API key, each delivery is verified by its signature (hooks.py)
-                   "/ui/")
+PUBLIC_PATHS = (
+    "/health",
+    "/docs",
+    "/redoc",
+    "/openapi.json",
+    "/docs/oauth2-redirect",
+    "/",
+)  # "/" and "/ui/": the web pages and their assets, which hold no data (service/web/)
+PUBLIC_PREFIXES = (
+    "/hooks/",  # push webhooks: no API key, each delivery is verified by its signature (hooks.py)
+    "/ui/",
+)
 SESSION_ID = r"^[A-Za-z0-9_-]{1,128}$"
 REPO_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
@@ -117,12 +126,16 @@ class SearchRequest(_Model):
     level: Literal["symbol", "file"] = "symbol"
     mode: Literal["auto", "standard", "agentic"] = Field("auto", description="auto: the router decides.")
     detail: Literal["brief", "signatures", "full"] = Field(
-        "brief", description="brief: citation, short signature and why per hit; signatures: + path, lines, score, "
-                             "whole signature, docstring line, caller/callee counts; full: + the code's first lines "
-                             "(repoctx.render).")
+        "brief",
+        description="brief: citation, short signature and why per hit; signatures: + path, lines, score, "
+        "whole signature, docstring line, caller/callee counts; full: + the code's first lines "
+        "(repoctx.render).",
+    )
     paths: list[Annotated[str, StringConstraints(min_length=1, max_length=1000)]] | None = Field(
-        None, max_length=20, description="Path globs (the grants' grammar): only units in a matching file, inside "
-                                         "what the key may read.")
+        None,
+        max_length=20,
+        description="Path globs (the grants' grammar): only units in a matching file, inside what the key may read.",
+    )
 
 
 class RetrieveRequest(SearchRequest):
@@ -133,7 +146,8 @@ class ContextRequest(_Model):
     query: QueryText
     repos: list[RepoName] | None = Field(None, max_length=50)
     task: Literal["code_query", "refactor", "code_gen", "search"] | None = Field(
-        None, description="What the context is for (default: classified from the query).")
+        None, description="What the context is for (default: classified from the query)."
+    )
     budget: OptionalJsonInt = Field(None, ge=100, le=16000, description="Token budget.")
     mode: Literal["auto", "standard", "agentic"] = "standard"
 
@@ -142,11 +156,13 @@ class GrepRequest(_Model):
     """``Index.grep`` over the indexed snapshot of the repositories the key sees (no checkout needed)."""
 
     pattern: Annotated[str, StringConstraints(min_length=1, max_length=1000)] = Field(
-        description="A Python regular expression matched against each line (or a literal string with fixed).")
+        description="A Python regular expression matched against each line (or a literal string with fixed)."
+    )
     fixed: bool = Field(False, description="The pattern is a literal string.")
     ignore_case: bool = False
     paths: list[Annotated[str, StringConstraints(min_length=1, max_length=1000)]] | None = Field(
-        None, max_length=50, description="Path globs a file must match (any of them; '*' crosses '/').")
+        None, max_length=50, description="Path globs a file must match (any of them; '*' crosses '/')."
+    )
     repos: list[RepoName] | None = Field(None, max_length=50)
     limit: JsonInt = Field(100, ge=1, le=1000, description="Matching lines returned.")
     offset: JsonInt = Field(0, ge=0, description="Matching lines skipped (next_offset of the previous page).")
@@ -157,7 +173,8 @@ class SymbolRequest(_Model):
     """``Index.symbol``: every definition of a name, with its code."""
 
     name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000)] = Field(
-        description="Plain, qualified (Class.method), module-qualified, or path:qualname.")
+        description="Plain, qualified (Class.method), module-qualified, or path:qualname."
+    )
     repos: list[RepoName] | None = Field(None, max_length=50)
     limit: JsonInt = Field(10, ge=1, le=50, description="Definitions returned.")
     body: bool = Field(True, description="Each definition's code; false: only where each one is.")
@@ -165,11 +182,10 @@ class SymbolRequest(_Model):
 
 class ChatRequest(_Model):
     session_id: Annotated[str, StringConstraints(pattern=SESSION_ID)] = Field(
-        description="The conversation to continue or start (1-128 of A-Z a-z 0-9 _ -); private to the key's principal.")
+        description="The conversation to continue or start (1-128 of A-Z a-z 0-9 _ -); private to the key's principal."
+    )
     message: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=8000)]
     repos: list[RepoName] | None = Field(None, max_length=50)
-
-
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -187,11 +203,10 @@ def safe_detail(text: Any, limit: int = 200) -> str:
         line = redact(line)[0]
     except Exception:  # noqa: BLE001 - the patterns above already took out the usual credentials
         pass
-    return line if len(line) <= limit else line[:limit - 1] + "…"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 _error_body = error_body  # {"error": code, "detail": one line}: the shape of every error answer (limits.py)
-
 
 
 STORE_UNAVAILABLE = "store_unavailable"  # the error of every answer given while the store is away
@@ -206,13 +221,13 @@ def _outage_cause(exc: BaseException | None) -> str:
 def unavailable_body(exc: BaseException | None, retry_after: int) -> dict:
     """The error body of an answer given while the store cannot be reached (503, or a stream's error event)."""
     cause = _outage_cause(exc)
-    return _error_body(STORE_UNAVAILABLE, f"the store is unavailable{f' ({cause})' if cause else ''}: "
-                                          f"try again in {retry_after} s")
+    return _error_body(
+        STORE_UNAVAILABLE, f"the store is unavailable{f' ({cause})' if cause else ''}: try again in {retry_after} s"
+    )
 
 
 def unavailable_response(exc: BaseException | None, retry_after: int) -> JSONResponse:
-    return JSONResponse(unavailable_body(exc, retry_after), status_code=503,
-                        headers={"Retry-After": str(retry_after)})
+    return JSONResponse(unavailable_body(exc, retry_after), status_code=503, headers={"Retry-After": str(retry_after)})
 
 
 def stream_error(exc: BaseException, retry_after: int) -> dict:
@@ -301,9 +316,17 @@ class ThreadedRun:
 class Service:
     """What the endpoints share: the store and a read view of it, keys, jobs, sessions, metrics."""
 
-    def __init__(self, settings: Settings, service: ServiceSettings, *, model_factory=None,
-                 key_store: KeyStore | None = None, store=None, tools_factory=None,
-                 inprocess_workers: int | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        service: ServiceSettings,
+        *,
+        model_factory=None,
+        key_store: KeyStore | None = None,
+        store=None,
+        tools_factory=None,
+        inprocess_workers: int | None = None,
+    ):
         from repoctx.index import Index, open_store
 
         if settings.store_timeout is None:  # reaching the store fails within this (then 503), never hangs
@@ -312,8 +335,9 @@ class Service:
         self.conf = service
         self.db = ServiceDB(service_db_target(settings), connect_timeout=settings.store_timeout)
         try:
-            self.keys = key_store or KeyStore(self.db, roles_file=service.roles_file,
-                                              cache_seconds=service.key_cache_seconds)
+            self.keys = key_store or KeyStore(
+                self.db, roles_file=service.roles_file, cache_seconds=service.key_cache_seconds
+            )
             self._owns_keys = key_store is None
             self.store = store if store is not None else open_store(settings, long_lived=True)
             self._owns_store = store is None
@@ -348,9 +372,20 @@ class Service:
             inproc = service.inprocess_jobs if service.inprocess_jobs is not None else self.db.backend == "sqlite"
             n = 1 if inproc else 0
         self.watchers = None  # repoctx.watch.Watchers: the trees registered by path, with jobs in this process
-        self.workers = start_workers(settings, service, self.db, self.jobs, self.store, n,
-                                     on_job=self._job_done,
-                                     embedder=lambda: self.index.embedder) if n else None
+        self.workers = (
+            start_workers(
+                settings,
+                service,
+                self.db,
+                self.jobs,
+                self.store,
+                n,
+                on_job=self._job_done,
+                embedder=lambda: self.index.embedder,
+            )
+            if n
+            else None
+        )
         if self.workers is not None and settings.watch:  # a save under a path registered here: a job within seconds
             from repoctx.watch import Watchers
 
@@ -393,8 +428,12 @@ class Service:
                 if self._sessions_pool is None:
                     from repoctx.store.availability import connection_pool
 
-                    self._sessions_pool = connection_pool(self._sessions_target, timeout=self.settings.store_timeout,
-                                                          max_size=8, name="repoctx-service-sessions")
+                    self._sessions_pool = connection_pool(
+                        self._sessions_target,
+                        timeout=self.settings.store_timeout,
+                        max_size=8,
+                        name="repoctx-service-sessions",
+                    )
                 sessions.PostgresSessionRepository(self._sessions_pool, "probe")
             else:
                 sessions.migrate_sqlite(self._sessions_target)  # embedded: created beside the index
@@ -409,8 +448,10 @@ class Service:
         if not self._sessions_ok:
             self._check_sessions()
             if not self._sessions_ok:
-                raise HTTPException(503, _error_body("SessionStoreNotMigrated",
-                                                     "the session store is not ready: run `repoctx db migrate`"))
+                raise HTTPException(
+                    503,
+                    _error_body("SessionStoreNotMigrated", "the session store is not ready: run `repoctx db migrate`"),
+                )
         if self._postgres_sessions():
             return sessions.PostgresSessionRepository(self._sessions_pool, principal)
         return sessions.SQLiteSessionRepository(self._sessions_target, principal)
@@ -430,6 +471,7 @@ class Service:
     def health_probes(self) -> dict[str, Callable[[], Any]]:
         """One cheap read of each component the answers need: the index store, the service tables (keys,
         roles, jobs) and, on PostgreSQL, the copilot's sessions."""
+
         def store() -> None:
             present = getattr(self.store, "check_present", None)  # SQLite: the file is still the one opened
             if callable(present):
@@ -516,8 +558,11 @@ class _Middleware:
         svc.metrics.in_flight.inc()
         try:
             path = scope.get("path", "")
-            public = path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES) or \
-                (path == "/metrics" and svc.conf.metrics_public)
+            public = (
+                path in PUBLIC_PATHS
+                or path.startswith(PUBLIC_PREFIXES)
+                or (path == "/metrics" and svc.conf.metrics_public)
+            )
             if not public:
                 try:
                     principal = await self._authenticate(scope)
@@ -526,15 +571,18 @@ class _Middleware:
                     return
                 except Exception as e:  # a failing check is the server's fault, not the key's: never a 401
                     log.error("key check failed: %s", type(e).__name__, exc_info=e)
-                    response = JSONResponse(_error_body(type(e).__name__, "internal error; the server log has the "
-                                                                          "details"), status_code=500)
+                    response = JSONResponse(
+                        _error_body(type(e).__name__, "internal error; the server log has the details"), status_code=500
+                    )
                     await response(scope, receive, send_wrapper)
                     return
                 if principal is None:
                     svc.metrics.auth_failures.inc()
                     response = JSONResponse(
                         _error_body("unauthorized", "a valid API key is required: Authorization: Bearer KEY"),
-                        status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                        status_code=401,
+                        headers={"WWW-Authenticate": "Bearer"},
+                    )
                     await response(scope, receive, send_wrapper)
                     return
                 scope.setdefault("state", {})["principal"] = principal
@@ -544,7 +592,8 @@ class _Middleware:
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or "unmatched"
             svc.metrics.requests.labels(endpoint, scope.get("method", ""), str(status["code"])).observe(
-                time.perf_counter() - t0)
+                time.perf_counter() - t0
+            )
 
     async def _authenticate(self, scope) -> Principal | None:
         header = ""
@@ -572,8 +621,9 @@ class _Middleware:
 _bearer = HTTPBearer(auto_error=False, description="An API key from `repoctx keys add NAME --role ROLE`.")
 
 
-async def current_principal(request: Request,
-                            _creds: HTTPAuthorizationCredentials | None = Security(_bearer)) -> Principal:
+async def current_principal(
+    request: Request, _creds: HTTPAuthorizationCredentials | None = Security(_bearer)
+) -> Principal:
     """Async so FastAPI does not hop to a worker thread for it: it only reads what the middleware set."""
     p = getattr(request.state, "principal", None)
     if p is None:  # the middleware lets no request through without one; never trust a missing one
@@ -585,10 +635,16 @@ PrincipalDep = Annotated[Principal, Depends(current_principal)]
 
 
 # ------------------------------------------------------------------------------------ the app
-def create_app(settings: Settings | None = None, *, model_factory: Callable[[], Any] | None = None,
-               key_store: KeyStore | None = None, service: ServiceSettings | None = None, store=None,
-               tools_factory: Callable[[Any, Scope], list] | None = None,
-               inprocess_workers: int | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    model_factory: Callable[[], Any] | None = None,
+    key_store: KeyStore | None = None,
+    service: ServiceSettings | None = None,
+    store=None,
+    tools_factory: Callable[[Any, Scope], list] | None = None,
+    inprocess_workers: int | None = None,
+) -> FastAPI:
     """The service over the store the settings name (``REPOCTX_DATABASE_URL``, else ``REPOCTX_INDEX_DIR``).
 
     ``model_factory()``: a Strands Model for each chat turn (default: one model from ``REPOCTX_LLM``).
@@ -599,8 +655,15 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
     settings = settings or Settings.from_env()
     conf = service or ServiceSettings.from_env()
     parse_rate_limit(conf.rate_limit)  # a ConfigError naming REPOCTX_RATE_LIMIT now, not at the first request
-    svc = Service(settings, conf, model_factory=model_factory, key_store=key_store, store=store,
-                  tools_factory=tools_factory, inprocess_workers=inprocess_workers)
+    svc = Service(
+        settings,
+        conf,
+        model_factory=model_factory,
+        key_store=key_store,
+        store=store,
+        tools_factory=tools_factory,
+        inprocess_workers=inprocess_workers,
+    )
 
     from contextlib import asynccontextmanager
 
@@ -609,9 +672,13 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
         yield
         await run_in_threadpool(svc.close)
 
-    app = FastAPI(title="repoctx", version="0.1.0", lifespan=lifespan,
-                  description="Repository context for a team: search, context, traced retrieval and a copilot "
-                              "whose answers cite their sources, under per-key access rules.")
+    app = FastAPI(
+        title="repoctx",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Repository context for a team: search, context, traced retrieval and a copilot "
+        "whose answers cite their sources, under per-key access rules.",
+    )
     app.state.service = svc
     # outermost last: authentication (and latency), then the per-key rate limit (it needs the key), then the
     # body's size and deadline (a body is read only for a request that got this far)
@@ -628,18 +695,33 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                 reason = f"not valid JSON ({(e.get('ctx') or {}).get('error') or 'decode error'})"
                 problems.append({"field": "body", "reason": reason})
                 continue
-            problems.append({"field": ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body",
-                             "reason": e.get("msg", "invalid")})
+            problems.append(
+                {
+                    "field": ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body",
+                    "reason": e.get("msg", "invalid"),
+                }
+            )
         detail = safe_detail("; ".join(f"{p['field']}: {p['reason']}" for p in problems), 400)
         return JSONResponse(_error_body("invalid_request", detail, fields=problems), status_code=422)
 
-    _codes = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-              405: "method_not_allowed", 408: "request_timeout", 413: "body_too_large", 429: "rate_limited"}
+    _codes = {
+        400: "invalid_request",
+        401: "unauthorized",
+        403: "forbidden",
+        404: "not_found",
+        405: "method_not_allowed",
+        408: "request_timeout",
+        413: "body_too_large",
+        429: "rate_limited",
+    }
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
-        body = exc.detail if isinstance(exc.detail, dict) else _error_body(
-            _codes.get(exc.status_code, "error"), str(exc.detail))
+        body = (
+            exc.detail
+            if isinstance(exc.detail, dict)
+            else _error_body(_codes.get(exc.status_code, "error"), str(exc.detail))
+        )
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
@@ -648,8 +730,9 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
             log.warning("%s on %s: the store is unavailable", type(exc).__name__, request.url.path)
             return unavailable_response(exc, conf.retry_after)
         log.error("unhandled %s on %s", type(exc).__name__, request.url.path, exc_info=exc)
-        return JSONResponse(_error_body(type(exc).__name__, "internal error; the server log has the details"),
-                            status_code=500)
+        return JSONResponse(
+            _error_body(type(exc).__name__, "internal error; the server log has the details"), status_code=500
+        )
 
     async def threaded(fn: Callable, *args, timeout: float | None = None):
         """A blocking call in a worker thread, under the request deadline; ValueError is a 400."""
@@ -684,9 +767,13 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
         probes = svc.health_probes()
         components = dict(zip(probes, await asyncio.gather(*(probe(fn) for fn in probes.values())), strict=True))
         failing = [name for name, state in components.items() if state != "ok"]
-        body: dict[str, Any] = {"status": "degraded" if failing else "ok", "backend": svc.store.backend,
-                                "jobs": "in-process" if svc.runs_jobs else "workers", "components": components,
-                                "failing": failing}
+        body: dict[str, Any] = {
+            "status": "degraded" if failing else "ok",
+            "backend": svc.store.backend,
+            "jobs": "in-process" if svc.runs_jobs else "workers",
+            "components": components,
+            "failing": failing,
+        }
         if not failing and getattr(svc.store, "memory_enabled", False):
             # BM25 in memory, built in the background at start and after each index change
             try:
@@ -700,8 +787,12 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
             return Response(status_code=status, headers=headers)
         return JSONResponse(body, status_code=status, headers=headers)
 
-    @app.get("/health", tags=["service"], summary="Liveness and each component's state (no key needed): 200 ok, "
-                                                  "or 503 degraded with the failing components and Retry-After")
+    @app.get(
+        "/health",
+        tags=["service"],
+        summary="Liveness and each component's state (no key needed): 200 ok, "
+        "or 503 degraded with the failing components and Retry-After",
+    )
     async def health():
         return await _health(head=False)
 
@@ -709,14 +800,23 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
     async def health_head():
         return await _health(head=True)
 
-    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse,
-             summary="Prometheus metrics (an admin key, unless REPOCTX_METRICS_PUBLIC=1)")
+    @app.get(
+        "/metrics",
+        tags=["service"],
+        response_class=PlainTextResponse,
+        summary="Prometheus metrics (an admin key, unless REPOCTX_METRICS_PUBLIC=1)",
+    )
     async def metrics(request: Request):
         # the service's whole traffic and job counts: not for a key scoped to some paths of some repositories
         p = getattr(request.state, "principal", None)
         if not conf.metrics_public and (p is None or not p.admin):
-            raise HTTPException(403, _error_body("forbidden", "/metrics needs an admin key (or REPOCTX_METRICS_PUBLIC=1 "
-                                                              "for a scraper on a private network)"))
+            raise HTTPException(
+                403,
+                _error_body(
+                    "forbidden",
+                    "/metrics needs an admin key (or REPOCTX_METRICS_PUBLIC=1 for a scraper on a private network)",
+                ),
+            )
         data = await svc.call(svc.metrics.render, timeout=30)
         return PlainTextResponse(data, media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -727,6 +827,7 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
             scope = svc.scope_for(p, req.repos, req.paths)
             r = svc.index.retrieve(req.query, k=req.k, level=req.level, mode=req.mode, scope=scope)
             return wire(retrieval_dict(r, req.detail, index=svc.index, scope=scope))
+
         return await threaded(work)
 
     @app.post("/context", tags=["retrieval"], summary="Context compressed to a task inside a token budget")
@@ -735,38 +836,63 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
             scope = svc.scope_for(p, req.repos)
             ctx = svc.index.context(req.query, task=req.task, budget=req.budget, mode=req.mode, scope=scope)
             return ctx.to_dict()
+
         return await threaded(work)
 
-    @app.post("/grep", tags=["retrieval"], summary="Lines matching a pattern, like `git grep -n` over the indexed "
-                                                    "snapshot")
+    @app.post(
+        "/grep", tags=["retrieval"], summary="Lines matching a pattern, like `git grep -n` over the indexed snapshot"
+    )
     async def grep(req: GrepRequest, p: PrincipalDep) -> dict:
         from repoctx.store.grep import PatternError
 
         def work():
             scope = svc.scope_for(p, req.repos)
             try:
-                return svc.index.grep(req.pattern, fixed=req.fixed, ignore_case=req.ignore_case,
-                                      paths=tuple(req.paths or ()), scope=scope, limit=req.limit, offset=req.offset,
-                                      context=req.context)
+                return svc.index.grep(
+                    req.pattern,
+                    fixed=req.fixed,
+                    ignore_case=req.ignore_case,
+                    paths=tuple(req.paths or ()),
+                    scope=scope,
+                    limit=req.limit,
+                    offset=req.offset,
+                    context=req.context,
+                )
             except PatternError as e:  # the request's shape is right, its regex is not: name the problem
-                raise HTTPException(400, _error_body("invalid_request", safe_detail(e, 400),
-                                                     fields=[{"field": "pattern", "reason": e.reason}])) from None
+                raise HTTPException(
+                    400,
+                    _error_body(
+                        "invalid_request", safe_detail(e, 400), fields=[{"field": "pattern", "reason": e.reason}]
+                    ),
+                ) from None
+
         return await threaded(work)
 
-    @app.get("/outline", tags=["retrieval"], summary="A file's classes, functions and methods, with signatures, "
-                                                     "line spans and caller counts")
-    async def outline(p: PrincipalDep,
-                      path: Annotated[str, Query(min_length=1, max_length=4096, description="The file's path, "
-                                                 "relative to its repository's root.")],
-                      repo: Annotated[str | None, Query(pattern=REPO_NAME, description="The repository, needed "
-                                                        "only when several hold the path.")] = None) -> dict:
+    @app.get(
+        "/outline",
+        tags=["retrieval"],
+        summary="A file's classes, functions and methods, with signatures, line spans and caller counts",
+    )
+    async def outline(
+        p: PrincipalDep,
+        path: Annotated[
+            str, Query(min_length=1, max_length=4096, description="The file's path, relative to its repository's root.")
+        ],
+        repo: Annotated[
+            str | None, Query(pattern=REPO_NAME, description="The repository, needed only when several hold the path.")
+        ] = None,
+    ) -> dict:
         def work():
             scope = svc.scope_for(p, [repo] if repo else None)
             return svc.index.outline(path, repo=repo, scope=scope)
+
         return await threaded(work)
 
-    @app.post("/symbol", tags=["retrieval"], summary="Every definition of a name with its code; several are listed, "
-                                                     "none guessed")
+    @app.post(
+        "/symbol",
+        tags=["retrieval"],
+        summary="Every definition of a name with its code; several are listed, none guessed",
+    )
     async def symbol(req: SymbolRequest, p: PrincipalDep) -> dict:
         def work():
             scope = svc.scope_for(p, req.repos)
@@ -775,10 +901,15 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                 for m in out["matches"]:
                     m.pop("text", None)
             return out
+
         return await threaded(work)
 
-    @app.post("/retrieve", tags=["retrieval"], response_class=EventSourceResponse,
-              summary="Retrieval as a server-sent event stream: `trace` events, then `results` (or `error`)")
+    @app.post(
+        "/retrieve",
+        tags=["retrieval"],
+        response_class=EventSourceResponse,
+        summary="Retrieval as a server-sent event stream: `trace` events, then `results` (or `error`)",
+    )
     async def retrieve(req: RetrieveRequest, p: PrincipalDep):
         scope = await threaded(svc.scope_for, p, req.repos, req.paths)
         gen = svc.index.stream(req.query, k=req.k, level=req.level, mode=req.mode, scope=scope)
@@ -798,16 +929,20 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                         return
                     n += 1
                     if ev.step == "Result":
-                        results = await svc.call(functools.partial(retrieval_dict, ev.data["retrieval"], req.detail,
-                                                                   index=svc.index, scope=scope),
-                                                 timeout=deadline - loop.time())
+                        results = await svc.call(
+                            functools.partial(
+                                retrieval_dict, ev.data["retrieval"], req.detail, index=svc.index, scope=scope
+                            ),
+                            timeout=deadline - loop.time(),
+                        )
                         yield _sse("results", wire(results), n)
                         return
                     yield _sse("trace", ev.to_dict(), n)
             except TimeoutError:
                 svc.metrics.stream_errors.labels("/retrieve", "Timeout").inc()
-                yield _sse("error", _error_body("Timeout", f"retrieval took longer than {conf.stream_timeout:g} s"),
-                           n + 1)
+                yield _sse(
+                    "error", _error_body("Timeout", f"retrieval took longer than {conf.stream_timeout:g} s"), n + 1
+                )
             except asyncio.CancelledError:
                 svc.metrics.disconnects.labels("/retrieve").inc()
                 raise
@@ -820,8 +955,12 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
         return EventSourceResponse(events(), ping=15, send_timeout=30)
 
     # ---- the copilot
-    @app.post("/chat", tags=["copilot"], response_class=EventSourceResponse,
-              summary="One copilot turn as server-sent events: token, tool, trace, citation, error, done")
+    @app.post(
+        "/chat",
+        tags=["copilot"],
+        response_class=EventSourceResponse,
+        summary="One copilot turn as server-sent events: token, tool, trace, citation, error, done",
+    )
     async def chat(req: ChatRequest, p: PrincipalDep):
         from repoctx.providers.llm import ProviderNotConfigured, ProviderUnavailable
 
@@ -830,9 +969,11 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
         if key in svc.busy:
             raise HTTPException(409, _error_body("session_busy", "a turn of this session is still running"))
         if len(svc.busy) >= conf.max_turns:
-            raise HTTPException(429, _error_body("too_many_turns", f"{conf.max_turns} copilot turns are running: "
-                                                                   "try again shortly"),
-                                headers={"Retry-After": "2"})
+            raise HTTPException(
+                429,
+                _error_body("too_many_turns", f"{conf.max_turns} copilot turns are running: try again shortly"),
+                headers={"Retry-After": "2"},
+            )
         try:
             model = await svc.call(svc.model)
         except (ProviderNotConfigured, ProviderUnavailable) as e:
@@ -846,9 +987,17 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
             copilot = None
             try:
                 tools = svc.tools_factory(svc.index, scope) if svc.tools_factory else None
-                copilot = build_agent(svc.index, req.session_id, p.name, model=model, scope=scope, tools=tools,
-                                      session_repository=repo, metrics_sinks=[svc.metrics],
-                                      limits=Limits(conf.turn_tool_calls, conf.turn_model_calls))
+                copilot = build_agent(
+                    svc.index,
+                    req.session_id,
+                    p.name,
+                    model=model,
+                    scope=scope,
+                    tools=tools,
+                    session_repository=repo,
+                    metrics_sinks=[svc.metrics],
+                    limits=Limits(conf.turn_tool_calls, conf.turn_model_calls),
+                )
                 async for ev in stream_turn(copilot, req.message):
                     yield ev
             finally:
@@ -897,8 +1046,9 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
                         yield _sse("error", _error_body(str(item.get("error")), safe_detail(item.get("detail"))), n)
                     elif typ in ("token", "citation", "done"):
                         if typ == "done" and data.get("error"):
-                            data["error"] = _error_body(str(data["error"].get("error")),
-                                                        safe_detail(data["error"].get("detail")))
+                            data["error"] = _error_body(
+                                str(data["error"].get("error")), safe_detail(data["error"].get("detail"))
+                            )
                         if typ == "done" and isinstance(data.get("metrics"), dict) and data["metrics"].get("error"):
                             data["metrics"] = {**data["metrics"], "error": safe_detail(data["metrics"]["error"])}
                         yield _sse(typ, data, n)
@@ -909,8 +1059,11 @@ def create_app(settings: Settings | None = None, *, model_factory: Callable[[], 
             except TimeoutError:
                 run.cancel()
                 svc.metrics.stream_errors.labels("/chat", "Timeout").inc()
-                yield _sse("error", _error_body("Timeout", f"the turn took longer than {conf.stream_timeout:g} s "
-                                                           "and was stopped"), n + 1)
+                yield _sse(
+                    "error",
+                    _error_body("Timeout", f"the turn took longer than {conf.stream_timeout:g} s and was stopped"),
+                    n + 1,
+                )
                 yield _sse("done", {"text": "", "stop_reason": "timeout"}, n + 2)
             except asyncio.CancelledError:  # the client left: stop the agent's run
                 run.cancel()

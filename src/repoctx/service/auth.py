@@ -18,6 +18,7 @@
 
 Tables live beside the index: ``<REPOCTX_INDEX_DIR>/service.sqlite``, or PostgreSQL tables created by
 ``migrate_postgres(url)`` (which ``repoctx db migrate`` calls)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -71,9 +72,11 @@ class Role:
         return Scope() if self.admin else Scope(grants=self.grants)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "admin": self.admin,
-                "grants": [{"repo": g.repo, "include": list(g.include), "exclude": list(g.exclude)}
-                           for g in self.grants]}
+        return {
+            "name": self.name,
+            "admin": self.admin,
+            "grants": [{"repo": g.repo, "include": list(g.include), "exclude": list(g.exclude)} for g in self.grants],
+        }
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,12 @@ def _stored_grants(role: str, grants: list) -> tuple[Grant, ...]:
         try:
             out.append(_grant(g))
         except ValueError as e:
-            log.warning("role %r: a stored grant is ignored (it allows nothing): %s; "
-                        "fix it with `repoctx roles remove` and `repoctx roles add`", role, e)
+            log.warning(
+                "role %r: a stored grant is ignored (it allows nothing): %s; "
+                "fix it with `repoctx roles remove` and `repoctx roles add`",
+                role,
+                e,
+            )
     return tuple(out)
 
 
@@ -152,8 +159,14 @@ def load_roles_file(path: str | Path) -> dict[str, Role]:
 class KeyStore:
     """Keys and roles in the service database (see the module docstring)."""
 
-    def __init__(self, db: ServiceDB | str | Path, *, roles_file: str | Path | None = None,
-                 cache_seconds: float = 5.0, owns_db: bool | None = None):
+    def __init__(
+        self,
+        db: ServiceDB | str | Path,
+        *,
+        roles_file: str | Path | None = None,
+        cache_seconds: float = 5.0,
+        owns_db: bool | None = None,
+    ):
         self.db = db if isinstance(db, ServiceDB) else ServiceDB(db)
         self._owns_db = (not isinstance(db, ServiceDB)) if owns_db is None else owns_db
         self.roles_file = roles_file
@@ -182,8 +195,15 @@ class KeyStore:
         # a role deleted between the two reads is left out, not listed as None
         return [r for n in sorted(names) if (r := self.role(n)) is not None]
 
-    def add_role(self, name: str, *, repo: str | None = None, include: list[str] | tuple = (),
-                 exclude: list[str] | tuple = (), admin: bool = False) -> Role:
+    def add_role(
+        self,
+        name: str,
+        *,
+        repo: str | None = None,
+        include: list[str] | tuple = (),
+        exclude: list[str] | tuple = (),
+        admin: bool = False,
+    ) -> Role:
         """Create the role if missing; add a grant (when ``repo``/``include``/``exclude`` is given) and/or make
         it an admin role. Grants accumulate: call again to allow another repository."""
         _check_name("role", name)
@@ -200,10 +220,14 @@ class KeyStore:
                 grants.append({"repo": g.repo, "include": list(g.include), "exclude": list(g.exclude)})
             is_admin = is_admin or admin
             if rows:
-                run("UPDATE repoctx_roles SET admin=?, grants=? WHERE name=?", (int(is_admin), json.dumps(grants), name))
+                run(
+                    "UPDATE repoctx_roles SET admin=?, grants=? WHERE name=?", (int(is_admin), json.dumps(grants), name)
+                )
             else:
-                run("INSERT INTO repoctx_roles(name, admin, grants, created) VALUES(?,?,?,?)",
-                    (name, int(is_admin), json.dumps(grants), time.time()))
+                run(
+                    "INSERT INTO repoctx_roles(name, admin, grants, created) VALUES(?,?,?,?)",
+                    (name, int(is_admin), json.dumps(grants), time.time()),
+                )
         self._cache.clear()
         role = self.role(name)
         if role is None:  # deleted by another request in between
@@ -223,8 +247,10 @@ class KeyStore:
             raise ValueError(f"no role {role!r}: create it with `repoctx roles add {role} --repo NAME ...`")
         key_id = secrets.token_hex(6)
         key = f"{KEY_PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
-        self.db.q("INSERT INTO repoctx_api_keys(key_id, name, role, hash, created) VALUES(?,?,?,?,?)",
-                  (key_id, name, role, hash_key(key), time.time()))
+        self.db.q(
+            "INSERT INTO repoctx_api_keys(key_id, name, role, hash, created) VALUES(?,?,?,?,?)",
+            (key_id, name, role, hash_key(key), time.time()),
+        )
         return key_id, key
 
     def keys(self, include_revoked: bool = False) -> list[dict[str, Any]]:
@@ -234,8 +260,10 @@ class KeyStore:
 
     def revoke(self, name_or_id: str) -> int:
         """Revoke one key (by id) or every key of a principal (by name); how many were revoked."""
-        rows = self.db.q("UPDATE repoctx_api_keys SET revoked=? WHERE revoked IS NULL AND (key_id=? OR name=?) "
-                         "RETURNING key_id", (time.time(), name_or_id, name_or_id))
+        rows = self.db.q(
+            "UPDATE repoctx_api_keys SET revoked=? WHERE revoked IS NULL AND (key_id=? OR name=?) RETURNING key_id",
+            (time.time(), name_or_id, name_or_id),
+        )
         self._cache.clear()
         return len(rows)
 
@@ -255,8 +283,11 @@ class KeyStore:
         if hit is not None and hit[1] > now:
             return hit[0]
         m = _KEY.match(key)
-        rows = self.db.q("SELECT name, role, hash FROM repoctx_api_keys WHERE key_id=? AND revoked IS NULL",
-                         (m.group(1),)) if m else []
+        rows = (
+            self.db.q("SELECT name, role, hash FROM repoctx_api_keys WHERE key_id=? AND revoked IS NULL", (m.group(1),))
+            if m
+            else []
+        )
         stored = rows[0][2] if rows else _DUMMY_HASH
         if not hmac.compare_digest(stored, digest) or not rows or m is None:  # no rows when m is None
             return None

@@ -1,6 +1,7 @@
 """What an index job indexes: the folder of a path entry, or the fetched head of a git entry's branch checked out
 in the worker's cache. Every kind of worker (``repoctx worker``, the in-process one of the embedded service) asks
 ``Checkouts.prepare`` for the folder and reports the commit it indexed with ``Checkouts.indexed``."""
+
 from __future__ import annotations
 
 import logging

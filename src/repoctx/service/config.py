@@ -2,6 +2,7 @@
 
 The store is named by the library's ``Settings`` (``REPOCTX_DATABASE_URL`` for PostgreSQL, else the
 SQLite files in ``REPOCTX_INDEX_DIR``); these are what only the HTTP service and its workers read."""
+
 from __future__ import annotations
 
 import os

@@ -2,6 +2,7 @@
 queue of index jobs with SQLite, procrastinate's with PostgreSQL) beside the index: a SQLite file next to the
 embedded index, or tables in the PostgreSQL database the store uses. One small wrapper speaks both:
 SQL is written once with ``?`` placeholders and ``{now}`` for the database's clock in epoch seconds."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -128,15 +129,23 @@ class ServiceDB:
                 with psycopg.connect(self.target, **connect_kwargs(connect_timeout)) as conn:
                     # one row each (a function, an aggregate)
                     reg = conn.execute("SELECT to_regclass('repoctx_service_schema')").fetchall()[0][0]
-                    version = conn.execute("SELECT max(version) FROM repoctx_service_schema").fetchall()[0][0] \
-                        if reg else None
+                    version = (
+                        conn.execute("SELECT max(version) FROM repoctx_service_schema").fetchall()[0][0]
+                        if reg
+                        else None
+                    )
             except psycopg.Error as e:
                 raise NotMigrated(f"cannot reach the service database: {type(e).__name__}") from None
             if version is None or version < SERVICE_SCHEMA_VERSION:
                 raise NotMigrated("the database has no (or an older) repoctx service schema: run `repoctx db migrate`")
             # connect_timeout: an outage fails within it (the service answers 503) and heals without a restart
-            self.pool = connection_pool(self.target, timeout=connect_timeout, max_size=max_size,
-                                        kwargs={"autocommit": True}, name="repoctx-service")
+            self.pool = connection_pool(
+                self.target,
+                timeout=connect_timeout,
+                max_size=max_size,
+                kwargs={"autocommit": True},
+                name="repoctx-service",
+            )
         else:
             migrate_sqlite(self.target)  # embedded: the file beside the index is created with its tables
 
@@ -169,17 +178,21 @@ class ServiceDB:
         """Several statements in one transaction: yields ``run(sql, args) -> rows``."""
         if self.pool is not None:
             with self.pool.connection() as conn, conn.transaction():
+
                 def run(sql: str, args: tuple | list = ()) -> list[tuple]:
                     cur = conn.execute(self._sql(sql), tuple(args))
                     return cur.fetchall() if cur.description else []
+
                 yield run
             return
         conn = self._sqlite()
         conn.execute("BEGIN IMMEDIATE")
         try:
+
             def run(sql: str, args: tuple | list = ()) -> list[tuple]:
                 cur = conn.execute(self._sql(sql), tuple(args))
                 return cur.fetchall() if cur.description else []
+
             yield run
         except BaseException:
             conn.execute("ROLLBACK")
@@ -204,6 +217,8 @@ def service_db_target(settings) -> str:
     if settings.database_url:
         return settings.database_url
     if settings.index_dir is None:
-        raise ValueError("the service needs a shared store: set REPOCTX_DATABASE_URL (PostgreSQL) or "
-                         "REPOCTX_INDEX_DIR (a folder for the embedded SQLite store)")
+        raise ValueError(
+            "the service needs a shared store: set REPOCTX_DATABASE_URL (PostgreSQL) or "
+            "REPOCTX_INDEX_DIR (a folder for the embedded SQLite store)"
+        )
     return str(Path(settings.index_dir) / "service.sqlite")

@@ -19,6 +19,7 @@
   git process), an SSH key through ``GIT_SSH_COMMAND``: never on a command line. Git's messages are scrubbed of
   secrets and URL userinfo before they reach a log, an exception or a job record.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["GitError", "GitUrlError", "CredentialError", "GitUrl", "parse_git_url", "url_key", "check_branch",
-           "Credential", "Credentials", "GitCache", "scrub", "redact_url"]
+__all__ = [
+    "GitError",
+    "GitUrlError",
+    "CredentialError",
+    "GitUrl",
+    "parse_git_url",
+    "url_key",
+    "check_branch",
+    "Credential",
+    "Credentials",
+    "GitCache",
+    "scrub",
+    "redact_url",
+]
 
 
 class GitError(RuntimeError):
@@ -73,18 +86,29 @@ class GitUrl:
 
 
 _SCP = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(?P<path>[^/].*|/.*)$")
-_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$"
-                   r"|^\[[0-9A-Fa-f:.]+\]$")
+_HOST = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$"
+    r"|^\[[0-9A-Fa-f:.]+\]$"
+)
 _BRANCH = re.compile(r"^[A-Za-z0-9._/+-]{1,200}$")
 
 
 def check_branch(branch: str) -> str:
     """A branch name git would accept as ``refs/heads/<branch>`` (a conservative subset), else GitUrlError."""
     b = (branch or "").strip()
-    if not _BRANCH.match(b) or b.startswith(("-", "/", ".")) or b.endswith(("/", ".", ".lock")) or ".." in b \
-            or "//" in b or "/." in b or b == "@":
-        raise GitUrlError("branch must be a plain branch name (letters, digits, '.', '_', '-', '+', '/'; no '..', "
-                          "no leading '-' or '.', no trailing '/', '.' or '.lock')")
+    if (
+        not _BRANCH.match(b)
+        or b.startswith(("-", "/", "."))
+        or b.endswith(("/", ".", ".lock"))
+        or ".." in b
+        or "//" in b
+        or "/." in b
+        or b == "@"
+    ):
+        raise GitUrlError(
+            "branch must be a plain branch name (letters, digits, '.', '_', '-', '+', '/'; no '..', "
+            "no leading '-' or '.', no trailing '/', '.' or '.lock')"
+        )
     return b
 
 
@@ -98,8 +122,9 @@ def parse_git_url(url: str, repo_roots: tuple[str, ...] | list[str] = ()) -> Git
     if raw.startswith("-"):
         raise GitUrlError("url must not start with '-'")
     if "::" in raw.split("://", 1)[0]:  # <helper>::<address> runs git-remote-<helper> (ext:: runs any command)
-        raise GitUrlError("url must be https://, ssh://, user@host:path or a local path (remote helpers like "
-                          "ext:: are refused)")
+        raise GitUrlError(
+            "url must be https://, ssh://, user@host:path or a local path (remote helpers like ext:: are refused)"
+        )
     low = raw.lower()
     if low.startswith(("https://", "ssh://", "file://", "http://", "git://")) or "://" in raw:
         parts = urlsplit(raw)
@@ -107,13 +132,17 @@ def parse_git_url(url: str, repo_roots: tuple[str, ...] | list[str] = ()) -> Git
         if scheme == "file":
             return _local(unquote(parts.path), repo_roots, bool(parts.netloc))
         if scheme not in ("https", "ssh"):
-            raise GitUrlError("url must be https://, ssh://, user@host:path or a local path (http://, git:// and "
-                              "other transports are refused)")
+            raise GitUrlError(
+                "url must be https://, ssh://, user@host:path or a local path (http://, git:// and "
+                "other transports are refused)"
+            )
         if parts.query or parts.fragment:
             raise GitUrlError("url must not have a query or a fragment")
         if parts.password is not None or (scheme == "https" and parts.username is not None):
-            raise GitUrlError("url carries a credential: register the URL without it and name a server-side "
-                              "credential instead (\"credential\": NAME, an entry of REPOCTX_GIT_CREDENTIALS)")
+            raise GitUrlError(
+                "url carries a credential: register the URL without it and name a server-side "
+                'credential instead ("credential": NAME, an entry of REPOCTX_GIT_CREDENTIALS)'
+            )
         host = parts.hostname or ""
         if not host or not _HOST.match(host if ":" not in host else f"[{host}]"):
             raise GitUrlError("url has no valid host")
@@ -158,8 +187,9 @@ def _local(path: str, repo_roots, has_host: bool) -> GitUrl:
         raise GitUrlError("a local repository must be an absolute path")
     resolved = p.resolve()
     if not repo_roots:
-        raise GitUrlError("a local repository needs REPOCTX_REPO_ROOTS on the server (the folders repositories may "
-                          "come from)")
+        raise GitUrlError(
+            "a local repository needs REPOCTX_REPO_ROOTS on the server (the folders repositories may come from)"
+        )
     if not under_roots(resolved, repo_roots):
         raise GitUrlError("the local repository is outside the folders REPOCTX_REPO_ROOTS allows")
     return GitUrl(str(resolved), "local", "", str(resolved))
@@ -196,7 +226,7 @@ def scrub(text: str, secrets: tuple[str, ...] | list[str] = (), limit: int = 300
         if s and len(s) >= 4:
             out = out.replace(s, "***")
     line = " ".join(ln.strip() for ln in out.splitlines() if ln.strip() and not ln.startswith("hint:"))
-    return line if len(line) <= limit else line[:limit - 1] + "…"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 # ------------------------------------------------------------------------------------ credentials
@@ -216,15 +246,26 @@ class Credential:
         return tuple(s for s in (self.password, self.hook_secret) if s)
 
 
-_ENTRY_KEYS = {"username", "password", "password_env", "token", "token_env", "ssh_key", "known_hosts", "urls",
-               "hook_secret", "hook_secret_env"}
+_ENTRY_KEYS = {
+    "username",
+    "password",
+    "password_env",
+    "token",
+    "token_env",
+    "ssh_key",
+    "known_hosts",
+    "urls",
+    "hook_secret",
+    "hook_secret_env",
+}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def _entry(name: str, raw: dict, env) -> Credential:
     if not _NAME.match(name):
-        raise CredentialError("credential names are 1-100 of A-Z a-z 0-9 . _ - (REPOCTX_GIT_CREDENTIALS has one "
-                              "that is not)")
+        raise CredentialError(
+            "credential names are 1-100 of A-Z a-z 0-9 . _ - (REPOCTX_GIT_CREDENTIALS has one that is not)"
+        )
     if not isinstance(raw, dict):
         raise CredentialError(f"credential {name!r} must be a table of settings")
     unknown = set(raw) - _ENTRY_KEYS
@@ -250,9 +291,16 @@ def _entry(name: str, raw: dict, env) -> Credential:
     urls = raw.get("urls") or ()
     if isinstance(urls, str):
         urls = (urls,)
-    return Credential(name, str(username) if username else None, password, raw.get("ssh_key"),
-                      raw.get("known_hosts"), tuple(str(u) for u in urls), secret("hook_secret"),
-                      f"credential {name!r}: " + "; ".join(missing) if missing else None)
+    return Credential(
+        name,
+        str(username) if username else None,
+        password,
+        raw.get("ssh_key"),
+        raw.get("known_hosts"),
+        tuple(str(u) for u in urls),
+        secret("hook_secret"),
+        f"credential {name!r}: " + "; ".join(missing) if missing else None,
+    )
 
 
 class Credentials:
@@ -299,8 +347,9 @@ class Credentials:
                 else:
                     data = json.loads(text)
             except Exception as e:  # noqa: BLE001 - the parser's message may quote a line of the file: a secret, maybe
-                raise CredentialError(f"REPOCTX_GIT_CREDENTIALS does not parse as {'TOML' if toml else 'JSON'} "
-                                      f"({type(e).__name__})") from None
+                raise CredentialError(
+                    f"REPOCTX_GIT_CREDENTIALS does not parse as {'TOML' if toml else 'JSON'} ({type(e).__name__})"
+                ) from None
             if not isinstance(data, dict):
                 raise CredentialError("REPOCTX_GIT_CREDENTIALS must be a table of named entries")
             self._entries = {str(k): _entry(str(k), v, self.env) for k, v in data.items()}
@@ -357,13 +406,34 @@ case "$1" in
 esac
 """
 
-_PASSTHROUGH = ("GIT_SSL_CAINFO", "GIT_SSL_CAPATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "https_proxy", "HTTPS_PROXY",
-                "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY")
+_PASSTHROUGH = (
+    "GIT_SSL_CAINFO",
+    "GIT_SSL_CAPATH",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
+)
 
-_REFUSED = ("authentication failed", "could not read username", "could not read password", "permission denied",
-            "repository not found", "does not appear to be a git repository", "not found", "access denied",
-            "couldn't find remote ref", "invalid username or password", "403", "401",
-            "host key verification failed")
+_REFUSED = (
+    "authentication failed",
+    "could not read username",
+    "could not read password",
+    "permission denied",
+    "repository not found",
+    "does not appear to be a git repository",
+    "not found",
+    "access denied",
+    "couldn't find remote ref",
+    "invalid username or password",
+    "403",
+    "401",
+    "host key verification failed",
+)
 
 
 def _slug(text: str) -> str:
@@ -413,15 +483,24 @@ class GitCache:
     def env(self, u: GitUrl, cred: Credential | None) -> dict[str, str]:
         home = self.root / "home"
         home.mkdir(parents=True, exist_ok=True)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C", "LC_ALL": "C",
-               "LANGUAGE": "", "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1",
-               "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ASKPASS": str(self._askpass()),
-               "GIT_PROTOCOL_FROM_USER": "0", "GIT_OPTIONAL_LOCKS": "0"}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "LANG": "C",
+            "LC_ALL": "C",
+            "LANGUAGE": "",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_ASKPASS": str(self._askpass()),
+            "GIT_PROTOCOL_FROM_USER": "0",
+            "GIT_OPTIONAL_LOCKS": "0",
+        }
         for name in _PASSTHROUGH:  # a private CA or a proxy the operator set for this process
             if os.environ.get(name):
                 env[name] = os.environ[name]
         ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30"]
-        known = (cred.known_hosts if cred and cred.known_hosts else None)
+        known = cred.known_hosts if cred and cred.known_hosts else None
         if known:
             ssh += ["-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known}"]
         else:  # trust on first use, remembered in the cache (see docs/team.md to pin the hosts instead)
@@ -430,26 +509,50 @@ class GitCache:
             ssh += ["-o", "IdentitiesOnly=yes", "-i", str(cred.ssh_key)]
         env["GIT_SSH_COMMAND"] = " ".join(_shell_quote(a) for a in ssh)
         if cred and cred.password:
-            env.update(REPOCTX_GIT_HOST=u.host, REPOCTX_GIT_USERNAME=cred.username or "x-access-token",
-                       REPOCTX_GIT_PASSWORD=cred.password)
-        config = [("core.hooksPath", os.devnull), ("credential.helper", ""), ("core.fsmonitor", "false"),
-                  ("protocol.allow", "never"), ("protocol.https.allow", "always"), ("protocol.ssh.allow", "always"),
-                  ("protocol.file.allow", "always" if u.kind == "local" else "never"),
-                  ("submodule.recurse", "false"), ("advice.detachedHead", "false"), ("gc.auto", "0")]
+            env.update(
+                REPOCTX_GIT_HOST=u.host,
+                REPOCTX_GIT_USERNAME=cred.username or "x-access-token",
+                REPOCTX_GIT_PASSWORD=cred.password,
+            )
+        config = [
+            ("core.hooksPath", os.devnull),
+            ("credential.helper", ""),
+            ("core.fsmonitor", "false"),
+            ("protocol.allow", "never"),
+            ("protocol.https.allow", "always"),
+            ("protocol.ssh.allow", "always"),
+            ("protocol.file.allow", "always" if u.kind == "local" else "never"),
+            ("submodule.recurse", "false"),
+            ("advice.detachedHead", "false"),
+            ("gc.auto", "0"),
+        ]
         env["GIT_CONFIG_COUNT"] = str(len(config))
         for i, (k, v) in enumerate(config):
             env[f"GIT_CONFIG_KEY_{i}"] = k
             env[f"GIT_CONFIG_VALUE_{i}"] = v
         return env
 
-    def run(self, u: GitUrl, cred: Credential | None, *args: str, cwd: Path | None = None,
-            timeout: float | None = None, what: str = "git") -> str:
+    def run(
+        self,
+        u: GitUrl,
+        cred: Credential | None,
+        *args: str,
+        cwd: Path | None = None,
+        timeout: float | None = None,
+        what: str = "git",
+    ) -> str:
         """``git args`` in the closed environment; stdout, or GitError with a scrubbed reason."""
         secrets = cred.secrets if cred else ()
         try:
-            proc = subprocess.Popen(["git", *args], cwd=str(cwd) if cwd else None, env=self.env(u, cred),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                ["git", *args],
+                cwd=str(cwd) if cwd else None,
+                env=self.env(u, cred),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
         except OSError as e:
             raise GitError(f"{what}: cannot run git ({type(e).__name__})", retry=False) from None
         limit = timeout or self.timeout
@@ -475,7 +578,7 @@ class GitCache:
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
             if ref.startswith("refs/heads/"):
-                heads[ref[len("refs/heads/"):]] = sha.strip()
+                heads[ref[len("refs/heads/") :]] = sha.strip()
         return heads
 
     def fetch(self, u: GitUrl, cred: Credential | None, branch: str) -> str:
@@ -495,18 +598,33 @@ class GitCache:
         if u.kind != "local":  # a partial clone: commits and trees now, blobs when a worktree needs them
             self.run(u, cred, "config", "remote.origin.promisor", "true", cwd=d, what="git config")
             self.run(u, cred, "config", "remote.origin.partialclonefilter", "blob:none", cwd=d, what="git config")
-        self.run(u, cred, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--prune", "origin",
-                 f"+refs/heads/{branch}:refs/heads/{branch}", cwd=d, what="git fetch")
-        return self.run(u, cred, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", cwd=d,
-                        what="git rev-parse").strip()
+        self.run(
+            u,
+            cred,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--prune",
+            "origin",
+            f"+refs/heads/{branch}:refs/heads/{branch}",
+            cwd=d,
+            what="git fetch",
+        )
+        return self.run(
+            u, cred, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", cwd=d, what="git rev-parse"
+        ).strip()
 
     def behind(self, u: GitUrl, old: str | None, new: str) -> int | None:
         """Commits in ``new`` that ``old`` lacks (None when unknown: no old commit, or it is not in the clone)."""
         if not old or old == new:
             return 0 if old == new else None
         try:
-            return int(self.run(u, None, "rev-list", "--count", f"{old}..{new}", cwd=self.clone_dir(u),
-                                what="git rev-list").strip())
+            return int(
+                self.run(
+                    u, None, "rev-list", "--count", f"{old}..{new}", cwd=self.clone_dir(u), what="git rev-list"
+                ).strip()
+            )
         except (GitError, ValueError):
             return None
 
@@ -526,8 +644,19 @@ class GitCache:
                 shutil.rmtree(wt, ignore_errors=True)
             self.run(u, cred, "worktree", "prune", cwd=d, what="git worktree prune")
             wt.parent.mkdir(parents=True, exist_ok=True)
-            self.run(u, cred, "worktree", "add", "--quiet", "--force", "--detach", str(wt), commit, cwd=d,
-                     what="git worktree add")
+            self.run(
+                u,
+                cred,
+                "worktree",
+                "add",
+                "--quiet",
+                "--force",
+                "--detach",
+                str(wt),
+                commit,
+                cwd=d,
+                what="git worktree add",
+            )
         return wt
 
 

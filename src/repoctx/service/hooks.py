@@ -19,6 +19,7 @@ cannot trigger another's. Comparisons are constant-time (``hmac.compare_digest``
 or with a body that is not a push. A verified push of a branch queues one index job per matching entry (a job
 already waiting for the entry absorbs it: a burst of pushes is one job) and records the pushed commit as the
 branch head last seen."""
+
 from __future__ import annotations
 
 import hashlib
@@ -72,7 +73,7 @@ def _refused(status: int, error: str, detail: str) -> HTTPException:
 
 def _branch(ref: Any) -> str | None:
     if isinstance(ref, str) and ref.startswith("refs/heads/") and len(ref) > len("refs/heads/"):
-        return ref[len("refs/heads/"):]
+        return ref[len("refs/heads/") :]
     return None
 
 
@@ -88,8 +89,7 @@ def github_push(payload: dict) -> Push:
     repo = payload.get("repository")
     if not isinstance(repo, dict):
         repo = {}
-    keys = _keys(repo.get("clone_url"), repo.get("ssh_url"), repo.get("git_url"), repo.get("html_url"),
-                 repo.get("url"))
+    keys = _keys(repo.get("clone_url"), repo.get("ssh_url"), repo.get("git_url"), repo.get("html_url"), repo.get("url"))
     deleted = bool(payload.get("deleted"))
     return Push(keys, None if deleted else _branch(payload.get("ref")), _sha(payload.get("after")), [])
 
@@ -101,8 +101,15 @@ def gitlab_push(payload: dict) -> Push:
     repo = payload.get("repository")
     if not isinstance(repo, dict):
         repo = {}
-    keys = _keys(project.get("git_http_url"), project.get("git_ssh_url"), project.get("web_url"),
-                 repo.get("git_http_url"), repo.get("git_ssh_url"), repo.get("homepage"), repo.get("url"))
+    keys = _keys(
+        project.get("git_http_url"),
+        project.get("git_ssh_url"),
+        project.get("web_url"),
+        repo.get("git_http_url"),
+        repo.get("git_ssh_url"),
+        repo.get("homepage"),
+        repo.get("url"),
+    )
     after = _sha(payload.get("checkout_sha")) or _sha(payload.get("after"))
     kind = payload.get("object_kind") or payload.get("event_name")
     branch = _branch(payload.get("ref")) if kind in ("push", None) and after else None
@@ -155,8 +162,11 @@ def hooks_router(svc, threaded) -> APIRouter:
 
     def remember(provider: str, delivery: str) -> bool:
         """True the first time a delivery id is seen (by any API process)."""
-        rows = svc.db.q("INSERT INTO repoctx_hook_deliveries(provider, delivery, received) VALUES(?, ?, {now}) "
-                        "ON CONFLICT (provider, delivery) DO NOTHING RETURNING delivery", (provider, delivery))
+        rows = svc.db.q(
+            "INSERT INTO repoctx_hook_deliveries(provider, delivery, received) VALUES(?, ?, {now}) "
+            "ON CONFLICT (provider, delivery) DO NOTHING RETURNING delivery",
+            (provider, delivery),
+        )
         try:
             svc.db.q("DELETE FROM repoctx_hook_deliveries WHERE received < {now} - ?", (REMEMBER_DELIVERIES,))
         except Exception:  # noqa: BLE001 - housekeeping only
@@ -207,8 +217,12 @@ def hooks_router(svc, threaded) -> APIRouter:
             raise not_a_push()
         return entries
 
-    @router.post("/hooks/github", tags=["webhooks"], status_code=202,
-                 summary="A GitHub push webhook (X-Hub-Signature-256, X-GitHub-Delivery)")
+    @router.post(
+        "/hooks/github",
+        tags=["webhooks"],
+        status_code=202,
+        summary="A GitHub push webhook (X-Hub-Signature-256, X-GitHub-Delivery)",
+    )
     async def github(request: Request) -> dict:
         given = request.headers.get("x-hub-signature-256")
         if not given:
@@ -225,10 +239,15 @@ def hooks_router(svc, threaded) -> APIRouter:
             if event != "push":
                 push.branch = None
             return accept("github", request.headers.get("x-github-delivery"), push, entries, event or "event")
+
         return await threaded(work)
 
-    @router.post("/hooks/gitlab", tags=["webhooks"], status_code=202,
-                 summary="A GitLab push webhook (X-Gitlab-Token, X-Gitlab-Event-UUID)")
+    @router.post(
+        "/hooks/gitlab",
+        tags=["webhooks"],
+        status_code=202,
+        summary="A GitLab push webhook (X-Gitlab-Token, X-Gitlab-Event-UUID)",
+    )
     async def gitlab(request: Request) -> dict:
         given = request.headers.get("x-gitlab-token")
         if not given:
@@ -240,17 +259,23 @@ def hooks_router(svc, threaded) -> APIRouter:
             entries = verified_push("gitlab", push, payload, lambda s: _same(s, given))
             delivery = request.headers.get("x-gitlab-event-uuid") or request.headers.get("idempotency-key")
             return accept("gitlab", delivery, push, entries, request.headers.get("x-gitlab-event", "event"))
+
         return await threaded(work)
 
-    @router.post("/hooks/generic", tags=["webhooks"], status_code=202,
-                 summary="A signed push notice from any host or CI (X-Repoctx-Signature over timestamp.body, "
-                         "X-Repoctx-Timestamp, X-Repoctx-Delivery)")
+    @router.post(
+        "/hooks/generic",
+        tags=["webhooks"],
+        status_code=202,
+        summary="A signed push notice from any host or CI (X-Repoctx-Signature over timestamp.body, "
+        "X-Repoctx-Timestamp, X-Repoctx-Delivery)",
+    )
     async def generic(request: Request) -> dict:
         given = request.headers.get("x-repoctx-signature")
         stamp = request.headers.get("x-repoctx-timestamp")
         if not given or not stamp:
-            raise _refused(401, "unauthorized", "the delivery is not signed (X-Repoctx-Signature and "
-                                                "X-Repoctx-Timestamp)")
+            raise _refused(
+                401, "unauthorized", "the delivery is not signed (X-Repoctx-Signature and X-Repoctx-Timestamp)"
+            )
         body, payload = await body_and_payload(request)
         push = generic_push(payload or {})
 
@@ -264,11 +289,13 @@ def hooks_router(svc, threaded) -> APIRouter:
                 age = float("inf")
             if not age <= STALE_AFTER:
                 log.warning("hook generic: delivery refused: timestamp %.0f s away from this server's clock", age)
-                raise _refused(403, "stale", f"the delivery's timestamp is more than {STALE_AFTER:g} s from the "
-                                             "server's clock")
+                raise _refused(
+                    403, "stale", f"the delivery's timestamp is more than {STALE_AFTER:g} s from the server's clock"
+                )
             if payload is None:
                 raise not_a_push()
             return accept("generic", request.headers.get("x-repoctx-delivery"), push, entries, "push")
+
         return await threaded(work)
 
     return router

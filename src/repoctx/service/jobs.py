@@ -23,6 +23,7 @@ run on procrastinate instead (``tasks.py``).
   back (the last complete index stays as it was) and the worker takes the next job. Between two checks a stage
   runs to its end (reading the changed files, linking them), so a job may overrun its time by that much.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,10 @@ log = logging.getLogger("repoctx.service.jobs")
 
 __all__ = ["Job", "Jobs", "Worker", "JobLimit", "JobLimits", "worker_id"]
 
-_COLS = "id, repo, root, status, attempts, max_attempts, worker, created, started, heartbeat, lease_until, " \
-        "finished, progress, result, error, detail"
+_COLS = (
+    "id, repo, root, status, attempts, max_attempts, worker, created, started, heartbeat, lease_until, "
+    "finished, progress, result, error, detail"
+)
 
 
 def worker_id() -> str:
@@ -74,18 +77,47 @@ class Job:
 
     @classmethod
     def from_row(cls, r) -> Job:
-        return cls(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11],
-                   json.loads(r[12]) if r[12] else None, json.loads(r[13]) if r[13] else None, r[14], r[15])
+        return cls(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            r[6],
+            r[7],
+            r[8],
+            r[9],
+            r[10],
+            r[11],
+            json.loads(r[12]) if r[12] else None,
+            json.loads(r[13]) if r[13] else None,
+            r[14],
+            r[15],
+        )
 
     def to_dict(self, admin: bool = False) -> dict[str, Any]:
         """Everyone who sees the repository sees the job's state and times (and the failure's type). Its progress
         and result count every file of the repository, those a principal's grant hides too: administrators only."""
-        out = {"id": self.id, "repo": self.repo, "status": self.status, "attempts": self.attempts,
-               "created": self.created,
-               "started": self.started, "finished": self.finished, "error": self.error}
+        out = {
+            "id": self.id,
+            "repo": self.repo,
+            "status": self.status,
+            "attempts": self.attempts,
+            "created": self.created,
+            "started": self.started,
+            "finished": self.finished,
+            "error": self.error,
+        }
         if admin:
-            out.update(progress=self.progress, result=self.result, worker=self.worker, detail=self.detail,
-                       lease_until=self.lease_until, root=self.root)
+            out.update(
+                progress=self.progress,
+                result=self.result,
+                worker=self.worker,
+                detail=self.detail,
+                lease_until=self.lease_until,
+                root=self.root,
+            )
         return out
 
 
@@ -104,7 +136,9 @@ class Jobs:
             "INSERT INTO repoctx_jobs(repo, root, status, attempts, max_attempts, created, run_after) "
             "VALUES(?, ?, 'queued', 0, ?, {now}, {now}) "
             "ON CONFLICT (repo) WHERE status = 'queued' DO UPDATE SET root = excluded.root "
-            f"RETURNING {_COLS}", (repo, root, self.max_attempts))
+            f"RETURNING {_COLS}",
+            (repo, root, self.max_attempts),
+        )
         self._wake.set()
         return Job.from_row(rows[0])
 
@@ -135,16 +169,26 @@ class Jobs:
         """A queued job is cancelled at once; a running one is asked to stop (its worker sees it at its next
         heartbeat and stops at the next progress event). False when the job has already ended."""
         with self.db.transaction() as run:
-            if run("UPDATE repoctx_jobs SET status='cancelled', finished={now} WHERE id=? AND status='queued' "
-                   "RETURNING id", (job_id,)):
+            if run(
+                "UPDATE repoctx_jobs SET status='cancelled', finished={now} WHERE id=? AND status='queued' "
+                "RETURNING id",
+                (job_id,),
+            ):
                 return True
-            return bool(run("UPDATE repoctx_jobs SET status='cancelling' WHERE id=? AND status='running' "
-                            "RETURNING id", (job_id,)))
+            return bool(
+                run(
+                    "UPDATE repoctx_jobs SET status='cancelling' WHERE id=? AND status='running' RETURNING id",
+                    (job_id,),
+                )
+            )
 
     def cancelled(self, job: Job, worker: str) -> bool:
-        rows = self.db.q("UPDATE repoctx_jobs SET status='cancelled', finished={now}, lease_until=NULL, "
-                         "error='Cancelled', detail='cancelled by an administrator' "
-                         "WHERE id=? AND worker=? AND status='cancelling' RETURNING id", (job.id, worker))
+        rows = self.db.q(
+            "UPDATE repoctx_jobs SET status='cancelled', finished={now}, lease_until=NULL, "
+            "error='Cancelled', detail='cancelled by an administrator' "
+            "WHERE id=? AND worker=? AND status='cancelling' RETURNING id",
+            (job.id, worker),
+        )
         return bool(rows)
 
     def depth(self) -> int:
@@ -158,11 +202,15 @@ class Jobs:
         """The oldest runnable job, now leased to ``worker``; None when there is none."""
         skip_locked = " FOR UPDATE SKIP LOCKED" if self.db.backend == "postgres" else ""
         with self.db.transaction() as run:
-            run("UPDATE repoctx_jobs SET status='failed', finished={now}, error='WorkerLost', "
+            run(
+                "UPDATE repoctx_jobs SET status='failed', finished={now}, error='WorkerLost', "
                 "detail='the workers that claimed this job stopped before finishing it' "
-                "WHERE status='running' AND lease_until < {now} AND attempts >= max_attempts")
-            run("UPDATE repoctx_jobs SET status='cancelled', finished={now}, error='Cancelled', "
-                "detail='cancelled by an administrator' WHERE status='cancelling' AND lease_until < {now}")
+                "WHERE status='running' AND lease_until < {now} AND attempts >= max_attempts"
+            )
+            run(
+                "UPDATE repoctx_jobs SET status='cancelled', finished={now}, error='Cancelled', "
+                "detail='cancelled by an administrator' WHERE status='cancelling' AND lease_until < {now}"
+            )
             rows = run(
                 "UPDATE repoctx_jobs SET status='running', worker=?, attempts=attempts+1, started={now}, "
                 "heartbeat={now}, lease_until={now} + ?, error=NULL, detail=NULL "
@@ -172,33 +220,44 @@ class Jobs:
                 "  AND NOT EXISTS (SELECT 1 FROM repoctx_jobs r WHERE r.repo = j.repo AND r.id <> j.id"
                 "                  AND r.status='running' AND r.lease_until >= {now})"
                 f"  ORDER BY j.id LIMIT 1{skip_locked}) "
-                f"RETURNING {_COLS}", (worker, float(lease)))
+                f"RETURNING {_COLS}",
+                (worker, float(lease)),
+            )
         return Job.from_row(rows[0]) if rows else None
 
     def heartbeat(self, job: Job, worker: str, lease: float, progress: dict | None = None) -> bool:
         """Renew the lease (and record progress); False when the job is no longer this worker's."""
-        rows = self.db.q("UPDATE repoctx_jobs SET heartbeat={now}, lease_until={now} + ?, "
-                         "progress=COALESCE(?, progress) WHERE id=? AND worker=? AND status='running' RETURNING id",
-                         (float(lease), json.dumps(progress) if progress is not None else None, job.id, worker))
+        rows = self.db.q(
+            "UPDATE repoctx_jobs SET heartbeat={now}, lease_until={now} + ?, "
+            "progress=COALESCE(?, progress) WHERE id=? AND worker=? AND status='running' RETURNING id",
+            (float(lease), json.dumps(progress) if progress is not None else None, job.id, worker),
+        )
         return bool(rows)
 
     def finish(self, job: Job, worker: str, result: dict, progress: dict | None = None) -> bool:
-        rows = self.db.q("UPDATE repoctx_jobs SET status='done', finished={now}, lease_until=NULL, result=?, "
-                         "progress=COALESCE(?, progress) WHERE id=? AND worker=? AND status='running' RETURNING id",
-                         (json.dumps(result), json.dumps(progress) if progress is not None else None, job.id, worker))
+        rows = self.db.q(
+            "UPDATE repoctx_jobs SET status='done', finished={now}, lease_until=NULL, result=?, "
+            "progress=COALESCE(?, progress) WHERE id=? AND worker=? AND status='running' RETURNING id",
+            (json.dumps(result), json.dumps(progress) if progress is not None else None, job.id, worker),
+        )
         return bool(rows)
 
     def fail(self, job: Job, worker: str, error: str, detail: str, retry: bool = True, delay: float = 5.0) -> str:
         """Record a failure; the job is queued again (after ``delay``) while it has attempts left."""
         with self.db.transaction() as run:
-            row = run("SELECT attempts, max_attempts FROM repoctx_jobs WHERE id=? AND worker=? AND status='running'",
-                      (job.id, worker))
+            row = run(
+                "SELECT attempts, max_attempts FROM repoctx_jobs WHERE id=? AND worker=? AND status='running'",
+                (job.id, worker),
+            )
             if not row:
                 return "lost"
             if retry and row[0][0] < row[0][1]:
                 return self._requeue(run, job.id, delay, undo_attempt=False, error=error, detail=detail)
-            run("UPDATE repoctx_jobs SET status='failed', finished={now}, lease_until=NULL, error=?, detail=? "
-                "WHERE id=?", (error, detail, job.id))
+            run(
+                "UPDATE repoctx_jobs SET status='failed', finished={now}, lease_until=NULL, error=?, detail=? "
+                "WHERE id=?",
+                (error, detail, job.id),
+            )
             return "failed"
 
     def release(self, job: Job, worker: str, delay: float = 2.0) -> str:
@@ -210,13 +269,17 @@ class Jobs:
 
     @staticmethod
     def _requeue(run, job_id: int, delay: float, undo_attempt: bool, error: str | None, detail: str | None) -> str:
-        if run("SELECT 1 FROM repoctx_jobs WHERE repo = (SELECT repo FROM repoctx_jobs WHERE id=?) "
-               "AND status='queued'", (job_id,)):
+        if run(
+            "SELECT 1 FROM repoctx_jobs WHERE repo = (SELECT repo FROM repoctx_jobs WHERE id=?) AND status='queued'",
+            (job_id,),
+        ):
             run("UPDATE repoctx_jobs SET status='superseded', finished={now}, lease_until=NULL WHERE id=?", (job_id,))
             return "superseded"  # a newer request for the repository is queued: it will do the work
-        run("UPDATE repoctx_jobs SET status='queued', worker=NULL, lease_until=NULL, run_after={now} + ?, "
+        run(
+            "UPDATE repoctx_jobs SET status='queued', worker=NULL, lease_until=NULL, run_after={now} + ?, "
             f"attempts=attempts{' - 1' if undo_attempt else ''}, error=?, detail=? WHERE id=?",
-            (float(delay), error, detail, job_id))
+            (float(delay), error, detail, job_id),
+        )
         return "queued"
 
 
@@ -294,17 +357,34 @@ def _resolve_embedder(embedder, settings):
 
 def _summary(report) -> dict:
     """Counts only: a job's result is shown to principals whose scope may hide some paths."""
-    return {"files_seen": report.files_seen, "added": len(report.added), "modified": len(report.modified),
-            "deleted": len(report.deleted), "unchanged": report.unchanged, "capsules_written": report.capsules_written,
-            "seconds": round(report.seconds, 3)}
+    return {
+        "files_seen": report.files_seen,
+        "added": len(report.added),
+        "modified": len(report.modified),
+        "deleted": len(report.deleted),
+        "unchanged": report.unchanged,
+        "capsules_written": report.capsules_written,
+        "seconds": round(report.seconds, 3),
+    }
 
 
 class Worker:
     """Claims jobs and indexes their repositories into ``store`` (see the module docstring)."""
 
-    def __init__(self, settings, jobs: Jobs, store=None, *, worker: str | None = None, lease: float = 30.0,
-                 poll: float = 1.0, on_job: Callable[[Job, str, float], None] | None = None, embedder=None,
-                 limits: JobLimits | None = None, checkouts=None):
+    def __init__(
+        self,
+        settings,
+        jobs: Jobs,
+        store=None,
+        *,
+        worker: str | None = None,
+        lease: float = 30.0,
+        poll: float = 1.0,
+        on_job: Callable[[Job, str, float], None] | None = None,
+        embedder=None,
+        limits: JobLimits | None = None,
+        checkouts=None,
+    ):
         self.settings = settings
         self.limits = limits or JobLimits()
         if checkouts is None:
@@ -401,8 +481,9 @@ class Worker:
             try:
                 prepared = self.checkouts.prepare(job.repo, job.root)
             except FileNotFoundError:
-                return self.jobs.fail(job, self.id, "FileNotFoundError",
-                                      f"{job.root} is not a directory on worker {self.id}", retry=False)
+                return self.jobs.fail(
+                    job, self.id, "FileNotFoundError", f"{job.root} is not a directory on worker {self.id}", retry=False
+                )
             guard.check_time()
             guard.survey(prepared.root, self.settings)
             ix = Index(prepared.root, self.settings, self._embedder_for(), name=job.repo, store=self.store)
@@ -441,11 +522,36 @@ class Worker:
 class InProcessWorkers:
     """``n`` worker threads inside the API process (the SQLite default; optional with PostgreSQL)."""
 
-    def __init__(self, settings, jobs: Jobs, store, n: int = 1, *, lease: float = 30.0, poll: float = 1.0,
-                 on_job=None, embedder=None, limits: JobLimits | None = None, checkouts=None, git_poll: float = 0.0):
+    def __init__(
+        self,
+        settings,
+        jobs: Jobs,
+        store,
+        n: int = 1,
+        *,
+        lease: float = 30.0,
+        poll: float = 1.0,
+        on_job=None,
+        embedder=None,
+        limits: JobLimits | None = None,
+        checkouts=None,
+        git_poll: float = 0.0,
+    ):
         self.stop = threading.Event()
-        self.workers = [Worker(settings, jobs, store, lease=lease, poll=poll, on_job=on_job, embedder=embedder,
-                               limits=limits, checkouts=checkouts) for _ in range(n)]
+        self.workers = [
+            Worker(
+                settings,
+                jobs,
+                store,
+                lease=lease,
+                poll=poll,
+                on_job=on_job,
+                embedder=embedder,
+                limits=limits,
+                checkouts=checkouts,
+            )
+            for _ in range(n)
+        ]
         self.threads: list[threading.Thread] = []
         self.jobs = jobs
         self.git_poll = float(git_poll or 0.0)  # seconds between polls of the git entries' branch heads; 0: never

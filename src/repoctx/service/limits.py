@@ -15,6 +15,7 @@ error shape every refusal of the service uses.
 
 Both answer with ``error_body(error, detail)``: ``{"error": <a stable code>, "detail": <one line for a person>}``,
 the shape of every error of the service."""
+
 from __future__ import annotations
 
 import asyncio
@@ -50,8 +51,10 @@ def parse_rate_limit(text: str, variable: str = "REPOCTX_RATE_LIMIT") -> list:
     try:
         items = parse_many(text)
     except ValueError:
-        raise ConfigError(f"{variable} must be a rate in the `limits` notation, like '300/minute' or "
-                          f"'10/second;300/minute' ('' turns the limit off), got {text!r}") from None
+        raise ConfigError(
+            f"{variable} must be a rate in the `limits` notation, like '300/minute' or "
+            f"'10/second;300/minute' ('' turns the limit off), got {text!r}"
+        ) from None
     if any(item.amount < 1 for item in items):
         raise ConfigError(f"{variable} must allow at least one request per window, got {text!r}")
     return items
@@ -111,9 +114,14 @@ class BodyLimit:
                     raise TimeoutError
                 message = await asyncio.wait_for(receive(), remaining)
             except TimeoutError:
-                return await refuse(error_response(
-                    408, "request_timeout", f"the request body did not arrive within {self.timeout:g} s "
-                                            "(REPOCTX_BODY_TIMEOUT)", {"Connection": "close"}))
+                return await refuse(
+                    error_response(
+                        408,
+                        "request_timeout",
+                        f"the request body did not arrive within {self.timeout:g} s (REPOCTX_BODY_TIMEOUT)",
+                        {"Connection": "close"},
+                    )
+                )
             if message["type"] == "http.request":
                 state["received"] += len(message.get("body", b""))
                 if state["received"] > self.max_body:
@@ -127,8 +135,12 @@ class BodyLimit:
         await self.app(scope, guarded_receive, guarded_send)
 
     def _too_large(self):
-        return error_response(413, "body_too_large", f"the request body is larger than {self.max_body} bytes "
-                                                     "(REPOCTX_MAX_BODY)", {"Connection": "close"})
+        return error_response(
+            413,
+            "body_too_large",
+            f"the request body is larger than {self.max_body} bytes (REPOCTX_MAX_BODY)",
+            {"Connection": "close"},
+        )
 
     async def _refuse_413(self, scope, receive, send) -> None:
         await self._too_large()(scope, receive, send)
@@ -182,8 +194,11 @@ class RateLimit:
         if refused is not None:
             retry, item = refused
             who = "this key" if (scope.get("state") or {}).get("principal") is not None else "this address"
-            response = error_response(429, "rate_limited", f"more than {self.describe(item)} requests from {who} "
-                                                           f"(REPOCTX_RATE_LIMIT): try again in {retry} s",
-                                      {"Retry-After": str(retry)})
+            response = error_response(
+                429,
+                "rate_limited",
+                f"more than {self.describe(item)} requests from {who} (REPOCTX_RATE_LIMIT): try again in {retry} s",
+                {"Retry-After": str(retry)},
+            )
             return await response(scope, receive, send)
         await self.app(scope, receive, send)

@@ -1,6 +1,7 @@
 """Prometheus metrics of one app (its own ``CollectorRegistry``, so several apps in one process, as in
 tests, never share or clash): request latency per endpoint, each copilot turn's model and tool calls,
 tokens, limit cuts and tool errors, stream timeouts, index job durations and the queue's depth."""
+
 from __future__ import annotations
 
 import logging
@@ -40,28 +41,44 @@ class _JobsCollector:
 class ServiceMetrics:
     def __init__(self, job_counts: Callable[[], dict[str, int]] | None = None):
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Histogram("repoctx_http_request_seconds", "HTTP request latency (to the last byte)",
-                                  ["endpoint", "method", "status"], buckets=LATENCY_BUCKETS, registry=r)
+        self.requests = Histogram(
+            "repoctx_http_request_seconds",
+            "HTTP request latency (to the last byte)",
+            ["endpoint", "method", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.in_flight = Gauge("repoctx_http_requests_in_flight", "Requests being served", registry=r)
         self.turns = Counter("repoctx_chat_turns_total", "Copilot turns", ["outcome"], registry=r)
-        self.turn_seconds = Histogram("repoctx_chat_turn_seconds", "Copilot turn latency", buckets=LATENCY_BUCKETS,
-                                      registry=r)
-        self.turn_model_calls = Histogram("repoctx_chat_model_calls_per_turn", "Model calls in one turn",
-                                          buckets=CALL_BUCKETS, registry=r)
-        self.turn_tool_calls = Histogram("repoctx_chat_tool_calls_per_turn", "Tool calls in one turn",
-                                         buckets=CALL_BUCKETS, registry=r)
+        self.turn_seconds = Histogram(
+            "repoctx_chat_turn_seconds", "Copilot turn latency", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.turn_model_calls = Histogram(
+            "repoctx_chat_model_calls_per_turn", "Model calls in one turn", buckets=CALL_BUCKETS, registry=r
+        )
+        self.turn_tool_calls = Histogram(
+            "repoctx_chat_tool_calls_per_turn", "Tool calls in one turn", buckets=CALL_BUCKETS, registry=r
+        )
         self.tokens = Counter("repoctx_chat_tokens_total", "Model tokens", ["direction"], registry=r)
         self.limit_cuts = Counter("repoctx_chat_limit_cuts_total", "Turns cut by a limit", ["limit"], registry=r)
         self.tool_errors = Counter("repoctx_chat_tool_errors_total", "Tool calls that returned an error", registry=r)
         self.tool_calls = Counter("repoctx_chat_tool_calls_total", "Tool calls by tool", ["tool"], registry=r)
-        self.stream_errors = Counter("repoctx_stream_errors_total", "Streams ended by an error event",
-                                     ["endpoint", "error"], registry=r)
-        self.disconnects = Counter("repoctx_stream_disconnects_total", "Streams the client left", ["endpoint"],
-                                   registry=r)
-        self.job_seconds = Histogram("repoctx_index_job_seconds", "Index job duration (jobs run in this process)",
-                                     ["outcome"], buckets=JOB_BUCKETS, registry=r)
-        self.auth_failures = Counter("repoctx_auth_failures_total", "Requests refused for a missing or bad key",
-                                     registry=r)
+        self.stream_errors = Counter(
+            "repoctx_stream_errors_total", "Streams ended by an error event", ["endpoint", "error"], registry=r
+        )
+        self.disconnects = Counter(
+            "repoctx_stream_disconnects_total", "Streams the client left", ["endpoint"], registry=r
+        )
+        self.job_seconds = Histogram(
+            "repoctx_index_job_seconds",
+            "Index job duration (jobs run in this process)",
+            ["outcome"],
+            buckets=JOB_BUCKETS,
+            registry=r,
+        )
+        self.auth_failures = Counter(
+            "repoctx_auth_failures_total", "Requests refused for a missing or bad key", registry=r
+        )
         if job_counts is not None:
             r.register(_JobsCollector(job_counts))
 

@@ -4,6 +4,7 @@ The first migration applies procrastinate's whole schema; the version applied is
 ``repoctx_queue_schema``, and a later ``repoctx db migrate`` under a newer procrastinate applies the migration
 files procrastinate ships for the versions in between (pre- and post-migrations together: the service's
 processes are stopped for an upgrade). Everything runs in the caller's transaction, under its advisory lock."""
+
 from __future__ import annotations
 
 import re
@@ -37,8 +38,10 @@ def migrate_procrastinate(conn) -> str:
     """Apply or upgrade procrastinate's schema on ``conn`` (a psycopg connection in a transaction)."""
     from procrastinate.schema import SchemaManager
 
-    conn.execute("CREATE TABLE IF NOT EXISTS repoctx_queue_schema(component TEXT PRIMARY KEY, version TEXT NOT NULL, "
-                 "applied DOUBLE PRECISION NOT NULL)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS repoctx_queue_schema(component TEXT PRIMARY KEY, version TEXT NOT NULL, "
+        "applied DOUBLE PRECISION NOT NULL)"
+    )
     current = procrastinate_version()
     row = conn.execute("SELECT version FROM repoctx_queue_schema WHERE component='procrastinate'").fetchone()
     present = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is not None
@@ -50,7 +53,10 @@ def migrate_procrastinate(conn) -> str:
             conn.execute(sql)
     # (procrastinate tables without a record: applied by hand or by `procrastinate schema --apply`; kept as they are)
     version = ".".join(str(p) for p in current)
-    conn.execute("INSERT INTO repoctx_queue_schema(component, version, applied) VALUES('procrastinate', %s, "
-                 "extract(epoch from now())) ON CONFLICT (component) DO UPDATE SET version = excluded.version, "
-                 "applied = excluded.applied", (version,))
+    conn.execute(
+        "INSERT INTO repoctx_queue_schema(component, version, applied) VALUES('procrastinate', %s, "
+        "extract(epoch from now())) ON CONFLICT (component) DO UPDATE SET version = excluded.version, "
+        "applied = excluded.applied",
+        (version,),
+    )
     return version

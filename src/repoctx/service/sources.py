@@ -6,6 +6,7 @@ branches of one URL are several entries). The row keeps the URL as given (no cre
 URL with one), its ``url_key`` (what webhooks are matched on), the *name* of the credential it uses, and the
 commits: the branch head last seen (by a fetch, a poll or a push webhook) and when, how many commits the index
 was behind at the last fetch, and the commit last indexed."""
+
 from __future__ import annotations
 
 import time
@@ -16,8 +17,10 @@ from repoctx.service.db import ServiceDB
 
 __all__ = ["RepoSource", "Sources"]
 
-_COLS = ("name, kind, url, url_key, branch, credential, path, created, updated, head_commit, head_seen, behind, "
-         "fetched_at, indexed_commit, indexed_at, last_error")
+_COLS = (
+    "name, kind, url, url_key, branch, credential, path, created, updated, head_commit, head_seen, behind, "
+    "fetched_at, indexed_commit, indexed_at, last_error"
+)
 
 
 @dataclass
@@ -52,8 +55,11 @@ class RepoSource:
         if self.head_commit == self.indexed_commit:
             return {"behind": False, "commits": 0, "seconds": 0.0}
         commits = self.behind if self.fetched_at and self.head_seen and self.fetched_at >= self.head_seen else None
-        return {"behind": True, "commits": commits if commits else None,
-                "seconds": round(max(0.0, now - (self.head_seen or now)), 1)}
+        return {
+            "behind": True,
+            "commits": commits if commits else None,
+            "seconds": round(max(0.0, now - (self.head_seen or now)), 1),
+        }
 
     def to_dict(self, admin: bool) -> dict[str, Any]:
         """The source as an API answer: kind and branch for every key that sees the repository; the URL (which has
@@ -68,8 +74,14 @@ class RepoSource:
         return out
 
     def commits(self) -> dict[str, Any]:
-        return {"indexed": self.indexed_commit, "indexed_at": self.indexed_at, "head": self.head_commit,
-                "head_seen_at": self.head_seen, "fetched_at": self.fetched_at, "lag": self.lag()}
+        return {
+            "indexed": self.indexed_commit,
+            "indexed_at": self.indexed_at,
+            "head": self.head_commit,
+            "head_seen_at": self.head_seen,
+            "fetched_at": self.fetched_at,
+            "lag": self.lag(),
+        }
 
 
 class Sources:
@@ -92,22 +104,29 @@ class Sources:
         if not keys:
             return []
         marks = ", ".join("?" for _ in keys)
-        rows = self.db.q(f"SELECT {_COLS} FROM repoctx_repo_sources WHERE kind='git' AND url_key IN ({marks}) "
-                         "ORDER BY name", keys)
+        rows = self.db.q(
+            f"SELECT {_COLS} FROM repoctx_repo_sources WHERE kind='git' AND url_key IN ({marks}) ORDER BY name", keys
+        )
         return [RepoSource.from_row(r) for r in rows]
 
     def put_path(self, name: str, path: str) -> RepoSource:
-        self.db.q("INSERT INTO repoctx_repo_sources(name, kind, path, created, updated) VALUES(?, 'path', ?, {now}, "
-                  "{now}) ON CONFLICT (name) DO UPDATE SET kind='path', path=excluded.path, url=NULL, url_key=NULL, "
-                  "branch=NULL, credential=NULL, updated={now}", (name, path))
+        self.db.q(
+            "INSERT INTO repoctx_repo_sources(name, kind, path, created, updated) VALUES(?, 'path', ?, {now}, "
+            "{now}) ON CONFLICT (name) DO UPDATE SET kind='path', path=excluded.path, url=NULL, url_key=NULL, "
+            "branch=NULL, credential=NULL, updated={now}",
+            (name, path),
+        )
         return self._written(name)
 
     def put_git(self, name: str, url: str, url_key: str, branch: str, credential: str | None) -> RepoSource:
         """Register (or re-register) a git entry; a new URL or branch forgets what was seen of the old one."""
-        self.db.q("INSERT INTO repoctx_repo_sources(name, kind, url, url_key, branch, credential, created, updated) "
-                  "VALUES(?, 'git', ?, ?, ?, ?, {now}, {now}) ON CONFLICT (name) DO UPDATE SET kind='git', "
-                  "url=excluded.url, url_key=excluded.url_key, branch=excluded.branch, "
-                  "credential=excluded.credential, path=NULL, updated={now}", (name, url, url_key, branch, credential))
+        self.db.q(
+            "INSERT INTO repoctx_repo_sources(name, kind, url, url_key, branch, credential, created, updated) "
+            "VALUES(?, 'git', ?, ?, ?, ?, {now}, {now}) ON CONFLICT (name) DO UPDATE SET kind='git', "
+            "url=excluded.url, url_key=excluded.url_key, branch=excluded.branch, "
+            "credential=excluded.credential, path=NULL, updated={now}",
+            (name, url, url_key, branch, credential),
+        )
         return self._written(name)
 
     def _written(self, name: str) -> RepoSource:
@@ -121,8 +140,9 @@ class Sources:
         """The database's clock (the one every time in the table is read from)."""
         return float(self.db.q("SELECT {now}")[0][0])
 
-    def saw_head(self, name: str, commit: str, *, fetched: bool, behind: int | None = None,
-                 since: float | None = None) -> None:
+    def saw_head(
+        self, name: str, commit: str, *, fetched: bool, behind: int | None = None, since: float | None = None
+    ) -> None:
         """A head of the entry's branch was seen: by a fetch (``fetched``, with ``behind`` and, in ``since``, the
         database time the fetch began: a different head a webhook announced after that is newer and is kept) or
         announced by a webhook or a poll."""
@@ -136,14 +156,19 @@ class Sources:
                 if head and head != commit and seen is not None and since is not None and seen > since:
                     return
                 first_seen = seen if head == commit and seen is not None else now
-                run("UPDATE repoctx_repo_sources SET head_commit=?, head_seen=?, behind=?, fetched_at=?, "
-                    "last_error=NULL WHERE name=?", (commit, first_seen, behind, now, name))
+                run(
+                    "UPDATE repoctx_repo_sources SET head_commit=?, head_seen=?, behind=?, fetched_at=?, "
+                    "last_error=NULL WHERE name=?",
+                    (commit, first_seen, behind, now, name),
+                )
             elif head != commit:
                 run("UPDATE repoctx_repo_sources SET head_commit=?, head_seen=? WHERE name=?", (commit, now, name))
 
     def indexed(self, name: str, commit: str) -> None:
-        self.db.q("UPDATE repoctx_repo_sources SET indexed_commit = ?, indexed_at = {now}, last_error = NULL "
-                  "WHERE name = ?", (commit, name))
+        self.db.q(
+            "UPDATE repoctx_repo_sources SET indexed_commit = ?, indexed_at = {now}, last_error = NULL WHERE name = ?",
+            (commit, name),
+        )
 
     def failed(self, name: str, reason: str) -> None:
         self.db.q("UPDATE repoctx_repo_sources SET last_error = ? WHERE name = ?", (reason[:300], name))

@@ -26,6 +26,7 @@
 
 The API opens procrastinate with a synchronous connector on a small pool of its own (it only defers and cancels);
 workers run procrastinate's asynchronous worker, restarted after a database outage, with index tasks in threads."""
+
 from __future__ import annotations
 
 import asyncio
@@ -46,8 +47,19 @@ from repoctx.service.jobs import Job, JobLimit, JobLimits, _JobGuard, _resolve_e
 
 log = logging.getLogger("repoctx.service.tasks")
 
-__all__ = ["PgJobs", "JobRuntime", "WorkerRunner", "InProcessProcrastinate", "make_app", "job_queue", "poll_cron",
-           "start_workers", "index_retry", "INDEX_TASK", "POLL_TASK"]
+__all__ = [
+    "PgJobs",
+    "JobRuntime",
+    "WorkerRunner",
+    "InProcessProcrastinate",
+    "make_app",
+    "job_queue",
+    "poll_cron",
+    "start_workers",
+    "index_retry",
+    "INDEX_TASK",
+    "POLL_TASK",
+]
 
 INDEX_TASK = "repoctx.index"
 POLL_TASK = "repoctx.poll"
@@ -55,10 +67,22 @@ INDEX_QUEUE = "repoctx-index"
 POLL_QUEUE = "repoctx-poll"
 
 # procrastinate status → the service's job vocabulary (unchanged from the embedded queue's)
-_STATUS = {"todo": "queued", "doing": "running", "succeeded": "done", "failed": "failed", "cancelled": "cancelled",
-           "aborted": "cancelled"}
-_FROM_STATUS = {"queued": ("todo",), "running": ("doing",), "cancelling": ("doing",), "done": ("succeeded",),
-                "failed": ("failed",), "cancelled": ("cancelled", "aborted")}
+_STATUS = {
+    "todo": "queued",
+    "doing": "running",
+    "succeeded": "done",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "aborted": "cancelled",
+}
+_FROM_STATUS = {
+    "queued": ("todo",),
+    "running": ("doing",),
+    "cancelling": ("doing",),
+    "done": ("succeeded",),
+    "failed": ("failed",),
+    "cancelled": ("cancelled", "aborted"),
+}
 
 
 def index_lock(repo: str) -> str:
@@ -81,8 +105,9 @@ def index_retry(attempts: int):
         def get_retry_decision(self, *, exception, job):
             if isinstance(exception, IndexBusy):  # another process indexes it right now: soon again
                 return RetryDecision(retry_in={"seconds": 2}) if job.attempts < attempts + 1000 else None
-            if isinstance(exception, (JobLimit, FileNotFoundError)) or \
-                    (isinstance(exception, GitError) and not exception.retry):
+            if isinstance(exception, (JobLimit, FileNotFoundError)) or (
+                isinstance(exception, GitError) and not exception.retry
+            ):
                 return None  # it would fail again
             if job.attempts + 1 >= attempts:
                 return None
@@ -94,8 +119,11 @@ def index_retry(attempts: int):
 def poll_cron(seconds: float) -> str:
     """A cron expression (croniter's, seconds as a sixth field) for the period nearest ``seconds`` that divides a
     minute, an hour or a day."""
-    periods = [1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30] + [60 * m for m in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30)] + \
-        [3600 * h for h in (1, 2, 3, 4, 6, 8, 12, 24)]
+    periods = (
+        [1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30]
+        + [60 * m for m in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30)]
+        + [3600 * h for h in (1, 2, 3, 4, 6, 8, 12, 24)]
+    )
     p = min(periods, key=lambda x: abs(x - max(1.0, seconds)))
     if p < 60:
         return f"* * * * * */{p}"
@@ -143,8 +171,25 @@ SELECT j.id, COALESCE(q.repo, j.args->>'repo'), j.status::text, j.abort_requeste
 
 
 def _job(row, max_attempts: int) -> Job:
-    (jid, repo, status, abort, _attempts, created, attempt, worker, started, heartbeat, finished, _run_status,
-     progress, result, error, detail, _scheduled) = row
+    (
+        jid,
+        repo,
+        status,
+        abort,
+        _attempts,
+        created,
+        attempt,
+        worker,
+        started,
+        heartbeat,
+        finished,
+        _run_status,
+        progress,
+        result,
+        error,
+        detail,
+        _scheduled,
+    ) = row
     state = _STATUS.get(status, status)
     if state == "running" and abort:
         state = "cancelling"
@@ -153,9 +198,24 @@ def _job(row, max_attempts: int) -> Job:
     elif state == "cancelled" and not error:
         error, detail = "Cancelled", "cancelled by an administrator"
     ended = state in ("done", "failed", "cancelled")
-    return Job(int(jid), repo or "", "", state, int(attempt or 0), max_attempts, worker, created, started,
-               heartbeat, None, finished if ended else None, json.loads(progress) if progress else None,
-               json.loads(result) if result else None, error, detail)
+    return Job(
+        int(jid),
+        repo or "",
+        "",
+        state,
+        int(attempt or 0),
+        max_attempts,
+        worker,
+        created,
+        started,
+        heartbeat,
+        None,
+        finished if ended else None,
+        json.loads(progress) if progress else None,
+        json.loads(result) if result else None,
+        error,
+        detail,
+    )
 
 
 class PgJobs:
@@ -177,8 +237,14 @@ class PgJobs:
 
                 from repoctx.store.availability import connection_pool
 
-                self._pool = connection_pool(self.db.target, timeout=self.conf.store_timeout, min_size=1, max_size=4,
-                                             kwargs={"autocommit": True}, name="repoctx-queue")
+                self._pool = connection_pool(
+                    self.db.target,
+                    timeout=self.conf.store_timeout,
+                    min_size=1,
+                    max_size=4,
+                    kwargs={"autocommit": True},
+                    name="repoctx-queue",
+                )
                 app = make_app(SyncPsycopgConnector(), attempts=self.max_attempts)
                 app.open(self._pool)
                 self._app = app
@@ -190,14 +256,20 @@ class PgJobs:
         fresh = False
         with self.db.transaction() as run:
             run("SELECT pg_advisory_xact_lock(hashtext(?))", (f"repoctx:enqueue:{repo}",))
-            rows = run("SELECT id FROM procrastinate_jobs WHERE lock = ? AND status = 'todo' AND task_name = ? "
-                       "ORDER BY id LIMIT 1", (lock, INDEX_TASK))
+            rows = run(
+                "SELECT id FROM procrastinate_jobs WHERE lock = ? AND status = 'todo' AND task_name = ? "
+                "ORDER BY id LIMIT 1",
+                (lock, INDEX_TASK),
+            )
             if rows:
                 job_id = int(rows[0][0])
             else:  # deferred on the queue's own pool: committed before this transaction lets the next request look
                 job_id = self.app().configure_task(INDEX_TASK, lock=lock).defer(repo=repo)
-                run("INSERT INTO repoctx_job_requests(job_id, repo, created, reason) VALUES(?, ?, {now}, ?) "
-                    "ON CONFLICT (job_id) DO NOTHING", (job_id, repo, reason))
+                run(
+                    "INSERT INTO repoctx_job_requests(job_id, repo, created, reason) VALUES(?, ?, {now}, ?) "
+                    "ON CONFLICT (job_id) DO NOTHING",
+                    (job_id, repo, reason),
+                )
                 fresh = True
         job = self.get(job_id)
         if job is None:  # a worker took it and the queue let it go already: it was queued
@@ -249,8 +321,9 @@ class PgJobs:
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for status, n in self.db.q("SELECT status::text, count(*) FROM procrastinate_jobs WHERE task_name = ? "
-                                   "GROUP BY status", (INDEX_TASK,)):
+        for status, n in self.db.q(
+            "SELECT status::text, count(*) FROM procrastinate_jobs WHERE task_name = ? GROUP BY status", (INDEX_TASK,)
+        ):
             key = _STATUS.get(status, status)
             out[key] = out.get(key, 0) + int(n)
         return out
@@ -320,23 +393,47 @@ class JobRuntime:
 
     # ---- the job records
     def _run_started(self, job_id: int, repo: str) -> int:
-        rows = self.db.q("INSERT INTO repoctx_job_runs(job_id, attempt, repo, worker, started, heartbeat, status) "
-                         "SELECT ?, COALESCE(max(attempt), 0) + 1, ?, ?, {now}, {now}, 'running' "
-                         "FROM repoctx_job_runs WHERE job_id = ? RETURNING attempt", (job_id, repo, self.name, job_id))
+        rows = self.db.q(
+            "INSERT INTO repoctx_job_runs(job_id, attempt, repo, worker, started, heartbeat, status) "
+            "SELECT ?, COALESCE(max(attempt), 0) + 1, ?, ?, {now}, {now}, 'running' "
+            "FROM repoctx_job_runs WHERE job_id = ? RETURNING attempt",
+            (job_id, repo, self.name, job_id),
+        )
         return int(rows[0][0])
 
     def _run_progress(self, job_id: int, attempt: int, progress: dict) -> None:
-        self.db.q("UPDATE repoctx_job_runs SET progress = ?, heartbeat = {now} WHERE job_id = ? AND attempt = ?",
-                  (json.dumps(progress), job_id, attempt))
+        self.db.q(
+            "UPDATE repoctx_job_runs SET progress = ?, heartbeat = {now} WHERE job_id = ? AND attempt = ?",
+            (json.dumps(progress), job_id, attempt),
+        )
 
-    def _run_ended(self, job_id: int, attempt: int, status: str, *, commit: str | None = None,
-                   progress: dict | None = None, result: dict | None = None, error: str | None = None,
-                   detail: str | None = None) -> None:
-        self.db.q("UPDATE repoctx_job_runs SET status = ?, finished = {now}, heartbeat = {now}, commit_id = ?, "
-                  "progress = COALESCE(?, progress), result = ?, error = ?, detail = ? "
-                  "WHERE job_id = ? AND attempt = ?",
-                  (status, commit, json.dumps(progress) if progress is not None else None,
-                   json.dumps(result) if result is not None else None, error, detail, job_id, attempt))
+    def _run_ended(
+        self,
+        job_id: int,
+        attempt: int,
+        status: str,
+        *,
+        commit: str | None = None,
+        progress: dict | None = None,
+        result: dict | None = None,
+        error: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        self.db.q(
+            "UPDATE repoctx_job_runs SET status = ?, finished = {now}, heartbeat = {now}, commit_id = ?, "
+            "progress = COALESCE(?, progress), result = ?, error = ?, detail = ? "
+            "WHERE job_id = ? AND attempt = ?",
+            (
+                status,
+                commit,
+                json.dumps(progress) if progress is not None else None,
+                json.dumps(result) if result is not None else None,
+                error,
+                detail,
+                job_id,
+                attempt,
+            ),
+        )
 
     # ---- the index task
     def index(self, context, repo: str) -> dict:
@@ -385,8 +482,13 @@ class JobRuntime:
                 result["commit"] = commit
             self._run_ended(job_id, attempt, "done", commit=commit, progress=dict(progress), result=result)
             outcome = "done"
-            log.info("job %s (%s): done in %.1fs%s", job_id, repo, time.perf_counter() - t0,
-                     f" at {commit[:12]}" if commit else "")
+            log.info(
+                "job %s (%s): done in %.1fs%s",
+                job_id,
+                repo,
+                time.perf_counter() - t0,
+                f" at {commit[:12]}" if commit else "",
+            )
             return result
         except JobStoppedByRequest as e:
             outcome = "cancelled"
@@ -394,8 +496,16 @@ class JobRuntime:
             raise JobAborted(str(e)) from None
         except IndexBusy:
             outcome = "busy"
-            self._record_failure(job_id, attempt, repo, "IndexBusy", "another process is indexing the repository; "
-                                 "tried again in 2 s", commit, progress, "busy")
+            self._record_failure(
+                job_id,
+                attempt,
+                repo,
+                "IndexBusy",
+                "another process is indexing the repository; tried again in 2 s",
+                commit,
+                progress,
+                "busy",
+            )
             raise
         except JobLimit as e:
             outcome = "limit"
@@ -405,8 +515,15 @@ class JobRuntime:
             self._record_failure(job_id, attempt, repo, type(e).__name__, str(e)[:300], commit, progress)
             raise
         except FileNotFoundError:
-            self._record_failure(job_id, attempt, repo, "FileNotFoundError",
-                                 f"the repository's folder is not on worker {self.name}", commit, progress)
+            self._record_failure(
+                job_id,
+                attempt,
+                repo,
+                "FileNotFoundError",
+                f"the repository's folder is not on worker {self.name}",
+                commit,
+                progress,
+            )
             raise
         except Exception as e:
             from repoctx.service.git import scrub
@@ -425,8 +542,7 @@ class JobRuntime:
     def _record_failure(self, job_id, attempt, repo, error, detail, commit, progress, status="failed") -> None:
         log.warning("job %s (%s): %s: %s", job_id, repo, error, detail)
         try:
-            self._run_ended(job_id, attempt, status, commit=commit, progress=dict(progress), error=error,
-                            detail=detail)
+            self._run_ended(job_id, attempt, status, commit=commit, progress=dict(progress), error=error, detail=detail)
         except Exception as e:  # noqa: BLE001 - the database may be what failed
             log.warning("job %s: its record could not be written (%s)", job_id, type(e).__name__)
 
@@ -435,9 +551,12 @@ class JobRuntime:
         """Queue the git entries whose branch head moved (``Checkouts.poll``); how many were queued. The records of
         polls that ended more than an hour ago go (one every REPOCTX_GIT_POLL seconds would pile up)."""
         try:
-            self.db.q("DELETE FROM procrastinate_jobs WHERE task_name = ? AND status IN ('succeeded', 'failed') "
-                      "AND id IN (SELECT job_id FROM procrastinate_events WHERE type IN ('succeeded', 'failed') "
-                      "AND at < now() - interval '1 hour')", (POLL_TASK,))
+            self.db.q(
+                "DELETE FROM procrastinate_jobs WHERE task_name = ? AND status IN ('succeeded', 'failed') "
+                "AND id IN (SELECT job_id FROM procrastinate_events WHERE type IN ('succeeded', 'failed') "
+                "AND at < now() - interval '1 hour')",
+                (POLL_TASK,),
+            )
         except Exception as e:  # noqa: BLE001 - housekeeping only
             log.debug("poll: pruning old polls: %s", type(e).__name__)
         return self.checkouts.poll(lambda name: self.jobs.enqueue(name, "", reason="poll"))
@@ -468,9 +587,17 @@ class WorkerRunner:
         self.lease = max(1.0, float(lease))
         self.poll = max(0.05, float(poll))
         conf = runtime.conf
-        self.app = make_app(PsycopgConnector(conninfo=runtime.db.target, min_size=1, max_size=self.concurrency + 4,
-                                             kwargs=connect_kwargs(conf.store_timeout)),
-                            runtime, poll_seconds=conf.git_poll, attempts=int(conf.job_attempts))
+        self.app = make_app(
+            PsycopgConnector(
+                conninfo=runtime.db.target,
+                min_size=1,
+                max_size=self.concurrency + 4,
+                kwargs=connect_kwargs(conf.store_timeout),
+            ),
+            runtime,
+            poll_seconds=conf.git_poll,
+            attempts=int(conf.job_attempts),
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self._stopping = threading.Event()
@@ -496,11 +623,19 @@ class WorkerRunner:
             backoff = 0.5
             try:
                 while not self._stopping.is_set():
-                    self._task = asyncio.create_task(self.app.run_worker_async(
-                        name=self.runtime.name, concurrency=self.concurrency, queues=[INDEX_QUEUE, POLL_QUEUE],
-                        install_signal_handlers=False, update_heartbeat_interval=self.lease / 3,
-                        stalled_worker_timeout=self.lease, fetch_job_polling_interval=self.poll,
-                        abort_job_polling_interval=max(self.poll, 1.0), listen_notify=True))
+                    self._task = asyncio.create_task(
+                        self.app.run_worker_async(
+                            name=self.runtime.name,
+                            concurrency=self.concurrency,
+                            queues=[INDEX_QUEUE, POLL_QUEUE],
+                            install_signal_handlers=False,
+                            update_heartbeat_interval=self.lease / 3,
+                            stalled_worker_timeout=self.lease,
+                            fetch_job_polling_interval=self.poll,
+                            abort_job_polling_interval=max(self.poll, 1.0),
+                            listen_notify=True,
+                        )
+                    )
                     self.started.set()
                     try:
                         await self._task
@@ -539,29 +674,32 @@ class WorkerRunner:
         attempts = int(self.runtime.conf.job_attempts)
         done: list[int] = []
         async with self.app.connector.pool.connection() as conn, conn.transaction():
-            got = await (await conn.execute("SELECT pg_try_advisory_xact_lock(hashtext('repoctx:sweep'))"))\
-                    .fetchone()
+            got = await (await conn.execute("SELECT pg_try_advisory_xact_lock(hashtext('repoctx:sweep'))")).fetchone()
             if not got or not got[0]:
                 return done
             rows = await (await conn.execute(_STALLED_SQL, (INDEX_TASK, self.lease))).fetchall()
             for job_id, tries, repo in rows:
-                lost = await (await conn.execute(
-                    "UPDATE repoctx_job_runs SET status = 'lost', "
-                    "finished = extract(epoch from clock_timestamp()), "
-                    "error = 'WorkerLost', detail = %s WHERE job_id = %s AND status = 'running' RETURNING attempt",
-                    (_LOST, job_id))).fetchall()
+                lost = await (
+                    await conn.execute(
+                        "UPDATE repoctx_job_runs SET status = 'lost', "
+                        "finished = extract(epoch from clock_timestamp()), "
+                        "error = 'WorkerLost', detail = %s WHERE job_id = %s AND status = 'running' RETURNING attempt",
+                        (_LOST, job_id),
+                    )
+                ).fetchall()
                 if not lost:  # its worker died before it wrote a record: the try still counts, and shows
                     await conn.execute(
                         "INSERT INTO repoctx_job_runs(job_id, attempt, repo, started, finished, status, error, "
                         "detail) SELECT %s, COALESCE(max(attempt), 0) + 1, %s, extract(epoch from "
                         "clock_timestamp()), extract(epoch from clock_timestamp()), 'lost', 'WorkerLost', %s "
-                        "FROM repoctx_job_runs WHERE job_id = %s", (job_id, repo or "", _LOST, job_id))
+                        "FROM repoctx_job_runs WHERE job_id = %s",
+                        (job_id, repo or "", _LOST, job_id),
+                    )
                 if tries + 1 >= attempts:
                     await conn.execute("SELECT procrastinate_finish_job_v1(%s, 'failed', false)", (job_id,))
                     log.warning("job %s (%s): its workers stopped %d times; failed", job_id, repo, tries + 1)
                 else:
-                    await conn.execute("SELECT procrastinate_retry_job_v2(%s, now(), NULL, NULL, NULL)",
-                                       (job_id,))
+                    await conn.execute("SELECT procrastinate_retry_job_v2(%s, now(), NULL, NULL, NULL)", (job_id,))
                     log.warning("job %s (%s): its worker stopped; back in the queue", job_id, repo)
                 done.append(int(job_id))
         return done
@@ -575,9 +713,19 @@ def start_workers(settings, conf, db: ServiceDB, jobs, store, n: int, *, on_job=
     from repoctx.service.checkout import Checkouts
     from repoctx.service.jobs import InProcessWorkers
 
-    return InProcessWorkers(settings, jobs, store, n, lease=conf.job_lease, poll=conf.job_poll, on_job=on_job,
-                            embedder=embedder, limits=JobLimits.from_settings(conf),
-                            checkouts=Checkouts(db, conf), git_poll=conf.git_poll).start()
+    return InProcessWorkers(
+        settings,
+        jobs,
+        store,
+        n,
+        lease=conf.job_lease,
+        poll=conf.job_poll,
+        on_job=on_job,
+        embedder=embedder,
+        limits=JobLimits.from_settings(conf),
+        checkouts=Checkouts(db, conf),
+        git_poll=conf.git_poll,
+    ).start()
 
 
 class InProcessProcrastinate:

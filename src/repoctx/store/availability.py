@@ -10,6 +10,7 @@
   the first dead one drains the whole pool (a restarted server killed them all), and reconnection attempts
   give up after ``timeout`` so a fresh one starts (at once if callers wait) instead of a long backoff.
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -21,8 +22,7 @@ from repoctx.store.base import StoreError
 __all__ = ["StoreUnavailable", "store_unavailable", "connection_pool", "connect_kwargs"]
 
 # sqlite3.OperationalError texts that mean "not now" rather than "never"
-_SQLITE_TRANSIENT = ("database is locked", "database table is locked", "unable to open database file",
-                     "disk i/o error")
+_SQLITE_TRANSIENT = ("database is locked", "database table is locked", "unable to open database file", "disk i/o error")
 
 
 class StoreUnavailable(StoreError):
@@ -66,9 +66,16 @@ def connect_kwargs(timeout: float | None) -> dict[str, Any]:
     return {"connect_timeout": max(1, round(timeout)), "tcp_user_timeout": max(1000, int(timeout * 1000))}
 
 
-def connection_pool(conninfo: str, *, timeout: float | None = None, min_size: int = 1, max_size: int = 8,
-                    kwargs: dict[str, Any] | None = None, configure: Callable | None = None,
-                    name: str | None = None):
+def connection_pool(
+    conninfo: str,
+    *,
+    timeout: float | None = None,
+    min_size: int = 1,
+    max_size: int = 8,
+    kwargs: dict[str, Any] | None = None,
+    configure: Callable | None = None,
+    name: str | None = None,
+):
     """An open psycopg_pool ``ConnectionPool`` that survives an outage (see the module docstring).
     ``timeout``: seconds a caller waits for a connection (and a connection attempt may take) before the pool
     raises ``PoolTimeout``; None keeps psycopg_pool's defaults (30 s, no connect timeout, 5 min of retries)."""
@@ -93,9 +100,20 @@ def connection_pool(conninfo: str, *, timeout: float | None = None, min_size: in
         # a reconnection loop gives up after a short while: the next attempt starts afresh, for the next request
         # (or at once, for the ones waiting), so a store that is back is found within about a second rather than
         # after a backoff grown through a long outage
-        options = {"timeout": float(timeout), "reconnect_timeout": max(float(timeout), 2.0),
-                   "reconnect_failed": reconnect_failed}
-    pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size, open=True, check=check,
-                          kwargs={**(kwargs or {}), **connect_kwargs(timeout)}, configure=configure, name=name,
-                          **options)
+        options = {
+            "timeout": float(timeout),
+            "reconnect_timeout": max(float(timeout), 2.0),
+            "reconnect_failed": reconnect_failed,
+        }
+    pool = ConnectionPool(
+        conninfo,
+        min_size=min_size,
+        max_size=max_size,
+        open=True,
+        check=check,
+        kwargs={**(kwargs or {}), **connect_kwargs(timeout)},
+        configure=configure,
+        name=name,
+        **options,
+    )
     return pool

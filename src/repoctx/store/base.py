@@ -9,6 +9,7 @@ Capsule ids are namespaced by repository (``repo:path#qualname``), so one store 
 repositories without collisions. The store sits on the ground floor: it imports nothing from
 parsing, retrieval or serving.
 """
+
 from __future__ import annotations
 
 import re
@@ -127,8 +128,12 @@ class Scope:
         if any(_match(p, path) for p in self.exclude):
             return False
         if self.grants is not None:
-            return any((g.repo in ("*", repo)) and (not g.include or any(_match(p, path) for p in g.include))
-                       and not any(_match(p, path) for p in g.exclude) for g in self.grants)
+            return any(
+                (g.repo in ("*", repo))
+                and (not g.include or any(_match(p, path) for p in g.include))
+                and not any(_match(p, path) for p in g.exclude)
+                for g in self.grants
+            )
         return True
 
     def granted_repos(self) -> tuple[str, ...] | None:
@@ -178,12 +183,17 @@ class Scope:
         return (" AND ".join(clauses) or "1=1"), args
 
     def to_dict(self) -> dict[str, Any]:
-        return {"repos": list(self.repos), "include": list(self.include), "exclude": list(self.exclude),
-                "grants": None if self.grants is None else [g.__dict__ for g in self.grants]}
+        return {
+            "repos": list(self.repos),
+            "include": list(self.include),
+            "exclude": list(self.exclude),
+            "grants": None if self.grants is None else [g.__dict__ for g in self.grants],
+        }
 
 
-def compile_all(scopes: Sequence[Scope], repo_col: str, path_col: str, placeholder: str,
-                dialect: Dialect | str) -> tuple[str, list]:
+def compile_all(
+    scopes: Sequence[Scope], repo_col: str, path_col: str, placeholder: str, dialect: Dialect | str
+) -> tuple[str, list]:
     """Several scopes that must all allow a row (a caller's scope and a request's own narrowing), as one WHERE
     fragment: a request narrows what its caller may see, it never widens it."""
     wheres, args = [], []
@@ -327,8 +337,9 @@ class RepoWriter(Protocol):
     def set_meta(self, key: str, value: str) -> None: ...
     def clear(self) -> None: ...
     # ``text``: the file's indexed text (decoded, redacted) kept for grep, written with its capsules
-    def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str],
-                 text: str | None = None) -> None: ...
+    def put_file(
+        self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str], text: str | None = None
+    ) -> None: ...
     def put_text(self, path: str, text: str) -> None: ...  # the text of a file indexed before texts were kept
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None: ...
     def delete_file(self, path: str) -> None: ...

@@ -2,6 +2,7 @@
 atomically so readers always see a whole set: up to ``HNSW_MIN_VECTORS`` a plain float32 matrix
 (exact inner product = cosine, one numpy product: ~1 ms at Django's 12k, and nothing heavier than
 numpy to import or load, which a one-shot CLI search feels), past it FAISS HNSW."""
+
 from __future__ import annotations
 
 import json
@@ -50,9 +51,18 @@ class FaissIndex:
         m = self.meta()
         return m["model"] if m else None
 
-    def write(self, model: str, dim: int, ids: list[str], matrix: np.ndarray, generation: str = "",
-              total: int | None = None, hnsw_min: int = HNSW_MIN_VECTORS, hashes: list[str] | None = None,
-              text_version: int | None = None) -> None:
+    def write(
+        self,
+        model: str,
+        dim: int,
+        ids: list[str],
+        matrix: np.ndarray,
+        generation: str = "",
+        total: int | None = None,
+        hnsw_min: int = HNSW_MIN_VECTORS,
+        hashes: list[str] | None = None,
+        text_version: int | None = None,
+    ) -> None:
         """Swap in a new set. ``hashes``: per id, the content hash of the unit its vector was made from,
         and ``text_version`` the version of the text made from it (``embed.EMBED_TEXT_VERSION``): the next
         update keeps the vectors of unchanged units instead of rebuilding the whole set (``reusable``)."""
@@ -82,8 +92,15 @@ class FaissIndex:
             np.save(data_path, matrix)
             kind = "npy"
         ids_path.write_text(json.dumps(ids))
-        meta = {"model": model, "dim": dim, "count": live, kind: data_path.name, "ids": ids_path.name,
-                "generation": generation, "total": live if total is None else total}
+        meta = {
+            "model": model,
+            "dim": dim,
+            "count": live,
+            kind: data_path.name,
+            "ids": ids_path.name,
+            "generation": generation,
+            "total": live if total is None else total,
+        }
         if len(ids) > live:
             meta["dead"] = len(ids) - live
         if hashes is not None and len(hashes) == len(ids):
@@ -101,8 +118,15 @@ class FaissIndex:
                     except OSError:
                         pass
 
-    def _grow(self, model: str, dim: int, ids: list[str], matrix: np.ndarray, hashes: list[str] | None,
-              text_version: int | None):
+    def _grow(
+        self,
+        model: str,
+        dim: int,
+        ids: list[str],
+        matrix: np.ndarray,
+        hashes: list[str] | None,
+        text_version: int | None,
+    ):
         """The current HNSW set grown into the new one, or None when it must be built afresh (no HNSW set
         of this model, dimension and text version with hashes; or too many dead positions after the update).
         A unit whose id and content hash are unchanged keeps its stored position; the others' vectors are
@@ -110,8 +134,16 @@ class FaissIndex:
         ids, hashes) in stored order."""
         handed, self._read_for_grow = self._read_for_grow, None
         old = self.meta()
-        if (hashes is None or len(hashes) != len(ids) or not old or "faiss" not in old or "hashes" not in old
-                or old.get("model") != model or old.get("dim") != dim or old.get("text_version") != text_version):
+        if (
+            hashes is None
+            or len(hashes) != len(ids)
+            or not old
+            or "faiss" not in old
+            or "hashes" not in old
+            or old.get("model") != model
+            or old.get("dim") != dim
+            or old.get("text_version") != text_version
+        ):
             return None
         if handed is not None and handed[0] == old["faiss"]:
             index, old_ids, old_hashes = handed[1:]
@@ -143,13 +175,20 @@ class FaissIndex:
             out_hashes += [hashes[r] for r in added]
         return index, out_ids, out_hashes
 
-    def reusable(self, model: str, dim: int | None, text_version: int) -> tuple[list[str], np.ndarray, list[str]] | None:
+    def reusable(
+        self, model: str, dim: int | None, text_version: int
+    ) -> tuple[list[str], np.ndarray, list[str]] | None:
         """(ids, vectors, content hashes) of the current set when its vectors can serve a new set of
         ``model``: same model and dimension (None: any), texts of ``text_version``, hashes recorded. A partial set (a
         first fill that was interrupted) serves too: each vector is right for its unit. None otherwise."""
         meta = self.meta()
-        if not meta or meta.get("model") != model or (dim is not None and meta.get("dim") != dim) or "hashes" not in meta \
-                or meta.get("text_version") != text_version:
+        if (
+            not meta
+            or meta.get("model") != model
+            or (dim is not None and meta.get("dim") != dim)
+            or "hashes" not in meta
+            or meta.get("text_version") != text_version
+        ):
             return None
         try:
             index, ids = self._read(meta)
@@ -157,7 +196,11 @@ class FaissIndex:
             matrix = index if isinstance(index, np.ndarray) else index.reconstruct_n(0, index.ntotal)
         except (OSError, RuntimeError, ValueError, KeyError):
             return None  # swapped meanwhile or damaged: the caller rebuilds from the vector cache
-        if not (len(ids) == len(hashes) == len(matrix)) or matrix.ndim != 2 or (dim is not None and matrix.shape[1] != dim):
+        if (
+            not (len(ids) == len(hashes) == len(matrix))
+            or matrix.ndim != 2
+            or (dim is not None and matrix.shape[1] != dim)
+        ):
             return None
         if not isinstance(index, np.ndarray):
             self._read_for_grow = (meta["faiss"], index, ids, hashes)

@@ -22,6 +22,7 @@ lone surrogates, an empty pattern, and patterns over 500 characters.
 
 This module is on the store's ground floor: it imports nothing from the rest of repoctx.
 """
+
 from __future__ import annotations
 
 import re
@@ -30,8 +31,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["GlobError", "Glob", "Dialect", "SQLITE", "POSTGRES", "DIALECTS", "MAX_PATTERN", "parse", "check",
-           "matches", "dialect"]
+__all__ = [
+    "GlobError",
+    "Glob",
+    "Dialect",
+    "SQLITE",
+    "POSTGRES",
+    "DIALECTS",
+    "MAX_PATTERN",
+    "parse",
+    "check",
+    "matches",
+    "dialect",
+]
 
 MAX_PATTERN = 500  # characters
 
@@ -46,6 +58,7 @@ class GlobError(ValueError):
 
 
 # --------------------------------------------------------------------------- tokens
+
 
 @dataclass(frozen=True, slots=True)
 class _Lit:
@@ -115,13 +128,19 @@ def _parse_class(pattern: str, start: int) -> tuple[_Class, int]:
             return pattern[j + 1], j + 2, True
         _bad_char(pattern, j)
         if c == "[" and j + 1 < n and pattern[j + 1] in ":.=":
-            raise GlobError(pattern, f"'[{pattern[j + 1]}' at position {j} inside a class: POSIX classes are not "
-                                     "part of the grammar (write '\\[' for a literal '[')")
+            raise GlobError(
+                pattern,
+                f"'[{pattern[j + 1]}' at position {j} inside a class: POSIX classes are not "
+                "part of the grammar (write '\\[' for a literal '[')",
+            )
         if c == "-" and j + 1 >= n:
             raise GlobError(pattern, f"unclosed '[' at position {start} (write '\\[' for a literal '[')")
         if c == "-" and not first_or_last_ok:
-            raise GlobError(pattern, f"'-' at position {j} inside a class is neither first, last nor a range "
-                                     "(write '\\-' for a literal '-')")
+            raise GlobError(
+                pattern,
+                f"'-' at position {j} inside a class is neither first, last nor a range "
+                "(write '\\-' for a literal '-')",
+            )
         return c, j + 1, False
 
     while True:
@@ -176,6 +195,7 @@ def _tokens(pattern: str) -> tuple[_Token, ...]:
 
 
 # --------------------------------------------------------------------------- translations
+
 
 def _py_char(cp: int) -> str:
     return f"\\U{cp:08x}"
@@ -285,6 +305,7 @@ def _sqlite(tokens: tuple[_Token, ...]) -> str:
 
 
 # --------------------------------------------------------------------------- public surface
+
 
 @dataclass(frozen=True)
 class Glob:

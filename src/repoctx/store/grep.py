@@ -21,6 +21,7 @@ start and end, and a match never spans a newline.
 This module is pure (no I/O): the stores render its prefilter into their own queries, ``scan`` runs the
 regular expression over the texts they yield.
 """
+
 from __future__ import annotations
 
 import re
@@ -33,8 +34,19 @@ from itertools import product
 from re import _constants as _C, _parser as _P  # type: ignore[attr-defined]
 from typing import Any
 
-__all__ = ["PatternError", "GrepLimits", "GrepPlan", "Lit", "And", "Or", "compile_pattern", "scan", "fts5_query",
-           "postgres_filter", "MAX_PATTERN"]
+__all__ = [
+    "PatternError",
+    "GrepLimits",
+    "GrepPlan",
+    "Lit",
+    "And",
+    "Or",
+    "compile_pattern",
+    "scan",
+    "fts5_query",
+    "postgres_filter",
+    "MAX_PATTERN",
+]
 
 MAX_PATTERN = 2000  # characters
 _MAX_SET = 16  # alternative strings tracked per node before falling back to "must contain one of its parts"
@@ -131,8 +143,7 @@ def _usable(items: tuple) -> bool:
 
 def _order(items: tuple) -> tuple:
     """A sort key for literals (sets have no order; queries are built the same way every time)."""
-    return tuple((0, i) if isinstance(i, str) else (1, "".join(sorted(i))) if i is not None else (2, "")
-                 for i in items)
+    return tuple((0, i) if isinstance(i, str) else (1, "".join(sorted(i))) if i is not None else (2, "") for i in items)
 
 
 def _exact_query(strings: frozenset | None) -> Query:
@@ -248,8 +259,9 @@ def _node(op, av, ic: bool) -> _Info:
         def union(sets: list[frozenset]) -> frozenset:
             return frozenset().union(*sets) if sum(len(x) for x in sets) <= _MAX_SET else _NOTHING
 
-        return _Info(None, union([i.prefix for i in infos]), union([i.suffix for i in infos]),
-                     _or(i.query for i in infos))
+        return _Info(
+            None, union([i.prefix for i in infos]), union([i.suffix for i in infos]), _or(i.query for i in infos)
+        )
     if op in (_C.MAX_REPEAT, _C.MIN_REPEAT, getattr(_C, "POSSESSIVE_REPEAT", None)):
         lo, hi, sub = av
         info = _seq(sub, ic)
@@ -307,7 +319,8 @@ def _line_unsafe(data) -> bool:
 
 _NON_ASCII = "[^\\x00-\\x7f]"
 _RE2_CATEGORY = {
-    _C.CATEGORY_DIGIT: "[0-9]", _C.CATEGORY_WORD: "[0-9A-Za-z_]",
+    _C.CATEGORY_DIGIT: "[0-9]",
+    _C.CATEGORY_WORD: "[0-9A-Za-z_]",
     _C.CATEGORY_SPACE: "[\\t\\n\\x0b\\x0c\\r \\x1c-\\x1f]",
 }
 _RE2_ANY_CHAR = "[\\x{0}-\\x{10FFFF}]"
@@ -399,9 +412,10 @@ def re2_sieve(tree, ignore_case: bool):
 
 # --------------------------------------------------------------------------- rendering for the backends
 
+
 def _windows(lit: Lit) -> list[tuple]:
     items = lit.items
-    return [items[i:i + 3] for i in range(len(items) - 2)]
+    return [items[i : i + 3] for i in range(len(items) - 2)]
 
 
 def _spread(values: list, n: int) -> list:
@@ -447,6 +461,7 @@ def _pg_indexable(items: tuple) -> bool:
     """Whether pg_trgm can take a trigram from a LIKE of these items: it reads words (letters and digits), a word
     of three characters or more, or one of two with a known non-word character on each side (padded, as pg_trgm
     pads words). A LIKE it can take none from would scan the whole index."""
+
     def word(i) -> bool:
         return isinstance(i, str) and i.isascii() and i.isalnum()
 
@@ -491,6 +506,7 @@ def postgres_filter(q: Query, col: str, ignore_case: bool) -> tuple[str, list] |
 
 # --------------------------------------------------------------------------- compiling a pattern
 
+
 @dataclass(frozen=True)
 class GrepPlan:
     pattern: str
@@ -503,8 +519,9 @@ class GrepPlan:
 
     def describe(self) -> str:
         if self.prefilter is None:
-            return "none: the pattern has no literal of 3 characters every match contains; every file in scope " \
-                   "was scanned"
+            return (
+                "none: the pattern has no literal of 3 characters every match contains; every file in scope was scanned"
+            )
         return "trigrams of " + _show(self.prefilter)
 
 
@@ -544,6 +561,7 @@ def compile_pattern(pattern: str, *, fixed: bool = False, ignore_case: bool = Fa
 
 # --------------------------------------------------------------------------- matching
 
+
 def match_lines(plan: GrepPlan, text: str, cap: int) -> tuple[list[int], bool]:
     """The 1-based numbers of the lines of ``text`` the pattern matches (at most ``cap``), and whether more
     were left uncounted."""
@@ -578,7 +596,7 @@ def match_lines(plan: GrepPlan, text: str, cap: int) -> tuple[list[int], bool]:
         le = n if le < 0 else le
         lineno += text.count("\n", counted, s)
         counted = s
-        if m.end() <= le or search(text[text.rfind("\n", 0, s) + 1:le]) is not None:
+        if m.end() <= le or search(text[text.rfind("\n", 0, s) + 1 : le]) is not None:
             if len(out) == cap:
                 return out, True
             out.append(lineno)
@@ -588,7 +606,7 @@ def match_lines(plan: GrepPlan, text: str, cap: int) -> tuple[list[int], bool]:
 
 def _line_at(text: str, starts: list[int], i: int, max_chars: int) -> str:
     end = text.find("\n", starts[i])
-    line = text[starts[i]:] if end < 0 else text[starts[i]:end]
+    line = text[starts[i] :] if end < 0 else text[starts[i] : end]
     return line if len(line) <= max_chars else line[:max_chars] + "…"
 
 
@@ -613,8 +631,16 @@ class ScanResult:
     cut: list[str] = field(default_factory=list)
 
 
-def scan(plan: GrepPlan, texts: Iterator[tuple[str, str, Hashable, str]], *, limit: int, offset: int, context: int,
-         limits: GrepLimits, clock: Callable[[], float] = time.monotonic) -> ScanResult:
+def scan(
+    plan: GrepPlan,
+    texts: Iterator[tuple[str, str, Hashable, str]],
+    *,
+    limit: int,
+    offset: int,
+    context: int,
+    limits: GrepLimits,
+    clock: Callable[[], float] = time.monotonic,
+) -> ScanResult:
     """Run the plan over ``(repo, path, text key, text)`` in the order given, keeping matches ``offset`` to
     ``offset + limit`` of that order and counting the rest (within ``limits``). Texts that share a key are
     searched once."""
@@ -627,12 +653,16 @@ def scan(plan: GrepPlan, texts: Iterator[tuple[str, str, Hashable, str]], *, lim
     try:
         for repo, path, key, text in texts:
             if clock() - start > limits.max_seconds:
-                res.cut.append(f"time: stopped after {limits.max_seconds:g} s, {res.files_scanned} files in; "
-                               "later files were not searched")
+                res.cut.append(
+                    f"time: stopped after {limits.max_seconds:g} s, {res.files_scanned} files in; "
+                    "later files were not searched"
+                )
                 break
             if scanned_chars > limits.max_bytes:
-                res.cut.append(f"work: stopped after {limits.max_bytes >> 20} MiB of text, {res.files_scanned} files "
-                               "in; later files were not searched (narrow the paths or add a literal to the pattern)")
+                res.cut.append(
+                    f"work: stopped after {limits.max_bytes >> 20} MiB of text, {res.files_scanned} files "
+                    "in; later files were not searched (narrow the paths or add a literal to the pattern)"
+                )
                 break
             got = seen.get(key)
             if got is None:
@@ -653,25 +683,38 @@ def scan(plan: GrepPlan, texts: Iterator[tuple[str, str, Hashable, str]], *, lim
                         continue
                     if k >= stop_after:
                         break
-                    hit = {"repo": repo, "path": path, "line": ln,
-                           "text": _line_at(text, starts, ln - 1, limits.max_line_chars)}
+                    hit = {
+                        "repo": repo,
+                        "path": path,
+                        "line": ln,
+                        "text": _line_at(text, starts, ln - 1, limits.max_line_chars),
+                    }
                     if context:
-                        hit["before"] = [_line_at(text, starts, i, limits.max_line_chars)
-                                         for i in range(max(0, ln - 1 - context), ln - 1)]
-                        hit["after"] = [_line_at(text, starts, i, limits.max_line_chars)
-                                        for i in range(ln, min(len(starts), ln + context))]
+                        hit["before"] = [
+                            _line_at(text, starts, i, limits.max_line_chars)
+                            for i in range(max(0, ln - 1 - context), ln - 1)
+                        ]
+                        hit["after"] = [
+                            _line_at(text, starts, i, limits.max_line_chars)
+                            for i in range(ln, min(len(starts), ln + context))
+                        ]
                     res.matches.append(hit)
             res.total += len(lines)
             if res.total >= limits.max_total:
-                res.cut.append(f"count: stopped at {res.total:,} matching lines (the bound is {limits.max_total:,}), "
-                               f"{res.files_scanned} files in; later files were not searched")
+                res.cut.append(
+                    f"count: stopped at {res.total:,} matching lines (the bound is {limits.max_total:,}), "
+                    f"{res.files_scanned} files in; later files were not searched"
+                )
                 break
     finally:
         close = getattr(texts, "close", None)
         if close is not None:
             close()
     if capped_files:
-        res.cut.insert(0, f"per file: {capped_files} file{'s' if capped_files != 1 else ''} had more than "
-                          f"{limits.max_file_matches:,} matching lines; only the first {limits.max_file_matches:,} "
-                          "of each were counted")
+        res.cut.insert(
+            0,
+            f"per file: {capped_files} file{'s' if capped_files != 1 else ''} had more than "
+            f"{limits.max_file_matches:,} matching lines; only the first {limits.max_file_matches:,} "
+            "of each were counted",
+        )
     return res

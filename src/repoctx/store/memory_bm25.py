@@ -19,6 +19,7 @@ Anything it cannot answer exactly (a term FTS5 would split into a phrase, a scop
 goes to the store's queries too. Scopes still come from the store's WHERE clause: the units a scope admits
 are read with it once per (scope, content key) and kept as a mask.
 """
+
 from __future__ import annotations
 
 import re
@@ -43,8 +44,17 @@ _PLAIN = re.compile(r"[A-Za-z0-9_]+")
 class MemoryBM25:
     """Per-term spans of (unit, score) arrays; units are numbered densely, ``rowids`` maps them back."""
 
-    def __init__(self, key: Hashable, terms: dict[str, tuple[int, int]], rows: np.ndarray, scores: np.ndarray,
-                 rowids: np.ndarray, ids: list[str], seconds: float, fold_case: bool = True):
+    def __init__(
+        self,
+        key: Hashable,
+        terms: dict[str, tuple[int, int]],
+        rows: np.ndarray,
+        scores: np.ndarray,
+        rowids: np.ndarray,
+        ids: list[str],
+        seconds: float,
+        fold_case: bool = True,
+    ):
         self.key = key
         self.fold_case = fold_case  # FTS5 folds a query's case; PostgreSQL's postings match terms as given
         self.terms = terms
@@ -61,9 +71,19 @@ class MemoryBM25:
         return all(_PLAIN.fullmatch(t) for t in terms)
 
     @classmethod
-    def from_postings(cls, key: Hashable, terms: Sequence[str], rowids: Iterable[int], wtf: Iterable[float],
-                      dl: Iterable[float], n_docs: float, avgdl: float, units: Sequence[tuple[int, str]],
-                      started: float, fold_case: bool = True) -> MemoryBM25:
+    def from_postings(
+        cls,
+        key: Hashable,
+        terms: Sequence[str],
+        rowids: Iterable[int],
+        wtf: Iterable[float],
+        dl: Iterable[float],
+        n_docs: float,
+        avgdl: float,
+        units: Sequence[tuple[int, str]],
+        started: float,
+        fold_case: bool = True,
+    ) -> MemoryBM25:
         """``terms``/``rowids``/``wtf``/``dl``: one posting each (grouped by term): the unit's rowid, the
         column-weighted count of the term in it and the unit's length. ``units``: (rowid, capsule id)."""
         units = sorted(units)
@@ -71,8 +91,9 @@ class MemoryBM25:
         ids = [cid for _, cid in units]
         n = len(terms)
         if not n:
-            return cls(key, {}, np.zeros(0, np.int64), np.zeros(0), all_rowids, ids, time.perf_counter() - started,
-                       fold_case)
+            return cls(
+                key, {}, np.zeros(0, np.int64), np.zeros(0), all_rowids, ids, time.perf_counter() - started, fold_case
+            )
         post_rowids = np.fromiter(rowids, dtype=np.int64, count=n)
         rows = np.searchsorted(all_rowids, post_rowids)
         known = (rows < len(all_rowids)) & (all_rowids[np.minimum(rows, len(all_rowids) - 1)] == post_rowids)
@@ -172,6 +193,7 @@ class MemoryReads:
     """
 
     if TYPE_CHECKING:  # what the store provides (declared for the type checker only: the store's own win)
+
         def _content_key(self) -> tuple: ...
         def _build_memory_bm25(self) -> MemoryBM25: ...
         def _rowids_where(self, scope: Scope) -> list[int]: ...

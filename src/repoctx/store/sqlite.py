@@ -1,6 +1,7 @@
 """The embedded store: one SQLite file in WAL mode (FTS5 for BM25) holding any number of repositories,
 and a FAISS index per repository beside it. One writer at a time, many readers, a connection per
 thread; an update is one transaction, so a crash leaves the previous index whole."""
+
 from __future__ import annotations
 
 import fcntl
@@ -98,12 +99,16 @@ EDGE_KINDS = ("calls", "contains", "imports", "inherits")
 _KIND = {k: i for i, k in enumerate(EDGE_KINDS)}
 _CONTAINS = _KIND["contains"]
 # an edge as the Store interface speaks it: (src id, kind, dst_name, dst id), and e.rowid, e.dst for writers
-_EDGE_FROM = ("FROM edges e JOIN capsules s ON s.rowid = e.src LEFT JOIN names n ON n.id = e.name "
-              "LEFT JOIN capsules d ON d.rowid = e.dst")
+_EDGE_FROM = (
+    "FROM edges e JOIN capsules s ON s.rowid = e.src LEFT JOIN names n ON n.id = e.name "
+    "LEFT JOIN capsules d ON d.rowid = e.dst"
+)
 _EDGE_COLS = "s.id, e.kind, coalesce(n.name, d.qualname), d.id"
 
-_COLS = ("c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
-         "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent, c.tid, c.at, c.span")
+_COLS = (
+    "c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
+    "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent, c.tid, c.at, c.span"
+)
 _TEXT_AT = 14  # where _COLS has the text; the slice's three columns follow the row's 17 others
 
 
@@ -112,10 +117,25 @@ def _json_list(value: str | None) -> list:
 
 
 def row_to_capsule(r) -> Capsule:
-    return Capsule(id=r[0], repo=r[1] or "", path=r[2], language=r[3], kind=r[4], name=r[5], qualname=r[6],
-                   signature=r[7], params=_json_list(r[8]), returns=r[9] or "", docstring=r[10] or "",
-                   decorators=_json_list(r[11]), start_line=r[12], end_line=r[13], text=r[14],
-                   content_hash=r[15], parent=r[16])
+    return Capsule(
+        id=r[0],
+        repo=r[1] or "",
+        path=r[2],
+        language=r[3],
+        kind=r[4],
+        name=r[5],
+        qualname=r[6],
+        signature=r[7],
+        params=_json_list(r[8]),
+        returns=r[9] or "",
+        docstring=r[10] or "",
+        decorators=_json_list(r[11]),
+        start_line=r[12],
+        end_line=r[13],
+        text=r[14],
+        content_hash=r[15],
+        parent=r[16],
+    )
 
 
 def with_texts(db: sqlite3.Connection, rows: list, text_at: int) -> list:
@@ -130,7 +150,7 @@ def with_texts(db: sqlite3.Connection, rows: list, text_at: int) -> list:
         r = tuple(r)
         if r[text_at] is None and r[-3] is not None:
             whole = texts.get(r[-3], "")
-            r = r[:text_at] + (whole[r[-2]:r[-2] + r[-1]],) + r[text_at + 1:]
+            r = r[:text_at] + (whole[r[-2] : r[-2] + r[-1]],) + r[text_at + 1 :]
         out.append(r[:-3])
     return out
 
@@ -163,7 +183,7 @@ def _ph(n: int) -> str:
 
 def _chunks(values: list, size: int = 500) -> Iterator[list]:
     for i in range(0, len(values), size):
-        yield values[i:i + size]
+        yield values[i : i + size]
 
 
 class SQLiteStore(MemoryReads):
@@ -195,8 +215,10 @@ class SQLiteStore(MemoryReads):
             db.execute("INSERT OR REPLACE INTO meta VALUES('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
         elif version != SCHEMA_VERSION:
             if not create:
-                raise SchemaMismatch(f"the index at {self.dir} was built by another repoctx version (schema {version}, "
-                                     f"this one reads {SCHEMA_VERSION}): run `repoctx index` to rebuild it")
+                raise SchemaMismatch(
+                    f"the index at {self.dir} was built by another repoctx version (schema {version}, "
+                    f"this one reads {SCHEMA_VERSION}): run `repoctx index` to rebuild it"
+                )
             self._rebuild_schema(db)
 
     # ---- connections: one per thread (sqlite3 objects must not be shared across threads)
@@ -226,8 +248,9 @@ class SQLiteStore(MemoryReads):
         """Raise when the index file was deleted or replaced under this open store: SQLite would go on
         reading and writing the unlinked file, and nothing would be saved."""
         if self._identity is None or self._file_identity() != self._identity:
-            raise StoreError(f"the index at {self.dir} was removed while it was open: run `repoctx index` to "
-                             "rebuild it")
+            raise StoreError(
+                f"the index at {self.dir} was removed while it was open: run `repoctx index` to rebuild it"
+            )
 
     @staticmethod
     def _schema_version(db) -> int | None:
@@ -245,11 +268,15 @@ class SQLiteStore(MemoryReads):
         db.execute("BEGIN IMMEDIATE")
         try:
             # virtual tables first: dropping one drops its shadow tables (which may not be dropped alone)
-            for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL%' "
-                                      "AND name NOT LIKE 'fts\\_%' ESCAPE '\\'").fetchall():
+            for (name,) in db.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL%' "
+                "AND name NOT LIKE 'fts\\_%' ESCAPE '\\'"
+            ).fetchall():
                 db.execute(f"DROP TABLE IF EXISTS {name}")
-            for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' "
-                                      "AND name NOT LIKE 'fts_%'").fetchall():
+            for (name,) in db.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' "
+                "AND name NOT LIKE 'fts_%'"
+            ).fetchall():
                 db.execute(f"DROP TABLE IF EXISTS {name}")
             db.execute("COMMIT")
         except BaseException:
@@ -321,8 +348,10 @@ class SQLiteStore(MemoryReads):
 
     def paths(self, scope: Scope = EVERYTHING) -> list[tuple[str, str]]:
         where, args = self._scope(scope, "f")
-        return [tuple(r) for r in self.db.execute(f"SELECT f.repo, f.path FROM files f WHERE {where} "
-                                                  "ORDER BY f.repo, f.path", args)]
+        return [
+            tuple(r)
+            for r in self.db.execute(f"SELECT f.repo, f.path FROM files f WHERE {where} ORDER BY f.repo, f.path", args)
+        ]
 
     def counts(self, scope: Scope = EVERYTHING) -> dict[str, int]:
         where, args = self._scope(scope)
@@ -330,10 +359,12 @@ class SQLiteStore(MemoryReads):
         ewhere, eargs = self._scope(scope, "s")  # an edge is where its source unit is
         q = lambda sql, a: self.db.execute(sql, a).fetchone()[0]  # noqa: E731
         edges = "edges e JOIN capsules s ON s.rowid = e.src" if not scope.unrestricted else "edges e"
-        return {"files": q(f"SELECT count(*) FROM files f WHERE {fwhere}", fargs),
-                "capsules": q(f"SELECT count(*) FROM capsules c WHERE {where}", args),
-                "edges": q(f"SELECT count(*) FROM {edges} WHERE {ewhere}", eargs),
-                "resolved_edges": q(f"SELECT count(*) FROM {edges} WHERE e.dst IS NOT NULL AND {ewhere}", eargs)}
+        return {
+            "files": q(f"SELECT count(*) FROM files f WHERE {fwhere}", fargs),
+            "capsules": q(f"SELECT count(*) FROM capsules c WHERE {where}", args),
+            "edges": q(f"SELECT count(*) FROM {edges} WHERE {ewhere}", eargs),
+            "resolved_edges": q(f"SELECT count(*) FROM {edges} WHERE e.dst IS NOT NULL AND {ewhere}", eargs),
+        }
 
     def capsules(self, ids: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not ids:
@@ -344,27 +375,48 @@ class SQLiteStore(MemoryReads):
         where, args = self._scope(scope)
         out: dict[str, Capsule] = {}
         for chunk in _chunks(list(dict.fromkeys(ids))):
-            for r in with_texts(self.db, self.db.execute(
+            for r in with_texts(
+                self.db,
+                self.db.execute(
                     f"SELECT {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))}) AND {where}", chunk + args
-            ).fetchall(), _TEXT_AT):
+                ).fetchall(),
+                _TEXT_AT,
+            ):
                 out[r[0]] = row_to_capsule(r)
         return [out[i] for i in ids if i in out]
 
     def all_capsules(self, scope: Scope = EVERYTHING) -> list[Capsule]:
         where, args = self._scope(scope)
-        return [row_to_capsule(r) for r in with_texts(self.db, self.db.execute(
-            f"SELECT {_COLS} FROM capsules c WHERE {where} ORDER BY c.id", args).fetchall(), _TEXT_AT)]
+        return [
+            row_to_capsule(r)
+            for r in with_texts(
+                self.db,
+                self.db.execute(f"SELECT {_COLS} FROM capsules c WHERE {where} ORDER BY c.id", args).fetchall(),
+                _TEXT_AT,
+            )
+        ]
 
     def all_edges(self, scope: Scope = EVERYTHING) -> list[tuple]:
         where, args = self._scope(scope, "s")
-        return [(r[0], EDGE_KINDS[r[1]], r[2], r[3]) for r in self.db.execute(
-            f"SELECT {_EDGE_COLS} {_EDGE_FROM} WHERE {where} ORDER BY 1, 2, 3, 4", args)]
+        return [
+            (r[0], EDGE_KINDS[r[1]], r[2], r[3])
+            for r in self.db.execute(f"SELECT {_EDGE_COLS} {_EDGE_FROM} WHERE {where} ORDER BY 1, 2, 3, 4", args)
+        ]
 
     def file_capsules(self, repo: str, path: str, scope: Scope = EVERYTHING) -> list[Capsule]:
         where, args = self._scope(scope)
-        return [row_to_capsule(r) for r in with_texts(self.db, self.db.execute(
-            f"SELECT {_COLS} FROM capsules c WHERE c.repo=? AND c.path=? AND {where} "
-            "ORDER BY c.start_line, c.end_line DESC", [repo, path] + args).fetchall(), _TEXT_AT)]
+        return [
+            row_to_capsule(r)
+            for r in with_texts(
+                self.db,
+                self.db.execute(
+                    f"SELECT {_COLS} FROM capsules c WHERE c.repo=? AND c.path=? AND {where} "
+                    "ORDER BY c.start_line, c.end_line DESC",
+                    [repo, path] + args,
+                ).fetchall(),
+                _TEXT_AT,
+            )
+        ]
 
     def doc_freqs(self, terms: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
         """Over the whole file (FTS5 keeps one vocabulary): a store of one repository, as each repository's
@@ -374,8 +426,9 @@ class SQLiteStore(MemoryReads):
             return remembered
         out: dict[str, int] = {}
         for chunk in _chunks(list(dict.fromkeys(terms))):
-            out.update(self.db.execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({_ph(len(chunk))})",
-                                       chunk).fetchall())
+            out.update(
+                self.db.execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({_ph(len(chunk))})", chunk).fetchall()
+            )
         return out
 
     def n_capsules(self, scope: Scope = EVERYTHING) -> int:
@@ -394,12 +447,16 @@ class SQLiteStore(MemoryReads):
         if self._admits_whole_file(scope):
             # nothing to filter: FTS5 ranks alone and only the k best rows are joined (joining every match
             # before the sort cost as much as the ranking itself)
-            sql = (f"SELECT c.id, f.s FROM (SELECT rowid AS r, -bm25(fts, {w}) AS s FROM fts WHERE fts MATCH ? "
-                   f"ORDER BY s DESC LIMIT ?) f JOIN capsules c ON c.rowid = f.r ORDER BY f.s DESC")
+            sql = (
+                f"SELECT c.id, f.s FROM (SELECT rowid AS r, -bm25(fts, {w}) AS s FROM fts WHERE fts MATCH ? "
+                f"ORDER BY s DESC LIMIT ?) f JOIN capsules c ON c.rowid = f.r ORDER BY f.s DESC"
+            )
             return [(r[0], r[1]) for r in self.db.execute(sql, [match, k])]
         where, args = self._scope(scope)
-        sql = (f"SELECT c.id, -bm25(fts, {w}) AS s FROM fts JOIN capsules c ON c.rowid = fts.rowid "
-               f"WHERE fts MATCH ? AND {where} ORDER BY bm25(fts, {w}) LIMIT ?")
+        sql = (
+            f"SELECT c.id, -bm25(fts, {w}) AS s FROM fts JOIN capsules c ON c.rowid = fts.rowid "
+            f"WHERE fts MATCH ? AND {where} ORDER BY bm25(fts, {w}) LIMIT ?"
+        )
         return [(r[0], r[1]) for r in self.db.execute(sql, [match] + args + [k])]
 
     # ---- BM25 in memory (long-lived processes): an accelerator, never the source of truth
@@ -412,9 +469,12 @@ class SQLiteStore(MemoryReads):
         cached = getattr(self._local, "content_key", None)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-        key = tuple(db.execute(
-            "SELECT (SELECT max(rowid) FROM capsules), (SELECT count(*) FROM capsules), "
-            "(SELECT group_concat(repo || '=' || value) FROM meta WHERE key = 'generation')").fetchone())
+        key = tuple(
+            db.execute(
+                "SELECT (SELECT max(rowid) FROM capsules), (SELECT count(*) FROM capsules), "
+                "(SELECT group_concat(repo || '=' || value) FROM meta WHERE key = 'generation')"
+            ).fetchone()
+        )
         self._local.content_key = (stamp, key)
         return key
 
@@ -429,8 +489,10 @@ class SQLiteStore(MemoryReads):
         db.execute("BEGIN")
         try:
             key = self._content_key()
-            got = db.execute(f"SELECT term, doc, sum(CASE col {case} ELSE 0 END), count(*) FROM temp.fts_instances "
-                             "GROUP BY term, doc").fetchall()
+            got = db.execute(
+                f"SELECT term, doc, sum(CASE col {case} ELSE 0 END), count(*) FROM temp.fts_instances "
+                "GROUP BY term, doc"
+            ).fetchall()
             n_rows = db.execute("SELECT count(*) FROM fts").fetchone()[0]
             units = db.execute("SELECT rowid, id FROM capsules").fetchall()
         finally:
@@ -439,8 +501,9 @@ class SQLiteStore(MemoryReads):
         doc_ids = np.fromiter(docs, dtype=np.int64, count=len(docs))
         lengths = np.bincount(doc_ids, weights=np.fromiter(counts, dtype=np.float64, count=len(counts)))
         avgdl = float(lengths.sum()) / n_rows if n_rows else 1.0
-        return MemoryBM25.from_postings(key, terms, docs, wtf, lengths[doc_ids] if len(docs) else (), n_rows, avgdl,
-                                        units, started)
+        return MemoryBM25.from_postings(
+            key, terms, docs, wtf, lengths[doc_ids] if len(docs) else (), n_rows, avgdl, units, started
+        )
 
     def _rowids_where(self, scope: Scope) -> list[int]:
         where, args = self._scope(scope)
@@ -449,9 +512,16 @@ class SQLiteStore(MemoryReads):
     def _units_by_id(self, ids: list[str]) -> list[tuple[int, Capsule]]:
         out = []
         for chunk in _chunks(ids):
-            out += [(r[0], row_to_capsule(r[1:])) for r in with_texts(self.db, self.db.execute(
-                f"SELECT c.rowid, {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))})", chunk).fetchall(),
-                _TEXT_AT + 1)]
+            out += [
+                (r[0], row_to_capsule(r[1:]))
+                for r in with_texts(
+                    self.db,
+                    self.db.execute(
+                        f"SELECT c.rowid, {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))})", chunk
+                    ).fetchall(),
+                    _TEXT_AT + 1,
+                )
+            ]
         return out
 
     def _memory_covers(self, scope: Scope, key: tuple) -> tuple[bool, bool]:
@@ -479,18 +549,31 @@ class SQLiteStore(MemoryReads):
             return []
         where, args = self._scope(scope)
         ph = _ph(len(names))
-        return [row_to_capsule(r) for r in with_texts(self.db, self.db.execute(
-            f"SELECT {_COLS} FROM capsules c WHERE (c.name IN ({ph}) OR c.qualname IN ({ph})) AND c.kind != 'window' "
-            f"AND {where} ORDER BY c.id", names + names + args).fetchall(), _TEXT_AT)]
+        return [
+            row_to_capsule(r)
+            for r in with_texts(
+                self.db,
+                self.db.execute(
+                    f"SELECT {_COLS} FROM capsules c WHERE (c.name IN ({ph}) OR c.qualname IN ({ph})) "
+                    f"AND c.kind != 'window' AND {where} ORDER BY c.id",
+                    names + names + args,
+                ).fetchall(),
+                _TEXT_AT,
+            )
+        ]
 
     def name_counts(self, names: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
         """How many definitions carry each name (a name defined everywhere says little)."""
         where, args = self._scope(scope)
         out: dict[str, int] = {}
         for chunk in _chunks(list(dict.fromkeys(names))):
-            out.update(self.db.execute(
-                f"SELECT c.name, COUNT(*) FROM capsules c WHERE c.name IN ({_ph(len(chunk))}) "
-                f"AND c.kind IN ('function', 'method', 'class') AND {where} GROUP BY c.name", chunk + args).fetchall())
+            out.update(
+                self.db.execute(
+                    f"SELECT c.name, COUNT(*) FROM capsules c WHERE c.name IN ({_ph(len(chunk))}) "
+                    f"AND c.kind IN ('function', 'method', 'class') AND {where} GROUP BY c.name",
+                    chunk + args,
+                ).fetchall()
+            )
         return out
 
     def by_path_suffix(self, fragments: list[str], scope: Scope = EVERYTHING) -> list[str]:
@@ -500,7 +583,9 @@ class SQLiteStore(MemoryReads):
             like = like_suffix(frag)
             rows = self.db.execute(
                 f"SELECT c.id FROM capsules c WHERE c.kind = 'module' AND (c.path = ? OR c.path LIKE ? ESCAPE '\\') "
-                f"AND {where} ORDER BY length(c.path) LIMIT 5", [frag, like] + args)
+                f"AND {where} ORDER BY length(c.path) LIMIT 5",
+                [frag, like] + args,
+            )
             out.extend(r[0] for r in rows)
         return list(dict.fromkeys(out))
 
@@ -533,10 +618,14 @@ class SQLiteStore(MemoryReads):
         out = []
         for chunk in _chunks(list(dict.fromkeys(ids))):
             # the order of the index these rows were read by before schema 5: by the end's id, then as written
-            out += [Edge(r[0], EDGE_KINDS[r[1]], r[2], r[3]) for r in self.db.execute(
-                f"SELECT {_EDGE_COLS} {_EDGE_FROM} WHERE e.{col} IN (SELECT rowid FROM capsules WHERE id IN "
-                f"({_ph(len(chunk))})){kind_sql}{scope_sql} ORDER BY {end}.id, e.rowid",
-                chunk + kind_ids + scope_args)]
+            out += [
+                Edge(r[0], EDGE_KINDS[r[1]], r[2], r[3])
+                for r in self.db.execute(
+                    f"SELECT {_EDGE_COLS} {_EDGE_FROM} WHERE e.{col} IN (SELECT rowid FROM capsules WHERE id IN "
+                    f"({_ph(len(chunk))})){kind_sql}{scope_sql} ORDER BY {end}.id, e.rowid",
+                    chunk + kind_ids + scope_args,
+                )
+            ]
         return out
 
     # ---- grep: the files' texts, narrowed by the trigram index
@@ -545,8 +634,10 @@ class SQLiteStore(MemoryReads):
 
         where, args = compile_all(scopes, "+f.repo", "f.path", "?", "sqlite")
         match = fts5_query(plan.prefilter)
-        sql = (f"SELECT f.repo, f.path, t.id, t.text FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
-               f"WHERE {where}")
+        sql = (
+            "SELECT f.repo, f.path, t.id, t.text FROM files f "
+            f"JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash WHERE {where}"
+        )
         if match is not None:
             sql += " AND t.id IN (SELECT rowid FROM text_fts WHERE text_fts MATCH ?)"
             args = args + [match]
@@ -560,8 +651,11 @@ class SQLiteStore(MemoryReads):
         """The indexed text of one file (decoded, secrets redacted), or None when the scope hides it or the
         store holds none for it."""
         where, args = self._scope(scope, "f")
-        row = self.db.execute(f"SELECT t.text FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
-                              f"WHERE f.repo=? AND f.path=? AND {where}", [repo, path] + args).fetchone()
+        row = self.db.execute(
+            f"SELECT t.text FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
+            f"WHERE f.repo=? AND f.path=? AND {where}",
+            [repo, path] + args,
+        ).fetchone()
         return row[0] if row else None
 
     # ---- dense
@@ -573,16 +667,24 @@ class SQLiteStore(MemoryReads):
 
     def vector_state(self, repo: str, model: str) -> VectorState:
         meta = self.faiss_for(repo).meta() or {}
-        total = self.db.execute(f"SELECT count(*) FROM capsules WHERE repo=? AND kind IN ({_ph(len(EMBED_KINDS))})",
-                                [repo, *EMBED_KINDS]).fetchone()[0]
-        current = bool(meta) and meta.get("model") == model and \
-            meta.get("generation") == (self.meta("generation", repo) or "") and meta.get("count") == meta.get("total")
+        total = self.db.execute(
+            f"SELECT count(*) FROM capsules WHERE repo=? AND kind IN ({_ph(len(EMBED_KINDS))})", [repo, *EMBED_KINDS]
+        ).fetchone()[0]
+        current = (
+            bool(meta)
+            and meta.get("model") == model
+            and meta.get("generation") == (self.meta("generation", repo) or "")
+            and meta.get("count") == meta.get("total")
+        )
         count = int(meta.get("count", 0)) if meta.get("model") == model else 0
         return VectorState(meta.get("model"), count, total, current)
 
     def dense(self, vector: np.ndarray, model: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
-        repos = [r for r in (scope.repos or [n for (n,) in self.db.execute("SELECT name FROM repos")])
-                 if scope.allows_repo(r)]
+        repos = [
+            r
+            for r in (scope.repos or [n for (n,) in self.db.execute("SELECT name FROM repos")])
+            if scope.allows_repo(r)
+        ]
         out: list[tuple[str, float]] = []
         for repo in repos:
             fx = self.faiss_for(repo)
@@ -603,8 +705,9 @@ class SQLiteStore(MemoryReads):
             if len(self._allowed) > 64:
                 self._allowed.clear()
             where, args = self._scope(narrow)
-            got = self._allowed[key] = {r[0] for r in self.db.execute(
-                f"SELECT c.id FROM capsules c WHERE c.repo=? AND {where}", [repo] + args)}
+            got = self._allowed[key] = {
+                r[0] for r in self.db.execute(f"SELECT c.id FROM capsules c WHERE c.repo=? AND {where}", [repo] + args)
+            }
         return got
 
 
@@ -659,10 +762,14 @@ class SQLiteRepoWriter:
         return file_lock(self.store.dir / "locks" / f"{self.repo}.{kind}.lock", wait)
 
     def files(self) -> dict[str, FileRecord]:
-        return {r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), r[7], r[8] or "",
-                                 r[9] or "")
-                for r in self.db.execute("SELECT path, language, size, mtime_ns, hash, module, imports, method, note, "
-                                         "text_hash FROM files WHERE repo=?", (self.repo,))}
+        return {
+            r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), r[7], r[8] or "", r[9] or "")
+            for r in self.db.execute(
+                "SELECT path, language, size, mtime_ns, hash, module, imports, method, note, "
+                "text_hash FROM files WHERE repo=?",
+                (self.repo,),
+            )
+        }
 
     def meta(self, key: str) -> str | None:
         return self.store.meta(key, self.repo)
@@ -704,8 +811,12 @@ class SQLiteRepoWriter:
 
     def _release_text(self, key: str | None) -> None:
         """Drop a text no file of the repository refers to any more."""
-        if not key or self.db.execute("SELECT EXISTS (SELECT 1 FROM files WHERE repo=? AND text_hash=?)",
-                                      (self.repo, key)).fetchone()[0]:
+        if (
+            not key
+            or self.db.execute(
+                "SELECT EXISTS (SELECT 1 FROM files WHERE repo=? AND text_hash=?)", (self.repo, key)
+            ).fetchone()[0]
+        ):
             return
         row = self.db.execute("SELECT id, text FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()
         if row is not None:
@@ -719,11 +830,18 @@ class SQLiteRepoWriter:
         key, _ = self._keep_text(text)
         if old[0] != key:
             if old[0]:  # units sliced from the text being let go keep their own copy
-                rows = with_texts(self.db, self.db.execute(
-                    "SELECT rowid, text, tid, at, span FROM capsules WHERE repo=? AND path=? AND text IS NULL",
-                    (self.repo, path)).fetchall(), 1)
-                self.db.executemany("UPDATE capsules SET text=?, tid=NULL, at=NULL, span=NULL WHERE rowid=?",
-                                    [(r[1], r[0]) for r in rows])
+                rows = with_texts(
+                    self.db,
+                    self.db.execute(
+                        "SELECT rowid, text, tid, at, span FROM capsules WHERE repo=? AND path=? AND text IS NULL",
+                        (self.repo, path),
+                    ).fetchall(),
+                    1,
+                )
+                self.db.executemany(
+                    "UPDATE capsules SET text=?, tid=NULL, at=NULL, span=NULL WHERE rowid=?",
+                    [(r[1], r[0]) for r in rows],
+                )
             self.db.execute("UPDATE files SET text_hash=? WHERE repo=? AND path=?", (key, self.repo, path))
             self._release_text(old[0])
 
@@ -732,39 +850,99 @@ class SQLiteRepoWriter:
         tokens put_file gave them, made again from what the units hold."""
         from repoctx.tokens import fts_text
 
-        rows = with_texts(self.db, self.db.execute(
-            f"SELECT rowid, name, qualname, path, signature, docstring, coalesce(lex, text), tid, at, span "
-            f"FROM capsules WHERE {where}", args).fetchall(), 6)
-        sql = ("INSERT INTO fts(fts, rowid, name, qualname, path, signature, docstring, body) "
-               "VALUES('delete',?,?,?,?,?,?,?)" if delete else
-               "INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) VALUES(?,?,?,?,?,?,?)")
-        self.db.executemany(sql, ((r[0], fts_text(r[1]), fts_text(r[2]), fts_text(r[3]), fts_text(r[4]), fts_text(r[5]),
-                              fts_text(r[6][:200_000])) for r in rows))
+        rows = with_texts(
+            self.db,
+            self.db.execute(
+                f"SELECT rowid, name, qualname, path, signature, docstring, coalesce(lex, text), tid, at, span "
+                f"FROM capsules WHERE {where}",
+                args,
+            ).fetchall(),
+            6,
+        )
+        sql = (
+            "INSERT INTO fts(fts, rowid, name, qualname, path, signature, docstring, body) "
+            "VALUES('delete',?,?,?,?,?,?,?)"
+            if delete
+            else "INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) VALUES(?,?,?,?,?,?,?)"
+        )
+        self.db.executemany(
+            sql,
+            (
+                (
+                    r[0],
+                    fts_text(r[1]),
+                    fts_text(r[2]),
+                    fts_text(r[3]),
+                    fts_text(r[4]),
+                    fts_text(r[5]),
+                    fts_text(r[6][:200_000]),
+                )
+                for r in rows
+            ),
+        )
 
-    def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str],
-                 text: str | None = None) -> None:
+    def put_file(
+        self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str], text: str | None = None
+    ) -> None:
         from repoctx.tokens import fts_text
 
         self.delete_file(rec.path)
         key, tid = self._keep_text(text) if text is not None else (None, None)
         slices = text_slices(text, capsules) if text is not None else [None] * len(capsules)
-        self.db.execute("INSERT INTO files(repo, path, language, size, mtime_ns, hash, module, imports, method, note, "
-                        "text_hash) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-                        (self.repo, rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
-                         json.dumps(rec.imports), rec.method, rec.note, key))
+        self.db.execute(
+            "INSERT INTO files(repo, path, language, size, mtime_ns, hash, module, imports, method, note, "
+            "text_hash) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                self.repo,
+                rec.path,
+                rec.language,
+                rec.size,
+                rec.mtime_ns,
+                rec.hash,
+                rec.module,
+                json.dumps(rec.imports),
+                rec.method,
+                rec.note,
+                key,
+            ),
+        )
         rows, bodies = [], []
         for c, where in zip(capsules, slices, strict=True):
             lex = lexical_bodies.get(c.id)
             lex = lex if lex is not None and lex != c.text else None
-            rows.append((self._freed.pop(c.id, None), c.id, self.repo, c.path, c.language, c.kind, c.name, c.qualname,
-                         c.signature, json.dumps(c.params), c.returns, c.docstring, json.dumps(c.decorators),
-                         c.start_line, c.end_line, c.text if where is None else None, c.content_hash, c.parent,
-                         rec.module, lex, None if where is None else tid, *(where or (None, None))))
+            rows.append(
+                (
+                    self._freed.pop(c.id, None),
+                    c.id,
+                    self.repo,
+                    c.path,
+                    c.language,
+                    c.kind,
+                    c.name,
+                    c.qualname,
+                    c.signature,
+                    json.dumps(c.params),
+                    c.returns,
+                    c.docstring,
+                    json.dumps(c.decorators),
+                    c.start_line,
+                    c.end_line,
+                    c.text if where is None else None,
+                    c.content_hash,
+                    c.parent,
+                    rec.module,
+                    lex,
+                    None if where is None else tid,
+                    *(where or (None, None)),
+                )
+            )
             bodies.append((lex if lex is not None else c.text)[:200_000])
         self.db.executemany(
             "INSERT INTO capsules(rowid, id, repo, path, language, kind, name, qualname, signature, params, returns, "
             "docstring, decorators, start_line, end_line, text, content_hash, parent, module, lex, tid, at, span) "
-            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            rows,
+        )
         rowids = self._rowid_map([c.id for c in capsules])
         tokens: dict[str, str] = {}  # a file's units share their path, often names and signatures
 
@@ -774,13 +952,26 @@ class SQLiteRepoWriter:
                 got = tokens[value] = fts_text(value)
             return got
 
-        self.db.executemany("INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) "
-                            "VALUES(?,?,?,?,?,?,?)",
-                            [(rowids[c.id], tok(c.name), tok(c.qualname), tok(c.path), tok(c.signature),
-                              tok(c.docstring), fts_text(body)) for c, body in zip(capsules, bodies, strict=True)])
+        self.db.executemany(
+            "INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) VALUES(?,?,?,?,?,?,?)",
+            [
+                (
+                    rowids[c.id],
+                    tok(c.name),
+                    tok(c.qualname),
+                    tok(c.path),
+                    tok(c.signature),
+                    tok(c.docstring),
+                    fts_text(body),
+                )
+                for c, body in zip(capsules, bodies, strict=True)
+            ],
+        )
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
-        self.db.execute("UPDATE files SET size=?, mtime_ns=? WHERE repo=? AND path=?", (size, mtime_ns, self.repo, path))
+        self.db.execute(
+            "UPDATE files SET size=?, mtime_ns=? WHERE repo=? AND path=?", (size, mtime_ns, self.repo, path)
+        )
 
     def delete_file(self, path: str) -> None:
         args = (self.repo, path)
@@ -801,8 +992,9 @@ class SQLiteRepoWriter:
         """Units' rowids by id: those this transaction wrote from memory, the rest read."""
         want = [i for i in dict.fromkeys(ids) if i is not None and i not in self._rowids]
         for chunk in _chunks(want):
-            self._rowids.update(self.db.execute(f"SELECT id, rowid FROM capsules WHERE id IN ({_ph(len(chunk))})",
-                                                chunk).fetchall())
+            self._rowids.update(
+                self.db.execute(f"SELECT id, rowid FROM capsules WHERE id IN ({_ph(len(chunk))})", chunk).fetchall()
+            )
         return self._rowids
 
     def _name_map(self, pairs: dict[str, str]) -> dict[str, int]:
@@ -811,8 +1003,9 @@ class SQLiteRepoWriter:
         if want:
             self.db.executemany("INSERT OR IGNORE INTO names(name, key) VALUES(?,?)", ((n, pairs[n]) for n in want))
             for chunk in _chunks(want):
-                self._name_ids.update(self.db.execute(f"SELECT name, id FROM names WHERE name IN ({_ph(len(chunk))})",
-                                                      chunk).fetchall())
+                self._name_ids.update(
+                    self.db.execute(f"SELECT name, id FROM names WHERE name IN ({_ph(len(chunk))})", chunk).fetchall()
+                )
         return self._name_ids
 
     def put_edges(self, edges: Iterable[tuple[Edge, str | None]], src_path: str) -> None:
@@ -825,26 +1018,41 @@ class SQLiteRepoWriter:
             if src is None:
                 raise StoreError(f"an edge from {e.src}, which {src_path} does not define")
             contains = e.kind == "contains"
-            rows.append((src, _KIND[e.kind], None if contains else names[e.dst_name],
-                         rowids.get(e.dst) if e.dst is not None else None))
+            rows.append(
+                (
+                    src,
+                    _KIND[e.kind],
+                    None if contains else names[e.dst_name],
+                    rowids.get(e.dst) if e.dst is not None else None,
+                )
+            )
         self.db.executemany("INSERT INTO edges(src, kind, name, dst) VALUES(?,?,?,?)", rows)
 
     def set_edge_dst(self, edge_key, dst: str | None) -> None:
-        self.db.execute("UPDATE edges SET dst=? WHERE rowid=?",
-                        (self._rowid_map([dst]).get(dst) if dst is not None else None, edge_key))
+        self.db.execute(
+            "UPDATE edges SET dst=? WHERE rowid=?",
+            (self._rowid_map([dst]).get(dst) if dst is not None else None, edge_key),
+        )
 
     def cands_by_name(self, name: str) -> list[tuple]:
-        return [tuple(r) for r in self.db.execute(
-            "SELECT id, path, qualname, kind, module FROM capsules WHERE name=? AND repo=? "
-            "AND kind NOT IN ('module','window') ORDER BY id", (name, self.repo))]
+        return [
+            tuple(r)
+            for r in self.db.execute(
+                "SELECT id, path, qualname, kind, module FROM capsules WHERE name=? AND repo=? "
+                "AND kind NOT IN ('module','window') ORDER BY id",
+                (name, self.repo),
+            )
+        ]
 
     def module_cand(self, key: str) -> tuple | None:
         # by the qualname index, then the path index (with "repo=? AND (qualname=? OR path=?)" SQLite read every
         # module of the repository: 1.5 ms a lookup, 0.07 s of a one-file update of Django)
-        r = self.db.execute("SELECT id, path, qualname, kind, module FROM capsules WHERE rowid IN ("
-                            "SELECT rowid FROM capsules WHERE qualname=? AND +repo=? AND kind='module' UNION ALL "
-                            "SELECT rowid FROM capsules WHERE repo=? AND path=? AND kind='module') ORDER BY id LIMIT 1",
-                            (key, self.repo, self.repo, key)).fetchone()
+        r = self.db.execute(
+            "SELECT id, path, qualname, kind, module FROM capsules WHERE rowid IN ("
+            "SELECT rowid FROM capsules WHERE qualname=? AND +repo=? AND kind='module' UNION ALL "
+            "SELECT rowid FROM capsules WHERE repo=? AND path=? AND kind='module') ORDER BY id LIMIT 1",
+            (key, self.repo, self.repo, key),
+        ).fetchone()
         return tuple(r) if r else None
 
     def edges_needing(self, keys: set[str], dsts: set[str], exclude_paths: set[str]) -> list[tuple]:
@@ -855,10 +1063,14 @@ class SQLiteRepoWriter:
         known = self._rowid_map(dsts)
         dst_rowids = sorted({known[d] for d in dsts if d in known} | {self._freed[d] for d in dsts if d in self._freed})
         # from the names (or the targets) to their edges: "s.repo=?" would read every edge of the repository
-        sel = (f"SELECT e.rowid, s.id, e.kind, n.name, e.dst, d.id, s.path {_EDGE_FROM} WHERE +s.repo=? "
-               f"AND e.kind != {_CONTAINS} AND ")
-        for where, values in (("e.name IN (SELECT id FROM names WHERE key IN ({}))", sorted(keys)),
-                              ("e.dst IN ({})", dst_rowids)):
+        sel = (
+            f"SELECT e.rowid, s.id, e.kind, n.name, e.dst, d.id, s.path {_EDGE_FROM} WHERE +s.repo=? "
+            f"AND e.kind != {_CONTAINS} AND "
+        )
+        for where, values in (
+            ("e.name IN (SELECT id FROM names WHERE key IN ({}))", sorted(keys)),
+            ("e.dst IN ({})", dst_rowids),
+        ):
             for chunk in _chunks(values):
                 for r in self.db.execute(sel + where.format(_ph(len(chunk))), [self.repo] + chunk):
                     if r[6] not in exclude_paths:
@@ -870,16 +1082,22 @@ class SQLiteRepoWriter:
         out: dict[str, list[tuple[str, str, str]]] = {}
         for chunk in _chunks(sorted(set(ids))):
             for src, dst, path, qual in self.db.execute(
-                    "SELECT s.id, d.id, d.path, d.qualname FROM edges e JOIN capsules s ON s.rowid = e.src "
-                    f"JOIN capsules d ON d.rowid = e.dst WHERE s.repo=? AND e.kind={_KIND['inherits']} "
-                    f"AND s.id IN ({_ph(len(chunk))}) ORDER BY e.rowid", [self.repo] + chunk):
+                "SELECT s.id, d.id, d.path, d.qualname FROM edges e JOIN capsules s ON s.rowid = e.src "
+                f"JOIN capsules d ON d.rowid = e.dst WHERE s.repo=? AND e.kind={_KIND['inherits']} "
+                f"AND s.id IN ({_ph(len(chunk))}) ORDER BY e.rowid",
+                [self.repo] + chunk,
+            ):
                 out.setdefault(src, []).append((dst, path, qual))
         return out
 
     def capsule_rows(self, path: str) -> list[tuple]:
-        return [tuple(r) for r in self.db.execute(
-            "SELECT id, path, qualname, kind, module, language, name FROM capsules WHERE repo=? AND path=?",
-            (self.repo, path))]
+        return [
+            tuple(r)
+            for r in self.db.execute(
+                "SELECT id, path, qualname, kind, module, language, name FROM capsules WHERE repo=? AND path=?",
+                (self.repo, path),
+            )
+        ]
 
     # ---- vectors: the FAISS set is swapped in whole; units unchanged since the last set keep their vectors
     # from it, so an edit reads, looks up and embeds only what it changed (rebuilding the texts of every unit
@@ -892,7 +1110,9 @@ class SQLiteRepoWriter:
             return [], True
         kinds = [self.repo, *EMBED_KINDS]
         units = f"repo=? AND kind IN ({_ph(len(EMBED_KINDS))})"
-        hashes = {cid: h or "" for cid, h in self.db.execute(f"SELECT id, content_hash FROM capsules WHERE {units}", kinds)}
+        hashes = {
+            cid: h or "" for cid, h in self.db.execute(f"SELECT id, content_hash FROM capsules WHERE {units}", kinds)
+        }
         keep_ids: list[str] = []
         keep = np.zeros((0, 0), dtype=np.float32)
         old = self.store.faiss_for(self.repo).reusable(model, None, EMBED_TEXT_VERSION)
@@ -905,9 +1125,15 @@ class SQLiteRepoWriter:
         todo = sorted(cid for cid in hashes if cid not in kept)
         rows: list[tuple] = []
         for chunk in _chunks(todo):
-            rows += with_texts(self.db, self.db.execute(
-                f"SELECT id, path, qualname, signature, docstring, text, tid, at, span FROM capsules WHERE {units} "
-                f"AND id IN ({_ph(len(chunk))})", kinds + chunk).fetchall(), 5)
+            rows += with_texts(
+                self.db,
+                self.db.execute(
+                    f"SELECT id, path, qualname, signature, docstring, text, tid, at, span FROM capsules WHERE {units} "
+                    f"AND id IN ({_ph(len(chunk))})",
+                    kinds + chunk,
+                ).fetchall(),
+                5,
+            )
         return [EmbedRow(*r) for r in sorted(rows)], True
 
     def vector_sink(self, model: str, dim: int, whole: bool) -> FaissSink:
@@ -915,8 +1141,9 @@ class SQLiteRepoWriter:
         sink = FaissSink(self.store.faiss_for(self.repo), model, dim, self.meta("generation") or "", carry)
         if carry is not None and carry.ids:
             if carry.vectors.shape[1] != dim:
-                raise StoreError(f"the index's vectors for {model} have dimension {carry.vectors.shape[1]}, "
-                                 f"the model says {dim}")
+                raise StoreError(
+                    f"the index's vectors for {model} have dimension {carry.vectors.shape[1]}, the model says {dim}"
+                )
             sink.add(carry.ids, carry.vectors)
         return sink
 
@@ -964,8 +1191,15 @@ class FaissSink:
     def publish(self, total: int) -> None:
         """A partial set, marked as such (``count < total``), so status reports coverage. ``total``: the
         units handed to the fill; those carried over from the last set count too."""
-        self.fx.write(self.model, self.dim, list(self.ids), self._matrix(), self.generation, total=total + self.kept,
-                      **self._hashes())
+        self.fx.write(
+            self.model,
+            self.dim,
+            list(self.ids),
+            self._matrix(),
+            self.generation,
+            total=total + self.kept,
+            **self._hashes(),
+        )
 
     def finish(self) -> None:
         self.fx.write(self.model, self.dim, self.ids, self._matrix(), self.generation, **self._hashes())

@@ -6,6 +6,7 @@ the user typed in, which the page keeps in ``sessionStorage`` (this tab only) an
 page shows exactly what the key may read. ``routes.py`` adds the few authenticated reads the pages need that the
 API did not have: ``GET /whoami``, ``GET /file`` (the copilot's ``read_file`` under the key's scope, highlighted),
 ``POST /highlight``, ``GET /sessions`` and ``GET /sessions/{id}``."""
+
 from repoctx.service.web.routes import PAGE_PATHS, PAGE_PREFIX, mount_static, web_router
 
 __all__ = ["web_router", "mount_static", "PAGE_PATHS", "PAGE_PREFIX"]

@@ -1,5 +1,6 @@
 """Code as HTML on the server (Pygments): one ``<span class="line">`` per source line, so a page can number,
 anchor and mark lines without a client-side highlighter. Pygments escapes the text; nothing else goes in."""
+
 from __future__ import annotations
 
 import html
@@ -34,13 +35,15 @@ def highlight_lines(lines: list[str], path: str, first: int = 1, marked: tuple[i
     except Exception:  # noqa: BLE001 - a lexer that fails still leaves the text readable
         body = html.escape(text + "\n")
     # HtmlFormatter closes its spans at every line end, so the output splits on newlines line for line
-    out_lines = body.split("\n")[:len(lines)]
+    out_lines = body.split("\n")[: len(lines)]
     parts = []
     for i, code in enumerate(out_lines):
         n = first + i
         hit = marked is not None and marked[0] <= n <= marked[1]
-        parts.append(f'<span class="line{" hit" if hit else ""}" id="L{n}" data-n="{n}">'
-                     f'<span class="ln" aria-hidden="true">{n}</span><span class="src">{code or " "}</span></span>')
+        parts.append(
+            f'<span class="line{" hit" if hit else ""}" id="L{n}" data-n="{n}">'
+            f'<span class="ln" aria-hidden="true">{n}</span><span class="src">{code or " "}</span></span>'
+        )
     return "".join(parts)  # block-level lines: a newline between them would show as a blank line in <pre>
 
 
@@ -51,4 +54,4 @@ def pygments_css() -> str:
     dark_rules = HtmlFormatter(style=DARK_STYLE).get_style_defs(".code")
     dark_forced = dark_rules.replace(".code", ':root[data-theme="dark"] .code')
     dark_auto = dark_rules.replace(".code", ':root:not([data-theme="light"]) .code')
-    return (f"{light}\n{dark_forced}\n@media (prefers-color-scheme: dark) {{\n{dark_auto}\n}}\n")
+    return f"{light}\n{dark_forced}\n@media (prefers-color-scheme: dark) {{\n{dark_auto}\n}}\n"

@@ -15,6 +15,7 @@ Authenticated like every API endpoint (the middleware in ``app.py``), each answe
 * ``GET /sessions`` -> ``{sessions: [{id, principal, created, updated, messages}]}``: the key's principal's
   copilot sessions (``?all=true`` for admin keys: every principal's); ``GET /sessions/{id}`` -> ``{id, messages:
   [{role, text}]}`` (the principal's own session, text only) to reopen it."""
+
 from __future__ import annotations
 
 import re
@@ -39,8 +40,10 @@ PAGE_PATHS = ("/",)
 SESSION_ID = r"^[A-Za-z0-9_-]{1,128}$"
 _NUMBERED = re.compile(r"^\s*\d+\| ?")
 # pages load only their own scripts and styles; data comes from this origin's API
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
 PAGES = {"search": "Search", "repos": "Repositories", "chat": "Chat", "file": "File"}
 
 __all__ = ["web_router", "PAGE_PATHS", "PAGE_PREFIX"]
@@ -68,8 +71,15 @@ def web_router(svc, threaded: Callable) -> APIRouter:
 
     def page(name: str) -> HTMLResponse:
         html = env.get_template(f"{name}.html").render(page=name, title=PAGES[name], pages=PAGES)
-        return HTMLResponse(html, headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
-                                           "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"})
+        return HTMLResponse(
+            html,
+            headers={
+                "Content-Security-Policy": CSP,
+                "X-Content-Type-Options": "nosniff",
+                "Referrer-Policy": "no-referrer",
+                "Cache-Control": "no-store",
+            },
+        )
 
     # ---- public: pages hold no data
     @router.get("/", include_in_schema=False)
@@ -95,13 +105,17 @@ def web_router(svc, threaded: Callable) -> APIRouter:
     async def whoami(p: PrincipalDep) -> dict:
         return {"principal": p.name, "role": p.role, "admin": p.admin}
 
-    @router.get("/file", tags=["web"], summary="Lines of a file in the key's scope (the copilot's read_file), "
-                                               "highlighted")
-    async def read_file(p: PrincipalDep,
-                        path: Annotated[str, Query(min_length=1, max_length=4096)],
-                        repo: Annotated[str | None, Query(pattern=REPO_NAME)] = None,
-                        start: Annotated[int, Query(ge=1)] = 1, end: Annotated[int, Query(ge=0)] = 0,
-                        mark: Annotated[str | None, Query(pattern=r"^\d{1,9}-\d{1,9}$")] = None) -> dict:
+    @router.get(
+        "/file", tags=["web"], summary="Lines of a file in the key's scope (the copilot's read_file), highlighted"
+    )
+    async def read_file(
+        p: PrincipalDep,
+        path: Annotated[str, Query(min_length=1, max_length=4096)],
+        repo: Annotated[str | None, Query(pattern=REPO_NAME)] = None,
+        start: Annotated[int, Query(ge=1)] = 1,
+        end: Annotated[int, Query(ge=0)] = 0,
+        mark: Annotated[str | None, Query(pattern=r"^\d{1,9}-\d{1,9}$")] = None,
+    ) -> dict:
         from repoctx.copilot.tools import RepoTools
 
         def work():
@@ -110,8 +124,13 @@ def web_router(svc, threaded: Callable) -> APIRouter:
             if "error" in out:
                 code = out["error"]
                 status = 404 if code == "not_served" else 400
-                raise HTTPException(status, error_body("not_found" if status == 404 else code,
-                                                       "file not found" if status == 404 else out.get("detail", "")))
+                raise HTTPException(
+                    status,
+                    error_body(
+                        "not_found" if status == 404 else code,
+                        "file not found" if status == 404 else out.get("detail", ""),
+                    ),
+                )
             lines = [_NUMBERED.sub("", ln, count=1) for ln in out.pop("text").split("\n")]
             marked: tuple[int, int] | None = None
             if mark:  # "<first>-<last>" (the query's pattern)
@@ -120,14 +139,18 @@ def web_router(svc, threaded: Callable) -> APIRouter:
             out["lines"] = lines
             out["html"] = highlight_lines(lines, out["path"], out["start"], marked)
             return out
+
         return await threaded(work)
 
     @router.post("/highlight", tags=["web"], summary="Text the caller holds, highlighted for a file's language")
     async def highlight(req: HighlightRequest, p: PrincipalDep) -> dict:
         return {"html": [highlight_lines(it.text.split("\n"), it.path, it.start) for it in req.items]}
 
-    @router.get("/sessions", tags=["copilot"], summary="The key's copilot sessions, newest first (admin: ?all=true "
-                                                       "for every principal's)")
+    @router.get(
+        "/sessions",
+        tags=["copilot"],
+        summary="The key's copilot sessions, newest first (admin: ?all=true for every principal's)",
+    )
     async def sessions(p: PrincipalDep, all: bool = False) -> dict:
         if all and not p.admin:
             raise HTTPException(403, error_body("forbidden", "every principal's sessions need an admin key"))
@@ -138,6 +161,7 @@ def web_router(svc, threaded: Callable) -> APIRouter:
                 return {"sessions": repo.list_sessions(every_principal=all)}
             finally:
                 _close(repo)
+
         return await threaded(work)
 
     @router.get("/sessions/{session_id}", tags=["copilot"], summary="One of the key's sessions: its messages' text")
@@ -161,6 +185,7 @@ def web_router(svc, threaded: Callable) -> APIRouter:
                 return {"id": session_id, "messages": out}
             finally:
                 _close(repo)
+
         return await threaded(work)
 
     def _close(repo) -> None:
