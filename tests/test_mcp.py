@@ -482,7 +482,8 @@ def test_keys_file_and_register(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from repoctx.mcp import keys_file_scope_for_key, register
+    from repoctx.cli.mcp import register
+    from repoctx.mcp import keys_file_scope_for_key
 
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps({"root-key": "admin", "ops-key": {"grants": [{"repo": "*", "exclude": ["internal/*"]}]},

@@ -30,7 +30,7 @@ class _Surfaces(typer.core.TyperGroup):
     LAZY: ClassVar[dict[str, str]] = {
             "ask": "repoctx.cli.copilot", "chat": "repoctx.cli.copilot", "sessions": "repoctx.cli.copilot",
             "serve": "repoctx.cli.service", "worker": "repoctx.cli.service", "keys": "repoctx.cli.service",
-            "roles": "repoctx.cli.service", "mcp": "repoctx.mcp"}
+            "roles": "repoctx.cli.service", "mcp": "repoctx.cli.mcp"}
 
     def list_commands(self, ctx) -> list[str]:
         return super().list_commands(ctx) + [n for n in self.LAZY if n not in self.commands]

@@ -47,8 +47,8 @@ Without explicit settings the server resolves them as every command does (``repo
 the store and embedder ``repoctx index`` used for these repositories, even when the client passes none of the
 user's REPOCTX_* variables.
 
-Entry points: ``build_server``, ``http_app``, ``mcp_command`` (the ``repoctx mcp`` command),
-``register(app)`` (adds that command to a Typer app) and ``python -m repoctx.mcp``.
+Entry points: ``build_server``, ``http_app`` and ``python -m repoctx.mcp``; the ``repoctx mcp`` command's glue
+is ``repoctx.cli.mcp``.
 """
 
 from __future__ import annotations
@@ -58,9 +58,6 @@ from repoctx.mcp.server import (
     build_server,
     http_app,
     keys_file_scope_for_key,
-    main,
-    mcp_command,
-    register,
     service_scope_for_key,
 )
 from repoctx.mcp.state import DEFAULT_MAX_TOKENS, TOOLS, RepoctxMCP
@@ -68,9 +65,6 @@ from repoctx.mcp.state import DEFAULT_MAX_TOKENS, TOOLS, RepoctxMCP
 __all__ = [
     "build_server",
     "http_app",
-    "mcp_command",
-    "register",
-    "main",
     "RepoctxMCP",
     "ScopeForKey",
     "keys_file_scope_for_key",

@@ -1,5 +1,5 @@
 """``python -m repoctx.mcp``: the ``repoctx mcp`` command."""
 
-from repoctx.mcp.server import main
+from repoctx.cli.mcp import main
 
 main()
