@@ -392,7 +392,8 @@ def measure_one(phase: str, env: dict, keys: dict, scoped: list[str], args, coun
             r = drive(server.port, key, args.requests, args.clients, offset=0, repos=repos)
             r.update(phase=phase, config=label, scope_units=counts["per_repo"].get(repo) if repo else counts["units"],
                      units=counts["units"], n_repos=counts["n_repos"], load=load(), server_ready_s=server.ready_s,
-                     bm25_in_memory=server.ready, server_rss_mib=server.rss_mib(), workers=workers)
+                     bm25_in_memory=server.ready, server_rss_mib=server.rss_mib(), workers=workers,
+                     commit=git_commit())
             log(f"  {label}: p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms, {r['rps']} req/s, {r['errors']} errors "
                 f"{r['error_sample'] or ''} (load {r['load']})")
             rows.append(r)
@@ -410,6 +411,21 @@ def measure_one(phase: str, env: dict, keys: dict, scoped: list[str], args, coun
 
 
 # ---------------------------------------------------------------- report
+def git_commit() -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def row_line(r: dict) -> str:
+    started = r.get("worker_pids_seen")
+    procs = f"{r['workers']}" + (f" ({started} started)" if r["workers"] > 1 and started is not None else "")
+    return (f"| {r['phase']} | {r.get('commit', 'aeb9cc5')} | {r['units']:,} | {r['n_repos']} | {procs} | "
+            f"{r['config']} | "
+            f"{r['scope_units']:,} | {r['requests']} | {r['errors']} | {r['rps']:.0f} | {r['p50_ms']:.0f} | "
+            f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | {r['server_ready_s']:.0f} | {r['server_rss_mib']} | "
+            f"{r['load_before']} → {r['load']} |")
+
+
 def markdown(res: dict) -> str:
     m = res["meta"]
     rows = res["rows"]
@@ -427,17 +443,26 @@ def markdown(res: dict) -> str:
         "`POST /search {query, k: 10, mode: standard}`, queries in a fixed order from a list of "
         f"{len(QUERIES)} code questions and identifiers; latency at the client. Server start = until every "
         "process's `/health` said its BM25 is in memory.", "",
-        "| phase | store units | repos | server processes | scope | scope units | requests | errors | req/s | p50 ms | "
-        "p95 ms | p99 ms | server start s | server RSS MiB | load before → after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "| phase | repoctx | store units | repos | server processes | scope | scope units | requests | errors | "
+        "req/s | "
+        "p50 ms | p95 ms | p99 ms | server start s | server RSS MiB | load before → after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    header = lines[-2:]
     for r in rows:
-        started = r.get("worker_pids_seen")
-        procs = f"{r['workers']}" + (f" ({started} started)" if r["workers"] > 1 and started is not None else "")
-        lines.append(
-            f"| {r['phase']} | {r['units']:,} | {r['n_repos']} | {procs} | {r['config']} | "
-            f"{r['scope_units']:,} | {r['requests']} | {r['errors']} | {r['rps']:.0f} | {r['p50_ms']:.0f} | "
-            f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | {r['server_ready_s']:.0f} | {r['server_rss_mib']} | "
-            f"{r['load_before']} → {r['load']} |")
+        lines.append(row_line(r))
+    for b in reversed(res.get("history", [])):
+        what = f": {b['what']}" if b.get("what") else ""
+        lines += ["", f"### Earlier: the same rows of {b['date']} (repoctx at {b['commit']}{what})", "", *header,
+                  *[row_line(r) for r in b["rows"]]]
+    if res.get("ab"):
+        a = res["ab"]
+        lines += ["", f"### Old and new code in one run ({a['date']}, `{a['command']}`)", "", a["about"], "",
+                  "| server | code | mode | scope | requests | req/s | p50 ms | p95 ms | p99 ms | server start s | "
+                  "RSS MiB | load before → after |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for i, r in enumerate(a["rows"], 1):
+            lines.append(f"| {(i + 1) // 2} | {r['code']} | {r['mode']} | {r['config']} | {r['requests']} | "
+                         f"{r['rps']:.0f} | {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | {r['p99_ms']:.0f} | "
+                         f"{r['ready_s']:.0f} | {r['rss']} | {r['load_before']} → {r['load']} |")
     lines += ["", "## Goals (500k units, single-repository scope: a key allowed one repository)", ""]
     for mode, goal in (("lexical", 150.0), ("hybrid", 300.0)):
         cand = [r for r in rows if r["phase"].startswith(mode) and r["units"] >= 500_000
@@ -523,6 +548,14 @@ def main() -> None:
                     help="uvicorn processes; each value: the whole set of rows again")
     ap.add_argument("--ready-timeout", type=float, default=300.0)
     ap.add_argument("--write-only", action="store_true")
+    ap.add_argument("--ab", metavar="OLD_SRC", type=Path,
+                    help="old and new code on the store as it stands, in one run: servers alternately from OLD_SRC (a "
+                         "src/ folder, e.g. `git archive COMMIT src | tar -x -C /tmp/old`) and this checkout's src/, "
+                         "lexical and hybrid, the flask key and the admin; the rows go to the results' 'ab' table")
+    ap.add_argument("--again", action="store_true",
+                    help="measure the store as it is again (lexical and, with --hybrid, hybrid at the last "
+                         "checkpoint), "
+                         "no download or indexing; the rows replaced are kept as an earlier table")
     args = ap.parse_args()
     if args.requests > 5000 or args.clients > 64:
         ap.error("at most 5000 requests and 64 clients")
@@ -545,6 +578,7 @@ def main() -> None:
     env.pop("REPOCTX_INDEX_DIR", None)
     cli(["db", "migrate"], env, commands)
     res.setdefault("runs", []).append(" ".join(sys.argv[1:]) or "(no arguments)")
+    res["previous_meta"] = res.get("meta") or {}
     res["meta"] = meta(args, url)
     res["meta"]["load_start"] = load()
 
@@ -579,6 +613,12 @@ def main() -> None:
         step_t = 0.0
         res_path.write_text(json.dumps(res, indent=1))
 
+    if args.again:
+        again(args, res, res_path, url, env, keys_path, commands)
+        return
+    if args.ab:
+        ab(args, res, res_path, env, json.loads(keys_path.read_text()))
+        return
     units_now = store_counts(url)["units"]
     while pending and units_now >= pending[0]:  # a resumed run whose store already passed a checkpoint
         checkpoint(pending.pop(0))
@@ -645,6 +685,62 @@ def main() -> None:
     text = markdown(res)
     print(text)
     OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(text)
+    log(f"wrote {OUT.relative_to(ROOT)}")
+
+
+def ab(args, res: dict, res_path: Path, env: dict, keys: dict) -> None:
+    """Old and new code alternately on one store: old lexical, new lexical, old hybrid, new hybrid, new lexical,
+    old lexical (each a server of one process, 32 warm-up and --requests requests per row)."""
+    srcs = {f"old ({args.ab})": str(args.ab), f"new {git_commit()}": str(ROOT / "src")}
+    old, new = list(srcs)
+    rows = []
+    for code, embedder in ((old, "none"), (new, "none"), (old, "local"), (new, "local"), (new, "none"), (old, "none")):
+        senv = {**env, "PYTHONPATH": srcs[code], "REPOCTX_EMBEDDER": embedder}
+        before = load()
+        server = Server(senv, 1, args.ready_timeout, args.work / f"serve-ab-{len(rows) // 2}.log")
+        try:
+            for label, key in (("one repository (flask): key's role", keys["flask"]),
+                               ("admin: everything", keys["admin"])):
+                drive(server.port, key, 32, args.clients, offset=1000)
+                r = drive(server.port, key, args.requests, args.clients, offset=0)
+                r.update(code=code, mode="lexical" if embedder == "none" else "hybrid", config=label,
+                         ready_s=server.ready_s, rss=server.rss_mib(), load_before=before, load=load())
+                log(f"  {code} {r['mode']} {label}: p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms (load {r['load']})")
+                rows.append(r)
+        finally:
+            server.stop()
+    res["ab"] = {"date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"), "command":
+                 f"python bench/scale_search.py --ab {args.ab} --requests {args.requests}", "about": "", "rows": rows}
+    res_path.write_text(json.dumps(res, indent=1))
+    OUT.write_text(markdown(res))
+
+
+def again(args, res: dict, res_path: Path, url: str, env: dict, keys_path: Path, commands: list[str]) -> None:
+    """The last checkpoint's rows measured again on the store as it stands (code changed, store did not)."""
+    keys = json.loads(keys_path.read_text())
+    counts = store_counts(url)
+    counts["per_repo"] = repo_units(url)
+    top = max(args.checkpoints) // 1000
+    phases = [(f"lexical {top}k", env, list(args.scoped))]
+    if args.hybrid:
+        phases.append((f"hybrid {top}k", {**env, "REPOCTX_EMBEDDER": "local"},
+                       [r for r in args.scoped if r in args.hybrid]))
+    names = {p for p, _, _ in phases}
+    replaced = [r for r in res["rows"] if r["phase"] in names]
+    if replaced:  # what this run replaces stays in the results, as an earlier table
+        res.setdefault("history", []).append({"date": res["previous_meta"].get("date", "?"),
+                                              "commit": replaced[-1].get("commit", "aeb9cc5"), "rows": replaced})
+    for phase, penv, scoped in phases:
+        log(f"again: {phase} (load {load()})")
+        rows = measure(phase, penv, keys, scoped, args, counts, commands)
+        res["rows"] = [r for r in res["rows"] if r["phase"] != phase] + rows
+        res_path.write_text(json.dumps(res, indent=1))
+    res["commands"] = list(dict.fromkeys(res.get("commands", []) + commands))
+    res["meta"]["load_end"] = load()
+    res_path.write_text(json.dumps(res, indent=1))
+    text = markdown(res)
+    print(text)
     OUT.write_text(text)
     log(f"wrote {OUT.relative_to(ROOT)}")
 
