@@ -17,12 +17,12 @@ nested in if/try/with blocks count, and a name may be defined more than once
 
 Materialize the corpora (the wheel cache stays outside git):
 
-    pip download --no-deps --only-binary :all: -d /root/.cache/repoctx/wheels Django==4.2
-    pip download --no-deps --only-binary :all: -d /root/.cache/repoctx/wheels sympy==1.12
-    pip download --no-deps --only-binary :all: -d /root/.cache/repoctx/wheels pytest==7.4.0
-    unzip -q /root/.cache/repoctx/wheels/Django-4.2-py3-none-any.whl -d /tmp/mp/django
-    unzip -q /root/.cache/repoctx/wheels/sympy-1.12-py3-none-any.whl -d /tmp/mp/sympy
-    unzip -q /root/.cache/repoctx/wheels/pytest-7.4.0-py3-none-any.whl -d /tmp/mp/pytest
+    pip download --no-deps --only-binary :all: -d ~/.cache/repoctx/wheels Django==4.2
+    pip download --no-deps --only-binary :all: -d ~/.cache/repoctx/wheels sympy==1.12
+    pip download --no-deps --only-binary :all: -d ~/.cache/repoctx/wheels pytest==7.4.0
+    unzip -q ~/.cache/repoctx/wheels/Django-4.2-py3-none-any.whl -d /tmp/mp/django
+    unzip -q ~/.cache/repoctx/wheels/sympy-1.12-py3-none-any.whl -d /tmp/mp/sympy
+    unzip -q ~/.cache/repoctx/wheels/pytest-7.4.0-py3-none-any.whl -d /tmp/mp/pytest
 
 or let this script do it with --fetch (same commands, into --root).
 
@@ -49,7 +49,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE / "multipart.jsonl"
-WHEEL_CACHE = Path(os.environ.get("REPOCTX_WHEELS", "/root/.cache/repoctx/wheels"))
+WHEEL_CACHE = Path(os.environ.get("REPOCTX_WHEELS", "~/.cache/repoctx/wheels")).expanduser()
 
 # key -> (pypi name, version, wheel file name)
 CORPORA = {
