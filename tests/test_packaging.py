@@ -222,4 +222,10 @@ def test_core_commands_run_without_the_extras_here(tmp_path):
     refused = subprocess.run([sys.executable, "-c", "import fastapi"], env=env, capture_output=True, text=True)
     assert refused.returncode != 0 and "not in the core install" in refused.stderr, refused.stderr
     repoctx = Path(sys.executable).parent / "repoctx"
-    check_core_commands([str(repoctx)], write_tree(tmp_path / "shop"), env)
+    shop = write_tree(tmp_path / "shop")
+    check_core_commands([str(repoctx)], shop, env)
+    # the schemas of what is installed are migrated; the copilot's sessions are skipped, saying how to add them
+    migrated = subprocess.run([str(repoctx), "db", "migrate", "--repo", str(shop)], env=env, capture_output=True,
+                              text=True)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "sessions skipped" in migrated.stdout and "repoctx[copilot]" in migrated.stdout, migrated.stdout

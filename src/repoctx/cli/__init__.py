@@ -484,9 +484,8 @@ app.add_typer(db_app, name="db")
 def db_migrate(repo: Path | None = typer.Option(None, "--repo", "-r", help="With SQLite: the repository whose "
                                                                                "index folder holds the sessions.")):
     """Create or upgrade every schema repoctx keeps (store, copilot sessions, service keys and jobs): the
-    PostgreSQL database of REPOCTX_DATABASE_URL, or the embedded sessions file. Never done on a request path."""
-    from repoctx.copilot.sessions import migrate as migrate_sessions, sessions_target
-
+    PostgreSQL database of REPOCTX_DATABASE_URL, or the embedded sessions file. Never done on a request path.
+    Without the copilot installed (`repoctx[copilot]`) there are no sessions to migrate: that part is skipped."""
     settings = _settings(repo)
     done = []
     try:
@@ -497,8 +496,13 @@ def db_migrate(repo: Path | None = typer.Option(None, "--repo", "-r", help="With
             out = migrate(settings.database_url)
             done.append(f"store schema {out['version']}" + (f" (from {out['from']})" if out.get("from") else ""))
             done.append(f"service schema {migrate_service(settings.database_url)}")
-        index_dir = settings.index_dir or (settings.index_dir_for(repo.resolve()) if repo else None)
-        done.append(f"sessions schema {migrate_sessions(sessions_target(index_dir))}")
+        try:
+            from repoctx.copilot.sessions import migrate as migrate_sessions, sessions_target
+        except ImportError:  # the core or [postgres] alone: Strands (the copilot) is not installed
+            done.append("sessions skipped (the copilot is not installed: pip install 'repoctx[copilot]')")
+        else:
+            index_dir = settings.index_dir or (settings.index_dir_for(repo.resolve()) if repo else None)
+            done.append(f"sessions schema {migrate_sessions(sessions_target(index_dir))}")
     except (StoreError, OSError, sqlite3.Error) as e:
         _fail(f"could not migrate: {_why(e)}", 1)
     except Exception as e:  # noqa: BLE001 - psycopg errors and the like: named, never a traceback

@@ -378,7 +378,7 @@ def _psycopg():
         import psycopg
         from psycopg.types.json import Jsonb
     except ImportError:  # pragma: no cover - a pinned dependency
-        raise RuntimeError("PostgreSQL sessions need psycopg: pip install 'psycopg[binary]' psycopg-pool") from None
+        raise RuntimeError("PostgreSQL sessions need psycopg: pip install 'repoctx[postgres]'") from None
     return psycopg, Jsonb
 
 

