@@ -96,7 +96,7 @@ def test_sdist_tree_has_repository_paths_and_is_cached(env):
                              "tests/test_dates.py", "docs/index.rst"}
     assert _files(wheel) == {"src/toypkg/__init__.py", "src/toypkg/dates.py"}
     assert sdist != wheel and fake.calls == [("toypkg", "1.0")]
-    assert (env / "wheels" / "toypkg-1.0.tar.gz").is_file()  # beside the wheel, in the same cache
+    assert (env / "wheels" / "sdists" / "toypkg-1.0.tar.gz").is_file()  # in the wheels' cache, apart
     # cached: no second download, and the wheel mode still picks the wheel
     assert materialize(row, tree="sdist", download_sdist=fake) == sdist and len(fake.calls) == 1
     assert corpus_mod.fetch_wheel("toypkg", "1.0").name.endswith(".whl")
@@ -104,6 +104,14 @@ def test_sdist_tree_has_repository_paths_and_is_cached(env):
     reverted = materialize(_row("r2", "src/toypkg/dates.py", revert_patch=REVERT), tree="sdist", download_sdist=fake)
     assert (reverted / "src/toypkg/dates.py").read_text() == DATES_V1
     assert (sdist / "src/toypkg/dates.py").read_text() == DATES_V2 and (reverted / "tests/conftest.py").is_file()
+
+
+def test_a_fetched_sdist_is_never_taken_for_the_wheel(env):
+    (env / "wheels" / "toypkg-1.0-py3-none-any.whl").unlink()
+    row = _row("r1", "src/toypkg/dates.py")
+    assert (materialize(row, tree="sdist", download_sdist=FakePyPI()) / "tests/conftest.py").is_file()
+    with pytest.raises(CorpusError, match=r"could not fetch toypkg==1\.0"):  # offline, no wheel: not the sdist
+        materialize(row)
 
 
 def test_sdist_offline_without_cache_is_a_clear_error(env):

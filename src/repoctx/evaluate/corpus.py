@@ -20,6 +20,7 @@ Rows that carry a ``revert_patch`` get their own tree with that patch applied in
 Layout of the cache (``$REPOCTX_CACHE`` or ``~/.cache/repoctx``)::
 
     wheels/                         downloaded distributions (any ``*.whl`` / sdist dropped here is used)
+    wheels/sdists/                  sdists fetched for sdist mode (apart, so that the wheel mode never takes one)
     git/NAME-HASH.git               bare clones of git URLs (HASH of the URL)
     trees/NAME-VERSION[--PREFIX]/   materialized release trees (the wheel)
     trees/sdist/NAME-VERSION/       materialized sdists (sdist mode)
@@ -279,14 +280,15 @@ def _download_sdist_simple(name: str, version: str, dest: Path) -> tuple[bool, s
 
 def fetch_sdist(name: str, version: str, cache: Path | None = None,
                 download: Callable[[str, str, Path], tuple[bool, str]] | None = None) -> Path:
-    """Path of the cached sdist of ``name==version`` (in ``CACHE/wheels``, beside the wheels).
+    """Path of the cached sdist of ``name==version`` (in ``CACHE/wheels/sdists``, or one dropped in
+    ``CACHE/wheels``).
 
     Without it in the cache, ``download(name, version, dest_dir) -> (ok, error)`` puts it in
     ``dest_dir`` (default: from PyPI's simple index, :func:`_download_sdist_simple`); a cached sdist
     needs no network. Raises :class:`CorpusError` saying where to put the file to run offline."""
     cache = Path(cache) if cache is not None else cache_dir()
-    wheels = cache / "wheels"
-    hit = _find_cached(wheels, name, version, "sdist")
+    wheels = cache / "wheels" / "sdists"  # not in wheels/ itself, where fetch_wheel would take it for a wheel
+    hit = _find_cached(wheels, name, version, "sdist") or _find_cached(wheels.parent, name, version, "sdist")
     if hit is not None:
         return hit
     wheels.mkdir(parents=True, exist_ok=True)
