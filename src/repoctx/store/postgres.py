@@ -425,7 +425,7 @@ class PostgresStore(MemoryReads):
             key = tuple(conn.execute(_CONTENT_KEY).fetchone())
             with conn.cursor(name="repoctx_bm25") as cur:
                 cur.execute("SELECT term, rid, wtf, dl FROM repoctx_postings ORDER BY term COLLATE \"C\"")
-                last = None
+                last = ""  # no term is empty
                 while batch := cur.fetchmany(100_000):
                     for t, r, f, n in batch:
                         if t != last:
