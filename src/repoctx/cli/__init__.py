@@ -507,7 +507,7 @@ def db_migrate(repo: Path | None = typer.Option(None, "--repo", "-r", help="With
         _fail(f"could not migrate: {_why(e)}", 1)
     except Exception as e:  # noqa: BLE001 - psycopg errors and the like: named, never a traceback
         _fail(f"could not migrate: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 1)
-    console.print("migrated: " + ", ".join(done), highlight=False)
+    console.print("migrated: " + ", ".join(done), highlight=False, markup=False)
 
 
 @app.command("eval")
