@@ -9,8 +9,11 @@ import ast
 import hashlib
 import re
 import threading
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import accumulate
+from operator import attrgetter
 from typing import TYPE_CHECKING, cast
 
 from tree_sitter import Node, Query, QueryCursor
@@ -85,7 +88,9 @@ def _parser(name: str):
 
 
 @cache
-def _query(language: str) -> Query:
+def _query(language: str, calls: bool = True) -> Query:
+    """One query a language (and a mode), compiled once: definitions, and with ``calls`` the calls, the imports
+    and, for Python, the names whose class the source states (``_RECEIVER_PATTERNS``), all in one pass."""
     spec = SPECS[language]
     lang = _language(language)
 
@@ -93,15 +98,13 @@ def _query(language: str) -> Query:
         known = [t for t in types if lang.id_for_node_kind(t, True)]
         return f"[{' '.join(f'({t})' for t in known)}] @{cap}" if known else ""
 
-    parts = [
-        alt(spec.functions, "function"),
-        alt(spec.classes, "class"),
-        alt(spec.scopes, "scope"),
-        alt(tuple(spec.calls), "call"),
-        alt(spec.imports, "import"),
-    ]
-    if language == "ruby":
-        parts.append('((call method: (identifier) @_m) @import (#match? @_m "^require"))')
+    parts = [alt(spec.functions, "function"), alt(spec.classes, "class"), alt(spec.scopes, "scope")]
+    if calls:
+        parts += [alt(tuple(spec.calls), "call"), alt(spec.imports, "import")]
+        if language == "ruby":
+            parts.append('((call method: (identifier) @_m) @import (#match? @_m "^require"))')
+        if language == "python":
+            parts.append(_RECEIVER_PATTERNS)
     return Query(lang, "\n".join(p for p in parts if p))
 
 
@@ -109,8 +112,27 @@ def supported(language: str) -> bool:
     return language in SPECS
 
 
-def _text(node: Node | None, src: bytes) -> str:
-    return src[node.start_byte : node.end_byte].decode("utf-8", "replace") if node is not None else ""
+class _Source:
+    """A file's text addressed by tree-sitter's byte offsets. ASCII text (most source files) is sliced as it is: its
+    byte offsets are its character offsets, so nothing is decoded per node."""
+
+    __slots__ = ("ascii", "data", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.data = text.encode("utf-8", "replace")
+        self.ascii = text.isascii()
+
+    def span(self, start: int, end: int) -> str:
+        return self.text[start:end] if self.ascii else self.data[start:end].decode("utf-8", "replace")
+
+
+def _text(node: Node | None, src: _Source) -> str:
+    if node is None:
+        return ""
+    if src.ascii:
+        return src.text[node.start_byte : node.end_byte]
+    return src.data[node.start_byte : node.end_byte].decode("utf-8", "replace")
 
 
 def _collapse(s: str, limit: int = 400) -> str:
@@ -131,7 +153,11 @@ def _strip_generics(name: str) -> str:
     return name
 
 
-def _callee(node: Node, spec: LangSpec, src: bytes) -> str | None:
+_PLAIN_CALLEE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_DOTTED_CALLEE = re.compile(r"[A-Za-z_][\w]*(?:\s*\.\s*[A-Za-z_][\w]*)*")
+
+
+def _callee(node: Node, spec: LangSpec, src: _Source) -> str | None:
     fields = spec.calls.get(node.type, ())
     parts = [_text(node.child_by_field_name(f), src) for f in fields]
     parts = [p for p in parts if p]
@@ -144,15 +170,17 @@ def _callee(node: Node, spec: LangSpec, src: bytes) -> str | None:
     if not parts:
         return None
     raw = ".".join(parts)
+    if _PLAIN_CALLEE.fullmatch(raw):  # `f`, `self.f`, `a.b.c`: nothing below would change it
+        return raw
     raw = raw.replace("->", ".").replace("::", ".").replace("?.", ".").replace("\\", ".").replace("$", "")
     raw = raw.rstrip("!")
-    if re.fullmatch(r"[A-Za-z_][\w]*(?:\s*\.\s*[A-Za-z_][\w]*)*", raw.strip()):
-        return re.sub(r"\s+", "", raw) if any(ch.isspace() for ch in raw) else raw
+    if _DOTTED_CALLEE.fullmatch(raw.strip()):
+        return _WS.sub("", raw)
     idents = _IDENT.findall(raw.split("(")[-1] if ")" in raw else raw)
     return idents[-1] if idents else None
 
 
-def _name_of(node: Node, src: bytes, language: str) -> str:
+def _name_of(node: Node, src: _Source, language: str) -> str:
     n = node.child_by_field_name("name")
     if n is not None:
         return _text(n, src)
@@ -239,7 +267,7 @@ def _doc_target(node: Node) -> Node:
     return target
 
 
-def _docstring(node: Node, spec: LangSpec, src: bytes, language: str) -> str:
+def _docstring(node: Node, spec: LangSpec, src: _Source, language: str) -> str:
     if language == "python":
         body = node.child_by_field_name("body")
         return _python_docstring(body, src)
@@ -269,15 +297,32 @@ def _docstring(node: Node, spec: LangSpec, src: bytes, language: str) -> str:
     return text.strip()
 
 
-def _python_docstring(body: Node | None, src: bytes) -> str:
+def _plain_string(raw: str) -> str | None:
+    """The value of a Python string literal without prefix or escapes (what ``ast.literal_eval`` returns, at a
+    fraction of its cost); None for any other literal."""
+    if "\\" in raw or "\r" in raw or "\x00" in raw or len(raw) < 2:
+        return None
+    q = raw[:3]
+    if len(raw) >= 6 and q in ('"""', "'''"):
+        return raw[3:-3] if raw.find(q, 3) == len(raw) - 3 else None
+    q = raw[0]
+    if q in "\"'" and "\n" not in raw and raw.find(q, 1) == len(raw) - 1:
+        return raw[1:-1]
+    return None
+
+
+def _python_docstring(body: Node | None, src: _Source) -> str:
     if body is None or not body.named_child_count:
         return ""
-    first = body.named_children[0]
-    if first.type == "expression_statement" and first.named_child_count:
-        first = first.named_children[0]
-    if first.type != "string":
+    first = body.named_child(0)
+    if first is not None and first.type == "expression_statement" and first.named_child_count:
+        first = first.named_child(0)
+    if first is None or first.type != "string":
         return ""
     raw = _text(first, src)
+    plain = _plain_string(raw)
+    if plain is not None:
+        return plain.strip()
     try:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
@@ -285,7 +330,7 @@ def _python_docstring(body: Node | None, src: bytes) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
-def _params(node: Node, src: bytes) -> list[str]:
+def _params(node: Node, src: _Source) -> list[str]:
     if node.type == "variable_declarator":  # const f = (a, b) => ...
         value = node.child_by_field_name("value")
         if value is None:
@@ -305,7 +350,7 @@ def _params(node: Node, src: bytes) -> list[str]:
     return [_collapse(_text(c, src), 120) for c in p.named_children if "comment" not in c.type]
 
 
-def _returns(node: Node, spec: LangSpec, src: bytes) -> str:
+def _returns(node: Node, spec: LangSpec, src: _Source) -> str:
     if node.type == "variable_declarator":
         value = node.child_by_field_name("value")
         if value is None:
@@ -327,7 +372,7 @@ def _returns(node: Node, spec: LangSpec, src: bytes) -> str:
     return ""
 
 
-def _signature(node: Node, src: bytes, spec: LangSpec | None = None) -> str:
+def _signature(node: Node, src: _Source, spec: LangSpec | None = None) -> str:
     body = node.child_by_field_name("body")
     if node.type == "variable_declarator":
         value = node.child_by_field_name("value")
@@ -339,9 +384,9 @@ def _signature(node: Node, src: bytes, spec: LangSpec | None = None) -> str:
                 end = c.start_byte
                 break
     if end is None:
-        line_end = src.find(b"\n", node.start_byte)
+        line_end = src.data.find(b"\n", node.start_byte)
         end = node.end_byte if line_end == -1 else min(line_end, node.end_byte)
-    sig = _collapse(src[node.start_byte : end].decode("utf-8", "replace"))
+    sig = _collapse(src.span(node.start_byte, end))
     sig = sig.rstrip("{").rstrip().rstrip(":").rstrip() if sig else sig
     if spec is not None:
         typedef = _typedef_of(node)
@@ -352,7 +397,7 @@ def _signature(node: Node, src: bytes, spec: LangSpec | None = None) -> str:
     return sig
 
 
-def _decorators(node: Node, src: bytes) -> list[str]:
+def _decorators(node: Node, src: _Source) -> list[str]:
     out = []
     parent = node.parent
     if parent is not None and parent.type == "decorated_definition":
@@ -361,7 +406,7 @@ def _decorators(node: Node, src: bytes) -> list[str]:
     return out
 
 
-def _bases(node: Node, spec: LangSpec, src: bytes, language: str = "python") -> list[str]:
+def _bases(node: Node, spec: LangSpec, src: _Source, language: str = "python") -> list[str]:
     names: list[str] = []
     for f in spec.bases:
         targets = [node.child_by_field_name(f)] + [c for c in node.named_children if c.type == f]
@@ -392,7 +437,7 @@ def _is_function_node(node: Node) -> bool:
     )
 
 
-def _python_imports(node: Node, src: bytes, module: str, is_package: bool) -> dict[str, str]:
+def _python_imports(node: Node, src: _Source, module: str, is_package: bool) -> dict[str, str]:
     out: dict[str, str] = {}
     if node.type == "import_statement":
         for c in node.named_children:
@@ -426,7 +471,7 @@ def _python_imports(node: Node, src: bytes, module: str, is_package: bool) -> di
     return out
 
 
-def _import_targets(node: Node, src: bytes, language: str) -> list[str]:
+def _import_targets(node: Node, src: _Source, language: str) -> list[str]:
     if language in ("javascript", "typescript", "tsx"):
         s = node.child_by_field_name("source")
         return [_text(s, src).strip("'\"`")] if s is not None else []
@@ -444,12 +489,12 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
     capsules without the call and import references (a third of the time; the history miner needs only names
     and spans)."""
     spec = SPECS[language]
-    src = text.encode("utf-8", "replace")
-    tree = _parser(language).parse(src)
+    src = _Source(text)
+    tree = _parser(language).parse(src.data)
     root = tree.root_node
     module = module_name(path, language)
     is_package = path.endswith("__init__.py")
-    captures = QueryCursor(_query(language)).captures(root)
+    captures = QueryCursor(_query(language, calls)).captures(root)
 
     defs: list[tuple[Node, str]] = []
     for cap in ("function", "class", "scope"):
@@ -463,6 +508,8 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
 
     lines = text.split("\n")
     n_lines = len(lines)
+    # line i is text[line_starts[i] : line_starts[i + 1] - 1]: a capsule's lines are one slice of the text
+    line_starts = list(accumulate(map((1).__add__, map(len, lines)), initial=0))
     mod_id = f"{path}#{module}" if language == "python" else f"{path}#<module>"
     capsules: list[Capsule] = []
     refs: list[Ref] = []
@@ -473,6 +520,7 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
     spans: list[tuple[int, int, str]] = []  # (start_byte, end_byte, id) for attributing refs
     top_level_ranges: list[tuple[int, int]] = []
     trait_impls: list[tuple[str, str, int]] = []  # Rust `impl Trait for Type`: (type qualname, trait, line)
+    is_python = language == "python"
 
     for node, cap in defs:
         while stack and node.start_byte >= stack[-1][0]:
@@ -481,7 +529,7 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
         if not name:
             continue
         name = name.replace("::", ".").replace(spec.separator, ".") if spec.separator != "." else name
-        if language != "python":
+        if not is_python:
             name = _strip_generics(name)  # impl<T> Server<T>, template A<T>::f
         prefix = stack[-1][2] if stack else ""
         in_class = bool(stack) and stack[-1][3]
@@ -512,15 +560,16 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
             stack.append((end, None, qual, not is_ns, node.start_byte))
             continue
         kind = "class" if cap == "class" else ("method" if in_class else "function")
-        start_line, end_line = node.start_point[0] + 1, node.end_point[0] + 1
+        start_row, end_row = node.start_point[0], node.end_point[0]
+        parent = node.parent
         outer = (
-            node.parent
-            if node.parent is not None and node.parent.type in ("decorated_definition", "template_declaration")
-            else node
+            parent if parent is not None and parent.type in ("decorated_definition", "template_declaration") else node
         )
         if outer is not node:
-            start_line = outer.start_point[0] + 1
-        body_text = "\n".join(lines[start_line - 1 : end_line])
+            start_row = outer.start_point[0]
+        start_line, end_line = start_row + 1, end_row + 1
+        last = min(end_line, n_lines)
+        body_text = text[line_starts[start_row] : line_starts[last] - 1] if start_row < last else ""
         cid = f"{path}#{qual}"
         if cid in seen_ids:
             seen_ids[cid] += 1
@@ -536,7 +585,7 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
                 kind=kind,
                 name=name.split(".")[-1],
                 qualname=qual,
-                signature=_signature(node, src, spec if language != "python" else None),
+                signature=_signature(node, src, None if is_python else spec),
                 start_line=start_line,
                 end_line=end_line,
                 text=body_text,
@@ -553,7 +602,7 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
             for base in _bases(node, spec, src, language):
                 refs.append(Ref(cid, "inherits", base, start_line))
         if not stack:
-            top_level_ranges.append((outer.start_point[0], outer.end_point[0]))
+            top_level_ranges.append((start_row, end_row if outer is node else outer.end_point[0]))
         stack.append((node.end_byte, cid, qual, cap == "class", node.start_byte))
 
     # methods defined outside their type's body (Go receivers, Rust impl blocks, C++ A::f) belong to it
@@ -568,14 +617,16 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
             refs.append(Ref(class_ids[type_q], "inherits", trait, line))
 
     # module capsule: top-level code outside definitions, spanning the whole file
-    covered = [False] * n_lines
-    for a, b in top_level_ranges:
-        for i in range(a, min(b + 1, n_lines)):
-            covered[i] = True
-    mod_lines = [ln for i, ln in enumerate(lines) if not covered[i]]
+    mod_lines: list[str] = []
+    next_row = 0  # the first line no range seen so far covers
+    for a, b in sorted(top_level_ranges):
+        if a > next_row:
+            mod_lines += lines[next_row : min(a, n_lines)]
+        next_row = max(next_row, b + 1)
+    mod_lines += lines[next_row:]
     mod_text = "\n".join(mod_lines).strip("\n")
-    mod_doc = _python_docstring(root, src) if language == "python" else ""
-    mod_name = module.split(".")[-1] if language == "python" else path.rsplit("/", 1)[-1]
+    mod_doc = _python_docstring(root, src) if is_python else ""
+    mod_name = module.split(".")[-1] if is_python else path.rsplit("/", 1)[-1]
     capsules.insert(
         0,
         Capsule(
@@ -599,36 +650,33 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
 
     # attribute calls and imports to the innermost enclosing capsule
     spans.sort()
+    span_starts = [s[0] for s in spans]
     import_map: dict[str, str] = {}
 
     def owner(byte: int) -> str:
-        best = mod_id
-        lo, hi = 0, len(spans)
-        while lo < hi:  # last span starting at or before byte
-            mid = (lo + hi) // 2
-            if spans[mid][0] <= byte:
-                lo = mid + 1
-            else:
-                hi = mid
-        i = lo - 1
+        i = bisect_right(span_starts, byte) - 1  # the last span starting at or before byte
         while i >= 0:
             s, e, cid = spans[i]
             if s <= byte < e:
-                best = cid
                 # innermost: later-starting spans that contain byte are nested deeper
-                return best
+                return cid
             i -= 1
-        return best
+        return mod_id
 
-    receivers = _python_receivers(root, src, owner, capsules) if language == "python" else None
-    for node in sorted(captures.get("call", ()), key=lambda n: (n.start_byte, n.end_byte)):  # unordered
+    receivers = _python_receivers(captures, src, owner, capsules) if is_python else None
+    by_span = attrgetter("byte_range")
+    for node in sorted(captures.get("call", ()), key=by_span):  # unordered
         callee = _callee(node, spec, src)
         if callee:
             src_id = owner(node.start_byte)
-            for typed in receivers.rewrite(src_id, callee) if receivers else (callee,):
-                refs.append(Ref(src_id, "calls", typed, node.start_point[0] + 1))
-    for node in sorted(captures.get("import", ()), key=lambda n: (n.start_byte, n.end_byte)):  # unordered
-        if language == "python":
+            line = node.start_point[0] + 1
+            if receivers is None:
+                refs.append(Ref(src_id, "calls", callee, line))
+            else:
+                for typed in receivers.rewrite(src_id, callee):
+                    refs.append(Ref(src_id, "calls", typed, line))
+    for node in sorted(captures.get("import", ()), key=by_span):  # unordered
+        if is_python:
             mapping = _python_imports(node, src, module, is_package)
             import_map.update(mapping)
             targets = list(dict.fromkeys(mapping.values()))
@@ -641,24 +689,22 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
     return ParsedFile(path, language, module, capsules, refs, import_map, errors)
 
 
-_RECEIVER_PATTERNS = """
-(assignment left: (identifier) @var right: (call function: [(identifier) (attribute)] @ctor))
-(assignment left: (identifier) @var type: (type [(identifier) (attribute)] @ctor))
-(assignment left: (attribute object: (identifier) @obj attribute: (identifier) @var)
-            right: (call function: [(identifier) (attribute)] @ctor))
-(assignment left: (attribute object: (identifier) @obj attribute: (identifier) @var)
-            type: (type [(identifier) (attribute)] @ctor))
-(typed_parameter (identifier) @var type: (type [(identifier) (attribute)] @ctor))
-(typed_default_parameter name: (identifier) @var type: (type [(identifier) (attribute)] @ctor))
-(with_item value: (as_pattern (call function: [(identifier) (attribute)] @ctor)
-                            alias: (as_pattern_target (identifier) @var)))
+# What names a Python class for ``_Receivers``, one capture a shape, matched in the same pass as the definitions:
+# x = Lexer(...); x: Lexer; self.x = Lexer(...); self.x: Lexer; def f(x: Lexer); def f(x: Lexer = ...);
+# with Lexer(...) as x. ``_python_receivers`` reads the names out of each captured node.
+_CTOR = "[(identifier) (attribute)]"
+_SELF_ATTR = "(attribute object: (identifier) attribute: (identifier))"
+_RECEIVER_PATTERNS = f"""
+(assignment left: (identifier) right: (call function: {_CTOR})) @recv.call
+(assignment left: (identifier) type: (type {_CTOR})) @recv.type
+(assignment left: {_SELF_ATTR} right: (call function: {_CTOR})) @recv.attr_call
+(assignment left: {_SELF_ATTR} type: (type {_CTOR})) @recv.attr_type
+(typed_parameter (identifier) type: (type {_CTOR})) @recv.param
+(typed_default_parameter name: (identifier) type: (type {_CTOR})) @recv.default
+(with_item value: (as_pattern (call function: {_CTOR}) alias: (as_pattern_target (identifier)))) @recv.with
 """
 _RECEIVER_SELF = ("self", "cls")
-
-
-@cache
-def _receiver_query() -> Query:
-    return Query(_language("python"), _RECEIVER_PATTERNS)
+_CTOR_TYPES = ("identifier", "attribute")
 
 
 @dataclass
@@ -672,11 +718,15 @@ class _Receivers:
     local: dict[str, dict[str, set[str]]]  # capsule id -> variable -> class names
     attrs: dict[str, dict[str, set[str]]]  # class capsule id -> attribute -> class names
     parents: dict[str, tuple[str | None, str]]  # capsule id -> (parent id, kind)
+    local_names: set[str] = field(default_factory=set)  # every variable in ``local``: most calls name none of them
+    attr_names: set[str] = field(default_factory=set)  # every attribute in ``attrs``
 
     def rewrite(self, src_id: str, name: str) -> list[str]:
         parts = name.split(".")
         found: set[str] = set()
         if len(parts) == 2:
+            if parts[0] not in self.local_names:
+                return [name]
             cid: str | None = src_id
             while cid is not None and not found:  # the function, then the functions enclosing it (closures)
                 parent, kind = self.parents.get(cid, (None, "module"))
@@ -685,6 +735,8 @@ class _Receivers:
                 found = self.local.get(cid, {}).get(parts[0], set())
                 cid = parent
         elif len(parts) == 3 and parts[0] in _RECEIVER_SELF:
+            if parts[1] not in self.attr_names:
+                return [name]
             cid = src_id
             while cid is not None and self.parents.get(cid, (None, ""))[1] != "class":
                 cid = self.parents.get(cid, (None, ""))[0]
@@ -692,32 +744,78 @@ class _Receivers:
         return [f"{c}.{parts[-1]}" for c in sorted(found)] or [name]
 
 
-def _python_receivers(root: Node, src: bytes, owner, capsules: list[Capsule]) -> _Receivers:
+def _receiver_names(shape: str, node: Node) -> list[tuple[Node, Node, Node | None]]:
+    """(variable, class expression, object or None) for each way ``node``, captured as ``shape``, names a class."""
+    if shape == "param":  # typed_parameter: its identifiers before the type
+        t = node.child_by_field_name("type")
+        ctors = [c for c in t.named_children if c.type in _CTOR_TYPES] if t is not None else []
+        limit = t.start_byte if t is not None else node.end_byte
+        names = [c for c in node.named_children if c.type == "identifier" and c.end_byte <= limit]
+        return [(v, c, None) for v in names for c in ctors]
+    if shape == "default":
+        t = node.child_by_field_name("type")
+        v = node.child_by_field_name("name")
+        ctors = [c for c in t.named_children if c.type in _CTOR_TYPES] if t is not None else []
+        return [(v, c, None) for c in ctors] if v is not None else []
+    if shape == "with":
+        pattern = node.child_by_field_name("value")
+        if pattern is None:
+            return []
+        alias = pattern.child_by_field_name("alias")
+        if alias is None:
+            return []
+        calls = [c for c in pattern.named_children if c.type == "call" and c.end_byte <= alias.start_byte]
+        ctors = [
+            f for f in (c.child_by_field_name("function") for c in calls) if f is not None and f.type in _CTOR_TYPES
+        ]
+        names = [c for c in alias.named_children if c.type == "identifier"]
+        return [(v, c, None) for v in names for c in ctors]
+    left = node.child_by_field_name("left")
+    if left is None:
+        return []
+    obj: Node | None = None
+    var: Node | None = left
+    if shape in ("attr_call", "attr_type"):
+        obj, var = left.child_by_field_name("object"), left.child_by_field_name("attribute")
+        if obj is None or var is None:
+            return []
+    if shape in ("call", "attr_call"):
+        right = node.child_by_field_name("right")
+        f = right.child_by_field_name("function") if right is not None else None
+        ctors = [f] if f is not None else []
+    else:
+        t = node.child_by_field_name("type")
+        ctors = [c for c in t.named_children if c.type in _CTOR_TYPES] if t is not None else []
+    return [(var, c, obj) for c in ctors] if var is not None else []
+
+
+def _python_receivers(captures: dict[str, list[Node]], src: _Source, owner, capsules: list[Capsule]) -> _Receivers:
     parents = {c.id: (c.parent, c.kind) for c in capsules}
     local: dict[str, dict[str, set[str]]] = {}
     attrs: dict[str, dict[str, set[str]]] = {}
-    for _, m in QueryCursor(_receiver_query()).matches(root):
-        var, ctor = m.get("var"), m.get("ctor")
-        if not var or not ctor:
-            continue
-        cls = re.sub(r"\s+", "", _text(ctor[0], src))
-        if not cls or not cls.rsplit(".", 1)[-1][:1].isupper():
-            continue
-        where = owner(var[0].start_byte)
-        name = _text(var[0], src)
-        kind = parents.get(where, (None, "module"))[1]
-        if "obj" in m:  # self.x = Lexer(...): an attribute of the method's class
-            if _text(m["obj"][0], src) not in _RECEIVER_SELF:
-                continue
-            cid = parents.get(where, (None, ""))[0]
-            if cid is None or parents.get(cid, (None, ""))[1] != "class":
-                continue
-            attrs.setdefault(cid, {}).setdefault(name, set()).add(cls)
-        elif kind == "class":  # x: Lexer in a class body (dataclasses, attrs)
-            attrs.setdefault(where, {}).setdefault(name, set()).add(cls)
-        elif kind in ("function", "method"):
-            local.setdefault(where, {}).setdefault(name, set()).add(cls)
-    return _Receivers(local, attrs, parents)
+    for shape in ("call", "type", "attr_call", "attr_type", "param", "default", "with"):
+        for node in captures.get(f"recv.{shape}", ()):
+            for var, ctor, obj in _receiver_names(shape, node):
+                cls = _WS.sub("", _text(ctor, src))
+                if not cls or not cls.rsplit(".", 1)[-1][:1].isupper():
+                    continue
+                where = owner(var.start_byte)
+                name = _text(var, src)
+                kind = parents.get(where, (None, "module"))[1]
+                if obj is not None:  # self.x = Lexer(...): an attribute of the method's class
+                    if _text(obj, src) not in _RECEIVER_SELF:
+                        continue
+                    cid = parents.get(where, (None, ""))[0]
+                    if cid is None or parents.get(cid, (None, ""))[1] != "class":
+                        continue
+                    attrs.setdefault(cid, {}).setdefault(name, set()).add(cls)
+                elif kind == "class":  # x: Lexer in a class body (dataclasses, attrs)
+                    attrs.setdefault(where, {}).setdefault(name, set()).add(cls)
+                elif kind in ("function", "method"):
+                    local.setdefault(where, {}).setdefault(name, set()).add(cls)
+    local_names = {v for names in local.values() for v in names}
+    attr_names = {a for names in attrs.values() for a in names}
+    return _Receivers(local, attrs, parents, local_names, attr_names)
 
 
 def _count_errors(root: Node) -> int:
