@@ -4,6 +4,7 @@ and dots, lower-cased. Used on documents and queries alike so both sides agree."
 from __future__ import annotations
 
 import re
+from collections.abc import Set as AbstractSet
 from functools import lru_cache
 
 # Bumped whenever the tokens change: an index built with other tokens is rebuilt whole.
@@ -178,18 +179,53 @@ def base_forms(word: str) -> list[str]:
     return [c for c in dict.fromkeys(out) if len(c) >= 3 and c != w]
 
 
-def term_in(term: str, tokens: set[str]) -> bool:
+@lru_cache(maxsize=65_536)
+def term_forms(term: str) -> frozenset[str]:
+    """The tokens that stand for a question's term in a name: itself, its known abbreviations and its
+    uninflected forms (``term_in``). Questions repeat their words, so this is cached."""
+    return frozenset((term, *ABBREVIATIONS.get(term, ()), *base_forms(term)))
+
+
+def term_in(term: str, tokens: AbstractSet[str]) -> bool:
     """Whether a question's term is among a name's tokens: directly, as a known abbreviation, or uninflected
     (``resolved`` ~ ``_resolve_lookup``)."""
-    return (
-        term in tokens
-        or any(a in tokens for a in ABBREVIATIONS.get(term, ()))
-        or any(f in tokens for f in base_forms(term))
-    )
+    return not term_forms(term).isdisjoint(tokens)
+
+
+_DIGITS = "0123456789"
+
+
+@lru_cache(maxsize=262_144)
+def _name_word_tokens(word: str) -> tuple[str, ...]:
+    """``name_tokens`` of one word: its tokens and those with their trailing digits dropped (both are per
+    token, so a text's name tokens are the union of its words')."""
+    toks = _word_tokens(word, True)
+    return toks + tuple(t.rstrip(_DIGITS) for t in toks if t[-1].isdigit() and len(t.rstrip(_DIGITS)) > 2)
+
+
+def _name_token_set(text: str) -> frozenset[str]:
+    return frozenset().union(*map(_name_word_tokens, set(_WORD.findall(text))))
+
+
+# Texts up to SHORT_TEXT characters (names, paths, signatures, most docstrings) recur across searches and
+# cost little to keep; longer ones (bodies) are kept too, but fewer and only up to LONG_TEXT characters, so
+# the caches stay within tens of MB.
+SHORT_TEXT, LONG_TEXT = 256, 16_384
+_short_name_tokens = lru_cache(maxsize=65_536)(_name_token_set)
+_long_name_tokens = lru_cache(maxsize=2_048)(_name_token_set)
+
+
+def name_token_set(text: str) -> frozenset[str]:
+    """``name_tokens`` as a frozenset, cached (bounded) per text: the re-ranker asks it of each candidate's
+    name, path, signature, docstring and body on every search."""
+    if len(text) <= SHORT_TEXT:
+        return _short_name_tokens(text)
+    if len(text) <= LONG_TEXT:
+        return _long_name_tokens(text)
+    return _name_token_set(text)
 
 
 def name_tokens(text: str) -> set[str]:
     """Tokens of a name or path for matching a question's words: digits at the end also dropped
     (``sqlite3`` → ``sqlite``, ``py3k`` stays)."""
-    toks = set(code_tokens(text))
-    return toks | {t.rstrip("0123456789") for t in toks if t[-1].isdigit() and len(t.rstrip("0123456789")) > 2}
+    return set(name_token_set(text))

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from repoctx.retrieve.hybrid import is_test_path
 from repoctx.store.base import EVERYTHING, Scope
-from repoctx.tokens import name_tokens, split_identifier, term_in
+from repoctx.tokens import name_token_set, split_identifier, term_forms
 from repoctx.types import Hit
 
 WEIGHTS_FILE = Path(__file__).with_name("rerank_weights.json")
@@ -58,10 +58,17 @@ def _log_rank(r) -> float:
 
 
 def _overlap(terms: list[str], text: str) -> float:
-    if not terms:
+    """The share of the terms that ``text``'s name tokens carry (``term_in``)."""
+    return _share([term_forms(t) for t in terms], text)
+
+
+def _share(forms: list[frozenset[str]], text: str) -> float:
+    """``_overlap`` with each term's forms computed once (``term_forms``): a term is in the text when one of
+    its forms is among the text's tokens."""
+    if not forms:
         return 0.0
-    toks = name_tokens(text)
-    return sum(1 for t in terms if term_in(t, toks)) / len(terms)
+    toks = name_token_set(text)
+    return sum(1 for f in forms if not f.isdisjoint(toks)) / len(forms)
 
 
 def lane_features(
@@ -80,6 +87,7 @@ def lane_features(
     capsule id → (callers, callees); namesakes: name → definitions carrying it; name_sims: per hit, the
     embedding similarity of the sub-query with the unit's ``name_phrase`` (0 without a dense model)."""
     namesakes = namesakes or {}
+    forms = [term_forms(t) for t in terms]  # the query side, once for every candidate and field
     top = hits[:10]
     max_dense = max((_signal(h, "dense", "score") for h in hits), default=0.0) or 1.0
     max_lex = max((abs(_signal(h, "lexical", "score")) for h in hits), default=0.0) or 1.0
@@ -94,11 +102,11 @@ def lane_features(
             "dscore": _signal(h, "dense", "score"),
             "reld": _signal(h, "dense", "score") / max_dense,
             "rell": abs(_signal(h, "lexical", "score")) / max_lex,
-            "name": _overlap(terms, c.qualname),
-            "path": _overlap(terms, c.path),
-            "doc": _overlap(terms, c.docstring),
-            "body": _overlap(terms, c.text),
-            "sig": _overlap(terms, c.signature),
+            "name": _share(forms, c.qualname),
+            "path": _share(forms, c.path),
+            "doc": _share(forms, c.docstring),
+            "body": _share(forms, c.text),
+            "sig": _share(forms, c.signature),
             "lines": math.log1p(c.end_line - c.start_line + 1),
             "callers": math.log1p(callers),
             "callees": math.log1p(callees),
