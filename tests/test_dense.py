@@ -247,7 +247,7 @@ def test_similarities_embed_each_short_text_once(tmp_path):
     (again,) = dense.similarities([("render the invoice", names[::-1])])
     assert emb.embedded - before == 4 and again == sims[::-1]  # all remembered
     q, a = emb.encode(["render the invoice", "render invoice (billing invoice)"])
-    assert abs(sims[0] - float(q @ a)) < 1e-5
+    assert abs(sims[0] - float(q @ a)) < 5e-3  # the cache keeps vectors as int8 (a step is 1/127 of a row's peak)
 
 
 def test_name_vectors_outlive_the_process_in_the_vector_cache(tmp_path):
