@@ -1,7 +1,7 @@
 """Evaluation corpora: PyPI releases unpacked, or git commits checked out, so that they look like
 the repository.
 
-A row of the evaluation set (see ``/work/shared/eval/README.md``) names its corpus as either
+A row of the evaluation set (see the evaluation data's README, ``../shared/eval/README.md`` beside the project) names its corpus as either
 
 * ``{"pypi": NAME, "version": V, "path_prefix": P, "mode": M}``: the wheel ``NAME==V`` unpacked,
   with every file ``f`` of the wheel at the repository path ``P + f``; or, in sdist mode
