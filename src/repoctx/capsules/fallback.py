@@ -129,19 +129,35 @@ def regex_symbols(path: str, text: str, language: str) -> ParsedFile | None:
     return ParsedFile(path, language, path, capsules, [], method="regex")
 
 
+def _chunks(splitter, text: str, overlap: int) -> list[tuple[int, str]]:
+    """(start index, text) of each chunk: what the splitter's ``create_documents([text])`` with ``add_start_index``
+    gives as documents, without a deep-copied metadata dict and a Document a chunk."""
+    out = []
+    index = previous = 0
+    for chunk in splitter.split_text(text):
+        index = text.find(chunk, max(0, index + previous - overlap))
+        previous = len(chunk)
+        out.append((index, chunk))
+    return out
+
+
 def windows(path: str, text: str, language: str, chunk_size: int = 1200, overlap: int = 150) -> ParsedFile:
     """Overlapping text windows with true line spans, so any file stays searchable."""
     n_lines = line_count(text)
     capsules = [_module_capsule(path, language, "" if len(text) > chunk_size else text, n_lines)]
     if len(text) > chunk_size:
-        docs = _splitter(language, chunk_size, overlap).create_documents([text])
         seen: dict[str, int] = {}
-        for doc in docs:
-            start = doc.metadata.get("start_index", 0)
+        pos, newlines = 0, 0  # newlines in text[:pos]: each window counts from the previous one, not from 0
+        for start, chunk in _chunks(_splitter(language, chunk_size, overlap), text, overlap):
             if start < 0:
                 start = 0
-            start_line = text.count("\n", 0, start) + 1
-            end_line = start_line + doc.page_content.count("\n")
+            if start >= pos:
+                newlines += text.count("\n", pos, start)
+            else:
+                newlines -= text.count("\n", start, pos)
+            pos = start
+            start_line = newlines + 1
+            end_line = start_line + chunk.count("\n")
             qual = f"{path}[{start_line}-{end_line}]"
             seen[qual] = seen.get(qual, 0) + 1
             if seen[qual] > 1:  # one very long line split into several windows
@@ -154,11 +170,11 @@ def windows(path: str, text: str, language: str, chunk_size: int = 1200, overlap
                     kind="window",
                     name=path.rsplit("/", 1)[-1],
                     qualname=qual,
-                    signature=doc.page_content.split("\n", 1)[0][:200],
+                    signature=chunk.split("\n", 1)[0][:200],
                     start_line=start_line,
                     end_line=end_line,
-                    text=doc.page_content,
-                    content_hash=content_hash(doc.page_content),
+                    text=chunk,
+                    content_hash=content_hash(chunk),
                     parent=capsules[0].id,
                 )
             )

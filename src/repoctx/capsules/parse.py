@@ -100,7 +100,9 @@ def _query(language: str, calls: bool = True) -> Query:
 
     parts = [alt(spec.functions, "function"), alt(spec.classes, "class"), alt(spec.scopes, "scope")]
     if calls:
-        parts += [alt(tuple(spec.calls), "call"), alt(spec.imports, "import")]
+        # a Python call's callee is its first child: captured itself, it needs no field lookup (``_python_calls``)
+        parts += ["(call function: _ @callee)" if language == "python" else alt(tuple(spec.calls), "call")]
+        parts.append(alt(spec.imports, "import"))
         if language == "ruby":
             parts.append('((call method: (identifier) @_m) @import (#match? @_m "^require"))')
         if language == "python":
@@ -665,16 +667,12 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
 
     receivers = _python_receivers(captures, src, owner, capsules) if is_python else None
     by_span = attrgetter("byte_range")
+    if receivers is not None:
+        refs += _python_calls(captures.get("callee", []), spec, src, owner, receivers)
     for node in sorted(captures.get("call", ()), key=by_span):  # unordered
         callee = _callee(node, spec, src)
         if callee:
-            src_id = owner(node.start_byte)
-            line = node.start_point[0] + 1
-            if receivers is None:
-                refs.append(Ref(src_id, "calls", callee, line))
-            else:
-                for typed in receivers.rewrite(src_id, callee):
-                    refs.append(Ref(src_id, "calls", typed, line))
+            refs.append(Ref(owner(node.start_byte), "calls", callee, node.start_point[0] + 1))
     for node in sorted(captures.get("import", ()), key=by_span):  # unordered
         if is_python:
             mapping = _python_imports(node, src, module, is_package)
@@ -687,6 +685,26 @@ def parse_source(path: str, text: str, language: str, calls: bool = True) -> Par
 
     errors = _count_errors(root) if root.has_error else 0
     return ParsedFile(path, language, module, capsules, refs, import_map, errors)
+
+
+def _python_calls(callees: list[Node], spec: LangSpec, src: _Source, owner, receivers: _Receivers) -> list[Ref]:
+    """The calls of a Python file from their callee nodes, in the order of their calls: a call starts where its
+    callee does, and of two calls starting at one byte the inner one has the shorter callee."""
+    refs = []
+    for node in sorted(callees, key=attrgetter("byte_range")):  # unordered
+        callee: str | None = _text(node, src)
+        if not _PLAIN_CALLEE.fullmatch(callee or ""):
+            call = node.parent
+            callee = _callee(call, spec, src) if call is not None else None
+        if callee:
+            src_id = owner(node.start_byte)
+            line = node.start_point[0] + 1
+            if "." not in callee:  # a bare name: no receiver to type
+                refs.append(Ref(src_id, "calls", callee, line))
+            else:
+                for typed in receivers.rewrite(src_id, callee):
+                    refs.append(Ref(src_id, "calls", typed, line))
+    return refs
 
 
 # What names a Python class for ``_Receivers``, one capture a shape, matched in the same pass as the definitions:
