@@ -1,6 +1,7 @@
 """``repoctx.Index``: the small public surface the CLI, the copilot's tools, the API and the MCP server
 all call. One store (SQLite embedded, or PostgreSQL) may hold many repositories; an ``Index`` is a
 view of some of them. ``retrieve`` returns one ``Retrieval`` (sync, streamed, or async)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -65,11 +66,15 @@ def remember_settings(root: Path, settings: Settings) -> None:
     written only means the variables must be passed."""
     root = Path(root).resolve()
     path = _record_path(root)
-    if settings.database_url or (settings.index_dir is None and settings.embedder == Settings().embedder
-                                 and not path.exists()):
+    if settings.database_url or (
+        settings.index_dir is None and settings.embedder == Settings().embedder and not path.exists()
+    ):
         return
-    rec = {"root": str(root), "index_dir": str(Path(settings.index_dir).resolve()) if settings.index_dir else None,
-           "embedder": settings.embedder}
+    rec = {
+        "root": str(root),
+        "index_dir": str(Path(settings.index_dir).resolve()) if settings.index_dir else None,
+        "embedder": settings.embedder,
+    }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -140,8 +145,16 @@ class Retrieval:
     details: dict = field(default_factory=dict)  # agentic: sub-queries, coverage, iterations
 
     def to_dict(self, trace: bool = True) -> dict:
-        out = {"query": self.query, "mode": self.mode, "route": self.route, "level": self.level, "k": self.k,
-               "notes": self.notes, "seconds": round(self.seconds, 4), **self.details}
+        out = {
+            "query": self.query,
+            "mode": self.mode,
+            "route": self.route,
+            "level": self.level,
+            "k": self.k,
+            "notes": self.notes,
+            "seconds": round(self.seconds, 4),
+            **self.details,
+        }
         if self.level == "file":
             out["files"] = [f.to_dict() for f in self.files]
         else:
@@ -159,9 +172,17 @@ class Index:
     (``repos=()``: every one). Reads are scoped to the view's repositories unless the scope names others.
     """
 
-    def __init__(self, root: str | Path | None = None, settings: Settings | None = None, embedder=None, *,
-                 name: str | None = None, repos: tuple[str, ...] | list[str] | None = None, store=None,
-                 create: bool = True):
+    def __init__(
+        self,
+        root: str | Path | None = None,
+        settings: Settings | None = None,
+        embedder=None,
+        *,
+        name: str | None = None,
+        repos: tuple[str, ...] | list[str] | None = None,
+        store=None,
+        create: bool = True,
+    ):
         self.settings = settings or Settings.from_env()
         self.root: Path | None = None
         if root is not None:
@@ -169,8 +190,11 @@ class Index:
             if not self.root.is_dir():
                 raise FileNotFoundError(f"not a directory: {root}")
         self.store = store if store is not None else open_store(self.settings, self.root, create=create)
-        self.index_dir = (self.settings.index_dir_for(self.root) if self.root and not self.settings.database_url
-                          else self.settings.index_dir)
+        self.index_dir = (
+            self.settings.index_dir_for(self.root)
+            if self.root and not self.settings.database_url
+            else self.settings.index_dir
+        )
         if self.root is not None:
             self.repo = self._name_for(self.root, name)
             self.repos: tuple[str, ...] = (self.repo,)
@@ -224,8 +248,14 @@ class Index:
         return scope if not self.repos else replace(scope, repos=self.repos)
 
     # ---- writing
-    def update(self, progress: ProgressFn | None = None, wait: bool = True, embed: bool = True,
-               background: bool = False, by: str = "index update") -> UpdateReport:
+    def update(
+        self,
+        progress: ProgressFn | None = None,
+        wait: bool = True,
+        embed: bool = True,
+        background: bool = False,
+        by: str = "index update",
+    ) -> UpdateReport:
         """Refresh the lexical index and graph (one transaction), then fill dense vectors for what
         changed. With ``background=True`` vectors fill in a thread while lexical search already answers.
         ``by`` names the updater in the store's record of the change (``UpdateReport.previous_change``)."""
@@ -300,8 +330,9 @@ class Index:
         return self.store.meta(key, self.repo)
 
     def indexed(self) -> bool:
-        return all(self.store.meta("complete", r) == "1" for r in self.repos) if self.repos else \
-            bool(self.store.repos())
+        return (
+            all(self.store.meta("complete", r) == "1" for r in self.repos) if self.repos else bool(self.store.repos())
+        )
 
     def status(self) -> dict:
         from repoctx.indexer import stale_files
@@ -316,17 +347,35 @@ class Index:
     def vectors_status(self) -> dict:
         emb = self.embedder
         if emb is None:
-            return {"enabled": False, "model": None, "indexed_model": None, "count": 0, "total": 0,
-                    "coverage": 0.0, "current": False, "error": self.embed_error}
+            return {
+                "enabled": False,
+                "model": None,
+                "indexed_model": None,
+                "count": 0,
+                "total": 0,
+                "coverage": 0.0,
+                "current": False,
+                "error": self.embed_error,
+            }
         repos = list(self.repos or [r.name for r in self.store.repos()])
         many = getattr(self.store, "vector_states", None)
-        states = (list(many(repos, emb.model_id).values()) if many is not None
-                  else [self.store.vector_state(r, emb.model_id) for r in repos])
+        states = (
+            list(many(repos, emb.model_id).values())
+            if many is not None
+            else [self.store.vector_state(r, emb.model_id) for r in repos]
+        )
         count, total = sum(s.count for s in states), sum(s.total for s in states)
         models = {s.model for s in states if s.model}
-        return {"enabled": True, "model": emb.model_id, "indexed_model": ", ".join(sorted(models)) or None,
-                "count": count, "total": total, "coverage": round(count / total, 4) if total else 1.0,
-                "current": bool(states) and all(s.current for s in states), "error": self.embed_error}
+        return {
+            "enabled": True,
+            "model": emb.model_id,
+            "indexed_model": ", ".join(sorted(models)) or None,
+            "count": count,
+            "total": total,
+            "coverage": round(count / total, 4) if total else 1.0,
+            "current": bool(states) and all(s.current for s in states),
+            "error": self.embed_error,
+        }
 
     def files(self, scope: Scope | None = None) -> list[tuple[str, str]]:
         """(repository, path) of every indexed file the scope lets the caller see."""
@@ -345,8 +394,14 @@ class Index:
             self._dense = DenseRetriever(self.store, emb, VectorCache(self.settings.vector_cache))
         return self._dense
 
-    def search(self, query: str, k: int = 10, level: str = "symbol", scope: Scope | None = None,
-               options: SearchOptions | None = None) -> list[Hit] | list[FileHit]:
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        level: str = "symbol",
+        scope: Scope | None = None,
+        options: SearchOptions | None = None,
+    ) -> list[Hit] | list[FileHit]:
         """Standard (hybrid) search: the k best units, or files."""
         query = _check_query(query)
         self.check_store()
@@ -357,16 +412,18 @@ class Index:
             return to_files(hits, file_aggregation(opts.file_agg, query))[:k]
         return hits[:k]
 
-    def _standard(self, query: str, k: int, level: str, opts: SearchOptions, scope: Scope, dense,
-                  stats: dict | None = None) -> tuple[list[Hit], str]:
+    def _standard(
+        self, query: str, k: int, level: str, opts: SearchOptions, scope: Scope, dense, stats: dict | None = None
+    ) -> tuple[list[Hit], str]:
         """The standard search's units and what its second stage did: for files every candidate in the first
         stage's order (files are ranked from its scores); for units the first max(k, depth) re-ranked."""
         reading = getattr(self.store, "reading", None)  # both stages' reads: one content key, one connection
         with reading() if reading is not None else nullcontext():
             return self._stages(query, k, level, opts, scope, dense, stats)
 
-    def _stages(self, query: str, k: int, level: str, opts: SearchOptions, scope: Scope, dense,
-                stats: dict | None) -> tuple[list[Hit], str]:
+    def _stages(
+        self, query: str, k: int, level: str, opts: SearchOptions, scope: Scope, dense, stats: dict | None
+    ) -> tuple[list[Hit], str]:
         if level == "file":
             return search(self.store, query, opts, dense, scope, stats=stats), ""
         if not (opts.rerank and self.settings.second_stage):
@@ -382,20 +439,38 @@ class Index:
         if len(hits) < 2:
             return hits, ""
         from repoctx.retrieve.agentic import content_terms  # agentic.py is loaded only when needed
+
         try:
             model = rr.load_reranker(embedder=rr.embedder_id(self), role="standard")
             if model is None:
                 return hits, ""
-            ranked = rr.rerank_question(self.store, model, content_terms(query), hits, query,
-                                        rr.trained_dense(model, dense), scope, keep=second_stage_keeps(query, hits))
+            ranked = rr.rerank_question(
+                self.store,
+                model,
+                content_terms(query),
+                hits,
+                query,
+                rr.trained_dense(model, dense),
+                scope,
+                keep=second_stage_keeps(query, hits),
+            )
         except Exception as e:  # noqa: BLE001 - the first stage's order stands
             return hits, f"second stage failed ({type(e).__name__}); first-stage order kept"
         return ranked, f"first {min(len(hits), rr.DEPTH)} re-ranked"
 
-    def retrieve(self, query: str, k: int = 10, level: str = "symbol", mode: str = "auto",
-                 scope: Scope | None = None, planner=None, max_iterations: int = 5,
-                 on_event: Callable[[TraceEvent], None] | None = None,
-                 options: SearchOptions | None = None, judge=None) -> Retrieval:
+    def retrieve(
+        self,
+        query: str,
+        k: int = 10,
+        level: str = "symbol",
+        mode: str = "auto",
+        scope: Scope | None = None,
+        planner=None,
+        max_iterations: int = 5,
+        on_event: Callable[[TraceEvent], None] | None = None,
+        options: SearchOptions | None = None,
+        judge=None,
+    ) -> Retrieval:
         """Standard or agentic retrieval (the router decides in ``auto``), as one ``Retrieval``.
         ``on_event`` sees each trace event as it happens. ``planner``/``judge``: a model's planner and
         per-intent relevance judge for the agentic path (``llm_helpers``); offline rules without them."""
@@ -408,9 +483,18 @@ class Index:
         assert result is not None  # stream() always ends with its Result event
         return result
 
-    def stream(self, query: str, k: int = 10, level: str = "symbol", mode: str = "auto",
-               scope: Scope | None = None, planner=None, max_iterations: int = 5,
-               options: SearchOptions | None = None, judge=None) -> Iterator[TraceEvent]:
+    def stream(
+        self,
+        query: str,
+        k: int = 10,
+        level: str = "symbol",
+        mode: str = "auto",
+        scope: Scope | None = None,
+        planner=None,
+        max_iterations: int = 5,
+        options: SearchOptions | None = None,
+        judge=None,
+    ) -> Iterator[TraceEvent]:
         """Trace events as they happen; the last is ``Result`` with ``data["retrieval"]``. ``options``
         tune the standard search (signals, pool; evaluation runs its configurations through them)."""
         from repoctx.retrieve.agentic import AgenticRetriever
@@ -434,15 +518,27 @@ class Index:
         depth = k if level == "symbol" else max(5 * k, 50)  # files need a deeper pool of units
         details: dict = {}
         if decision.mode == "agentic":
-            retriever = AgenticRetriever(self, planner=planner, max_iterations=max_iterations, k=depth, scope=scope,
-                                         plan=decision.plan if planner is None else (), judge=judge)
+            retriever = AgenticRetriever(
+                self,
+                planner=planner,
+                max_iterations=max_iterations,
+                k=depth,
+                scope=scope,
+                plan=decision.plan if planner is None else (),
+                judge=judge,
+            )
             hits: list[Hit] = []
             for ev in retriever.stream(query):
                 if ev.step == "Result":
                     res = ev.data["result"]
                     hits = res.hits
-                    details = {"sub_queries": res.sub_queries, "iterations": res.iterations,
-                               "sufficient": res.sufficient, "coverage": res.coverage, "expanded": res.expanded}
+                    details = {
+                        "sub_queries": res.sub_queries,
+                        "iterations": res.iterations,
+                        "sufficient": res.sufficient,
+                        "coverage": res.coverage,
+                        "expanded": res.expanded,
+                    }
                     continue
                 events.append(ev)
                 yield ev
@@ -470,11 +566,27 @@ class Index:
             hits = [h for f in files for h in f.capsules]
         else:
             hits = hits[:k]
-        retrieval = Retrieval(query, decision.mode, decision.to_dict(), level, k, hits, files, events,
-                              self._notes(scope), time.perf_counter() - t0, details)
+        retrieval = Retrieval(
+            query,
+            decision.mode,
+            decision.to_dict(),
+            level,
+            k,
+            hits,
+            files,
+            events,
+            self._notes(scope),
+            time.perf_counter() - t0,
+            details,
+        )
         n = len(files) if level == "file" else len(hits)
-        yield TraceEvent("Result", "SUCCEEDED", f"{n} {'files' if level == 'file' else 'hits'}", hits=n,
-                         data={"retrieval": retrieval})
+        yield TraceEvent(
+            "Result",
+            "SUCCEEDED",
+            f"{n} {'files' if level == 'file' else 'hits'}",
+            hits=n,
+            data={"retrieval": retrieval},
+        )
 
     async def aretrieve(self, query: str, **kw) -> Retrieval:
         """``retrieve`` for asyncio callers: the work runs in a worker thread, the loop never blocks."""
@@ -498,16 +610,25 @@ class Index:
         if not total or count >= total:
             return []
         # a scoped caller learns the share, never unit counts of files or repositories outside what it may read
-        cover = (f"{count} of {total} units ({100 * count / total:.0f}%)" if scope.unrestricted
-                 else f"{100 * count / total:.0f}% of the units")
+        cover = (
+            f"{count} of {total} units ({100 * count / total:.0f}%)"
+            if scope.unrestricted
+            else f"{100 * count / total:.0f}% of the units"
+        )
         if self._filling([r for r, s in states if s.count < s.total]):
-            return [f"dense vectors cover {cover}: they are still being filled, so this answer uses lexical search "
-                    f"for the rest"]
+            return [
+                f"dense vectors cover {cover}: they are still being filled, so this answer uses lexical search "
+                f"for the rest"
+            ]
         if not count:
-            return [f"dense search is off: this index holds no vectors of {emb.model_id} (`repoctx index` builds "
-                    f"them), so this answer is lexical"]
-        return [f"dense vectors cover {cover} and none are being filled (`repoctx index` completes them): this "
-                f"answer uses lexical search for the rest"]
+            return [
+                f"dense search is off: this index holds no vectors of {emb.model_id} (`repoctx index` builds "
+                f"them), so this answer is lexical"
+            ]
+        return [
+            f"dense vectors cover {cover} and none are being filled (`repoctx index` completes them): this "
+            f"answer uses lexical search for the rest"
+        ]
 
     def _vector_states(self, scope: Scope, model: str) -> list[tuple[str, VectorState]]:
         """(repository, its vector state) for the repositories ``scope`` may see, each read at most once per
@@ -522,8 +643,11 @@ class Index:
                 stale = [r for r in stale if (hit := self._vstates.get((r, model))) is None or hit[0] < now]
                 if stale:
                     many = getattr(self.store, "vector_states", None)  # one round trip for many repositories
-                    got = many(stale, model) if many is not None else {r: self.store.vector_state(r, model)
-                                                                       for r in stale}
+                    got = (
+                        many(stale, model)
+                        if many is not None
+                        else {r: self.store.vector_state(r, model) for r in stale}
+                    )
                     until = time.monotonic() + VECTOR_STATE_SECONDS
                     self._vstates.update({(r, model): (until, state) for r, state in got.items()})
         return [(r, hit[1]) for r in repos if (hit := self._vstates.get((r, model))) is not None]
@@ -554,8 +678,14 @@ class Index:
                 continue
         return False
 
-    def context(self, query: str, task: str | None = None, budget: int | None = None, mode: str = "standard",
-                scope: Scope | None = None) -> Context:
+    def context(
+        self,
+        query: str,
+        task: str | None = None,
+        budget: int | None = None,
+        mode: str = "standard",
+        scope: Scope | None = None,
+    ) -> Context:
         """Context compressed to the task (code_query, refactor, code_gen, search) inside a token budget.
         With mode auto/agentic the hits come from the router / agentic loop."""
         from repoctx.retrieve.context import DEFAULT_BUDGETS, build_context, classify_task, hits_for
@@ -570,9 +700,19 @@ class Index:
         return build_context(self, query, task=task, budget=budget, scope=scope, hits=hits)
 
     # ---- grep, outline, symbol: what an agent reaches for by habit, over the indexed snapshot (no checkout)
-    def grep(self, pattern: str, *, fixed: bool = False, ignore_case: bool = False,
-             paths: Iterable[str] | str = (), repos: Iterable[str] | str | None = None, scope: Scope | None = None,
-             limit: int = 100, offset: int = 0, context: int = 0) -> dict:
+    def grep(
+        self,
+        pattern: str,
+        *,
+        fixed: bool = False,
+        ignore_case: bool = False,
+        paths: Iterable[str] | str = (),
+        repos: Iterable[str] | str | None = None,
+        scope: Scope | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        context: int = 0,
+    ) -> dict:
         """Lines of the indexed files that match ``pattern``, like ``git grep -n`` over the snapshot the index
         holds (it works on a service without a checkout).
 
@@ -611,18 +751,33 @@ class Index:
         if paths:
             scopes.append(Scope(include=paths))  # a GlobError (ValueError) names a pattern the grammar refuses
         if repos is not None:
-            scopes.append(Scope(repos=(repos,) if isinstance(repos, str) else tuple(repos)) if repos else
-                          Scope(grants=()))  # an empty list of repositories: nothing
+            scopes.append(
+                Scope(repos=(repos,) if isinstance(repos, str) else tuple(repos)) if repos else Scope(grants=())
+            )  # an empty list of repositories: nothing
         self.check_store()
-        res = scan(plan, self.store.grep_texts(plan, scopes), limit=limit, offset=offset, context=context,
-                   limits=limits)
+        res = scan(
+            plan, self.store.grep_texts(plan, scopes), limit=limit, offset=offset, context=context, limits=limits
+        )
         end = offset + len(res.matches)
         more = res.total > end
-        return {"pattern": pattern, "fixed": fixed, "ignore_case": ignore_case, "paths": list(paths),
-                "matches": res.matches, "total": res.total, "total_exact": not res.cut,
-                "files_scanned": res.files_scanned, "files_matched": res.files_matched, "offset": offset,
-                "limit": limit, "next_offset": end if more else None, "truncated": more or bool(res.cut),
-                "cut": res.cut, "prefilter": plan.describe(), "seconds": round(time.perf_counter() - t0, 4)}
+        return {
+            "pattern": pattern,
+            "fixed": fixed,
+            "ignore_case": ignore_case,
+            "paths": list(paths),
+            "matches": res.matches,
+            "total": res.total,
+            "total_exact": not res.cut,
+            "files_scanned": res.files_scanned,
+            "files_matched": res.files_matched,
+            "offset": offset,
+            "limit": limit,
+            "next_offset": end if more else None,
+            "truncated": more or bool(res.cut),
+            "cut": res.cut,
+            "prefilter": plan.describe(),
+            "seconds": round(time.perf_counter() - t0, 4),
+        }
 
     def outline(self, path: str, *, repo: str | None = None, scope: Scope | None = None) -> dict:
         """A file's units (classes, functions, methods, nested ones) in line order: ``{"repo", "path",
@@ -638,15 +793,16 @@ class Index:
         if not path:
             return {**empty, "hint": "give a file path, relative to the repository root"}
         held = []
-        for name in ([repo] if repo else (scope.repos or [r.name for r in self.store.repos(scope)])):
+        for name in [repo] if repo else (scope.repos or [r.name for r in self.store.repos(scope)]):
             caps = self.store.file_capsules(name, path, scope) if scope.allows_repo(name) else []
             if caps:
                 held.append((name, caps))
         if not held:
             near = self.store.by_path_suffix([path.rsplit("/", 1)[-1]], scope)[:5]
             near_paths = [c.path for c in self.store.capsules(near, scope)]
-            missing = f"no indexed file {path!r} in scope" + (f"; files with that name: {', '.join(near_paths)}"
-                                                           if near_paths else "; grep or search can find it")
+            missing = f"no indexed file {path!r} in scope" + (
+                f"; files with that name: {', '.join(near_paths)}" if near_paths else "; grep or search can find it"
+            )
             return {**empty, "hint": missing}
         if len(held) > 1:
             raise ValueError(f"{path!r} is in several repositories ({', '.join(n for n, _ in held)}): pass repo")
@@ -664,12 +820,24 @@ class Index:
                 d, p = d + 1, by_id.get(p.parent or "")
             return d
 
-        out = [{"qualname": c.qualname, "name": c.name, "kind": c.kind, "signature": c.signature,
-                "start_line": c.start_line, "end_line": c.end_line, "depth": depth(c),
+        out = [
+            {
+                "qualname": c.qualname,
+                "name": c.name,
+                "kind": c.kind,
+                "signature": c.signature,
+                "start_line": c.start_line,
+                "end_line": c.end_line,
+                "depth": depth(c),
                 "parent": by_id[c.parent].qualname if c.parent in by_id else None,
-                "callers": len(callers.get(c.id, ())), "citation": c.citation} for c in units]
-        hint = None if out else (f"no classes or functions parsed in {path!r} ({caps[0].language}); grep reads its "
-                                 "lines")
+                "callers": len(callers.get(c.id, ())),
+                "citation": c.citation,
+            }
+            for c in units
+        ]
+        hint = (
+            None if out else (f"no classes or functions parsed in {path!r} ({caps[0].language}); grep reads its lines")
+        )
         return {"repo": name, "path": path, "language": caps[0].language, "units": out, "hint": hint}
 
     def symbol(self, name: str, *, scope: Scope | None = None, limit: int = 10) -> dict:
@@ -694,23 +862,47 @@ class Index:
         elif not found and "." in qual:  # a module-qualified name: module.path.Class.method
             parts = qual.split(".")
             cands = [".".join(parts[i:]) for i in range(1, len(parts))]
-            found = [c for c in self.store.by_names(cands, scope) if c.kind != "module"
-                     and _module_matches(c.path, qual[: len(qual) - len(c.qualname) - 1]) and qual.endswith("." + c.qualname)]
+            found = [
+                c
+                for c in self.store.by_names(cands, scope)
+                if c.kind != "module"
+                and _module_matches(c.path, qual[: len(qual) - len(c.qualname) - 1])
+                and qual.endswith("." + c.qualname)
+            ]
         found.sort(key=lambda c: (c.qualname != qual, c.repo, c.path, c.start_line))
-        matches = [{"repo": c.repo, "path": c.path, "qualname": c.qualname, "kind": c.kind, "signature": c.signature,
-                    "start_line": c.start_line, "end_line": c.end_line, "citation": c.citation, "text": c.text}
-                   for c in found[:limit]]
+        matches = [
+            {
+                "repo": c.repo,
+                "path": c.path,
+                "qualname": c.qualname,
+                "kind": c.kind,
+                "signature": c.signature,
+                "start_line": c.start_line,
+                "end_line": c.end_line,
+                "citation": c.citation,
+                "text": c.text,
+            }
+            for c in found[:limit]
+        ]
         hint, near = None, []
         if not found:
             last = qual.rsplit(".", 1)[-1]
             near = sorted({c.qualname for c in self.store.by_names([last], scope) if c.kind != "module"})[:10]
-            hint = (f"no definition named {name!r} in scope" +
-                    ("; definitions with that last name are in did_you_mean" if near else
-                     "; search finds it by description, grep by the text it contains"))
+            hint = f"no definition named {name!r} in scope" + (
+                "; definitions with that last name are in did_you_mean"
+                if near
+                else "; search finds it by description, grep by the text it contains"
+            )
         elif len(found) > limit:
             hint = f"{len(found)} definitions match; give a qualified name or path:qualname to pick one"
-        return {"name": name, "matches": matches, "total": len(found), "truncated": len(found) > limit,
-                "hint": hint, "did_you_mean": near}
+        return {
+            "name": name,
+            "matches": matches,
+            "total": len(found),
+            "truncated": len(found) > limit,
+            "hint": hint,
+            "did_you_mean": near,
+        }
 
     def capsule(self, capsule_id: str, scope: Scope | None = None) -> Capsule | None:
         got = self.store.capsules([capsule_id], self.scope(scope))
@@ -738,8 +930,11 @@ class Index:
 
 def _whole_repositories(scope: Scope) -> bool:
     """Whether each grant of ``scope`` allows a whole repository: no path rule in the grants or the scope."""
-    return (scope.grants is not None and not (scope.include or scope.exclude)
-            and all(not (g.include or g.exclude) for g in scope.grants))
+    return (
+        scope.grants is not None
+        and not (scope.include or scope.exclude)
+        and all(not (g.include or g.exclude) for g in scope.grants)
+    )
 
 
 def second_stage_keeps(query: str, hits: list[Hit], report: bool | None = None) -> set[str]:
@@ -755,8 +950,14 @@ def second_stage_keeps(query: str, hits: list[Hit], report: bool | None = None) 
     (``report``: whether the query is an issue report; None: as the router reads it)
     """
     named = () if (reads_as_report(query) if report is None else report) else ("exact",)
-    return {h.capsule.id for h in hits[:rr.DEPTH] if h.capsule.kind == "module" or is_doc_unit(h.capsule)
-            or any(w in h.why for w in (*named, "test_demoted")) or _first_by_both(h)}
+    return {
+        h.capsule.id
+        for h in hits[: rr.DEPTH]
+        if h.capsule.kind == "module"
+        or is_doc_unit(h.capsule)
+        or any(w in h.why for w in (*named, "test_demoted"))
+        or _first_by_both(h)
+    }
 
 
 def _first_by_both(h: Hit) -> bool:

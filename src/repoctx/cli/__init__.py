@@ -3,6 +3,7 @@
 The core commands live here; ``cli.copilot`` (ask, chat, sessions) and ``cli.service`` (serve, worker, keys,
 roles) hold the others' glue and are imported only when one of their commands runs, so the core commands
 work with only the core installed."""
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,15 @@ class _Surfaces(typer.core.TyperGroup):
     or MCP."""
 
     LAZY: ClassVar[dict[str, str]] = {
-            "ask": "repoctx.cli.copilot", "chat": "repoctx.cli.copilot", "sessions": "repoctx.cli.copilot",
-            "serve": "repoctx.cli.service", "worker": "repoctx.cli.service", "keys": "repoctx.cli.service",
-            "roles": "repoctx.cli.service", "mcp": "repoctx.cli.mcp"}
+        "ask": "repoctx.cli.copilot",
+        "chat": "repoctx.cli.copilot",
+        "sessions": "repoctx.cli.copilot",
+        "serve": "repoctx.cli.service",
+        "worker": "repoctx.cli.service",
+        "keys": "repoctx.cli.service",
+        "roles": "repoctx.cli.service",
+        "mcp": "repoctx.cli.mcp",
+    }
 
     def list_commands(self, ctx) -> list[str]:
         return super().list_commands(ctx) + [n for n in self.LAZY if n not in self.commands]
@@ -64,8 +71,12 @@ def _why(e: BaseException) -> str:
         return "the disk is full"
     if "disk i/o error" in text:
         return "a write to the disk failed (is it full?)"
-    if (isinstance(e, OSError) and e.errno in (13, 30)) or "readonly" in text or "read-only" in text \
-            or "unable to open database" in text:
+    if (
+        (isinstance(e, OSError) and e.errno in (13, 30))
+        or "readonly" in text
+        or "read-only" in text
+        or "unable to open database" in text
+    ):
         return "it is not writable (set REPOCTX_INDEX_DIR to a writable folder)"
     if isinstance(e, StoreError):
         return str(e)
@@ -107,16 +118,22 @@ def _open_indexed(repos: list[str], all_repos: bool = False) -> Index:
     try:
         if all_repos or len(repos) > 1 or not Path(repos[0]).is_dir():
             if not shared and (all_repos or len(repos) > 1):
-                _fail("searching several repositories needs one shared store: set REPOCTX_INDEX_DIR (a folder) or "
-                      "REPOCTX_DATABASE_URL, then `repoctx index` each repository")
+                _fail(
+                    "searching several repositories needs one shared store: set REPOCTX_INDEX_DIR (a folder) or "
+                    "REPOCTX_DATABASE_URL, then `repoctx index` each repository"
+                )
             first = next((Path(r) for r in repos if Path(r).is_dir()), None)
             store = open_store(settings, first.resolve() if first else None, create=False)
             names = []
             for r in repos:
                 rec = store.repo_by_root(str(Path(r).resolve())) if Path(r).is_dir() else store.repo(r)
                 if rec is None:
-                    _fail(f"{r} is not indexed here: run `repoctx index {r}`" if Path(r).is_dir()
-                          else f"no repository named {r!r} in this store (`repoctx repos` lists them)", 1)
+                    _fail(
+                        f"{r} is not indexed here: run `repoctx index {r}`"
+                        if Path(r).is_dir()
+                        else f"no repository named {r!r} in this store (`repoctx repos` lists them)",
+                        1,
+                    )
                 names.append(rec.name)
             ix = Index(settings=settings, repos=tuple(names), store=store)
         else:
@@ -124,13 +141,19 @@ def _open_indexed(repos: list[str], all_repos: bool = False) -> Index:
     except SchemaMismatch as e:
         _fail(str(e), 1)
     except StoreError:
-        _fail(f"{Path(repos[0]).resolve() if repos else 'the store'} is not indexed: run `repoctx index "
-              f"{repos[0] if repos else 'PATH'}`", 1)
+        _fail(
+            f"{Path(repos[0]).resolve() if repos else 'the store'} is not indexed: run `repoctx index "
+            f"{repos[0] if repos else 'PATH'}`",
+            1,
+        )
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
     if not ix.indexed():
-        _fail(f"{ix.root or ', '.join(ix.repos) or 'the store'} is not indexed: run `repoctx index "
-              f"{repos[0] if repos else 'PATH'}`", 1)
+        _fail(
+            f"{ix.root or ', '.join(ix.repos) or 'the store'} is not indexed: run `repoctx index "
+            f"{repos[0] if repos else 'PATH'}`",
+            1,
+        )
     return ix
 
 
@@ -149,9 +172,17 @@ def _run_update(ix: Index, as_json: bool):
         TimeRemainingColumn,
     )
 
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                  console=err, transient=True) as bar:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
         task = bar.add_task("scanning", total=None, rate="")
         t0 = time.perf_counter()
 
@@ -164,21 +195,31 @@ def _run_update(ix: Index, as_json: bool):
             elif e["event"] == "link":
                 bar.update(task, description="linking")
             elif e["event"] == "done":
-                bar.console.print(f"lexical index and graph written in {e['seconds']:.1f}s: search works now "
-                                  "(vectors follow)", highlight=False)
+                bar.console.print(
+                    f"lexical index and graph written in {e['seconds']:.1f}s: search works now (vectors follow)",
+                    highlight=False,
+                )
             elif e["event"] == "embed":
                 if e["done"] == 0:
                     bar.reset(task, description="embedding", total=max(e["total"], 1), rate="")
-                bar.update(task, description="embedding", total=max(e["total"], 1), completed=e["done"],
-                           rate=f"{e.get('rate', 0):,.0f} units/s")
+                bar.update(
+                    task,
+                    description="embedding",
+                    total=max(e["total"], 1),
+                    completed=e["done"],
+                    rate=f"{e.get('rate', 0):,.0f} units/s",
+                )
+
         return ix.update(progress=on, by="`repoctx index` run")
 
 
 @app.command()
-def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
-          name: str | None = typer.Option(None, "--name", help="Register it under this name (default: its folder's)."),
-          as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-          verbose: bool = typer.Option(False, "-v", "--verbose", help="List skipped files.")):
+def index(
+    repo: Path = typer.Argument(Path("."), help="Repository root."),
+    name: str | None = typer.Option(None, "--name", help="Register it under this name (default: its folder's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="List skipped files."),
+):
     """Index (or incrementally re-index) a repository."""
     settings = _settings(repo)
     try:
@@ -193,11 +234,17 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
     except IndexBusy as e:
         _fail(str(e), 3)
     except (OSError, sqlite3.Error, StoreError) as e:
-        _fail(f"could not write the index at {ix.index_dir or 'the database'}: {_why(e)}; the previous index is "
-              "left as it was", 1)
+        _fail(
+            f"could not write the index at {ix.index_dir or 'the database'}: {_why(e)}; the previous index is "
+            "left as it was",
+            1,
+        )
     if ix.index_dir and ix.root and not ix.settings.index_dir and not ix.index_dir.is_relative_to(ix.root):
-        err.print(f"note: {ix.root} is read-only, so its index is kept in {ix.index_dir} (REPOCTX_INDEX_DIR picks "
-                  "another place)", highlight=False)
+        err.print(
+            f"note: {ix.root} is read-only, so its index is kept in {ix.index_dir} (REPOCTX_INDEX_DIR picks "
+            "another place)",
+            highlight=False,
+        )
     for note in report.notes:
         err.print(f"note: {note}", highlight=False)
     if ix.root is not None:
@@ -218,14 +265,20 @@ def index(repo: Path = typer.Argument(Path("."), help="Repository root."),
         f"indexed {ix.repo}: {report.files_seen} files ({len(report.added)} added, {len(report.modified)} "
         f"modified, {len(report.deleted)} deleted), {counts['capsules']} capsules, {counts['edges']} edges "
         f"in {report.seconds:.2f}s; {problems} reported (skipped {len(report.skipped)}, invalid UTF-8 "
-        f"{len(report.invalid_utf8)}, syntax errors {len(report.syntax_errors)}, redacted {len(report.redacted)})")
+        f"{len(report.invalid_utf8)}, syntax errors {len(report.syntax_errors)}, redacted {len(report.redacted)})"
+    )
     if emb is not None:
         if emb.model_changed_from:
-            console.print(f"embedding model changed from {emb.model_changed_from} to {emb.model}: "
-                          f"re-embedded the index", highlight=False)
-        console.print(f"vectors: {emb.total} capsules, {emb.embedded} embedded, {emb.cached} from cache"
-                      + (f", {emb.kept} unchanged" if emb.kept else "") + f" in {emb.seconds:.1f}s ({emb.model})",
-                      highlight=False)
+            console.print(
+                f"embedding model changed from {emb.model_changed_from} to {emb.model}: re-embedded the index",
+                highlight=False,
+            )
+        console.print(
+            f"vectors: {emb.total} capsules, {emb.embedded} embedded, {emb.cached} from cache"
+            + (f", {emb.kept} unchanged" if emb.kept else "")
+            + f" in {emb.seconds:.1f}s ({emb.model})",
+            highlight=False,
+        )
     if verbose:
         for path, reason in report.skipped:
             console.print(f"  skipped {path}: {reason}")
@@ -258,9 +311,11 @@ def status(repo: Path = typer.Argument(Path(".")), as_json: bool = typer.Option(
         console.print("not indexed: run `repoctx index`")
         raise typer.Exit(1)
     state = "fresh" if st["fresh"] else "stale"
-    console.print(f"{state}: {st['counts']['files']} files, {st['counts']['capsules']} capsules; "
-                  f"indexed at git {(st['indexed_git_head'] or '-')[:12]}, now {(st['git_head'] or '-')[:12]}"
-                  f"{' (dirty)' if st['git_dirty'] else ''}")
+    console.print(
+        f"{state}: {st['counts']['files']} files, {st['counts']['capsules']} capsules; "
+        f"indexed at git {(st['indexed_git_head'] or '-')[:12]}, now {(st['git_head'] or '-')[:12]}"
+        f"{' (dirty)' if st['git_dirty'] else ''}"
+    )
     for key in ("added", "modified", "deleted"):
         for p in st[key]:
             console.print(f"  {key}: {p}")
@@ -274,27 +329,35 @@ def status(repo: Path = typer.Argument(Path(".")), as_json: bool = typer.Option(
             state = "filling (searches use what exists)"
         else:
             state = "not built yet"
-        console.print(f"vectors: {v['count']} of {v['total']} units ({100 * v['coverage']:.0f}%, {v['model']}): "
-                      f"{state}", highlight=False)
+        console.print(
+            f"vectors: {v['count']} of {v['total']} units ({100 * v['coverage']:.0f}%, {v['model']}): {state}",
+            highlight=False,
+        )
 
 
 @app.command()
-def search(query: str = typer.Argument(..., help="A question or identifiers."),
-           repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
-           all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
-           k: int = typer.Option(10, "-k", min=1, max=200),
-           level: str = typer.Option("symbol", "--level", help="symbol | file"),
-           mode: str = typer.Option("auto", "--mode",
-                                    help="auto (router decides) | standard | agentic (multi-part questions)"),
-           trace: bool = typer.Option(False, "--trace",
-                                      help="Print the retrieval trace live (with --json: include it)."),
-           llm: bool = typer.Option(False, "--llm",
-                                    help="Agentic path: plan and judge relevance with REPOCTX_LLM's model."),
-           detail: str = typer.Option("brief", "--detail", "-d",
-                                      help="brief (one line per hit) | signatures (+ whole signature, docstring, "
-                                           "caller/callee counts) | full (+ the code's first lines)"),
-           as_json: bool = typer.Option(False, "--json", help="The same fields as the service and MCP answer "
-                                                             "(repoctx.render), at --detail.")):
+def search(
+    query: str = typer.Argument(..., help="A question or identifiers."),
+    repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
+    all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
+    k: int = typer.Option(10, "-k", min=1, max=200),
+    level: str = typer.Option("symbol", "--level", help="symbol | file"),
+    mode: str = typer.Option(
+        "auto", "--mode", help="auto (router decides) | standard | agentic (multi-part questions)"
+    ),
+    trace: bool = typer.Option(False, "--trace", help="Print the retrieval trace live (with --json: include it)."),
+    llm: bool = typer.Option(False, "--llm", help="Agentic path: plan and judge relevance with REPOCTX_LLM's model."),
+    detail: str = typer.Option(
+        "brief",
+        "--detail",
+        "-d",
+        help="brief (one line per hit) | signatures (+ whole signature, docstring, "
+        "caller/callee counts) | full (+ the code's first lines)",
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="The same fields as the service and MCP answer (repoctx.render), at --detail."
+    ),
+):
     """Search the index: exact identifiers and paths first, then ranked matches."""
     from repoctx import render
 
@@ -323,8 +386,15 @@ def search(query: str = typer.Argument(..., help="A question or identifiers."),
         err.print(f"[{colour}]{ev.step:<22} {ev.status:<11}[/] {ev.message}{sub}", highlight=False)
 
     try:
-        res = ix.retrieve(query, k=k, level=level, mode=mode, on_event=show if trace and not as_json else None,
-                          planner=planner, judge=judge)
+        res = ix.retrieve(
+            query,
+            k=k,
+            level=level,
+            mode=mode,
+            on_event=show if trace and not as_json else None,
+            planner=planner,
+            judge=judge,
+        )
     except (StoreError, sqlite3.Error) as e:
         _fail(_why(e), 1)
     try:
@@ -356,24 +426,35 @@ def _library_call(fn, *args, **kwargs):
 
 
 @app.command()
-def grep(pattern: str = typer.Argument(..., help="A Python regular expression, matched against each line."),
-         fixed: bool = typer.Option(False, "--fixed", "-F", help="The pattern is a literal string."),
-         ignore_case: bool = typer.Option(False, "--ignore-case", "-i"),
-         path: list[str] = typer.Option([], "--path", "-p", help="Only files matching this glob ('*' crosses '/'; "
-                                                                  "repeatable: any of them)."),
-         repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
-         all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
-         limit: int = typer.Option(200, "--limit", "-n", min=1, max=1000, help="Matching lines shown."),
-         offset: int = typer.Option(0, "--offset", min=0, help="Matching lines skipped (paging)."),
-         context_lines: int = typer.Option(0, "--context", "-C", min=0, max=20, help="Lines shown around each match."),
-         as_json: bool = typer.Option(False, "--json")):
+def grep(
+    pattern: str = typer.Argument(..., help="A Python regular expression, matched against each line."),
+    fixed: bool = typer.Option(False, "--fixed", "-F", help="The pattern is a literal string."),
+    ignore_case: bool = typer.Option(False, "--ignore-case", "-i"),
+    path: list[str] = typer.Option(
+        [], "--path", "-p", help="Only files matching this glob ('*' crosses '/'; repeatable: any of them)."
+    ),
+    repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
+    all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
+    limit: int = typer.Option(200, "--limit", "-n", min=1, max=1000, help="Matching lines shown."),
+    offset: int = typer.Option(0, "--offset", min=0, help="Matching lines skipped (paging)."),
+    context_lines: int = typer.Option(0, "--context", "-C", min=0, max=20, help="Lines shown around each match."),
+    as_json: bool = typer.Option(False, "--json"),
+):
     """Lines of the indexed files that match a pattern, like `git grep -n` over the indexed snapshot. Exits 1
     when nothing matches."""
     if not pattern:
         _fail("the pattern is empty")
     ix = _open_indexed(repo, all_repos)
-    out = _library_call(ix.grep, pattern, fixed=fixed, ignore_case=ignore_case, paths=tuple(path), limit=limit,
-                        offset=offset, context=context_lines)
+    out = _library_call(
+        ix.grep,
+        pattern,
+        fixed=fixed,
+        ignore_case=ignore_case,
+        paths=tuple(path),
+        limit=limit,
+        offset=offset,
+        context=context_lines,
+    )
     if as_json:
         print(json.dumps(out))
     else:
@@ -386,10 +467,12 @@ def grep(pattern: str = typer.Argument(..., help="A Python regular expression, m
 
 
 @app.command()
-def outline(path: str = typer.Argument(..., help="A file's path, relative to its repository's root."),
-            repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
-            all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
-            as_json: bool = typer.Option(False, "--json")):
+def outline(
+    path: str = typer.Argument(..., help="A file's path, relative to its repository's root."),
+    repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
+    all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
+    as_json: bool = typer.Option(False, "--json"),
+):
     """A file's classes, functions and methods: signatures, line spans, how many units call each."""
     ix = _open_indexed(repo, all_repos)
     out = _library_call(ix.outline, path)
@@ -404,14 +487,16 @@ def outline(path: str = typer.Argument(..., help="A file's path, relative to its
 
 
 @app.command()
-def symbol(name: str = typer.Argument(..., help="A name: plain, qualified (Class.method), module-qualified, or "
-                                                "path:qualname."),
-           repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
-           all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
-           body: bool = typer.Option(True, "--body/--no-body", help="Print each definition's code, or only where "
-                                                                    "it is."),
-           limit: int = typer.Option(10, "--limit", "-n", min=1, max=50, help="Definitions shown."),
-           as_json: bool = typer.Option(False, "--json")):
+def symbol(
+    name: str = typer.Argument(
+        ..., help="A name: plain, qualified (Class.method), module-qualified, or path:qualname."
+    ),
+    repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
+    all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
+    body: bool = typer.Option(True, "--body/--no-body", help="Print each definition's code, or only where it is."),
+    limit: int = typer.Option(10, "--limit", "-n", min=1, max=50, help="Definitions shown."),
+    as_json: bool = typer.Option(False, "--json"),
+):
     """Every definition of a name with its whole code (several are listed, none guessed). Exits 1 when none."""
     ix = _open_indexed(repo, all_repos)
     out = _library_call(ix.symbol, name, limit=limit)
@@ -429,14 +514,17 @@ def symbol(name: str = typer.Argument(..., help="A name: plain, qualified (Class
 
 
 @app.command()
-def context(query: str = typer.Argument(...),
-            repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
-            all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
-            task: str | None = typer.Option(None, "--task",
-                                            help="code_query | refactor | code_gen | search (default: classified)"),
-            budget: int | None = typer.Option(None, "--budget", min=1, help="token budget"),
-            mode: str = typer.Option("auto", "--mode", help="auto (router decides) | standard | agentic"),
-            as_json: bool = typer.Option(False, "--json")):
+def context(
+    query: str = typer.Argument(...),
+    repo: list[str] = typer.Option([], "--repo", "-r", help="Repository path or name (repeatable; default .)"),
+    all_repos: bool = typer.Option(False, "--all", help="Every repository in the shared store."),
+    task: str | None = typer.Option(
+        None, "--task", help="code_query | refactor | code_gen | search (default: classified)"
+    ),
+    budget: int | None = typer.Option(None, "--budget", min=1, help="token budget"),
+    mode: str = typer.Option("auto", "--mode", help="auto (router decides) | standard | agentic"),
+    as_json: bool = typer.Option(False, "--json"),
+):
     """Context for a task, compressed inside a token budget, with citations."""
     from repoctx.retrieve.context import TASKS
 
@@ -454,13 +542,18 @@ def context(query: str = typer.Argument(...),
         print(json.dumps(ctx.to_dict()))
         return
     print(ctx.text)
-    err.print(f"[dim]{ctx.task}: {ctx.tokens}/{ctx.budget} tokens, {len(ctx.citations)} cited, "
-              f"{len(ctx.left_out)} left out[/]", highlight=False)
+    err.print(
+        f"[dim]{ctx.task}: {ctx.tokens}/{ctx.budget} tokens, {len(ctx.citations)} cited, "
+        f"{len(ctx.left_out)} left out[/]",
+        highlight=False,
+    )
 
 
 @app.command("repos")
-def repos_cmd(repo: Path | None = typer.Option(None, "--repo", "-r", help="A repository whose store to list."),
-              as_json: bool = typer.Option(False, "--json")):
+def repos_cmd(
+    repo: Path | None = typer.Option(None, "--repo", "-r", help="A repository whose store to list."),
+    as_json: bool = typer.Option(False, "--json"),
+):
     """List the repositories in the store (REPOCTX_DATABASE_URL, REPOCTX_INDEX_DIR, or a repository's own)."""
     settings = _settings(repo or Path("."))
     try:
@@ -472,8 +565,10 @@ def repos_cmd(repo: Path | None = typer.Option(None, "--repo", "-r", help="A rep
         print(json.dumps([r.to_dict() for r in recs]))
         return
     for r in recs:
-        console.print(f"{r.name}  {r.root}  [dim]{'indexed' if r.meta.get('complete') == '1' else 'incomplete'}[/]",
-                      highlight=False)
+        console.print(
+            f"{r.name}  {r.root}  [dim]{'indexed' if r.meta.get('complete') == '1' else 'incomplete'}[/]",
+            highlight=False,
+        )
 
 
 db_app = typer.Typer(no_args_is_help=True, help="Schemas: the store, copilot sessions, service keys and jobs.")
@@ -481,8 +576,11 @@ app.add_typer(db_app, name="db")
 
 
 @db_app.command("migrate")
-def db_migrate(repo: Path | None = typer.Option(None, "--repo", "-r", help="With SQLite: the repository whose "
-                                                                               "index folder holds the sessions.")):
+def db_migrate(
+    repo: Path | None = typer.Option(
+        None, "--repo", "-r", help="With SQLite: the repository whose index folder holds the sessions."
+    ),
+):
     """Create or upgrade every schema repoctx keeps (store, copilot sessions, service keys and jobs): the
     PostgreSQL database of REPOCTX_DATABASE_URL, or the embedded sessions file. Never done on a request path.
     Without the copilot installed (`repoctx[copilot]`) there are no sessions to migrate: that part is skipped."""
@@ -511,18 +609,23 @@ def db_migrate(repo: Path | None = typer.Option(None, "--repo", "-r", help="With
 
 
 @app.command("eval")
-def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval format (corpus: pypi or git)."),
-             limit: int | None = typer.Option(None, "--limit", min=1, help="First N rows (after --repo)."),
-             as_json: bool = typer.Option(False, "--json", help="{config: {metrics, errors, per-row ranks}}."),
-             ablation: bool = typer.Option(False, "--ablation", help="Compare baseline, capsules+dense, BM25, hybrid, "
-                                                                    "first-stage, hybrid+graph."),
-             config: str | None = typer.Option(None, "--config", help="Configs by name, comma-separated."),
-             repo: list[str] = typer.Option([], "--repo", help="Only rows of this GitHub repo (repeatable)."),
-             tree: str = typer.Option("wheel", "--tree",
-                                      help="Index each PyPI release as its wheel, its sdist (tests and docs "
-                                           "included, as a checkout has them), or both side by side."),
-             quiet: bool = typer.Option(False, "-q", "--quiet",
-                                        help="No per-row progress (skipped rows are still reported).")):
+def eval_cmd(
+    dataset: Path = typer.Argument(..., help="JSONL in the shared/eval format (corpus: pypi or git)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="First N rows (after --repo)."),
+    as_json: bool = typer.Option(False, "--json", help="{config: {metrics, errors, per-row ranks}}."),
+    ablation: bool = typer.Option(
+        False, "--ablation", help="Compare baseline, capsules+dense, BM25, hybrid, first-stage, hybrid+graph."
+    ),
+    config: str | None = typer.Option(None, "--config", help="Configs by name, comma-separated."),
+    repo: list[str] = typer.Option([], "--repo", help="Only rows of this GitHub repo (repeatable)."),
+    tree: str = typer.Option(
+        "wheel",
+        "--tree",
+        help="Index each PyPI release as its wheel, its sdist (tests and docs "
+        "included, as a checkout has them), or both side by side.",
+    ),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="No per-row progress (skipped rows are still reported)."),
+):
     """Localization quality on real issues: Acc@k, Recall@k and MRR at file and function level.
 
     A row whose corpus cannot be built is reported on stderr, listed under "errors" and skipped.
@@ -553,9 +656,15 @@ def eval_cmd(dataset: Path = typer.Argument(..., help="JSONL in the shared/eval 
         err.print(f"[yellow]skipped[/] {escape(iid)} ({escape(cname)}): {escape(reason)}", highlight=False)
 
     try:
-        by_tree = evaluate_trees(dataset, trees, limit=limit, configs=configs,
-                                 progress=None if quiet else (lambda s: err.print(s, highlight=False, markup=False)),
-                                 repos=tuple(repo), on_error=on_error)
+        by_tree = evaluate_trees(
+            dataset,
+            trees,
+            limit=limit,
+            configs=configs,
+            progress=None if quiet else (lambda s: err.print(s, highlight=False, markup=False)),
+            repos=tuple(repo),
+            on_error=on_error,
+        )
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:  # unreadable dataset, a line that is not JSON
         err.print(f"[red]error:[/] cannot read {escape(str(dataset))}: {escape(str(e))}", highlight=False)
         raise typer.Exit(2) from None

@@ -1,7 +1,8 @@
 """Evaluation corpora: PyPI releases unpacked, or git commits checked out, so that they look like
 the repository.
 
-A row of the evaluation set (see the evaluation data's README, ``../shared/eval/README.md`` beside the project) names its corpus as either
+A row of the evaluation set (see the evaluation data's README, ``../shared/eval/README.md`` beside the
+project) names its corpus as either
 
 * ``{"pypi": NAME, "version": V, "path_prefix": P, "mode": M}``: the wheel ``NAME==V`` unpacked,
   with every file ``f`` of the wheel at the repository path ``P + f``; or, in sdist mode
@@ -38,6 +39,7 @@ method zipfile lacks, a tar member cut short, a git blob a partial clone never f
 of the tree rather than failing it: the tree is built from everything else and the files left out
 are listed, with why, in ``TREE.unread.json`` beside it (:func:`unread_files`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -97,14 +99,23 @@ class CorpusError(RuntimeError):
 
 
 # what reading one member of an archive can raise when that member (not the disk) is at fault
-_UNREADABLE = (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, NotImplementedError, RuntimeError,
-               OSError, ValueError)
+_UNREADABLE = (
+    zipfile.BadZipFile,
+    tarfile.TarError,
+    zlib.error,
+    EOFError,
+    NotImplementedError,
+    RuntimeError,
+    OSError,
+    ValueError,
+)
 _CHUNK = 1 << 20
 
 
 def _copy_member(opener, dest: Path, name: str, unread: list[tuple[str, str]]) -> None:
     """Copy one archive member to ``dest``; a member that cannot be read is left out and listed in
     ``unread`` as (repository path, reason). Errors writing ``dest`` (a full disk) still fail the tree."""
+
     def read_error(exc: BaseException) -> None:
         dest.unlink(missing_ok=True)
         unread.append((name, _one_line(f"{type(exc).__name__}: {exc}", 300)))
@@ -156,7 +167,7 @@ def _canon_version(version: str) -> str:
     while len(release) > 1 and release[-1] == 0:
         release.pop()
     head = (f"{v.epoch}!" if v.epoch else "") + ".".join(map(str, release))
-    return head + str(v)[len(v.base_version):]  # pre/post/dev/local suffix unchanged
+    return head + str(v)[len(v.base_version) :]  # pre/post/dev/local suffix unchanged
 
 
 def _parse_dist_filename(filename: str) -> tuple[str, str, str] | None:
@@ -208,8 +219,19 @@ def _find_cached(wheels: Path, name: str, version: str, kind: str | None = None)
 
 
 def _pip_download(spec: str, dest: Path, extra: list[str]) -> tuple[bool, str]:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-           "--no-input", "-d", str(dest), *extra, spec]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--no-input",
+        "-d",
+        str(dest),
+        *extra,
+        spec,
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     except subprocess.TimeoutExpired:
@@ -278,8 +300,12 @@ def _download_sdist_simple(name: str, version: str, dest: Path) -> tuple[bool, s
         return ok, "" if ok else f"{url}: {exc}; {err}"
 
 
-def fetch_sdist(name: str, version: str, cache: Path | None = None,
-                download: Callable[[str, str, Path], tuple[bool, str]] | None = None) -> Path:
+def fetch_sdist(
+    name: str,
+    version: str,
+    cache: Path | None = None,
+    download: Callable[[str, str, Path], tuple[bool, str]] | None = None,
+) -> Path:
     """Path of the cached sdist of ``name==version`` (in ``CACHE/wheels/sdists``, or one dropped in
     ``CACHE/wheels``).
 
@@ -296,9 +322,11 @@ def fetch_sdist(name: str, version: str, cache: Path | None = None,
         ok, err = (download or _download_sdist_simple)(name, version, Path(tmp))
         got = _find_cached(Path(tmp), name, version, "sdist") if ok else None
         if got is None:
-            raise CorpusError(f"could not fetch the sdist of {name}=={version}: none in {wheels} and the download "
-                              f"failed ({_one_line(err or 'no sdist file was written', 300)}); to run offline, "
-                              f"put NAME-VERSION.tar.gz (or .zip) there")
+            raise CorpusError(
+                f"could not fetch the sdist of {name}=={version}: none in {wheels} and the download "
+                f"failed ({_one_line(err or 'no sdist file was written', 300)}); to run offline, "
+                f"put NAME-VERSION.tar.gz (or .zip) there"
+            )
         final = wheels / got.name
         os.replace(got, final)
     return final
@@ -494,8 +522,14 @@ def _reverse_apply(tree: Path, patch: str) -> tuple[bool, str]:
     if shutil.which("git"):
         env = _clean_git_env()
         env["GIT_CEILING_DIRECTORIES"] = str(tree.parent)  # never treat an enclosing repo as ours
-        proc = subprocess.run(["git", "apply", "-R", "--whitespace=nowarn", "-"], cwd=tree,
-                              input=data, capture_output=True, text=True, env=env)
+        proc = subprocess.run(
+            ["git", "apply", "-R", "--whitespace=nowarn", "-"],
+            cwd=tree,
+            input=data,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         if proc.returncode == 0:
             return True, ""
         return False, "git apply -R: " + (_one_line(proc.stderr) or f"exit {proc.returncode}")
@@ -537,15 +571,19 @@ _URL_RE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://|[\w.-]+@[\w.-]+:)")
 _FULL_SHA_RE = re.compile(r"^[0-9a-fA-F]{40}$")
 
 
-def _git(args: list[str], cwd: Path | None = None, timeout: float = 600, env_extra: dict | None = None,
-         input: str | None = None) -> subprocess.CompletedProcess:
+def _git(
+    args: list[str],
+    cwd: Path | None = None,
+    timeout: float = 600,
+    env_extra: dict | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess:
     env = _clean_git_env()
     if env_extra:
         env.update(env_extra)
     feed = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
     try:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                              timeout=timeout, **feed)
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout, **feed)
     except subprocess.TimeoutExpired as exc:
         raise CorpusError(f"git {args[0]} timed out after {timeout:.0f}s") from exc
     except OSError as exc:  # git not installed
@@ -605,8 +643,10 @@ def _find_commit(git_dir: Path, commit: str, is_clone: bool, source: str) -> str
     sha = _resolve_commit(git_dir, commit)
     if sha is None and is_clone:  # a commit newer than the clone, or only on a PR ref: fetch and retry
         _git(["--git-dir", str(git_dir), "fetch", "--quiet", "origin", commit], timeout=3600)
-        _git(["--git-dir", str(git_dir), "fetch", "--quiet", "--tags", "origin",
-              "+refs/heads/*:refs/heads/*"], timeout=3600)
+        _git(
+            ["--git-dir", str(git_dir), "fetch", "--quiet", "--tags", "origin", "+refs/heads/*:refs/heads/*"],
+            timeout=3600,
+        )
         sha = _resolve_commit(git_dir, commit)
     if sha is None:
         raise CorpusError(f"commit {commit} not found in {source}")
@@ -640,8 +680,12 @@ def _checkout(git_dir: Path, sha: str, dest: Path, prefix: str = "") -> list[tup
         unread: dict[str, str] = {}
         while proc.returncode != 0:
             lines = [ln.strip() for ln in (proc.stderr or "").splitlines() if ln.strip()]
-            bad = [(blob, path) for blob, path in entries if path not in unread and any(
-                blob in ln or re.search(rf"(?<![\w./-]){re.escape(path)}(?![\w./-])", ln) for ln in lines)]
+            bad = [
+                (blob, path)
+                for blob, path in entries
+                if path not in unread
+                and any(blob in ln or re.search(rf"(?<![\w./-]){re.escape(path)}(?![\w./-])", ln) for ln in lines)
+            ]
             if listed.returncode != 0 or not bad or len(unread) + len(bad) >= len(entries):
                 raise CorpusError(f"git checkout-index {sha[:12]} failed: {_git_err(proc)}")
             for blob, path in bad:
@@ -680,7 +724,8 @@ def _git_base(corpus: dict, prefix: str, cache: Path) -> tuple[str, Path, Any]:
         git_dir, ident, is_clone = locate()
         sha = _find_commit(git_dir, commit, is_clone, source)
     key = f"{_repo_name(source)}-{hashlib.sha256(ident.encode()).hexdigest()[:8]}-{sha[:12]}" + (
-        f"--{_slug(prefix.replace('/', '_'))}" if prefix else "")
+        f"--{_slug(prefix.replace('/', '_'))}" if prefix else ""
+    )
 
     def build(tmp: Path) -> list[tuple[str, str]]:
         git_dir, _, is_clone = locate()
@@ -703,15 +748,21 @@ def corpus_kind(row: dict) -> str:
             return "pypi"
         if corpus.get("git"):
             return "git"
-    raise CorpusError("no corpus: expected {\"pypi\": NAME, \"version\": V} or {\"git\": PATH_OR_URL, "
-                      f"\"commit\": SHA}}, got {json.dumps(corpus)[:200]}")
+    raise CorpusError(
+        'no corpus: expected {"pypi": NAME, "version": V} or {"git": PATH_OR_URL, '
+        f'"commit": SHA}}, got {json.dumps(corpus)[:200]}'
+    )
 
 
 TREES = ("wheel", "sdist")
 
 
-def materialize(row: dict, cache: Path | None = None, tree: str = "wheel",
-                download_sdist: Callable[[str, str, Path], tuple[bool, str]] | None = None) -> Path:
+def materialize(
+    row: dict,
+    cache: Path | None = None,
+    tree: str = "wheel",
+    download_sdist: Callable[[str, str, Path], tuple[bool, str]] | None = None,
+) -> Path:
     """Directory laid out like the repository for ``row`` (corpus file ``f`` at ``path_prefix + f``).
 
     ``tree="sdist"``: a PyPI corpus is the release's sdist instead of its wheel (top folder stripped,
@@ -740,7 +791,7 @@ def materialize(row: dict, cache: Path | None = None, tree: str = "wheel",
     elif tree == "sdist":
         name, version = str(corpus["pypi"]), str(corpus["version"])
         key = f"sdist-{_canon_name(name)}-{_slug(version)}"
-        base_final = trees / "sdist" / key[len("sdist-"):]
+        base_final = trees / "sdist" / key[len("sdist-") :]
         what = f"{name}=={version} (sdist)"
 
         def build_base(tmp: Path) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@
 
 Ranked lists are de-duplicated (first occurrence wins) before scoring.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence

@@ -7,6 +7,7 @@ the result's ``errors`` and the run goes on. A row whose snapshot has a file tha
 corrupt archive member, a blob a partial clone lacks, a file the indexer cannot open) keeps its place:
 it is scored on the other files, the files left out are listed in its row (``unread_files``) and the
 config's ``warnings``, and a warning says so."""
+
 from __future__ import annotations
 
 import logging
@@ -37,13 +38,24 @@ class Config:
 
 # the ablations show one piece each (rerank=False); only the default has the second stage
 CONFIGS: dict[str, Config] = {
-    "baseline": Config("baseline: windows + dense", windows=True,
-                       options=SearchOptions(lexical=False, exact=False, graph=False, demote_tests=False, demote_docs=False,
-                                             rerank=False)),
-    "capsules+dense": Config("capsules + dense", options=SearchOptions(lexical=False, exact=False, graph=False,
-                                                                       demote_tests=False, demote_docs=False, rerank=False)),
-    "bm25": Config("BM25 only", options=SearchOptions(exact=False, graph=False, demote_tests=False, demote_docs=False,
-                                                      rerank=False), dense=False),
+    "baseline": Config(
+        "baseline: windows + dense",
+        windows=True,
+        options=SearchOptions(
+            lexical=False, exact=False, graph=False, demote_tests=False, demote_docs=False, rerank=False
+        ),
+    ),
+    "capsules+dense": Config(
+        "capsules + dense",
+        options=SearchOptions(
+            lexical=False, exact=False, graph=False, demote_tests=False, demote_docs=False, rerank=False
+        ),
+    ),
+    "bm25": Config(
+        "BM25 only",
+        options=SearchOptions(exact=False, graph=False, demote_tests=False, demote_docs=False, rerank=False),
+        dense=False,
+    ),
     "hybrid": Config("hybrid (exact + BM25 + dense)", options=SearchOptions(graph=False, rerank=False)),
     "first-stage": Config("hybrid + graph, first stage only", options=SearchOptions(rerank=False)),
     "hybrid+graph": Config("hybrid + graph + re-ranker", options=SearchOptions()),
@@ -79,19 +91,20 @@ def _tree_index(tree: Path, windows: bool, settings: Settings, name_from: Path |
     whose repository name it keeps so that the update is incremental against the seed."""
     idx_dir = _index_dir(tree, windows)
     name = _index_dir(name_from or tree, windows).name.replace("+", "-")[:100]
-    return Index(tree, replace(settings, index_dir=idx_dir, parse_mode="windows" if windows else "capsules"),
-                 name=name)
+    return Index(tree, replace(settings, index_dir=idx_dir, parse_mode="windows" if windows else "capsules"), name=name)
 
 
-def open_corpus_index(row: dict, windows: bool, settings: Settings, tree_kind: str = "wheel",
-                      download_sdist: Callable | None = None) -> Index:
+def open_corpus_index(
+    row: dict, windows: bool, settings: Settings, tree_kind: str = "wheel", download_sdist: Callable | None = None
+) -> Index:
     """The index of ``row``'s corpus as ``tree_kind`` ('wheel' | 'sdist', see :func:`materialize`)."""
     tree = materialize(row, tree=tree_kind, download_sdist=download_sdist)
     idx_dir = _index_dir(tree, windows)
     if tree.parent.name == "reverted" and not settings.database_url:
         # index the release once, then each reverted tree starts from it and re-parses only the patched files
-        release = materialize({k: v for k, v in row.items() if k != "revert_patch"}, tree=tree_kind,
-                              download_sdist=download_sdist)
+        release = materialize(
+            {k: v for k, v in row.items() if k != "revert_patch"}, tree=tree_kind, download_sdist=download_sdist
+        )
         if not idx_dir.exists():
             rel = _tree_index(release, windows, settings)
             rel.update(embed=False)
@@ -111,8 +124,12 @@ def function_ranking(hits: list[Hit], ix: Index, capsule_ix: Index | None = None
             out.append(function_key(c.path, outermost_def(c, ix.capsule).qualname))
         elif c.kind == "window" and capsule_ix is not None:
             for fc in capsule_ix.store.file_capsules(capsule_ix.repo, c.path):
-                if fc.kind in ("function", "method") and fc.start_line <= c.end_line and fc.end_line >= c.start_line \
-                        and (fc.parent is None or ix_kind(capsule_ix, fc.parent) not in ("function", "method")):
+                if (
+                    fc.kind in ("function", "method")
+                    and fc.start_line <= c.end_line
+                    and fc.end_line >= c.start_line
+                    and (fc.parent is None or ix_kind(capsule_ix, fc.parent) not in ("function", "method"))
+                ):
                     out.append(function_key(fc.path, fc.qualname))
     return list(dict.fromkeys(out))
 
@@ -157,11 +174,18 @@ def _gold_missing(root: Path | None, gold_files: list[str]) -> list[str]:
     return [g for g in gold_files if not (Path(root) / g).is_file()]
 
 
-def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, ...] = (DEFAULT,),
-             settings: Settings | None = None, progress: Callable[[str], None] | None = None,
-             repos: tuple[str, ...] = (), on_error: Callable[[str, str, str], None] | None = None,
-             on_warning: Callable[[str, str, str], None] | None = None, tree: str = "wheel",
-             download_sdist: Callable[[str, str, Path], tuple[bool, str]] | None = None) -> dict:
+def evaluate(
+    dataset: str | Path,
+    limit: int | None = None,
+    configs: tuple[str, ...] = (DEFAULT,),
+    settings: Settings | None = None,
+    progress: Callable[[str], None] | None = None,
+    repos: tuple[str, ...] = (),
+    on_error: Callable[[str, str, str], None] | None = None,
+    on_warning: Callable[[str, str, str], None] | None = None,
+    tree: str = "wheel",
+    download_sdist: Callable[[str, str, Path], tuple[bool, str]] | None = None,
+) -> dict:
     """Run the configs over the dataset (rows of ``repos`` if given, then the first ``limit`` of them).
 
     ``tree``: index each PyPI release as its wheel (``"wheel"``) or as its sdist (``"sdist"``: tests and
@@ -260,33 +284,53 @@ def evaluate(dataset: str | Path, limit: int | None = None, configs: tuple[str, 
                 fn = rank_metrics(funcs, gold_funcs, KS)
                 per_func.append(fn)
                 rec["function"].append(fn)
-            rows_out.append({"instance_id": iid, "repo": row.get("repo"),
-                             "file_rank": _first_rank(files, gold_files),
-                             "function_rank": _first_rank(funcs, gold_funcs),
-                             "gold_file_ranks": _ranks(files, gold_files),
-                             "gold_function_ranks": _ranks(funcs, gold_funcs),
-                             "gold_missing": missing, "unread_files": unread})
+            rows_out.append(
+                {
+                    "instance_id": iid,
+                    "repo": row.get("repo"),
+                    "file_rank": _first_rank(files, gold_files),
+                    "function_rank": _first_rank(funcs, gold_funcs),
+                    "gold_file_ranks": _ranks(files, gold_files),
+                    "gold_function_ranks": _ranks(funcs, gold_funcs),
+                    "gold_missing": missing,
+                    "unread_files": unread,
+                }
+            )
             if unread:
                 shown = ", ".join(f"{d['path']} ({d['reason']})" for d in unread[:3])
-                message = (f"scored without {len(unread)} file{'s' if len(unread) != 1 else ''} of its snapshot "
-                           f"that could not be read: {shown}{', ...' if len(unread) > 3 else ''}")
+                message = (
+                    f"scored without {len(unread)} file{'s' if len(unread) != 1 else ''} of its snapshot "
+                    f"that could not be read: {shown}{', ...' if len(unread) > 3 else ''}"
+                )
                 warnings.append({"instance_id": iid, "warning": message, "unread_files": unread})
                 if on_warning is not None:
                     on_warning(cname, iid, message)
                 elif (iid, message) not in warned:
                     warned.add((iid, message))
                     log.warning("%s: %s", iid, message)
-            say(f"[{cname}{'' if tree == 'wheel' else ' ' + tree}] {i}/{len(rows)} {iid}: file acc@5={fm['acc@5']:.0f} "
-                f"func acc@10={fn['acc@10'] if fn else float('nan'):.0f} ({time.perf_counter() - t0:.1f}s)")
+            say(
+                f"[{cname}{'' if tree == 'wheel' else ' ' + tree}] {i}/{len(rows)} {iid}: file acc@5={fm['acc@5']:.0f} "
+                f"func acc@10={fn['acc@10'] if fn else float('nan'):.0f} ({time.perf_counter() - t0:.1f}s)"
+            )
         times.sort()
         results[cname] = {
-            "name": cfg.name, "tree": tree, "n": len(rows_out), "rows_total": len(rows), "skipped": len(errors),
-            "gold_missing": sum(1 for r in rows_out if r["gold_missing"]), "errors": errors,
-            "warnings": warnings, "file": _summary(per_file), "function": _summary(per_func),
-            "by_repo": {repo: {"n": len(v["file"]), "file": _summary(v["file"]), "function": _summary(v["function"])}
-                        for repo, v in sorted(by_repo.items())},
+            "name": cfg.name,
+            "tree": tree,
+            "n": len(rows_out),
+            "rows_total": len(rows),
+            "skipped": len(errors),
+            "gold_missing": sum(1 for r in rows_out if r["gold_missing"]),
+            "errors": errors,
+            "warnings": warnings,
+            "file": _summary(per_file),
+            "function": _summary(per_func),
+            "by_repo": {
+                repo: {"n": len(v["file"]), "file": _summary(v["file"]), "function": _summary(v["function"])}
+                for repo, v in sorted(by_repo.items())
+            },
             "query_ms_p50": round(1000 * times[len(times) // 2], 1) if times else None,
-            "index_seconds": round(index_s, 1), "rows": rows_out,
+            "index_seconds": round(index_s, 1),
+            "rows": rows_out,
         }
     return results
 
@@ -318,16 +362,20 @@ def _summary(per_row: list[dict]) -> dict:
 
 def markdown_table(results: dict) -> str:
     """One line per config; rows that were skipped are counted in their own column and under the table."""
-    lines = ["| config | n | skipped | file Acc@1 | @3 | @5 | @10 | file MRR | fn n | fn Acc@1 | fn Acc@5 | fn Acc@10 "
-             "| fn MRR |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| config | n | skipped | file Acc@1 | @3 | @5 | @10 | file MRR | fn n | fn Acc@1 | fn Acc@5 | fn Acc@10 "
+        "| fn MRR |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     notes = []
     for r in results.values():
         f, fn = r["file"], r["function"]
         skipped = r.get("skipped", 0)
-        lines.append(f"| {r['name']} | {r['n']} | {skipped} | {f.get('acc@1', '-')} | {f.get('acc@3', '-')} | "
-                     f"{f.get('acc@5', '-')} | {f.get('acc@10', '-')} | {f.get('mrr', '-')} | {fn.get('n', 0)} | "
-                     f"{fn.get('acc@1', '-')} | {fn.get('acc@5', '-')} | {fn.get('acc@10', '-')} | {fn.get('mrr', '-')} |")
+        lines.append(
+            f"| {r['name']} | {r['n']} | {skipped} | {f.get('acc@1', '-')} | {f.get('acc@3', '-')} | "
+            f"{f.get('acc@5', '-')} | {f.get('acc@10', '-')} | {f.get('mrr', '-')} | {fn.get('n', 0)} | "
+            f"{fn.get('acc@1', '-')} | {fn.get('acc@5', '-')} | {fn.get('acc@10', '-')} | {fn.get('mrr', '-')} |"
+        )
         if skipped:
             total = r.get("rows_total", r["n"] + skipped)
             ids = ", ".join(e["instance_id"] for e in r.get("errors", [])[:5])
@@ -336,17 +384,20 @@ def markdown_table(results: dict) -> str:
         warned = r.get("warnings") or []
         if warned:
             ids = ", ".join(w["instance_id"] for w in warned[:5]) + (", ..." if len(warned) > 5 else "")
-            notes.append(f"{r['name']}: {len(warned)} of {r['n']} rows scored without files that could not be "
-                         f"read ({ids})")
+            notes.append(
+                f"{r['name']}: {len(warned)} of {r['n']} rows scored without files that could not be read ({ids})"
+            )
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def markdown_trees(by_tree: dict) -> str:
     """The same configs on each tree kind, side by side: one line per config and tree, with the rows
     whose gold files are missing from the tree counted (they cannot be ranked)."""
-    lines = ["| config | tree | n | skipped | gold missing | file Acc@1 | @3 | @5 | @10 | file MRR | fn n | fn Acc@1 "
-             "| fn Acc@5 | fn Acc@10 | fn MRR |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| config | tree | n | skipped | gold missing | file Acc@1 | @3 | @5 | @10 | file MRR | fn n | fn Acc@1 "
+        "| fn Acc@5 | fn Acc@10 | fn MRR |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     notes = []
     configs = list(dict.fromkeys(c for results in by_tree.values() for c in results))
     for cname in configs:
@@ -355,15 +406,18 @@ def markdown_trees(by_tree: dict) -> str:
             if r is None:
                 continue
             f, fn = r["file"], r["function"]
-            lines.append(f"| {r['name']} | {tree} | {r['n']} | {r.get('skipped', 0)} | {r.get('gold_missing', 0)} | "
-                         f"{f.get('acc@1', '-')} | {f.get('acc@3', '-')} | {f.get('acc@5', '-')} | "
-                         f"{f.get('acc@10', '-')} | {f.get('mrr', '-')} | {fn.get('n', 0)} | {fn.get('acc@1', '-')} | "
-                         f"{fn.get('acc@5', '-')} | {fn.get('acc@10', '-')} | {fn.get('mrr', '-')} |")
+            lines.append(
+                f"| {r['name']} | {tree} | {r['n']} | {r.get('skipped', 0)} | {r.get('gold_missing', 0)} | "
+                f"{f.get('acc@1', '-')} | {f.get('acc@3', '-')} | {f.get('acc@5', '-')} | "
+                f"{f.get('acc@10', '-')} | {f.get('mrr', '-')} | {fn.get('n', 0)} | {fn.get('acc@1', '-')} | "
+                f"{fn.get('acc@5', '-')} | {fn.get('acc@10', '-')} | {fn.get('mrr', '-')} |"
+            )
             if r.get("skipped"):
                 ids = ", ".join(e["instance_id"] for e in r.get("errors", [])[:5])
                 more = ", ..." if r["skipped"] > 5 else ""
-                notes.append(f"{r['name']} ({tree}): {r['skipped']} of {r.get('rows_total')} rows skipped "
-                             f"({ids}{more})")
+                notes.append(
+                    f"{r['name']} ({tree}): {r['skipped']} of {r.get('rows_total')} rows skipped ({ids}{more})"
+                )
         scored = [{x["instance_id"] for x in res[cname]["rows"]} for res in by_tree.values() if cname in res]
         if len(scored) > 1 and len({frozenset(s) for s in scored}) > 1:
             notes.append(f"{cname}: {len(set.intersection(*scored))} rows scored on every tree")

@@ -1,5 +1,6 @@
 """Standard retrieval: exact mentions first, then reciprocal-rank fusion of lexical (BM25) and dense
 ranks, then graph expansion. Pure over an injected store and optional vector index."""
+
 from __future__ import annotations
 
 import math
@@ -17,18 +18,23 @@ from repoctx.tokens import base_forms, code_tokens
 from repoctx.types import Capsule, FileHit, Hit
 
 RRF_K = 60
-_TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*$|_tests?\.py$|(^|/)conftest\.py$"
-                        # other languages' conventions: Go/Rust/C _test files, JS/TS *.test.* / *.spec.* and
-                        # __tests__, Ruby specs, Java/Kotlin/C#/Swift *Test(s) classes
-                        r"|(^|/)(__tests__|__mocks__)/|_test\.(go|rs|c|cc|cpp|exs?)$|\.(test|spec)\.[cm]?[jt]sx?$"
-                        r"|(^|/)spec/.*_spec\.rb$|Tests?\.(java|kt|cs|swift)$")
+_TEST_PATH = re.compile(
+    r"(^|/)(tests?|testing)/|(^|/)test_[^/]*$|_tests?\.py$|(^|/)conftest\.py$"
+    # other languages' conventions: Go/Rust/C _test files, JS/TS *.test.* / *.spec.* and
+    # __tests__, Ruby specs, Java/Kotlin/C#/Swift *Test(s) classes
+    r"|(^|/)(__tests__|__mocks__)/|_test\.(go|rs|c|cc|cpp|exs?)$|\.(test|spec)\.[cm]?[jt]sx?$"
+    r"|(^|/)spec/.*_spec\.rb$|Tests?\.(java|kt|cs|swift)$"
+)
 _RUST_TEST_MODULE = re.compile(r"(^|\.)tests?\.")  # #[cfg(test)] mod tests { ... } inside a source file
 DOC_LANGUAGES = frozenset({"markdown", "rst", "text", "latex"})
 _DECLARATIONS = re.compile(r"\.d\.[cm]?ts$")  # TypeScript declaration files repeat the code's names
 _EXAMPLES = re.compile(r"(^|/)(examples?|samples?|demos?)/")  # code that uses the project, not the project
 # a question about the documentation or the typings themselves keeps them at full weight
-_ASKS_FOR_DOCS = re.compile(r"\b(docs?|documentation|documented|readme|changelog|changes file|release notes|guide|"
-                            r"tutorial|manual|typings?|type declarations?|d\.ts|examples?|samples?|demos?)\b", re.I)
+_ASKS_FOR_DOCS = re.compile(
+    r"\b(docs?|documentation|documented|readme|changelog|changes file|release notes|guide|"
+    r"tutorial|manual|typings?|type declarations?|d\.ts|examples?|samples?|demos?)\b",
+    re.I,
+)
 
 
 class DenseIndex(Protocol):
@@ -120,8 +126,7 @@ def exact_hits(store, query: str, scope: Scope) -> list[tuple[str, float, str]]:
         # ``db/backends/oracle/features.py`` is django/db/..., not django/contrib/gis/db/...: the fewer folders a
         # path has before what the question wrote, the better it matches
         path = split_id(cid)[1].rsplit("#", 1)[0]
-        extra = min((path.count("/") - f.count("/") for f in m.paths if path == f or path.endswith("/" + f)),
-                    default=0)
+        extra = min((path.count("/") - f.count("/") for f in m.paths if path == f or path.endswith("/" + f)), default=0)
         out[cid] = (max(out.get(cid, (0.0, ""))[0], 1.5 - 0.01 * min(extra, 9)), "path")
     return sorted(((cid, s, w) for cid, (s, w) in out.items()), key=lambda x: -x[1])
 
@@ -191,8 +196,15 @@ def _unit_kind(path: str, language: str, qualname: str) -> tuple[bool, bool]:
     return test, language in DOC_LANGUAGES or _declarations_or_examples(path)
 
 
-def search(store, query: str, opts: SearchOptions | None = None, dense_index: DenseIndex | None = None,
-           scope: Scope = EVERYTHING, limit: int | None = None, stats: dict | None = None) -> list[Hit]:
+def search(
+    store,
+    query: str,
+    opts: SearchOptions | None = None,
+    dense_index: DenseIndex | None = None,
+    scope: Scope = EVERYTHING,
+    limit: int | None = None,
+    stats: dict | None = None,
+) -> list[Hit]:
     """Every candidate, best first; ``limit``: only the first ``limit`` (the ranking is the same; ``stats``
     gets ``candidates``, how many there were). Each hit's ``why`` says which signals found it (rank and
     score), and any demotion or graph step."""
@@ -201,8 +213,15 @@ def search(store, query: str, opts: SearchOptions | None = None, dense_index: De
         return _search(store, query, opts or SearchOptions(), dense_index, scope, limit, stats)
 
 
-def _search(store, query: str, opts: SearchOptions, dense_index: DenseIndex | None, scope: Scope,
-            limit: int | None, stats: dict | None) -> list[Hit]:
+def _search(
+    store,
+    query: str,
+    opts: SearchOptions,
+    dense_index: DenseIndex | None,
+    scope: Scope,
+    limit: int | None,
+    stats: dict | None,
+) -> list[Hit]:
     ranks: list[tuple[str, dict[str, tuple[int, float]]]] = []  # per ranked signal: id -> (rank, score)
     why: dict[str, dict] = {}  # everything else a hit's explanation says (exact, demotions, graph)
     fused: dict[str, float] = {}
@@ -224,8 +243,11 @@ def _search(store, query: str, opts: SearchOptions, dense_index: DenseIndex | No
         # a long report's title: its words are few and often common, so the rarest-terms cut of the whole
         # text drops them and its vector is diluted; the title searched alone is one more ranked signal
         if opts.lexical:
-            add_rank("summary_lexical", store.lexical(query_terms(store, summary, opts.max_terms, scope), opts.pool,
-                                                      scope), w)
+            add_rank(
+                "summary_lexical",
+                store.lexical(query_terms(store, summary, opts.max_terms, scope), opts.pool, scope),
+                w,
+            )
         if opts.dense and dense_index is not None:
             add_rank("summary_dense", dense_index.search(summary, opts.pool, scope), w)
     exact: dict[str, float] = {}
@@ -266,15 +288,19 @@ def _search(store, query: str, opts: SearchOptions, dense_index: DenseIndex | No
     hits = []
     for cid in order[:limit]:
         # the explanation is put together only for the hits returned
-        explained = {signal: {"rank": rs[0], "score": round(float(rs[1]), 4)}
-                     for signal, got in ranks if (rs := got.get(cid)) is not None}
+        explained = {
+            signal: {"rank": rs[0], "score": round(float(rs[1]), 4)}
+            for signal, got in ranks
+            if (rs := got.get(cid)) is not None
+        }
         explained.update(why.get(cid, ()))
         hits.append(Hit(caps[cid], scored[cid], explained))
     return hits
 
 
-def expand_graph(store, scored: dict[str, float], caps: dict[str, Capsule], why: dict, opts: SearchOptions,
-                 scope: Scope) -> None:
+def expand_graph(
+    store, scored: dict[str, float], caps: dict[str, Capsule], why: dict, opts: SearchOptions, scope: Scope
+) -> None:
     """Callers and callees of the top hits join with a decayed share of their seed's score."""
     seeds = sorted(scored, key=lambda c: -scored[c])[: opts.graph_seeds]
     neighbours: dict[str, tuple[float, str, str]] = {}

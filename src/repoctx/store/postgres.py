@@ -11,6 +11,7 @@
 * Schema: created and upgraded only by ``migrate`` (``repoctx db migrate``); opening a store with an
   older schema is a clear error, never a migration on a request path.
 """
+
 from __future__ import annotations
 
 import json
@@ -119,20 +120,39 @@ _EXTENSIONS: dict[int, tuple[tuple[str, str], ...]] = {
 
 # what the in-memory reads are valid for (memory_bm25.py): rids are never reused, the counters move with
 # every write, the generation with every finished run
-_CONTENT_KEY = ("SELECT (SELECT max(rid) FROM repoctx_capsules), (SELECT coalesce(sum(n_docs), 0) FROM repoctx_repos), "
-                "(SELECT coalesce(sum(total_len), 0) FROM repoctx_repos), "
-                "(SELECT string_agg(repo || '=' || value, ',' ORDER BY repo) FROM repoctx_meta WHERE key = 'generation'), "
-                "(SELECT string_agg(name, ',' ORDER BY name) FROM repoctx_repos)")
+_CONTENT_KEY = (
+    "SELECT (SELECT max(rid) FROM repoctx_capsules), (SELECT coalesce(sum(n_docs), 0) FROM repoctx_repos), "
+    "(SELECT coalesce(sum(total_len), 0) FROM repoctx_repos), "
+    "(SELECT string_agg(repo || '=' || value, ',' ORDER BY repo) FROM repoctx_meta WHERE key = 'generation'), "
+    "(SELECT string_agg(name, ',' ORDER BY name) FROM repoctx_repos)"
+)
 
-_COLS = ("c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
-         "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent")
+_COLS = (
+    "c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
+    "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent"
+)
 
 
 def _row_to_capsule(r) -> Capsule:
-    return Capsule(id=r[0], repo=r[1] or "", path=r[2], language=r[3], kind=r[4], name=r[5], qualname=r[6],
-                   signature=r[7], params=json.loads(r[8] or "[]"), returns=r[9] or "", docstring=r[10] or "",
-                   decorators=json.loads(r[11] or "[]"), start_line=r[12], end_line=r[13], text=r[14],
-                   content_hash=r[15], parent=r[16])
+    return Capsule(
+        id=r[0],
+        repo=r[1] or "",
+        path=r[2],
+        language=r[3],
+        kind=r[4],
+        name=r[5],
+        qualname=r[6],
+        signature=r[7],
+        params=json.loads(r[8] or "[]"),
+        returns=r[9] or "",
+        docstring=r[10] or "",
+        decorators=json.loads(r[11] or "[]"),
+        start_line=r[12],
+        end_line=r[13],
+        text=r[14],
+        content_hash=r[15],
+        parent=r[16],
+    )
 
 
 def _schema_version(conn) -> int | None:
@@ -169,16 +189,19 @@ def require_extension(conn, name: str, why: str) -> None:
     if conn.execute("SELECT 1 FROM pg_extension WHERE extname = %s", (name,)).fetchone():
         return
     if not conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = %s", (name,)).fetchone():
-        raise StoreError(f"the PostgreSQL server does not have the extension {name} ({why} needs it): install it on "
-                         f"the server (for {name}: the postgresql-contrib package, or a managed PostgreSQL that offers "
-                         f"it), then run `repoctx db migrate` again")
+        raise StoreError(
+            f"the PostgreSQL server does not have the extension {name} ({why} needs it): install it on "
+            f"the server (for {name}: the postgresql-contrib package, or a managed PostgreSQL that offers "
+            f"it), then run `repoctx db migrate` again"
+        )
     try:
         with conn.transaction():
             conn.execute(f'CREATE EXTENSION IF NOT EXISTS "{name}"')
     except psycopg.Error as e:
-        raise StoreError(f"could not create the PostgreSQL extension {name} ({why} needs it): {type(e).__name__}: "
-                         f"{str(e).splitlines()[0]} (a superuser can run CREATE EXTENSION {name} in this database)") \
-            from None
+        raise StoreError(
+            f"could not create the PostgreSQL extension {name} ({why} needs it): {type(e).__name__}: "
+            f"{str(e).splitlines()[0]} (a superuser can run CREATE EXTENSION {name} in this database)"
+        ) from None
 
 
 def _tokens(text: str) -> list[str]:
@@ -190,8 +213,14 @@ def _tokens(text: str) -> list[str]:
 class PostgresStore(MemoryReads):
     backend = "postgres"
 
-    def __init__(self, url: str, min_size: int = 1, max_size: int = 8, memory_lexical: bool = False,
-                 connect_timeout: float | None = None):
+    def __init__(
+        self,
+        url: str,
+        min_size: int = 1,
+        max_size: int = 8,
+        memory_lexical: bool = False,
+        connect_timeout: float | None = None,
+    ):
         import psycopg
         from pgvector.psycopg import register_vector
 
@@ -206,11 +235,15 @@ class PostgresStore(MemoryReads):
         if version is None:
             raise StoreError("the database has no repoctx schema: run `repoctx db migrate`")
         if version < PG_SCHEMA_VERSION:
-            raise StoreError(f"the database schema is at version {version}, this repoctx needs {PG_SCHEMA_VERSION}: "
-                             "run `repoctx db migrate`")
+            raise StoreError(
+                f"the database schema is at version {version}, this repoctx needs {PG_SCHEMA_VERSION}: "
+                "run `repoctx db migrate`"
+            )
         if version > PG_SCHEMA_VERSION:
-            raise StoreError(f"the database schema (version {version}) is newer than this repoctx reads "
-                             f"({PG_SCHEMA_VERSION}): upgrade repoctx")
+            raise StoreError(
+                f"the database schema (version {version}) is newer than this repoctx reads "
+                f"({PG_SCHEMA_VERSION}): upgrade repoctx"
+            )
 
         def configure(conn) -> None:
             register_vector(conn)
@@ -220,8 +253,15 @@ class PostgresStore(MemoryReads):
 
         # connect_timeout: how long a caller waits for the database before the pool gives up (an outage is
         # then an error the service answers 503, and the pool reconnects by itself when the database is back)
-        self.pool = connection_pool(url, timeout=connect_timeout, min_size=min_size, max_size=max_size,
-                                    configure=configure, kwargs={"autocommit": True}, name="repoctx-store")
+        self.pool = connection_pool(
+            url,
+            timeout=connect_timeout,
+            min_size=min_size,
+            max_size=max_size,
+            configure=configure,
+            kwargs={"autocommit": True},
+            name="repoctx-store",
+        )
         self._init_memory(memory_lexical)  # long-lived processes: BM25 and units in memory (memory_bm25.py)
         self._held = threading.local()  # the connection a search holds (reading())
 
@@ -265,8 +305,11 @@ class PostgresStore(MemoryReads):
     # ---- repositories
     def register_repo(self, name: str, root: str) -> RepoRecord:
         check_repo_name(name)
-        self._q("INSERT INTO repoctx_repos(name, root, created) VALUES(%s,%s,%s) "
-                "ON CONFLICT (name) DO UPDATE SET root = EXCLUDED.root RETURNING name", (name, root, time.time()))
+        self._q(
+            "INSERT INTO repoctx_repos(name, root, created) VALUES(%s,%s,%s) "
+            "ON CONFLICT (name) DO UPDATE SET root = EXCLUDED.root RETURNING name",
+            (name, root, time.time()),
+        )
         rec = self.repo(name)
         if rec is None:  # dropped by another process in between
             raise StoreError(f"repository {name!r} was dropped while it was being registered")
@@ -288,8 +331,11 @@ class PostgresStore(MemoryReads):
 
     def repos(self, scope: Scope = EVERYTHING) -> list[RepoRecord]:
         # a repository dropped between the two reads is left out, not listed as None
-        return [r for (n,) in self._q("SELECT name FROM repoctx_repos ORDER BY name")
-                if scope.allows_repo(n) and (r := self.repo(n)) is not None]
+        return [
+            r
+            for (n,) in self._q("SELECT name FROM repoctx_repos ORDER BY name")
+            if scope.allows_repo(n) and (r := self.repo(n)) is not None
+        ]
 
     def repo_by_root(self, root: str) -> RepoRecord | None:
         rows = self._q("SELECT name FROM repoctx_repos WHERE root=%s ORDER BY created LIMIT 1", (root,))
@@ -305,8 +351,10 @@ class PostgresStore(MemoryReads):
 
     def paths(self, scope: Scope = EVERYTHING) -> list[tuple[str, str]]:
         where, args = self._scope(scope, "f")
-        return [tuple(r) for r in self._q(f"SELECT f.repo, f.path FROM repoctx_files f WHERE {where} "
-                                          "ORDER BY f.repo, f.path", args)]
+        return [
+            tuple(r)
+            for r in self._q(f"SELECT f.repo, f.path FROM repoctx_files f WHERE {where} ORDER BY f.repo, f.path", args)
+        ]
 
     def counts(self, scope: Scope = EVERYTHING) -> dict[str, int]:
         where, args = self._scope(scope)
@@ -314,11 +362,14 @@ class PostgresStore(MemoryReads):
         ewhere, eargs = self._scope(scope, "e", "src_path")
         with self._conn() as conn:
             q = lambda sql, a: conn.execute(sql, a).fetchone()[0]  # noqa: E731
-            return {"files": q(f"SELECT count(*) FROM repoctx_files f WHERE {fwhere}", fargs),
-                    "capsules": q(f"SELECT count(*) FROM repoctx_capsules c WHERE {where}", args),
-                    "edges": q(f"SELECT count(*) FROM repoctx_edges e WHERE {ewhere}", eargs),
-                    "resolved_edges": q(f"SELECT count(*) FROM repoctx_edges e WHERE e.dst IS NOT NULL AND {ewhere}",
-                                        eargs)}
+            return {
+                "files": q(f"SELECT count(*) FROM repoctx_files f WHERE {fwhere}", fargs),
+                "capsules": q(f"SELECT count(*) FROM repoctx_capsules c WHERE {where}", args),
+                "edges": q(f"SELECT count(*) FROM repoctx_edges e WHERE {ewhere}", eargs),
+                "resolved_edges": q(
+                    f"SELECT count(*) FROM repoctx_edges e WHERE e.dst IS NOT NULL AND {ewhere}", eargs
+                ),
+            }
 
     def capsules(self, ids: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not ids:
@@ -327,27 +378,42 @@ class PostgresStore(MemoryReads):
         if remembered is not None:
             return remembered
         where, args = self._scope(scope)
-        out = {r[0]: _row_to_capsule(r) for r in self._q(
-            f"SELECT {_COLS} FROM repoctx_capsules c WHERE c.id = ANY(%s) AND {where}", [list(set(ids))] + args)}
+        out = {
+            r[0]: _row_to_capsule(r)
+            for r in self._q(
+                f"SELECT {_COLS} FROM repoctx_capsules c WHERE c.id = ANY(%s) AND {where}", [list(set(ids))] + args
+            )
+        }
         return [out[i] for i in ids if i in out]
 
     def all_capsules(self, scope: Scope = EVERYTHING) -> list[Capsule]:
         where, args = self._scope(scope)
-        return [_row_to_capsule(r) for r in self._q(
-            f"SELECT {_COLS} FROM repoctx_capsules c WHERE {where} ORDER BY c.id COLLATE \"C\"", args)]
+        return [
+            _row_to_capsule(r)
+            for r in self._q(f'SELECT {_COLS} FROM repoctx_capsules c WHERE {where} ORDER BY c.id COLLATE "C"', args)
+        ]
 
     def all_edges(self, scope: Scope = EVERYTHING) -> list[tuple]:
         where, args = self._scope(scope, "e", "src_path")
-        return [tuple(r) for r in self._q(
-            f"SELECT e.src, e.kind, e.dst_name, e.dst FROM repoctx_edges e WHERE {where} "
-            "ORDER BY e.src COLLATE \"C\", e.kind COLLATE \"C\", e.dst_name COLLATE \"C\", e.dst COLLATE \"C\" NULLS FIRST",
-            args)]
+        return [
+            tuple(r)
+            for r in self._q(
+                f"SELECT e.src, e.kind, e.dst_name, e.dst FROM repoctx_edges e WHERE {where} "
+                'ORDER BY e.src COLLATE "C", e.kind COLLATE "C", e.dst_name COLLATE "C", e.dst COLLATE "C" NULLS FIRST',
+                args,
+            )
+        ]
 
     def file_capsules(self, repo: str, path: str, scope: Scope = EVERYTHING) -> list[Capsule]:
         where, args = self._scope(scope)
-        return [_row_to_capsule(r) for r in self._q(
-            f"SELECT {_COLS} FROM repoctx_capsules c WHERE c.repo=%s AND c.path=%s AND {where} "
-            "ORDER BY c.start_line, c.end_line DESC", [repo, path] + args)]
+        return [
+            _row_to_capsule(r)
+            for r in self._q(
+                f"SELECT {_COLS} FROM repoctx_capsules c WHERE c.repo=%s AND c.path=%s AND {where} "
+                "ORDER BY c.start_line, c.end_line DESC",
+                [repo, path] + args,
+            )
+        ]
 
     # BM25 statistics (document count, lengths, document frequencies) are those of the repositories the
     # scope names — what a store holding only them would give, as a single-repository SQLite index does —
@@ -363,10 +429,14 @@ class PostgresStore(MemoryReads):
         if remembered is not None:
             return remembered
         where, args = self._stats_filter(scope, "repo")
-        return {t: int(n) for t, n in self._q(
-            f"SELECT term, sum(df) FROM repoctx_term_df WHERE term = ANY(%s){where} "
-            "GROUP BY term HAVING sum(df) > 0",
-            [list(set(terms))] + args)}
+        return {
+            t: int(n)
+            for t, n in self._q(
+                f"SELECT term, sum(df) FROM repoctx_term_df WHERE term = ANY(%s){where} "
+                "GROUP BY term HAVING sum(df) > 0",
+                [list(set(terms))] + args,
+            )
+        }
 
     def n_capsules(self, scope: Scope = EVERYTHING) -> int:
         where, args = self._stats_filter(scope, "name")
@@ -390,19 +460,23 @@ class PostgresStore(MemoryReads):
         # one round trip: corpus statistics, idf per term, then the scored postings
         repo_where, repo_args = self._stats_filter(scope, "name")
         df_where, df_args = self._stats_filter(scope, "repo")
-        sql = (f"WITH st AS (SELECT coalesce(sum(n_docs), 0)::float8 AS n, coalesce(sum(total_len), 0)::float8 AS tl "
-               f"FROM repoctx_repos WHERE true{repo_where}), "
-               f"q AS (SELECT d.term, greatest(ln((st.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf "
-               f"FROM (SELECT term, sum(df)::float8 AS df FROM repoctx_term_df WHERE term = ANY(%s){df_where} "
-               f"GROUP BY term HAVING sum(df) > 0) d, st), "
-               f"avg AS (SELECT CASE WHEN n > 0 AND tl > 0 THEN tl / n ELSE 1 END AS dl FROM st) "
-               f"SELECT c2.id, s.score FROM (SELECT p.rid, sum(q.idf * p.wtf * {K1 + 1} / "
-               f"(p.wtf + {K1} * ({1 - B} + {B} * p.dl / avg.dl))) AS score "
-               f"FROM q JOIN repoctx_postings p ON p.term = q.term CROSS JOIN avg WHERE {where} "
-               f"GROUP BY p.rid ORDER BY score DESC {inner_limit}) s "
-               f"JOIN repoctx_capsules c2 ON c2.rid = s.rid WHERE {path_where} ORDER BY s.score DESC, c2.rid LIMIT %s")
+        sql = (
+            f"WITH st AS (SELECT coalesce(sum(n_docs), 0)::float8 AS n, coalesce(sum(total_len), 0)::float8 AS tl "
+            f"FROM repoctx_repos WHERE true{repo_where}), "
+            f"q AS (SELECT d.term, greatest(ln((st.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf "
+            f"FROM (SELECT term, sum(df)::float8 AS df FROM repoctx_term_df WHERE term = ANY(%s){df_where} "
+            f"GROUP BY term HAVING sum(df) > 0) d, st), "
+            f"avg AS (SELECT CASE WHEN n > 0 AND tl > 0 THEN tl / n ELSE 1 END AS dl FROM st) "
+            f"SELECT c2.id, s.score FROM (SELECT p.rid, sum(q.idf * p.wtf * {K1 + 1} / "
+            f"(p.wtf + {K1} * ({1 - B} + {B} * p.dl / avg.dl))) AS score "
+            f"FROM q JOIN repoctx_postings p ON p.term = q.term CROSS JOIN avg WHERE {where} "
+            f"GROUP BY p.rid ORDER BY score DESC {inner_limit}) s "
+            f"JOIN repoctx_capsules c2 ON c2.rid = s.rid WHERE {path_where} ORDER BY s.score DESC, c2.rid LIMIT %s"
+        )
         inner = [] if paths else [k]
-        return [(r[0], float(r[1])) for r in self._q(sql, repo_args + [terms] + df_args + args + inner + path_args + [k])]
+        return [
+            (r[0], float(r[1])) for r in self._q(sql, repo_args + [terms] + df_args + args + inner + path_args + [k])
+        ]
 
     # ---- BM25 and units in memory (long-lived processes): an accelerator, never the source of truth
     def _content_key(self) -> tuple:
@@ -424,7 +498,7 @@ class PostgresStore(MemoryReads):
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             key = tuple(conn.execute(_CONTENT_KEY).fetchone())
             with conn.cursor(name="repoctx_bm25") as cur:
-                cur.execute("SELECT term, rid, wtf, dl FROM repoctx_postings ORDER BY term COLLATE \"C\"")
+                cur.execute('SELECT term, rid, wtf, dl FROM repoctx_postings ORDER BY term COLLATE "C"')
                 last = ""  # no term is empty
                 while batch := cur.fetchmany(100_000):
                     for t, r, f, n in batch:
@@ -436,16 +510,19 @@ class PostgresStore(MemoryReads):
                         dl.append(n)
             units = conn.execute("SELECT rid, id FROM repoctx_capsules").fetchall()
         n_docs, total_len = float(key[1] or 0), float(key[2] or 0)
-        return MemoryBM25.from_postings(key, terms, rids, wtf, dl, n_docs, total_len / n_docs if n_docs else 1.0,
-                                        units, started, fold_case=False)
+        return MemoryBM25.from_postings(
+            key, terms, rids, wtf, dl, n_docs, total_len / n_docs if n_docs else 1.0, units, started, fold_case=False
+        )
 
     def _rowids_where(self, scope: Scope) -> list[int]:
         where, args = self._scope(scope)
         return [r[0] for r in self._q(f"SELECT c.rid FROM repoctx_capsules c WHERE {where}", args)]
 
     def _units_by_id(self, ids: list[str]) -> list[tuple[int, Capsule]]:
-        return [(r[0], _row_to_capsule(r[1:])) for r in self._q(
-            f"SELECT c.rid, {_COLS} FROM repoctx_capsules c WHERE c.id = ANY(%s)", [ids])]
+        return [
+            (r[0], _row_to_capsule(r[1:]))
+            for r in self._q(f"SELECT c.rid, {_COLS} FROM repoctx_capsules c WHERE c.id = ANY(%s)", [ids])
+        ]
 
     def _memory_covers(self, scope: Scope, key: tuple) -> tuple[bool, bool]:
         """Statistics are those of the scope's repositories: the whole database's only when the scope names
@@ -458,17 +535,27 @@ class PostgresStore(MemoryReads):
         if not names:
             return []
         where, args = self._scope(scope)
-        return [_row_to_capsule(r) for r in self._q(
-            f"SELECT {_COLS} FROM repoctx_capsules c WHERE (c.name = ANY(%s) OR c.qualname = ANY(%s)) "
-            f"AND c.kind != 'window' AND {where} ORDER BY c.id COLLATE \"C\"", [names, names] + args)]
+        return [
+            _row_to_capsule(r)
+            for r in self._q(
+                f"SELECT {_COLS} FROM repoctx_capsules c WHERE (c.name = ANY(%s) OR c.qualname = ANY(%s)) "
+                f"AND c.kind != 'window' AND {where} ORDER BY c.id COLLATE \"C\"",
+                [names, names] + args,
+            )
+        ]
 
     def name_counts(self, names: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
         if not names:
             return {}
         where, args = self._scope(scope)
-        return {n: int(c) for n, c in self._q(
-            f"SELECT c.name, count(*) FROM repoctx_capsules c WHERE c.name = ANY(%s) "
-            f"AND c.kind IN ('function', 'method', 'class') AND {where} GROUP BY c.name", [list(set(names))] + args)}
+        return {
+            n: int(c)
+            for n, c in self._q(
+                f"SELECT c.name, count(*) FROM repoctx_capsules c WHERE c.name = ANY(%s) "
+                f"AND c.kind IN ('function', 'method', 'class') AND {where} GROUP BY c.name",
+                [list(set(names))] + args,
+            )
+        }
 
     def by_path_suffix(self, fragments: list[str], scope: Scope = EVERYTHING) -> list[str]:
         where, args = self._scope(scope)
@@ -478,7 +565,9 @@ class PostgresStore(MemoryReads):
                 like = like_suffix(frag)
                 rows = conn.execute(
                     f"SELECT c.id FROM repoctx_capsules c WHERE c.kind = 'module' AND (c.path = %s OR c.path LIKE %s) "
-                    f"AND {where} ORDER BY length(c.path), c.id LIMIT 5", [frag, like] + args).fetchall()
+                    f"AND {where} ORDER BY length(c.path), c.id LIMIT 5",
+                    [frag, like] + args,
+                ).fetchall()
                 out.extend(r[0] for r in rows)
         return list(dict.fromkeys(out))
 
@@ -508,8 +597,10 @@ class PostgresStore(MemoryReads):
         else:  # both ends must be visible: the source, and the target when resolved
             s_where, s_args = self._scope(scope, "s")
             d_where, d_args = self._scope(scope, "d")
-            sql += (f" AND EXISTS (SELECT 1 FROM repoctx_capsules s WHERE s.id = e.src AND {s_where})"
-                    f" AND (e.dst IS NULL OR EXISTS (SELECT 1 FROM repoctx_capsules d WHERE d.id = e.dst AND {d_where}))")
+            sql += (
+                f" AND EXISTS (SELECT 1 FROM repoctx_capsules s WHERE s.id = e.src AND {s_where})"
+                f" AND (e.dst IS NULL OR EXISTS (SELECT 1 FROM repoctx_capsules d WHERE d.id = e.dst AND {d_where}))"
+            )
             args += s_args + d_args
         return [Edge(*r) for r in self._q(sql + " ORDER BY e.eid", args)]
 
@@ -522,12 +613,18 @@ class PostgresStore(MemoryReads):
         pre = postgres_filter(plan.prefilter, "t.text", plan.ignore_case)
         if pre is not None:
             where, args = f"{where} AND {pre[0]}", args + pre[1]
-        sql = (f"SELECT f.repo, f.path, t.hash, t.text FROM repoctx_files f JOIN repoctx_texts t ON t.repo = f.repo "
-               f"AND t.hash = f.text_hash WHERE {where} ORDER BY f.repo COLLATE \"C\", f.path COLLATE \"C\"")
+        sql = (
+            f"SELECT f.repo, f.path, t.hash, t.text FROM repoctx_files f JOIN repoctx_texts t ON t.repo = f.repo "
+            f'AND t.hash = f.text_hash WHERE {where} ORDER BY f.repo COLLATE "C", f.path COLLATE "C"'
+        )
         with self._conn() as conn, conn.transaction():
-            if pre is not None and conn.execute(
+            if (
+                pre is not None
+                and conn.execute(
                     f"SELECT count(*) > %s FROM repoctx_files f WHERE {scope_where} AND f.text_hash IS NOT NULL",
-                    [GREP_PATH_FIRST] + scope_args).fetchone()[0]:
+                    [GREP_PATH_FIRST] + scope_args,
+                ).fetchone()[0]
+            ):
                 # many files in scope: the trigram index first. The planner prices a scan of a few thousand texts
                 # as cheap, not seeing that LIKE detoasts each whole file (Django: a scan 180 ms, the GIN bitmap
                 # 80 ms); few files (a path glob): their texts first, as the planner would
@@ -544,8 +641,11 @@ class PostgresStore(MemoryReads):
         """The indexed text of one file (decoded, secrets redacted), or None when the scope hides it or the
         store holds none for it."""
         where, args = self._scope(scope, "f")
-        rows = self._q(f"SELECT t.text FROM repoctx_files f JOIN repoctx_texts t ON t.repo = f.repo AND t.hash = "
-                       f"f.text_hash WHERE f.repo=%s AND f.path=%s AND {where}", [repo, path] + args)
+        rows = self._q(
+            f"SELECT t.text FROM repoctx_files f JOIN repoctx_texts t ON t.repo = f.repo AND t.hash = "
+            f"f.text_hash WHERE f.repo=%s AND f.path=%s AND {where}",
+            [repo, path] + args,
+        )
         return rows[0][0] if rows else None
 
     # ---- dense
@@ -571,11 +671,16 @@ class PostgresStore(MemoryReads):
         if _EMBEDS_EVERY_KIND:
             totals = dict(self._q("SELECT name, n_docs FROM repoctx_repos WHERE name = ANY(%s)", (repos,)))
         else:  # some kind is not embedded: count what is
-            totals = dict(self._q("SELECT repo, count(*) FROM repoctx_capsules WHERE repo = ANY(%s) AND kind = ANY(%s) "
-                                  "GROUP BY repo", (repos, list(EMBED_KINDS))))
+            totals = dict(
+                self._q(
+                    "SELECT repo, count(*) FROM repoctx_capsules WHERE repo = ANY(%s) AND kind = ANY(%s) GROUP BY repo",
+                    (repos, list(EMBED_KINDS)),
+                )
+            )
         by_repo: dict[str, dict[str, int]] = {}
-        for repo, m, n in self._q("SELECT repo, model, count(*) FROM repoctx_vectors WHERE repo = ANY(%s) "
-                                  "GROUP BY repo, model", (repos,)):
+        for repo, m, n in self._q(
+            "SELECT repo, model, count(*) FROM repoctx_vectors WHERE repo = ANY(%s) GROUP BY repo, model", (repos,)
+        ):
             by_repo.setdefault(repo, {})[m] = int(n)
         out = {}
         for repo in repos:
@@ -600,8 +705,10 @@ class PostgresStore(MemoryReads):
             dist = f"(v.embedding::vector({dim})) <=> (%s::vector({dim}))"
         else:  # an expression the HNSW index cannot serve: an exact scan of the scope's rows
             dist = "(v.embedding <=> %s) + 0"
-        sql = (f"SELECT c.id, 1 - ({dist}) AS sim FROM repoctx_vectors v JOIN repoctx_capsules c ON c.rid = v.rid "
-               f"WHERE v.model = %s AND {dim_sql} AND {where} ORDER BY {dist} LIMIT %s")
+        sql = (
+            f"SELECT c.id, 1 - ({dist}) AS sim FROM repoctx_vectors v JOIN repoctx_capsules c ON c.rid = v.rid "
+            f"WHERE v.model = %s AND {dim_sql} AND {where} ORDER BY {dist} LIMIT %s"
+        )
         rows = self._q(sql, [vec, model] + args + [vec, k])
         return [(r[0], float(r[1])) for r in rows]
 
@@ -632,8 +739,9 @@ class PostgresRepoWriter:
             self.conn = conn
             try:
                 with conn.transaction():
-                    self._cold = not conn.execute("SELECT EXISTS (SELECT 1 FROM repoctx_files WHERE repo=%s)",
-                                                  (self.repo,)).fetchone()[0]
+                    self._cold = not conn.execute(
+                        "SELECT EXISTS (SELECT 1 FROM repoctx_files WHERE repo=%s)", (self.repo,)
+                    ).fetchone()[0]
                     yield
                     self._flush()
             finally:
@@ -686,28 +794,35 @@ class PostgresRepoWriter:
                     batch.append((key, text))
                     size += len(text)
                 if batch and (key is None or size > 8 << 20):
-                    conn.execute("INSERT INTO repoctx_texts(repo, hash, text) SELECT %s, h, t FROM unnest(%s::text[], "
-                                 "%s::text[]) AS x(h, t) ON CONFLICT (repo, hash) DO NOTHING",
-                                 (self.repo, [b[0] for b in batch], [b[1] for b in batch]))
+                    conn.execute(
+                        "INSERT INTO repoctx_texts(repo, hash, text) SELECT %s, h, t FROM unnest(%s::text[], "
+                        "%s::text[]) AS x(h, t) ON CONFLICT (repo, hash) DO NOTHING",
+                        (self.repo, [b[0] for b in batch], [b[1] for b in batch]),
+                    )
                     batch, size = [], 0
             self._texts = {}
         if self._files:
-            with conn.cursor().copy("COPY repoctx_files(repo, path, language, size, mtime_ns, hash, module, imports, "
-                                    "method, note, text_hash) FROM STDIN") as cp:
+            with conn.cursor().copy(
+                "COPY repoctx_files(repo, path, language, size, mtime_ns, hash, module, imports, "
+                "method, note, text_hash) FROM STDIN"
+            ) as cp:
                 for r in self._files:
                     cp.write_row(r)
         if self._caps:
-            with conn.cursor().copy("COPY repoctx_capsules(rid, id, repo, path, language, kind, name, qualname, "
-                                    "signature, params, returns, docstring, decorators, start_line, end_line, text, "
-                                    "content_hash, parent, module, dl) FROM STDIN") as cp:
+            with conn.cursor().copy(
+                "COPY repoctx_capsules(rid, id, repo, path, language, kind, name, qualname, "
+                "signature, params, returns, docstring, decorators, start_line, end_line, text, "
+                "content_hash, parent, module, dl) FROM STDIN"
+            ) as cp:
                 for r in self._caps:
                     cp.write_row(r)
         if self._post:  # COPY text written whole: terms are [a-z0-9_] and repository names have no tabs
             with conn.cursor().copy("COPY repoctx_postings(term, rid, repo, wtf, dl) FROM STDIN") as cp:
                 cp.write("\n".join(self._post) + "\n")
         if self._edges:
-            with conn.cursor().copy("COPY repoctx_edges(repo, src, kind, dst_name, dst_key, dst, src_path) "
-                                    "FROM STDIN") as cp:
+            with conn.cursor().copy(
+                "COPY repoctx_edges(repo, src, kind, dst_name, dst_key, dst, src_path) FROM STDIN"
+            ) as cp:
                 for r in self._edges:
                     cp.write_row(r)
         self._apply_counts(conn, self._df, self._docs, self._len)
@@ -717,27 +832,38 @@ class PostgresRepoWriter:
     def _apply_counts(self, conn, df: Counter, docs: int, length: float) -> None:
         if df:
             terms = sorted(t for t, d in df.items() if d)  # sorted: concurrent writers lock rows in one order
-            conn.execute("INSERT INTO repoctx_term_df(repo, term, df) SELECT %s, t, d FROM unnest(%s::text[], "
-                         "%s::bigint[]) AS x(t, d) ON CONFLICT (repo, term) DO UPDATE SET df = repoctx_term_df.df + "
-                         "EXCLUDED.df", (self.repo, terms, [df[t] for t in terms]))
+            conn.execute(
+                "INSERT INTO repoctx_term_df(repo, term, df) SELECT %s, t, d FROM unnest(%s::text[], "
+                "%s::bigint[]) AS x(t, d) ON CONFLICT (repo, term) DO UPDATE SET df = repoctx_term_df.df + "
+                "EXCLUDED.df",
+                (self.repo, terms, [df[t] for t in terms]),
+            )
         if docs or length:
-            conn.execute("UPDATE repoctx_repos SET n_docs = n_docs + %s, total_len = total_len + %s WHERE name=%s",
-                         (docs, length, self.repo))
+            conn.execute(
+                "UPDATE repoctx_repos SET n_docs = n_docs + %s, total_len = total_len + %s WHERE name=%s",
+                (docs, length, self.repo),
+            )
 
     def _next_rid(self) -> int:
         if not self._rids:
-            rows = self.tx().execute("SELECT nextval('repoctx_capsules_rid_seq') FROM generate_series(1, 1000)").fetchall()
+            rows = (
+                self.tx().execute("SELECT nextval('repoctx_capsules_rid_seq') FROM generate_series(1, 1000)").fetchall()
+            )
             self._rids = [r[0] for r in rows][::-1]
         return self._rids.pop()
 
     # ---- reads of the repository's own state
     def files(self) -> dict[str, FileRecord]:
         with self._c() as conn:
-            rows = conn.execute("SELECT path, language, size, mtime_ns, hash, module, imports, method, note, text_hash "
-                                "FROM repoctx_files WHERE repo=%s", (self.repo,)).fetchall()
-        return {r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), r[7], r[8] or "",
-                                 r[9] or "")
-                for r in rows}
+            rows = conn.execute(
+                "SELECT path, language, size, mtime_ns, hash, module, imports, method, note, text_hash "
+                "FROM repoctx_files WHERE repo=%s",
+                (self.repo,),
+            ).fetchall()
+        return {
+            r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6] or "{}"), r[7], r[8] or "", r[9] or "")
+            for r in rows
+        }
 
     def meta(self, key: str) -> str | None:
         with self._c() as conn:
@@ -746,27 +872,50 @@ class PostgresRepoWriter:
 
     def set_meta(self, key: str, value: str) -> None:
         with self._c() as conn:
-            conn.execute("INSERT INTO repoctx_meta VALUES(%s,%s,%s) ON CONFLICT (repo, key) DO UPDATE SET "
-                         "value = EXCLUDED.value", (self.repo, key, value))
+            conn.execute(
+                "INSERT INTO repoctx_meta VALUES(%s,%s,%s) ON CONFLICT (repo, key) DO UPDATE SET "
+                "value = EXCLUDED.value",
+                (self.repo, key, value),
+            )
 
     # ---- writes
     def clear(self) -> None:
         with self._c() as conn:
-            for table in ("repoctx_postings", "repoctx_capsules", "repoctx_edges", "repoctx_files", "repoctx_term_df",
-                          "repoctx_texts"):
+            for table in (
+                "repoctx_postings",
+                "repoctx_capsules",
+                "repoctx_edges",
+                "repoctx_files",
+                "repoctx_term_df",
+                "repoctx_texts",
+            ):
                 conn.execute(f"DELETE FROM {table} WHERE repo=%s", (self.repo,))
             conn.execute("UPDATE repoctx_repos SET n_docs = 0, total_len = 0 WHERE name=%s", (self.repo,))
 
-    def put_file(self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str],
-                 text: str | None = None) -> None:
+    def put_file(
+        self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str], text: str | None = None
+    ) -> None:
         if not self._cold:
             self.delete_file(rec.path)
         key = None
         if text is not None:
             key = text_key(text)
             self._texts[key] = text
-        self._files.append((self.repo, rec.path, rec.language, rec.size, rec.mtime_ns, rec.hash, rec.module,
-                            json.dumps(rec.imports), rec.method, rec.note, key))
+        self._files.append(
+            (
+                self.repo,
+                rec.path,
+                rec.language,
+                rec.size,
+                rec.mtime_ns,
+                rec.hash,
+                rec.module,
+                json.dumps(rec.imports),
+                rec.method,
+                rec.note,
+                key,
+            )
+        )
         for c in capsules:
             rid = self._next_rid()
             cols = (c.name, c.qualname, c.path, c.signature, c.docstring, lexical_bodies.get(c.id, c.text)[:200_000])
@@ -777,9 +926,30 @@ class PostgresRepoWriter:
                 dl += len(toks)
                 for t in toks:
                     tf[t] = tf.get(t, 0.0) + weight
-            self._caps.append((rid, c.id, self.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature,
-                               json.dumps(c.params), c.returns, c.docstring, json.dumps(c.decorators), c.start_line,
-                               c.end_line, c.text, c.content_hash, c.parent, rec.module, float(dl)))
+            self._caps.append(
+                (
+                    rid,
+                    c.id,
+                    self.repo,
+                    c.path,
+                    c.language,
+                    c.kind,
+                    c.name,
+                    c.qualname,
+                    c.signature,
+                    json.dumps(c.params),
+                    c.returns,
+                    c.docstring,
+                    json.dumps(c.decorators),
+                    c.start_line,
+                    c.end_line,
+                    c.text,
+                    c.content_hash,
+                    c.parent,
+                    rec.module,
+                    float(dl),
+                )
+            )
             tail = f"\t{rid}\t{self.repo}\t"
             self._post.extend(f"{t}{tail}{w:g}\t{dl}" for t, w in tf.items())
             self._df.update(tf.keys())
@@ -789,7 +959,9 @@ class PostgresRepoWriter:
     def put_text(self, path: str, text: str) -> None:
         key = text_key(text)
         with self._c() as conn:
-            old = conn.execute("SELECT text_hash FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path)).fetchone()
+            old = conn.execute(
+                "SELECT text_hash FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path)
+            ).fetchone()
             if old is None or old[0] == key:
                 return
             self._texts[key] = text
@@ -800,13 +972,18 @@ class PostgresRepoWriter:
         """Drop a text no file of the repository refers to any more (a text still waiting in the buffer is
         written by the next flush whatever happens here)."""
         if key:
-            conn.execute("DELETE FROM repoctx_texts t WHERE t.repo=%s AND t.hash=%s AND NOT EXISTS (SELECT 1 FROM "
-                         "repoctx_files f WHERE f.repo=%s AND f.text_hash=%s)", (self.repo, key, self.repo, key))
+            conn.execute(
+                "DELETE FROM repoctx_texts t WHERE t.repo=%s AND t.hash=%s AND NOT EXISTS (SELECT 1 FROM "
+                "repoctx_files f WHERE f.repo=%s AND f.text_hash=%s)",
+                (self.repo, key, self.repo, key),
+            )
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
         with self._c() as conn:
-            conn.execute("UPDATE repoctx_files SET size=%s, mtime_ns=%s WHERE repo=%s AND path=%s",
-                         (size, mtime_ns, self.repo, path))
+            conn.execute(
+                "UPDATE repoctx_files SET size=%s, mtime_ns=%s WHERE repo=%s AND path=%s",
+                (size, mtime_ns, self.repo, path),
+            )
 
     def delete_file(self, path: str) -> None:
         if self.conn is None:
@@ -814,19 +991,27 @@ class PostgresRepoWriter:
         if any(f[1] == path for f in self._files):
             self._flush()
         conn = self.conn
-        old = conn.execute("SELECT text_hash FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path)).fetchone()
-        gone = conn.execute("SELECT count(*), coalesce(sum(dl), 0) FROM repoctx_capsules WHERE repo=%s AND path=%s",
-                            (self.repo, path)).fetchall()[0]  # an aggregate: always one row
+        old = conn.execute(
+            "SELECT text_hash FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path)
+        ).fetchone()
+        gone = conn.execute(
+            "SELECT count(*), coalesce(sum(dl), 0) FROM repoctx_capsules WHERE repo=%s AND path=%s", (self.repo, path)
+        ).fetchall()[0]  # an aggregate: always one row
         if not gone[0]:
             conn.execute("DELETE FROM repoctx_edges WHERE repo=%s AND src_path=%s", (self.repo, path))
             conn.execute("DELETE FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path))
             if old is not None:
                 self._release_text(conn, old[0])
             return
-        dfs = conn.execute("SELECT p.term, count(*) FROM repoctx_postings p JOIN repoctx_capsules c ON c.rid = p.rid "
-                           "WHERE c.repo=%s AND c.path=%s GROUP BY p.term", (self.repo, path)).fetchall()
-        conn.execute("DELETE FROM repoctx_postings WHERE rid IN (SELECT rid FROM repoctx_capsules WHERE repo=%s "
-                     "AND path=%s)", (self.repo, path))
+        dfs = conn.execute(
+            "SELECT p.term, count(*) FROM repoctx_postings p JOIN repoctx_capsules c ON c.rid = p.rid "
+            "WHERE c.repo=%s AND c.path=%s GROUP BY p.term",
+            (self.repo, path),
+        ).fetchall()
+        conn.execute(
+            "DELETE FROM repoctx_postings WHERE rid IN (SELECT rid FROM repoctx_capsules WHERE repo=%s AND path=%s)",
+            (self.repo, path),
+        )
         conn.execute("DELETE FROM repoctx_capsules WHERE repo=%s AND path=%s", (self.repo, path))
         conn.execute("DELETE FROM repoctx_edges WHERE repo=%s AND src_path=%s", (self.repo, path))
         conn.execute("DELETE FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path))
@@ -844,15 +1029,22 @@ class PostgresRepoWriter:
     # ---- lookups for incremental resolution
     def cands_by_name(self, name: str) -> list[tuple]:
         with self._c() as conn:
-            return [tuple(r) for r in conn.execute(
-                "SELECT id, path, qualname, kind, module FROM repoctx_capsules WHERE name=%s AND repo=%s "
-                "AND kind NOT IN ('module','window') ORDER BY id COLLATE \"C\"", (name, self.repo)).fetchall()]
+            return [
+                tuple(r)
+                for r in conn.execute(
+                    "SELECT id, path, qualname, kind, module FROM repoctx_capsules WHERE name=%s AND repo=%s "
+                    "AND kind NOT IN ('module','window') ORDER BY id COLLATE \"C\"",
+                    (name, self.repo),
+                ).fetchall()
+            ]
 
     def module_cand(self, key: str) -> tuple | None:
         with self._c() as conn:
-            r = conn.execute("SELECT id, path, qualname, kind, module FROM repoctx_capsules WHERE repo=%s AND "
-                             "kind='module' AND (qualname=%s OR path=%s) ORDER BY id COLLATE \"C\" LIMIT 1",
-                             (self.repo, key, key)).fetchone()
+            r = conn.execute(
+                "SELECT id, path, qualname, kind, module FROM repoctx_capsules WHERE repo=%s AND "
+                "kind='module' AND (qualname=%s OR path=%s) ORDER BY id COLLATE \"C\" LIMIT 1",
+                (self.repo, key, key),
+            ).fetchone()
         return tuple(r) if r else None
 
     def edges_needing(self, keys: set[str], dsts: set[str], exclude_paths: set[str]) -> list[tuple]:
@@ -860,25 +1052,32 @@ class PostgresRepoWriter:
             rows = conn.execute(
                 "SELECT eid, src, kind, dst_name, dst, src_path FROM repoctx_edges "
                 "WHERE repo=%s AND kind != 'contains' "
-                "AND (dst_key = ANY(%s) OR dst = ANY(%s))", (self.repo, sorted(keys), sorted(dsts))).fetchall()
+                "AND (dst_key = ANY(%s) OR dst = ANY(%s))",
+                (self.repo, sorted(keys), sorted(dsts)),
+            ).fetchall()
         return [tuple(r) for r in rows if r[5] not in exclude_paths]
 
     def bases_of(self, ids: list[str]) -> dict[str, list[tuple[str, str, str]]]:
         out: dict[str, list[tuple[str, str, str]]] = {}
         with self._c() as conn:
             for src, dst, path, qual in conn.execute(
-                    "SELECT e.src, e.dst, c.path, c.qualname FROM repoctx_edges e JOIN repoctx_capsules c ON c.id = e.dst "
-                    "WHERE e.repo=%s AND e.kind='inherits' AND e.src = ANY(%s) ORDER BY e.eid",
-                    (self.repo, sorted(set(ids)))).fetchall():
+                "SELECT e.src, e.dst, c.path, c.qualname FROM repoctx_edges e JOIN repoctx_capsules c ON c.id = e.dst "
+                "WHERE e.repo=%s AND e.kind='inherits' AND e.src = ANY(%s) ORDER BY e.eid",
+                (self.repo, sorted(set(ids))),
+            ).fetchall():
                 out.setdefault(src, []).append((dst, path, qual))
         return out
 
     def capsule_rows(self, path: str) -> list[tuple]:
         with self._c() as conn:
-            return [tuple(r) for r in conn.execute(
-                "SELECT id, path, qualname, kind, module, language, name FROM repoctx_capsules "
-                "WHERE repo=%s AND path=%s",
-                (self.repo, path)).fetchall()]
+            return [
+                tuple(r)
+                for r in conn.execute(
+                    "SELECT id, path, qualname, kind, module, language, name FROM repoctx_capsules "
+                    "WHERE repo=%s AND path=%s",
+                    (self.repo, path),
+                ).fetchall()
+            ]
 
     # ---- vectors: only what lacks a vector of the model is embedded; each batch commits on its own
     def embed_rows(self, model: str) -> tuple[list[EmbedRow], bool]:
@@ -886,7 +1085,9 @@ class PostgresRepoWriter:
             rows = conn.execute(
                 "SELECT c.id, c.path, c.qualname, c.signature, c.docstring, c.text FROM repoctx_capsules c "
                 "LEFT JOIN repoctx_vectors v ON v.rid = c.rid AND v.model = %s WHERE c.repo = %s AND c.kind = ANY(%s) "
-                "AND v.rid IS NULL ORDER BY c.id COLLATE \"C\"", (model, self.repo, list(EMBED_KINDS))).fetchall()
+                'AND v.rid IS NULL ORDER BY c.id COLLATE "C"',
+                (model, self.repo, list(EMBED_KINDS)),
+            ).fetchall()
         return [EmbedRow(*r) for r in rows], False
 
     def vector_sink(self, model: str, dim: int, whole: bool) -> PgVectorSink:
@@ -908,12 +1109,17 @@ class PgVectorSink:
             raise StoreError(f"vectors of dimension {matrix.shape[1]} given for a {self.dim}-dimensional model")
         with self.store.pool.connection() as conn, conn.transaction():
             rid = dict(conn.execute("SELECT id, rid FROM repoctx_capsules WHERE id = ANY(%s)", (ids,)).fetchall())
-            rows = [(rid[i], self.repo, self.model, Vector(np.asarray(v, dtype=np.float32)))
-                    for i, v in zip(ids, matrix, strict=True) if i in rid]
+            rows = [
+                (rid[i], self.repo, self.model, Vector(np.asarray(v, dtype=np.float32)))
+                for i, v in zip(ids, matrix, strict=True)
+                if i in rid
+            ]
             with conn.cursor() as cur:
-                cur.executemany("INSERT INTO repoctx_vectors(rid, repo, model, embedding) VALUES(%s,%s,%s,%s) "
-                                "ON CONFLICT (rid) DO UPDATE SET model = EXCLUDED.model, embedding = EXCLUDED.embedding",
-                                rows)
+                cur.executemany(
+                    "INSERT INTO repoctx_vectors(rid, repo, model, embedding) VALUES(%s,%s,%s,%s) "
+                    "ON CONFLICT (rid) DO UPDATE SET model = EXCLUDED.model, embedding = EXCLUDED.embedding",
+                    rows,
+                )
 
     def finish(self) -> None:
         pass
