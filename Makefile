@@ -6,13 +6,7 @@ REPO ?= .
 QUESTION ?= where are call names resolved to capsules in the code graph?
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
-# ruff (lint, format) and mypy on src/ after the tests: `make test LINT=1` runs them (make's built-in LINT,
-# the C lint program, is replaced by 0 unless the command line or the environment sets it)
-ifeq ($(origin LINT),default)
-LINT := 0
-endif
-
-.PHONY: run test install index bench clean
+.PHONY: run test lint install index bench clean
 
 # the core alone (index, search, context, the CLI and the MCP server), at the exact versions of constraints.txt;
 # pyproject.toml declares the ranges, constraints.txt the versions CI installs
@@ -37,12 +31,17 @@ run: $(STAMP)
 	$(BIN)/repoctx index $(REPO)
 	$(BIN)/repoctx search "$(QUESTION)" --repo $(REPO) -k 10
 
-# tests/test_web.py drives Debian's chromium (playwright's own browser download is not reachable offline)
-test: $(TEST_STAMP)
+# ruff (lint and format, ruff.toml) and mypy (mypy.ini) on src/: part of `make test`, first, since they are quick
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check src
+	$(BIN)/ruff format --check src
+	$(BIN)/mypy
+
+# tests/test_web.py drives Debian's chromium (playwright's own browser download is not reachable offline);
+# tests/test_docs.py builds the docs site with `mkdocs build --strict`
+test: lint
 	@command -v chromium >/dev/null || (apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null)
 	$(BIN)/python -m pytest tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
-	@if [ "$(LINT)" = 1 ]; then set -x; $(BIN)/ruff check src && $(BIN)/ruff format --check src && $(BIN)/mypy src; \
-	else echo "ruff and mypy skipped (LINT=0; make test LINT=1 runs them)"; fi
 
 bench: $(STAMP)
 	$(BIN)/python bench/index_speed.py
