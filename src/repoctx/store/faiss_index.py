@@ -32,9 +32,13 @@ def quantize(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     m = np.asarray(matrix, dtype=np.float32)
     if m.ndim != 2:
         m = m.reshape(len(m), -1)
-    peak = np.abs(m).max(axis=1) if m.size else np.zeros(len(m), dtype=np.float32)
-    scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
-    q = np.clip(np.rint(m / scale[:, None]), -127, 127).astype(np.int8)
+    q = np.empty(m.shape, dtype=np.int8)
+    scale = np.empty(len(m), dtype=np.float32)
+    for i in range(0, len(m), _SCAN_ROWS):  # a block at a time: the float temporaries stay ~12 MiB
+        block = m[i : i + _SCAN_ROWS]
+        peak = np.abs(block).max(axis=1) if block.size else np.zeros(len(block), dtype=np.float32)
+        scale[i : i + _SCAN_ROWS] = np.where(peak > 0, peak / 127.0, 1.0)
+        q[i : i + _SCAN_ROWS] = np.clip(np.rint(block / scale[i : i + _SCAN_ROWS, None]), -127, 127)
     return q, scale
 
 
