@@ -138,7 +138,8 @@ def _text(node: Node | None, src: _Source) -> str:
 
 
 def _collapse(s: str, limit: int = 400) -> str:
-    s = _WS.sub(" ", s).strip()
+    # printable text holds no whitespace but the ASCII space (every str.isspace() character is unprintable)
+    s = s.strip() if s.isprintable() and "  " not in s else _WS.sub(" ", s).strip()
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
@@ -691,8 +692,9 @@ def _python_calls(callees: list[Node], spec: LangSpec, src: _Source, owner, rece
     """The calls of a Python file from their callee nodes, in the order of their calls: a call starts where its
     callee does, and of two calls starting at one byte the inner one has the shorter callee."""
     refs = []
+    text = src.text if src.ascii else None
     for node in sorted(callees, key=attrgetter("byte_range")):  # unordered
-        callee: str | None = _text(node, src)
+        callee: str | None = text[node.start_byte : node.end_byte] if text is not None else _text(node, src)
         if not _PLAIN_CALLEE.fullmatch(callee or ""):
             call = node.parent
             callee = _callee(call, spec, src) if call is not None else None
