@@ -278,6 +278,8 @@ def fill_vectors(
                 raise ValueError(f"cached vector for {model} has dimension {v.shape[0]}, model says {dim}")
             matrix[j] = v
         sink.add([rows[i].id for i in idx], matrix)
+        for h in ready:  # every row of these texts is handed over: the sink holds their vectors now
+            have.pop(h, None)
 
     hand_over(set(have))
     publish = getattr(sink, "publish", None)  # a sink that can show a partial set while the rest is embedded
