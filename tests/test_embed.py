@@ -250,7 +250,7 @@ def test_factory_missing_package_names_extra(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
     monkeypatch.delitem(__import__("sys").modules, "langchain_ollama", raising=False)
-    with pytest.raises(ImportError, match=r"repoctx\[ollama\].*langchain-ollama=="):
+    with pytest.raises(ImportError, match=r"repoctx\[ollama\].*langchain-ollama\)"):
         get_embedder("ollama:nomic-embed-text")
 
 
