@@ -286,6 +286,28 @@ class SQLiteStore(MemoryReads):
         db.executescript(_SCHEMA)
         db.execute("INSERT OR REPLACE INTO meta VALUES('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
 
+    WAL_KEEP = 16 << 20  # a write-ahead log larger than this is checkpointed and truncated after a write
+
+    def shrink_wal(self) -> bool:
+        """After a large write (a cold build is one transaction: Django's left a 101 MiB WAL beside a 93 MiB
+        index), copy the WAL into the database and truncate it. Never waits: with a reader in the middle of a read
+        the checkpoint is skipped (busy) and a later write tries again. True when the log was truncated."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        try:
+            if wal.stat().st_size <= self.WAL_KEEP:
+                return False
+        except OSError:
+            return False
+        db = self.db
+        db.execute("PRAGMA busy_timeout=0")
+        try:
+            busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.OperationalError:  # locked by another writer: the next write tries again
+            busy = 1
+        finally:
+            db.execute("PRAGMA busy_timeout=30000")
+        return not busy
+
     def close(self) -> None:
         with self._conns_lock:
             for conn in self._conns:
@@ -757,6 +779,7 @@ class SQLiteRepoWriter:
             raise
         self.db.execute("COMMIT")
         self._begin()
+        self.store.shrink_wal()
 
     def lock(self, kind: str = "index", wait: bool = True):
         return file_lock(self.store.dir / "locks" / f"{self.repo}.{kind}.lock", wait)
