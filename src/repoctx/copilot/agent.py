@@ -82,17 +82,6 @@ DEFAULT_TURN_TIMEOUT = 60.0
 # what an interrupted turn leaves in the history in place of the answer it never got, so roles alternate
 INTERRUPTED_NOTE = "(interrupted: no answer)"
 INTERRUPTED_TOOL = "interrupted: the turn ended before this tool returned"
-DEFAULT_TOOL_NAMES = (
-    "search_code",
-    "get_context",
-    "symbol",
-    "callers",
-    "callees",
-    "outline",
-    "grep",
-    "read_file",
-    "list_files",
-)
 
 SYSTEM_PROMPT = """You are the repoctx copilot. You answer questions about the code repository {repo} using \
 only what your tools return ({tools}).

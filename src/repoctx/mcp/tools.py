@@ -18,6 +18,7 @@ READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_h
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 Repo = Annotated[str, Field(description="Repository name (index_status lists them); empty: all of them.")]
+SymbolRef = Annotated[str, Field(description="A qualified name, a plain name, or a capsule id from an earlier result.")]
 Cursor = Annotated[
     str, Field(description="next_cursor from the previous page of the same call; empty for the first page.")
 ]
@@ -153,9 +154,7 @@ def tool_functions(run: Callable[..., CallToolResult]) -> list[Callable]:
         return run("outline", ctx, path=path, repo=repo, cursor=cursor)
 
     def callers(
-        symbol: Annotated[
-            str, Field(description="A qualified name, a plain name, or a capsule id from an earlier result.")
-        ],
+        symbol: SymbolRef,
         repo: Repo = "",
         cursor: Cursor = "",
         ctx: Context | None = None,
@@ -164,9 +163,7 @@ def tool_functions(run: Callable[..., CallToolResult]) -> list[Callable]:
         return run("callers", ctx, symbol=symbol, repo=repo, cursor=cursor)
 
     def callees(
-        symbol: Annotated[
-            str, Field(description="A qualified name, a plain name, or a capsule id from an earlier result.")
-        ],
+        symbol: SymbolRef,
         repo: Repo = "",
         cursor: Cursor = "",
         ctx: Context | None = None,
