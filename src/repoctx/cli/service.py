@@ -9,6 +9,7 @@ import json
 import logging
 import signal
 import threading
+from contextlib import closing
 from typing import Any
 
 import typer
@@ -45,6 +46,7 @@ def _settings():
 
 
 def _key_store():
+    """The service's key store (callers close it: `with closing(_key_store()) as ks`)."""
     from repoctx.service.auth import KeyStore
     from repoctx.service.db import NotMigrated, ServiceDB, service_db_target
 
@@ -235,13 +237,11 @@ def keys_add(
 ):
     """Create a key and print it once: only its hash is stored."""
     err = _consoles()[1]
-    ks = _key_store()
-    try:
-        key_id, key = ks.add_key(name, role)
-    except ValueError as e:
-        raise _fail(str(e)) from None
-    finally:
-        ks.close()
+    with closing(_key_store()) as ks:
+        try:
+            key_id, key = ks.add_key(name, role)
+        except ValueError as e:
+            raise _fail(str(e)) from None
     print(key)
     err.print(f"key {key_id} for {name} ({role}): keep it now, it is not shown again")
 
@@ -253,11 +253,8 @@ def keys_list(
 ):
     """Keys by id, principal and role (never the keys themselves)."""
     out, _ = _consoles()
-    ks = _key_store()
-    try:
+    with closing(_key_store()) as ks:
         rows = ks.keys(include_revoked=revoked)
-    finally:
-        ks.close()
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -269,11 +266,8 @@ def keys_list(
 def keys_revoke(name_or_id: str = typer.Argument(..., help="A key id, or a principal (revokes all its keys).")):
     """Revoke keys (a server trusts a checked key for REPOCTX_KEY_CACHE seconds, default 5)."""
     out, _ = _consoles()
-    ks = _key_store()
-    try:
+    with closing(_key_store()) as ks:
         n = ks.revoke(name_or_id)
-    finally:
-        ks.close()
     if not n:
         raise _fail(f"no active key {name_or_id!r}", 1)
     out.print(f"revoked {n} key{'s' if n != 1 else ''}")
@@ -294,13 +288,11 @@ def roles_add(
     out, _ = _consoles()
     if repo is None and not include and not exclude and not admin:
         raise _fail("give --repo (with --include/--exclude) or --admin")
-    ks = _key_store()
-    try:
-        role = ks.add_role(name, repo=repo, include=include, exclude=exclude, admin=admin)
-    except ValueError as e:
-        raise _fail(str(e)) from None
-    finally:
-        ks.close()
+    with closing(_key_store()) as ks:
+        try:
+            role = ks.add_role(name, repo=repo, include=include, exclude=exclude, admin=admin)
+        except ValueError as e:
+            raise _fail(str(e)) from None
     out.print(json.dumps(role.to_dict()))
 
 
@@ -308,11 +300,8 @@ def roles_add(
 def roles_list(as_json: bool = typer.Option(False, "--json")):
     """Every role with its grants."""
     out, _ = _consoles()
-    ks = _key_store()
-    try:
+    with closing(_key_store()) as ks:
         roles = [r.to_dict() for r in ks.roles()]
-    finally:
-        ks.close()
     if as_json:
         print(json.dumps(roles, indent=2))
         return
@@ -333,11 +322,8 @@ def roles_list(as_json: bool = typer.Option(False, "--json")):
 def roles_remove(name: str = typer.Argument(...)):
     """Delete a role: its keys then read nothing."""
     out, _ = _consoles()
-    ks = _key_store()
-    try:
+    with closing(_key_store()) as ks:
         ok = ks.remove_role(name)
-    finally:
-        ks.close()
     if not ok:
         raise _fail(f"no stored role {name!r}", 1)
     out.print(f"removed role {name}")
