@@ -12,6 +12,7 @@ parsing, retrieval or serving.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -203,6 +204,25 @@ def compile_all(
             wheres.append(f"({w})")
             args += a
     return (" AND ".join(wheres) or "1=1"), args
+
+
+def capsule_columns(c: Capsule) -> tuple:
+    """A unit's descriptive columns in the stores' order, from ``path`` to ``end_line`` (both backends write
+    them the same way; what precedes and follows differs per store)."""
+    return (
+        c.path,
+        c.language,
+        c.kind,
+        c.name,
+        c.qualname,
+        c.signature,
+        json.dumps(c.params),
+        c.returns,
+        c.docstring,
+        json.dumps(c.decorators),
+        c.start_line,
+        c.end_line,
+    )
 
 
 def text_key(text: str) -> str:
