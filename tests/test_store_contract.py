@@ -284,3 +284,38 @@ def test_a_docstring_escaping_a_nul_indexes_on_both_backends(tmp_path, pg_url):
         [hit] = [h for h in ix.search("get_byte", k=3) if h.capsule.qualname == "get_byte"]
         assert "\x00" not in hit.capsule.docstring
         ix.close()
+
+
+def test_a_large_write_leaves_postgres_statistics_fresh(tmp_path, pg_url):
+    """A cold index (or a big push) grows the tables by far more than autovacuum has seen: the planner would cost a
+    scoped search with the old row counts until autovacuum wakes. The writer analyzes after a commit that grew
+    the units by a tenth or more, and not after a small one."""
+    import psycopg
+
+    from repoctx.store.postgres import migrate
+
+    migrate(pg_url)
+    root = tmp_path / "big"
+    write_tree(root, {f"pkg/m{i}.py": "".join(f"def f{i}_{j}(x):\n    return x + {j}\n\n" for j in range(30))
+                      for i in range(40)})
+    settings = Settings(database_url=pg_url, embedder="none")
+
+    def analyzed() -> dict[str, int]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            return dict(conn.execute(
+                "SELECT relname, analyze_count FROM pg_stat_user_tables WHERE relname IN "
+                "('repoctx_capsules', 'repoctx_postings', 'repoctx_term_df', 'repoctx_edges', 'repoctx_files')"
+            ).fetchall())
+
+    before = analyzed()
+    ix = index_repo(settings, root, dense=False)
+    after = analyzed()
+    assert ix.store.n_capsules() >= 1200
+    assert all(after[t] > before.get(t, 0) for t in after), (before, after)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'repoctx_capsules'").fetchone()[0] >= 1200
+
+    (root / "pkg" / "m0.py").write_text("def only(x):\n    return x\n")  # a one-file change: no ANALYZE
+    ix.update()
+    assert analyzed()["repoctx_capsules"] == after["repoctx_capsules"]
+    ix.close()
