@@ -319,3 +319,19 @@ def test_a_large_write_leaves_postgres_statistics_fresh(tmp_path, pg_url):
     ix.update()
     assert analyzed()["repoctx_capsules"] == after["repoctx_capsules"]
     ix.close()
+
+
+def test_a_huge_token_does_not_fail_the_index(backend, tmp_path):
+    """djangorestframework's sdist holds a 14 kB token (a minified asset): PostgreSQL's btree refused its posting and
+    the whole COPY failed. The token counts in the unit's length; the unit is found by its other words."""
+    import random
+
+    blob = "".join(random.Random(7).choices("abcdefghijklmnopqrstuvwxyz0123456789", k=14_000))  # incompressible
+    normal = "".join(f"def helper_{i}(x):\n    return x + {i}\n\n" for i in range(200))  # not a minified file
+    root = write_tree(tmp_path / "r", {"pkg/app.py": f'def render_banner():\n    return "{blob}"\n\n\n{normal}',
+                                      "m.py": "def other():\n    return 1\n"})
+    ix = index_repo(backend, root, dense=False)
+    hits = ix.search("render banner", k=3)
+    assert hits and hits[0].capsule.qualname == "render_banner"
+    assert ix.store.n_capsules() >= 2
+    ix.close()

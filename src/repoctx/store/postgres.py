@@ -128,6 +128,10 @@ _CONTENT_KEY = (
     "(SELECT string_agg(name, ',' ORDER BY name) FROM repoctx_repos)"
 )
 
+# a token longer than this (a base64 blob, a minified line) is counted in the unit's length but gets no posting:
+# a btree entry holds at most ~2.7 kB, and one 14 kB token in djangorestframework's sdist failed the whole COPY
+MAX_POSTED_TERM = 512
+
 # the tables a scoped search plans over: analyzed after a write that grew the store by a tenth or more
 _ANALYZED = ("repoctx_capsules", "repoctx_postings", "repoctx_term_df", "repoctx_edges", "repoctx_files")
 
@@ -947,7 +951,8 @@ class PostgresRepoWriter:
                 toks = _tokens(text)
                 dl += len(toks)
                 for t in toks:
-                    tf[t] = tf.get(t, 0.0) + weight
+                    if len(t) <= MAX_POSTED_TERM:
+                        tf[t] = tf.get(t, 0.0) + weight
             self._caps.append(
                 (
                     rid,
