@@ -142,3 +142,59 @@ def test_long_lived_processes_turn_it_on(tmp_path):
     assert open_store(settings, root, create=False, long_lived=True).memory_enabled
     off = Settings(index_dir=tmp_path / "ix", embedder="none", memory_lexical=False)
     assert not open_store(off, root, create=False, long_lived=True).memory_enabled
+
+
+def test_a_scope_of_some_repositories_reads_its_own_index_in_memory(tmp_path):
+    """PostgreSQL scores a scope naming some repositories with their own statistics: the whole-store index cannot
+    answer it, so each such scope gets an index of its repositories alone (built on first use, in the background),
+    which answers exactly as the SQL does, stays valid while another repository changes, and is never read stale."""
+    from repoctx.store.postgres import migrate
+    from tests.pg import fresh_database
+
+    url = fresh_database()
+    migrate(url)
+    settings = Settings(database_url=url, embedder="none", vector_cache=tmp_path / "vec.sqlite")
+    shop = Index(write_tree(tmp_path / "shop", {**SHOP, **MORE}), settings, name="shop")
+    shop.update()
+    other = Index(write_tree(tmp_path / "other", {"pay/card.py": (
+        "def charge_card(card):\n    \"\"\"Charge a card: the order total.\"\"\"\n    return card\n\n"
+        "def refund(order):\n    return order\n")}), settings, name="other")
+    other.update()
+    memory = open_store(settings, tmp_path / "shop", create=False, long_lived=True)
+    sql = shop.store
+    assert memory.warm_lexical(wait=True)
+    one = Scope(repos=("shop",))
+
+    def built(repos):
+        cache = memory._scoped.get(repos)
+        return cache is not None and cache.current(memory._scoped_content_key(repos), wait=True) is not None
+
+    memory.lexical(["order"], 5, one)  # the first search asks for the index; the store answers meanwhile
+    assert built(("shop",))
+    scoped = memory._scoped[("shop",)]._index
+    for base in SCOPES:
+        scope = base.with_repos(("shop",)) if not base.grants else base.with_repos(("shop",))
+        for terms in QUERIES:
+            want, got = sql.lexical(terms, 50, scope), memory.lexical(terms, 50, scope)
+            assert ranked(got) == ranked(want), (scope, terms)
+        assert memory.doc_freqs(["order", "card", "refund"], scope) == sql.doc_freqs(["order", "card", "refund"],
+                                                                                       scope)
+    assert memory._scoped[("shop",)]._index is scoped  # every read above came from the one scoped index
+
+    # a write to the other repository: the whole-store key moves, shop's own does not: the same index answers
+    (tmp_path / "other" / "pay" / "card.py").write_text("def charge_card(card):\n    return card\n")
+    other.update()
+    assert ranked(memory.lexical(["order", "card"], 50, one)) == ranked(sql.lexical(["order", "card"], 50, one))
+    assert memory._scoped[("shop",)]._index is scoped
+
+    # a write to shop: never answered from the old index; a new one is built for the new content
+    (tmp_path / "shop" / "shop" / "payments.py").write_text(
+        "def zanzibar_route(order):\n    \"\"\"Ship an order to zanzibar.\"\"\"\n    return order\n")
+    shop.update()
+    assert [cid.split("#")[-1] for cid, _ in memory.lexical(["zanzibar"], 5, one)] == ["zanzibar_route"]
+    assert built(("shop",)) and memory._scoped[("shop",)]._index is not scoped
+    assert ranked(memory.lexical(["zanzibar", "order", "refund"], 50, one)) == ranked(
+        sql.lexical(["zanzibar", "order", "refund"], 50, one))
+    memory.close()
+    other.close()
+    shop.close()

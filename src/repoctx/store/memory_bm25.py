@@ -25,8 +25,10 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,6 +37,9 @@ from repoctx.store.base import EVERYTHING, Scope
 from repoctx.types import Capsule, Edge
 
 K1, B = 1.2, 0.75
+# indexes kept for scopes of some repositories (memory: ~16 bytes a posting; Django's sdist holds ~1.8M postings)
+SCOPED_MAX = 32
+SCOPED_POSTINGS = 12_000_000
 
 # a term FTS5's unicode61 tokenizer (tokenchars '_') keeps as one token after case folding: ASCII letters,
 # digits and underscores. Anything else (non-ASCII, punctuation that would make a phrase) goes to the store.
@@ -190,6 +195,12 @@ class MemoryReads:
     snapshot), ``_rowids_where(scope)`` (the rowids its WHERE clause admits), ``_units_by_id(ids)``
     ((rowid, capsule) pairs, unscoped), and ``_memory_covers(scope, key)``: whether the in-memory statistics
     are the ones the store would use for ``scope`` and whether the scope needs a mask, as (covers, masked).
+
+    A store whose statistics follow the scope's repositories (PostgreSQL) also provides ``_scoped_content_key(
+    repos)`` and ``_build_scoped_bm25(repos)``: a scope naming some of its repositories then reads a
+    :class:`MemoryBM25` of those repositories alone, built on the first search that asks for them and kept while
+    their own content is unchanged (a write to another repository leaves it valid). A service whose keys each see
+    one repository holds the repositories its keys ask for, not the whole store.
     """
 
     if TYPE_CHECKING:  # what the store provides (declared for the type checker only: the store's own win)
@@ -201,6 +212,13 @@ class MemoryReads:
         def _memory_covers(self, scope: Scope, key: tuple) -> tuple[bool, bool]: ...
         def _edges(self, col: str, ids: list[str], kinds: tuple[str, ...], scope: Scope) -> list[Edge]: ...
 
+    def _scoped_content_key(self, repos: tuple[str, ...]) -> Hashable | None:
+        """The content key of ``repos`` alone (None: this store keeps no index per scope)."""
+        return None
+
+    def _build_scoped_bm25(self, repos: tuple[str, ...]) -> MemoryBM25:
+        raise NotImplementedError
+
     def _init_memory(self, enabled: bool) -> None:
         self._bm25 = MemoryBM25Cache(self._build_memory_bm25) if enabled else None
         self._units: dict[str, tuple[int, Capsule] | None] = {}  # None: the store has no such unit
@@ -211,6 +229,10 @@ class MemoryReads:
         self._edges_key: Hashable | None = None
         self._masks: dict[tuple, np.ndarray] = {}
         self._pin = threading.local()
+        # indexes of some repositories (scopes whose statistics are not the whole store's), least recently used first
+        self._scoped: OrderedDict[tuple[str, ...], MemoryBM25Cache] = OrderedDict()
+        self._scoped_keys: tuple[Hashable, dict[tuple[str, ...], Hashable | None]] = (None, {})
+        self._scoped_lock = threading.Lock()
 
     @property
     def memory_enabled(self) -> bool:
@@ -244,12 +266,50 @@ class MemoryReads:
             return None, None
         key = self._key()
         covers, masked = self._memory_covers(scope, key)
-        if not covers:
+        if covers:
+            mem = self._bm25.current(key)
+        elif scope.repos:
+            mem = self._scoped_index(tuple(sorted(set(scope.repos))), key)
+        else:
             return None, None
-        mem = self._bm25.current(key)
         if mem is None:
             return None, None
         return mem, (self._mask(scope, key, mem) if masked else None)
+
+    def _scoped_index(self, repos: tuple[str, ...], key: Hashable) -> MemoryBM25 | None:
+        """The index of ``repos`` alone if built for their current content, else None (and a build starts)."""
+        with self._scoped_lock:
+            known_for, keys = self._scoped_keys
+            if known_for != key:  # the store's content moved: each scope's own key is read again, once
+                known_for, keys = self._scoped_keys = (key, {})
+        if repos in keys:
+            skey = keys[repos]
+        else:
+            skey = keys[repos] = self._scoped_content_key(repos)
+        if skey is None:
+            return None
+        with self._scoped_lock:
+            cache = self._scoped.get(repos)
+            if cache is None:
+                cache = self._scoped[repos] = MemoryBM25Cache(partial(self._build_scoped_bm25, repos))
+                self._evict_scoped(keep=repos)
+            else:
+                self._scoped.move_to_end(repos)
+        return cache.current(skey)
+
+    def _evict_scoped(self, keep: tuple[str, ...]) -> None:
+        """Bound the scoped indexes: at most SCOPED_MAX of them and SCOPED_POSTINGS postings in all, least
+        recently used dropped first (a dropped one is rebuilt when asked for again)."""
+
+        def size(c: MemoryBM25Cache) -> int:
+            return len(c._index.rows) if c._index is not None else 0
+
+        total = sum(size(c) for c in self._scoped.values())
+        for repos in list(self._scoped):
+            if len(self._scoped) <= SCOPED_MAX and total <= SCOPED_POSTINGS:
+                break
+            if repos != keep:
+                total -= size(self._scoped.pop(repos))
 
     def _memory_lexical(self, terms: list[str], k: int, scope: Scope) -> list[tuple[str, float]] | None:
         if self._bm25 is None or not MemoryBM25.answers(terms):

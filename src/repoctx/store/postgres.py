@@ -132,6 +132,12 @@ _CONTENT_KEY = (
 # a btree entry holds at most ~2.7 kB, and one 14 kB token in djangorestframework's sdist failed the whole COPY
 MAX_POSTED_TERM = 512
 
+# one row per repository of a scope: what :meth:`PostgresStore._scoped_content_key` compares
+_SCOPED_KEY = (
+    "SELECT r.name, r.created, r.n_docs, r.total_len, m.value FROM repoctx_repos r LEFT JOIN repoctx_meta m "
+    "ON m.repo = r.name AND m.key = 'generation' WHERE r.name = ANY(%s) ORDER BY r.name"
+)
+
 # the tables a scoped search plans over: analyzed after a write that grew the store by a tenth or more
 _ANALYZED = ("repoctx_capsules", "repoctx_postings", "repoctx_term_df", "repoctx_edges", "repoctx_files")
 
@@ -496,6 +502,37 @@ class PostgresStore(MemoryReads):
     def _build_memory_bm25(self) -> MemoryBM25:
         """The postings of every repository, scored with the whole database's statistics (what a search over
         all of them uses), read in one snapshot with the content key."""
+        return self._read_bm25(
+            _CONTENT_KEY,
+            [],
+            'SELECT term, rid, wtf, dl FROM repoctx_postings ORDER BY term COLLATE "C"',
+            "SELECT rid, id FROM repoctx_capsules",
+            [],
+            lambda key: (float(key[1] or 0), float(key[2] or 0)),
+        )
+
+    def _scoped_content_key(self, repos: tuple[str, ...]) -> tuple:
+        """Changes whenever the lexical index of ``repos`` may have: every committed write to a repository's units
+        moves its generation in the same transaction; ``created`` tells a repository dropped and registered
+        again (its generation starts over) from the one before."""
+        return ("scoped", repos, tuple(tuple(r) for r in self._q(_SCOPED_KEY, [list(repos)])))
+
+    def _build_scoped_bm25(self, repos: tuple[str, ...]) -> MemoryBM25:
+        """The postings of ``repos`` alone with their own statistics (what the SQL of :meth:`lexical` computes for
+        a scope naming them), read in one snapshot with their content key. The postings are reached through the
+        units of those repositories (postings are indexed by unit, not by repository)."""
+        return self._read_bm25(
+            _SCOPED_KEY,
+            [list(repos)],
+            "SELECT p.term, p.rid, p.wtf, p.dl FROM repoctx_capsules c JOIN repoctx_postings p ON p.rid = c.rid "
+            'WHERE c.repo = ANY(%s) ORDER BY p.term COLLATE "C"',
+            "SELECT rid, id FROM repoctx_capsules WHERE repo = ANY(%s)",
+            [list(repos)],
+            lambda rows: (sum(float(r[2] or 0) for r in rows), sum(float(r[3] or 0) for r in rows)),
+            wrap=lambda rows: ("scoped", repos, tuple(tuple(r) for r in rows)),
+        )
+
+    def _read_bm25(self, key_sql, key_args, postings_sql, units_sql, args, stats, wrap=None) -> MemoryBM25:
         started = time.perf_counter()
         # Read in batches into compact arrays, each term's string once: a list of one tuple per posting (21M at
         # 500k units) peaked at 7.4 GB, and the term strings the index keeps, scattered among those rows' objects,
@@ -504,9 +541,13 @@ class PostgresStore(MemoryReads):
         rids, wtf, dl = array("q"), array("d"), array("d")
         with self._conn() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            key = tuple(conn.execute(_CONTENT_KEY).fetchone())
+            if wrap is None:
+                raw = key = tuple(conn.execute(key_sql, key_args).fetchone())
+            else:
+                raw = conn.execute(key_sql, key_args).fetchall()
+                key = wrap(raw)
             with conn.cursor(name="repoctx_bm25") as cur:
-                cur.execute('SELECT term, rid, wtf, dl FROM repoctx_postings ORDER BY term COLLATE "C"')
+                cur.execute(postings_sql, args)
                 last = ""  # no term is empty
                 while batch := cur.fetchmany(100_000):
                     for t, r, f, n in batch:
@@ -516,8 +557,8 @@ class PostgresStore(MemoryReads):
                         rids.append(r)
                         wtf.append(f)
                         dl.append(n)
-            units = conn.execute("SELECT rid, id FROM repoctx_capsules").fetchall()
-        n_docs, total_len = float(key[1] or 0), float(key[2] or 0)
+            units = conn.execute(units_sql, args).fetchall()
+        n_docs, total_len = stats(raw)
         return MemoryBM25.from_postings(
             key, terms, rids, wtf, dl, n_docs, total_len / n_docs if n_docs else 1.0, units, started, fold_case=False
         )
