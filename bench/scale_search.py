@@ -745,6 +745,15 @@ def main() -> None:
     ap.add_argument("--ready-timeout", type=float, default=300.0)
     ap.add_argument("--write-only", action="store_true")
     ap.add_argument(
+        "--merge",
+        metavar="WORK",
+        type=Path,
+        nargs="+",
+        help="the rows of smaller stores built in their own work folders (e.g. `--work /tmp/scale50 --checkpoints "
+        "50000`) replace this store's rows of the same phases (the replaced ones kept as an earlier table); "
+        "then the table is written",
+    )
+    ap.add_argument(
         "--ab",
         metavar="OLD_SRC",
         type=Path,
@@ -787,7 +796,11 @@ def main() -> None:
         ap.error("at most 5000 requests and 64 clients")
     work: Path = args.work
     res_path = work / "results.json"
-    if args.write_only:
+    if args.merge:
+        res = json.loads(res_path.read_text())
+        merge(res, args.merge)
+        res_path.write_text(json.dumps(res, indent=1))
+    if args.write_only or args.merge:
         res = json.loads(res_path.read_text())
         text = markdown(res)
         print(text)
@@ -976,6 +989,36 @@ def ab(args, res: dict, res_path: Path, env: dict, keys: dict) -> None:
     }
     res_path.write_text(json.dumps(res, indent=1))
     OUT.write_text(markdown(res))
+
+
+def merge(res: dict, works: list[Path]) -> None:
+    """Rows and checkpoints of the stores in ``works`` (each a work folder of its own run) replace those of the
+    same phases here; what they replace is kept as an earlier table, their runs are listed with the others."""
+    for work in works:
+        other = json.loads((work / "results.json").read_text())
+        phases = {r["phase"] for r in other["rows"]}
+        replaced = [r for r in res["rows"] if r["phase"] in phases]
+        if replaced:
+            res.setdefault("history", []).append(
+                {
+                    "date": res.get("meta", {}).get("date", "?"),
+                    "commit": replaced[-1].get("commit", "?"),
+                    "what": f"replaced by the rows of the store in {work}",
+                    "rows": replaced,
+                }
+            )
+        res["rows"] = sorted(
+            [r for r in res["rows"] if r["phase"] not in phases] + other["rows"],
+            key=lambda r: (r["units"], r["phase"].split()[0] != "lexical"),
+        )
+        mine = {c["phase"] for c in other["checkpoints"]}
+        res["checkpoints"] = sorted(
+            [c for c in res["checkpoints"] if c["phase"] not in mine] + other["checkpoints"], key=lambda c: c["units"]
+        )
+        res.setdefault("runs", []).extend(f"--work {work} {r}" for r in other.get("runs", []))
+        res["commands"] = list(dict.fromkeys(res.get("commands", []) + other.get("commands", [])))
+        for req, why in other.get("index_failed", {}).items():
+            res.setdefault("index_failed_elsewhere", {})[f"{req} ({work})"] = why
 
 
 def again(args, res: dict, res_path: Path, url: str, env: dict, keys_path: Path, commands: list[str]) -> None:
