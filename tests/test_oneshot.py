@@ -1,0 +1,163 @@
+"""One-shot commands (issue 39): a `repoctx search` in a fresh process answers what the library answers in
+process, prints what rich would print, and a no-op `repoctx index` writes nothing."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import write_tree
+from typer.testing import CliRunner
+
+import repoctx.cli as cli
+from repoctx import Index, Settings, render
+from repoctx.cli import app
+
+runner = CliRunner()
+SRC = Path(__file__).resolve().parent.parent / "src"
+FILES = {
+    "shop/cart.py": (
+        "class Cart:\n"
+        '    """A shopping cart: items and their quantities."""\n\n'
+        "    def add(self, item: str, quantity: int = 1) -> None:\n"
+        '        """Put an item in the cart."""\n'
+        "        self.items[item] = self.items.get(item, 0) + quantity\n\n"
+        "    def total(self, prices: dict[str, float]) -> float:\n"
+        '        """The price of everything in the cart."""\n'
+        "        return sum(prices[i] * q for i, q in self.items.items())\n"
+    ),
+    "shop/tax.py": (
+        "def vat(amount: float, rate: float = 0.2) -> float:\n"
+        '    """Value added tax on an amount."""\n'
+        "    return amount * rate\n\n\n"
+        "def with_vat(amount: float) -> list[float]:\n"
+        "    return [amount, amount + vat(amount)]\n"
+    ),
+    "shop/ship.py": (
+        "def shipping_cost(weight_kg: float, express: bool = False) -> float:\n"
+        '    """What delivery costs for a parcel of this weight."""\n'
+        "    return (5.0 if express else 2.5) * max(weight_kg, 1.0)\n"
+    ),
+    "tests/test_cart.py": "from shop.cart import Cart\n\n\ndef test_total():\n    assert Cart().total({}) == 0\n",
+    "README.md": "# shop\n\nA tiny shop: a cart, taxes and shipping.\n",
+}
+QUESTIONS = ("how is the price of the cart computed", "value added tax", "Cart.add", "delivery cost of a parcel")
+
+
+def _fresh_process(args: list[str], env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "repoctx.cli", *args],
+        env={**env, "PYTHONPATH": str(SRC)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    """The shop indexed with the default embedder (vectors included), and the environment that finds it."""
+    base = tmp_path_factory.mktemp("oneshot")
+    root = write_tree(base / "shop", FILES)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPOCTX_")}
+    env.update(REPOCTX_INDEX_DIR=str(base / "ix"), REPOCTX_CACHE=str(base / "cache"))
+    done = _fresh_process(["index", str(root)], env)
+    assert done.returncode == 0, done.stderr
+    return root, env
+
+
+def test_a_fresh_search_process_ranks_as_the_library_does(shop):
+    root, env = shop
+    settings = Settings(
+        index_dir=Path(env["REPOCTX_INDEX_DIR"]), vector_cache=Path(env["REPOCTX_CACHE"]) / "vectors.sqlite"
+    )
+    with Index(root, settings, create=False) as ix:
+        assert ix.vectors_status()["current"]  # hybrid: the dense signal takes part
+        for question in QUESTIONS:
+            for level in ("symbol", "file"):
+                got = _fresh_process(["search", question, "--repo", str(root), "--level", level, "--json"], env)
+                assert got.returncode == 0, got.stderr
+                res = ix.retrieve(question, k=10, level=level)
+                want = render.wire(render.retrieval_dict(res, "brief", index=ix))
+                assert json.loads(got.stdout)["results"] == want["results"], (question, level)
+                assert "dense" in got.stdout or level == "file" or question == "Cart.add"
+
+
+@pytest.mark.parametrize("detail", ["brief", "signatures", "full"])
+def test_plain_output_is_what_rich_prints(shop, monkeypatch, detail):
+    root, env = shop
+    for k, v in env.items():
+        if k.startswith("REPOCTX_"):
+            monkeypatch.setenv(k, v)
+    for question in QUESTIONS:
+        args = ["search", question, "--repo", str(root), "--detail", detail]
+        plain = runner.invoke(app, args)
+        monkeypatch.setattr(cli, "_plain_is_rich", lambda *texts: False)
+        styled = runner.invoke(app, args)
+        monkeypatch.undo()
+        for k, v in env.items():
+            if k.startswith("REPOCTX_"):
+                monkeypatch.setenv(k, v)
+        assert plain.exit_code == styled.exit_code == 0
+        assert plain.output == styled.output and "route: " in plain.output
+
+
+def test_text_rich_would_change_goes_through_rich(monkeypatch):
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    assert cli._plain_is_rich("a.py:1-2 :: f(x: list[str]) — lexical #1", "one intent")
+    assert not cli._plain_is_rich("func main() {\n\tprintln()\n}")  # rich expands the tab
+    assert not cli._plain_is_rich("status :ok: here")  # rich makes it an emoji
+    assert not cli._plain_is_rich("plain", "a [bold] reason")  # markup in a line printed with it
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert not cli._plain_is_rich("plain")
+
+
+def test_a_no_op_index_writes_nothing_though_some_files_are_passed_over(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPOCTX_EMBEDDER", "none")
+    monkeypatch.setenv("REPOCTX_INDEX_DIR", str(tmp_path / "ix"))
+    files = {
+        **FILES,
+        "shop/blob.txt": b"PNG\x00\x01\x02 not text",
+        "static/site.css": "a{color:red}" * 600,  # one line of 7 kB: minified
+    }
+    root = write_tree(tmp_path / "shop", files)
+    first = runner.invoke(app, ["index", str(root), "--json"])
+    assert first.exit_code == 0, first.output
+    skipped = {s["path"]: s["reason"] for s in json.loads(first.output)["skipped"]}
+    assert skipped == {"shop/blob.txt": "binary", "static/site.css": "minified"}
+    db = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
+    version = db.execute("PRAGMA data_version").fetchone()[0]
+    again = runner.invoke(app, ["index", str(root), "--json"])
+    assert again.exit_code == 0, again.output
+    report = json.loads(again.output)
+    assert {s["path"]: s["reason"] for s in report["skipped"]} == skipped
+    assert not (report["added"] or report["modified"] or report["deleted"]) and report["unchanged"] == len(FILES)
+    assert db.execute("PRAGMA data_version").fetchone()[0] == version  # no other connection committed
+    # a file the index holds that becomes binary still leaves it
+    (root / "shop/ship.py").write_bytes(b"\x00\x01binary now")
+    gone = json.loads(runner.invoke(app, ["index", str(root), "--json"]).output)
+    assert gone["modified"] == [] and {s["path"]: s["reason"] for s in gone["skipped"]}["shop/ship.py"] == "binary"
+    with Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"), create=False) as ix:
+        assert "shop/ship.py" not in {p for _, p in ix.files()}
+
+
+def test_index_counts_are_the_repositorys_in_a_shared_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPOCTX_EMBEDDER", "none")
+    monkeypatch.setenv("REPOCTX_INDEX_DIR", str(tmp_path / "ix"))
+    a = write_tree(tmp_path / "a", FILES)
+    b = write_tree(tmp_path / "b", {"lib/one.py": "def one():\n    return two()\n\n\ndef two():\n    return 2\n"})
+    assert runner.invoke(app, ["index", str(a)]).exit_code == 0
+    out_b = runner.invoke(app, ["index", str(b)]).output
+    with Index(b, Settings(index_dir=tmp_path / "ix", embedder="none"), create=False) as ix:
+        counts = ix.store.counts(ix.scope())
+    assert f"{counts['files']} files" in out_b and f"{counts['capsules']} capsules, {counts['edges']} edges" in out_b
+    assert counts["files"] == 1  # b's, not the store's
+    out_a = runner.invoke(app, ["index", str(a)]).output  # a no-op, two repositories in the store
+    with Index(a, Settings(index_dir=tmp_path / "ix", embedder="none"), create=False) as ix:
+        counts = ix.store.counts(ix.scope())
+        whole = ix.store.counts()
+    assert f"{counts['capsules']} capsules, {counts['edges']} edges" in out_a and whole["edges"] > counts["edges"]
