@@ -53,7 +53,9 @@ def main() -> int:
     ap.add_argument("--only", default="search,lexical,noop,onefile")
     args = ap.parse_args()
     only = set(args.only.split(","))
-    base = {k: v for k, v in os.environ.items() if not k.startswith("REPOCTX_") and k != "PYTHONPATH"}
+    # PYTHONDONTWRITEBYTECODE would compile every module of the checkout in every run: a user's install has .pyc
+    drop = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("REPOCTX_") and k not in drop}
     if args.cache:
         base["REPOCTX_CACHE"] = str(args.cache)
     envs = [{**base, "PYTHONPATH": str(Path(s).resolve())} for s in args.src]

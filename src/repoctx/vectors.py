@@ -157,9 +157,30 @@ class DenseRetriever:
         self.cache = cache  # where the short texts ``similarities`` compares (unit names) outlive the process
         self._qcache: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
+        self._ahead: threading.Thread | None = None
 
-    def _remember(self, texts: list[str]) -> None:
+    def prefetch(self, texts: list[str]) -> None:
+        """Start embedding ``texts`` (loading the model first, if need be) in a thread, so that a search reads
+        its other signals meanwhile: a one-shot search's question is embedded while BM25 answers. A later
+        ``vector`` of one of them waits for it; a failure here is met again, and raised, by that call."""
+        with self._lock:
+            if all(t in self._qcache for t in texts) or (self._ahead is not None and self._ahead.is_alive()):
+                return
+            self._ahead = threading.Thread(target=self._remember_quietly, args=(texts,), daemon=True)
+            self._ahead.start()
+
+    def _remember_quietly(self, texts: list[str]) -> None:
+        try:
+            for t in texts:  # one at a time, as the search would ask for them: the same vectors, whatever the model
+                self._remember([t], wait=False)
+        except Exception:  # noqa: BLE001 - the search's own call embeds them again and reports what failed
+            pass
+
+    def _remember(self, texts: list[str], wait: bool = True) -> None:
         """Embed the texts not seen yet, in one batch, and keep their vectors (questions and names recur)."""
+        ahead = self._ahead
+        if wait and ahead is not None and ahead is not threading.current_thread():
+            ahead.join()  # what it is embedding may be what is asked for: never embed a text twice at once
         with self._lock:
             todo = [t for t in dict.fromkeys(texts) if t not in self._qcache]
             if not todo:

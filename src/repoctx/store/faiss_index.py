@@ -75,7 +75,7 @@ class FaissIndex:
         self._loaded_mtime: int | None = None
         self._index: Any = None  # an exact matrix (np.ndarray) or a faiss HNSW index
         self._ids: list[str] = []
-        self._pos: dict[str, int] = {}
+        self._pos: dict[str, int] | None = {}  # id -> stored position, made when a search first needs it
         # a grown HNSW set's selector of its live positions (dead ones no unit owns any more), made once per
         # loaded set: (IDSelectorBatch of the dead, IDSelectorNot of it; the second holds only a pointer)
         self._alive: tuple[Any, Any] | None = None
@@ -292,7 +292,7 @@ class FaissIndex:
         except (OSError, RuntimeError, ValueError, KeyError):
             return self._index is not None  # mid-swap: keep what we had
         self._index, self._ids, self._loaded_mtime = index, ids, mtime
-        self._pos = {cid: i for i, cid in enumerate(ids) if cid}
+        self._pos = None  # a search without a scope never asks (Django: 48k ids, ~10 ms a one-shot search)
         dead = [i for i, cid in enumerate(ids) if not cid]
         self._alive = None
         if dead:
@@ -308,7 +308,10 @@ class FaissIndex:
         with self._lock:
             if not self._load() or not self._ids:
                 return []
-            index, ids, pos, alive = self._index, self._ids, self._pos, self._alive
+            index, ids, alive = self._index, self._ids, self._alive
+            if self._pos is None and (allowed is not None or alive is not None):
+                self._pos = {cid: i for i, cid in enumerate(ids) if cid}
+            pos = self._pos or {}
         q: np.ndarray = np.asarray(vec, dtype=np.float32).reshape(-1)
         if isinstance(index, (np.ndarray, Int8Matrix)):
             if allowed is None:
