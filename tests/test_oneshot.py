@@ -161,3 +161,27 @@ def test_index_counts_are_the_repositorys_in_a_shared_store(tmp_path, monkeypatc
         counts = ix.store.counts(ix.scope())
         whole = ix.store.counts()
     assert f"{counts['capsules']} capsules, {counts['edges']} edges" in out_a and whole["edges"] > counts["edges"]
+
+
+def test_a_whole_set_read_from_its_file_scores_as_its_map_does(tmp_path):
+    import numpy as np
+
+    from repoctx.store.faiss_index import FaissIndex, Int8Matrix
+
+    rng = np.random.default_rng(7)
+    rows = rng.standard_normal((20_000, 48)).astype(np.float32)  # more than one block of rows
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    ids = [f"r:f.py#u{i}" for i in range(len(rows))]
+    fx = FaissIndex(tmp_path / "v")
+    fx.write("m", 48, ids, rows)
+    stored, _ = fx._read(fx.meta())
+    assert isinstance(stored, Int8Matrix) and stored.file is not None
+    mapped = Int8Matrix(stored.q, stored.scale)  # no file: every row read through the map
+    for q in rng.standard_normal((5, 48)).astype(np.float32):
+        assert np.array_equal(stored.scores(q), mapped.scores(q))
+    query = rows[42]
+    assert fx.search(query, 5)[0][0] == ids[42]
+    fx.write("m", 48, ids[:100], rows[:100])  # swapped: the old files are unlinked
+    found = FaissIndex(tmp_path / "v").search(query, 100)
+    assert found[0][0] == ids[42] and sorted(i for i, _ in found) == sorted(ids[:100])
+    assert np.array_equal(stored.scores(query), mapped.scores(query))  # the set read before still reads whole
