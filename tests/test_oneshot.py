@@ -185,3 +185,28 @@ def test_a_whole_set_read_from_its_file_scores_as_its_map_does(tmp_path):
     found = FaissIndex(tmp_path / "v").search(query, 100)
     assert found[0][0] == ids[42] and sorted(i for i, _ in found) == sorted(ids[:100])
     assert np.array_equal(stored.scores(query), mapped.scores(query))  # the set read before still reads whole
+
+
+def test_carried_int8_rows_are_stored_as_a_float32_carry_stored_them(tmp_path):
+    import numpy as np
+
+    from repoctx.store.faiss_index import FaissIndex, Int8Matrix, stack_rows
+
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((3000, 32)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    ids = [f"r:f.py#u{i}" for i in range(len(rows))]
+    old = FaissIndex(tmp_path / "old")
+    old.write("m", 32, ids, rows, hashes=[f"h{i}" for i in range(len(rows))], text_version=1)
+    _, floats, _ = old.reusable("m", 32, 1)
+    _, int8, _ = old.reusable("m", 32, 1, int8=True)
+    assert isinstance(int8, Int8Matrix) and isinstance(floats, np.ndarray)
+    fresh = rng.standard_normal((5, 32)).astype(np.float32)
+    keep = list(range(0, 3000, 2))
+    out = {}
+    for name, carried in (("floats", floats[keep]), ("int8", int8[keep])):
+        fx = FaissIndex(tmp_path / name)
+        fx.write("m", 32, [ids[i] for i in keep] + ["new"] * 5, stack_rows([carried, fresh], 32))
+        stored, _ = fx._read(fx.meta())
+        out[name] = (np.asarray(stored.q), stored.scale)
+    assert np.array_equal(out["floats"][0], out["int8"][0]) and np.array_equal(out["floats"][1], out["int8"][1])
