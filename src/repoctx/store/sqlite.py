@@ -699,12 +699,26 @@ class SQLiteStore(MemoryReads):
         if current:  # a whole set of this generation holds a vector of every unit: its count is theirs
             total = int(meta["total"])
         else:  # counting reads every unit's row (Django: ~0.1 s), too much for each one-shot search
-            total = self.db.execute(
-                f"SELECT count(*) FROM capsules WHERE repo=? AND kind IN ({_ph(len(EMBED_KINDS))})",
-                [repo, *EMBED_KINDS],
-            ).fetchone()[0]
+            total = self._unit_count(repo)
         count = int(meta.get("count", 0)) if meta.get("model") == model else 0
         return VectorState(meta.get("model"), count, total, current)
+
+    def _unit_count(self, repo: str) -> int:
+        """The units of ``repo`` that should have a vector, counted again only when something was written since
+        (``_content_key``'s stamp): an update's fill asks four times."""
+        db = self.db
+        stamp = (db.execute("PRAGMA data_version").fetchone()[0], db.total_changes)
+        counted = getattr(self._local, "unit_counts", None)
+        if counted is None:
+            counted = self._local.unit_counts = {}
+        hit = counted.get(repo)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        n = db.execute(
+            f"SELECT count(*) FROM capsules WHERE repo=? AND kind IN ({_ph(len(EMBED_KINDS))})", [repo, *EMBED_KINDS]
+        ).fetchone()[0]
+        counted[repo] = (stamp, n)
+        return n
 
     def dense(self, vector: np.ndarray, model: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
         repos = [
