@@ -210,3 +210,23 @@ def test_carried_int8_rows_are_stored_as_a_float32_carry_stored_them(tmp_path):
         stored, _ = fx._read(fx.meta())
         out[name] = (np.asarray(stored.q), stored.scale)
     assert np.array_equal(out["floats"][0], out["int8"][0]) and np.array_equal(out["floats"][1], out["int8"][1])
+
+
+def test_the_optimised_graph_kept_in_the_cache_gives_the_same_vectors(tmp_path, monkeypatch):
+    import numpy as np
+
+    from repoctx.providers.embedding import LocalMiniLM
+
+    texts = ["how is the price of the cart computed", FILES["shop/cart.py"], "def vat(amount, rate)"]
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("REPOCTX_CACHE", str(blocked))  # nowhere to keep it: optimised in the session only
+    plain = LocalMiniLM().encode(texts)
+    monkeypatch.setenv("REPOCTX_CACHE", str(tmp_path / "cache"))
+    first = LocalMiniLM().encode(texts)  # optimises and keeps the graph
+    kept = list((tmp_path / "cache" / "onnx").glob("*.onnx"))
+    assert len(kept) == 1 and not list((tmp_path / "cache" / "onnx").glob("*.tmp"))
+    again = LocalMiniLM().encode(texts)  # loads the kept graph
+    assert np.array_equal(plain, first) and np.array_equal(plain, again)
+    kept[0].write_bytes(b"not a model")  # damaged: optimised again, and kept again
+    assert np.array_equal(plain, LocalMiniLM().encode(texts)) and kept[0].stat().st_size > 1000
