@@ -69,8 +69,9 @@ def shop(tmp_path_factory):
     return root, env
 
 
-def test_a_fresh_search_process_ranks_as_the_library_does(shop):
+def test_a_fresh_search_process_ranks_as_the_library_does(shop, monkeypatch):
     root, env = shop
+    monkeypatch.setenv("REPOCTX_CACHE", env["REPOCTX_CACHE"])  # the model's optimised graph: the same file
     settings = Settings(
         index_dir=Path(env["REPOCTX_INDEX_DIR"]), vector_cache=Path(env["REPOCTX_CACHE"]) / "vectors.sqlite"
     )
