@@ -1,8 +1,8 @@
 """A repository's vectors for the embedded store, persisted beside the SQLite file and swapped in
 atomically so readers always see a whole set: up to ``HNSW_MIN_VECTORS`` a plain int8 matrix with one
-float32 scale per row (exact inner product of the dequantised rows = cosine within ~1e-3, memory-mapped
-by a reader so a one-shot CLI search pages in what it scans instead of loading a copy; nothing heavier
-than numpy to import), past it FAISS HNSW (float32)."""
+float32 scale per row (exact inner product of the dequantised rows = cosine within ~1e-3; a reader maps it
+and reads a whole scan from the file a block at a time, so a one-shot CLI search neither loads a copy nor
+keeps the pages it scanned; nothing heavier than numpy to import), past it FAISS HNSW (float32)."""
 
 from __future__ import annotations
 
