@@ -231,3 +231,10 @@ def test_the_optimised_graph_kept_in_the_cache_gives_the_same_vectors(tmp_path, 
     assert np.array_equal(plain, first) and np.array_equal(plain, again)
     kept[0].write_bytes(b"not a model")  # damaged: optimised again, and kept again
     assert np.array_equal(plain, LocalMiniLM().encode(texts)) and kept[0].stat().st_size > 1000
+
+
+def test_only_what_rich_would_change_goes_through_it(monkeypatch):
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    assert cli._plain_is_rich("", "vectors: 10 capsules in 0.1s (local:minilm-l6-v2-pc-int8:128)")  # no such emoji
+    assert not cli._plain_is_rich("", "all :thumbs_up: done")

@@ -264,13 +264,14 @@ def index(
             1,
         )
     if ix.index_dir and ix.root and not ix.settings.index_dir and not ix.index_dir.is_relative_to(ix.root):
-        err.print(
+        _say(
             f"note: {ix.root} is read-only, so its index is kept in {ix.index_dir} (REPOCTX_INDEX_DIR picks "
             "another place)",
             highlight=False,
+            stderr=True,
         )
     for note in report.notes:
-        err.print(f"note: {note}", highlight=False)
+        _say(f"note: {note}", highlight=False, stderr=True)
     if ix.root is not None:
         remember_settings(ix.root, settings)  # so a process started without REPOCTX_* finds this index
     emb = ix.last_embed
@@ -283,9 +284,9 @@ def index(
     if not report.changed and report.previous_change:  # e.g. an MCP server's background refresh got there first
         from repoctx.indexer import describe_no_change
 
-        console.print(describe_no_change(report.previous_change), highlight=False)
+        _say(describe_no_change(report.previous_change), highlight=False)
     problems = len(report.skipped) + len(report.invalid_utf8) + len(report.syntax_errors)
-    console.print(
+    _say(
         f"indexed {ix.repo}: {report.files_seen} files ({len(report.added)} added, {len(report.modified)} "
         f"modified, {len(report.deleted)} deleted), {counts['capsules']} capsules, {counts['edges']} edges "
         f"in {report.seconds:.2f}s; {problems} reported (skipped {len(report.skipped)}, invalid UTF-8 "
@@ -293,11 +294,11 @@ def index(
     )
     if emb is not None:
         if emb.model_changed_from:
-            console.print(
+            _say(
                 f"embedding model changed from {emb.model_changed_from} to {emb.model}: re-embedded the index",
                 highlight=False,
             )
-        console.print(
+        _say(
             f"vectors: {emb.total} capsules, {emb.embedded} embedded, {emb.cached} from cache"
             + (f", {emb.kept} unchanged" if emb.kept else "")
             + f" in {emb.seconds:.1f}s ({emb.model})",
@@ -305,11 +306,20 @@ def index(
         )
     if verbose:
         for path, reason in report.skipped:
-            console.print(f"  skipped {path}: {reason}")
+            _say(f"  skipped {path}: {reason}")
         for path in report.syntax_errors:
-            console.print(f"  syntax errors (indexed what parsed) {path}")
+            _say(f"  syntax errors (indexed what parsed) {path}")
         for path in report.invalid_utf8:
-            console.print(f"  invalid UTF-8 (replaced) {path}")
+            _say(f"  invalid UTF-8 (replaced) {path}")
+
+
+def _say(text: str, highlight: bool = True, *, stderr: bool = False) -> None:
+    """One line of a command's report: printed as it is when rich would print the same bytes (``_plain_is_rich``),
+    so a command run from a script never loads rich (~20 ms of CPU), else by rich as before."""
+    if _plain_is_rich("", text):
+        print(text, file=sys.stderr if stderr else sys.stdout)
+    else:
+        (err if stderr else console).print(text, highlight=highlight)
 
 
 def _repo_counts(ix: Index) -> dict[str, int]:
@@ -458,10 +468,19 @@ def search(
 
 
 _NO_MATCHES = "no matches: nothing indexed matches this query"
-# what rich would change in printed text: tabs (expanded), control characters (dropped), ``:name:`` (an emoji);
-# in a line printed with markup, ``[`` too
-_RICH_CHANGES = re.compile(r"[\t\x00-\x09\x0b-\x1f\x7f]|:[^\s:]+:")
+# what rich would change in printed text: tabs (expanded), control characters (dropped); in a line printed with
+# markup, ``[`` too. ``:name:`` is an emoji when rich knows the name (``_emoji_changes``)
+_RICH_CHANGES = re.compile(r"[\t\x00-\x09\x0b-\x1f\x7f]")
 _MARKUP = re.compile(r"\[")
+_COLONS = re.compile(r":\S*?:")
+
+
+def _emoji_changes(text: str) -> bool:
+    if not _COLONS.search(text):
+        return False
+    from rich._emoji_replace import _emoji_replace  # its table alone, not the console
+
+    return _emoji_replace(text) != text
 
 
 def _plain_is_rich(text: str, *marked_up: str) -> bool:
@@ -469,7 +488,8 @@ def _plain_is_rich(text: str, *marked_up: str) -> bool:
     consoles print: output that is not a terminal, no colour forced, nothing rich would render otherwise."""
     if sys.stdout.isatty() or sys.stderr.isatty() or any(os.environ.get(v) for v in ("FORCE_COLOR", "TTY_COMPATIBLE")):
         return False
-    return not any(_RICH_CHANGES.search(t) for t in (text, *marked_up)) and not any(
+    texts = (text, *marked_up)
+    return not any(_RICH_CHANGES.search(t) or _emoji_changes(t) for t in texts) and not any(
         _MARKUP.search(t) for t in marked_up
     )
 
