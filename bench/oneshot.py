@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -75,7 +76,9 @@ def main() -> int:
         # a copy of the tree and of its index: the reindex writes there, the measured index stays as it was
         shutil.rmtree(args.work, ignore_errors=True)
         shutil.copytree(args.tree, args.work / "tree", symlinks=True)
-        shutil.copytree(args.index_dir, edit_ix)
+        shutil.copytree(args.index_dir, edit_ix, ignore=shutil.ignore_patterns("*-wal", "*-shm", "index.sqlite"))
+        with sqlite3.connect(args.index_dir / "index.sqlite") as src, sqlite3.connect(edit_ix / "index.sqlite") as dst:
+            src.backup(dst)  # a consistent copy while other processes read (and checkpoint) the index
         jobs.append(
             (
                 "index (one file edited)",
