@@ -62,7 +62,8 @@ def main() -> int:
     envs = [{**base, "PYTHONPATH": str(Path(s).resolve())} for s in args.src]
     tree = str(args.tree.resolve())
     jobs: list[tuple[str, list[str], dict, Path | None]] = []
-    ix = {"REPOCTX_INDEX_DIR": str(args.index_dir)}
+    # the default embedder named: else a record of an earlier `REPOCTX_EMBEDDER=none repoctx index` would decide
+    ix = {"REPOCTX_INDEX_DIR": str(args.index_dir), "REPOCTX_EMBEDDER": "local"}
     for q in QUESTIONS:
         if "search" in only:
             jobs.append((f'search "{q}" (hybrid)', [REPOCTX, "search", q, "--repo", tree], ix, None))
@@ -83,7 +84,7 @@ def main() -> int:
             (
                 "index (one file edited)",
                 [REPOCTX, "index", str(args.work / "tree")],
-                {"REPOCTX_INDEX_DIR": str(edit_ix)},
+                {"REPOCTX_INDEX_DIR": str(edit_ix), "REPOCTX_EMBEDDER": "local"},
                 args.work / "tree" / "django/utils/text.py",
             )
         )
