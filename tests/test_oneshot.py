@@ -238,3 +238,33 @@ def test_only_what_rich_would_change_goes_through_it(monkeypatch):
     monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
     assert cli._plain_is_rich("", "vectors: 10 capsules in 0.1s (local:minilm-l6-v2-pc-int8:128)")  # no such emoji
     assert not cli._plain_is_rich("", "all :thumbs_up: done")
+
+
+def test_a_question_embedded_ahead_is_embedded_once_and_holds_up_no_other():
+    import threading
+
+    import numpy as np
+
+    from repoctx.vectors import DenseRetriever
+
+    class Gated:
+        model_id, dim = "gated", 4
+
+        def __init__(self):
+            self.calls: list[str] = []
+            self.open = threading.Event()
+
+        def encode(self, texts):
+            self.calls += texts
+            if "slow" in texts:
+                assert self.open.wait(30)
+            return np.ones((len(texts), 4), dtype=np.float32) * len(texts[0])
+
+    emb = Gated()
+    dense = DenseRetriever(store=None, embedder=emb)
+    dense.prefetch(["slow"])
+    dense.prefetch(["slow", "fast"])  # "slow" is on its way: only "fast" starts
+    assert dense.vector("other").tolist() == [5.0] * 4  # answered while "slow" is still held up
+    emb.open.set()
+    assert dense.vector("slow").tolist() == [4.0] * 4 and dense.vector("fast").tolist() == [4.0] * 4
+    assert sorted(emb.calls) == ["fast", "other", "slow"]  # each embedded once
