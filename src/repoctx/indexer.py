@@ -312,7 +312,8 @@ def update_index(
             continue
         if state == "changed":
             assert data is not None and h is not None  # need_data=True: a changed file comes with its bytes
-            skip = None if sf.path in stored else passed_over(data)
+            # a cold index parses every file in its one transaction anyway: the check is for updates
+            skip = passed_over(data) if stored and sf.path not in stored else None
             if skip is not None:  # never stored, so never written: no transaction, no secret scan on a no-op
                 walk_report.skip(sf.path, skip)
                 continue

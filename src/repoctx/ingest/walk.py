@@ -102,7 +102,7 @@ class SourceFile:
 
     @property
     def abspath(self) -> Path:
-        # made when asked: a Path per file walked was a third of the walk's CPU (Django's 3.9k files, Python 3.11)
+        # made when asked, not for every file walked (Django's 3.9k files: walk CPU 0.080 -> 0.072 s, Python 3.11)
         return Path(self.location)
 
 
