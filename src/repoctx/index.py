@@ -548,6 +548,8 @@ class Index:
             yield ev
             opts = options or SearchOptions(k=depth, level=level)
             dense = self.dense_index(scope) if opts.dense else None
+            if dense is not None:  # embedded in a thread while the lexical signals are read
+                dense.prefetch(_dense_texts(query, opts))
             stats: dict = {}
             hits, said = self._standard(query, k, level, opts, scope, dense, stats)
             n = stats["candidates"]
@@ -926,6 +928,15 @@ class Index:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _dense_texts(query: str, opts: SearchOptions) -> list[str]:
+    """What a standard search embeds: the question, and a report's title line when it is searched alone."""
+    from repoctx.retrieve.hybrid import SUMMARY_WEIGHT
+    from repoctx.retrieve.query import summary_line
+
+    summary = summary_line(query) if opts.weights.get("summary", SUMMARY_WEIGHT) else ""
+    return [query, summary] if summary else [query]
 
 
 def _whole_repositories(scope: Scope) -> bool:

@@ -221,6 +221,16 @@ def _parse_one(sf: SourceFile, data: bytes, settings: Settings, repo: str) -> tu
     return namespaced(pf, repo), "", flags
 
 
+def passed_over(data: bytes) -> str | None:
+    """Why ``_parse_one`` would index nothing of these bytes ("binary", "minified"), judged as it judges them
+    but without the secret scan: a new file the store holds nothing of is then not parsed, and an update that
+    meets only such files (Django's sdist has four) writes nothing."""
+    loaded = load_text(data, redact_secrets=False)
+    if loaded is None:
+        return "binary"
+    return "minified" if loaded.minified else None
+
+
 def grep_text(text: str) -> str:
     """The text kept for grep: the parsed text itself (decoded, line ends made ``\n``, secrets redacted as in the
     capsules), with NUL characters as U+FFFD, which PostgreSQL's text cannot hold (both backends keep the same)."""
@@ -302,6 +312,11 @@ def update_index(
             continue
         if state == "changed":
             assert data is not None and h is not None  # need_data=True: a changed file comes with its bytes
+            # a cold index parses every file in its one transaction anyway: the check is for updates
+            skip = passed_over(data) if stored and sf.path not in stored else None
+            if skip is not None:  # never stored, so never written: no transaction, no secret scan on a no-op
+                walk_report.skip(sf.path, skip)
+                continue
             to_parse.append((sf, data, h))
         else:
             report.unchanged += 1

@@ -157,9 +157,41 @@ class DenseRetriever:
         self.cache = cache  # where the short texts ``similarities`` compares (unit names) outlive the process
         self._qcache: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
+        self._ahead: dict[str, threading.Thread] = {}  # texts being embedded ahead of their search, and by what
 
-    def _remember(self, texts: list[str]) -> None:
+    def prefetch(self, texts: list[str]) -> None:
+        """Start embedding ``texts`` (loading the model first, if need be) in a thread, so that a search reads
+        its other signals meanwhile: a one-shot search's question is embedded while BM25 answers. A later
+        ``vector`` of one of them waits for it; a failure here is met again, and raised, by that call."""
+        with self._lock:
+            todo = [t for t in dict.fromkeys(texts) if t not in self._qcache and t not in self._ahead]
+            if not todo:
+                return
+            ahead = threading.Thread(target=self._remember_ahead, args=(todo,), daemon=True)
+            for t in todo:
+                self._ahead[t] = ahead
+            ahead.start()  # under the lock: whoever finds it in _ahead may join it
+
+    def _remember_ahead(self, texts: list[str]) -> None:
+        try:
+            for t in texts:  # one at a time, as the search would ask for them: the same vectors, whatever the model
+                self._remember([t], wait=False)
+        except Exception:  # noqa: BLE001 - the search's own call embeds them again and reports what failed
+            pass
+        finally:
+            with self._lock:
+                for t in texts:
+                    if self._ahead.get(t) is threading.current_thread():
+                        del self._ahead[t]
+
+    def _remember(self, texts: list[str], wait: bool = True) -> None:
         """Embed the texts not seen yet, in one batch, and keep their vectors (questions and names recur)."""
+        if wait:  # a text being embedded ahead is waited for, never embedded twice at once
+            with self._lock:
+                pending = {self._ahead[t] for t in texts if t in self._ahead}
+            for ahead in pending:
+                if ahead is not threading.current_thread():
+                    ahead.join()
         with self._lock:
             todo = [t for t in dict.fromkeys(texts) if t not in self._qcache]
             if not todo:

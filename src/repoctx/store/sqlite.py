@@ -35,7 +35,7 @@ from repoctx.store.base import (
     like_suffix,
     text_key,
 )
-from repoctx.store.faiss_index import FaissIndex
+from repoctx.store.faiss_index import FaissIndex, Int8Matrix, stack_rows
 from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
 from repoctx.types import Capsule, Edge
 
@@ -690,17 +690,35 @@ class SQLiteStore(MemoryReads):
 
     def vector_state(self, repo: str, model: str) -> VectorState:
         meta = self.faiss_for(repo).meta() or {}
-        total = self.db.execute(
-            f"SELECT count(*) FROM capsules WHERE repo=? AND kind IN ({_ph(len(EMBED_KINDS))})", [repo, *EMBED_KINDS]
-        ).fetchone()[0]
         current = (
             bool(meta)
             and meta.get("model") == model
             and meta.get("generation") == (self.meta("generation", repo) or "")
             and meta.get("count") == meta.get("total")
         )
+        if current:  # a whole set of this generation holds a vector of every unit: its count is theirs
+            total = int(meta["total"])
+        else:  # counting reads every unit's row (Django: ~0.1 s), too much for each one-shot search
+            total = self._unit_count(repo)
         count = int(meta.get("count", 0)) if meta.get("model") == model else 0
         return VectorState(meta.get("model"), count, total, current)
+
+    def _unit_count(self, repo: str) -> int:
+        """The units of ``repo`` that should have a vector, counted again only when something was written since
+        (``_content_key``'s stamp): an update's fill asks four times."""
+        db = self.db
+        stamp = (db.execute("PRAGMA data_version").fetchone()[0], db.total_changes)
+        counted = getattr(self._local, "unit_counts", None)
+        if counted is None:
+            counted = self._local.unit_counts = {}
+        hit = counted.get(repo)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        n = db.execute(
+            f"SELECT count(*) FROM capsules WHERE repo=? AND kind IN ({_ph(len(EMBED_KINDS))})", [repo, *EMBED_KINDS]
+        ).fetchone()[0]
+        counted[repo] = (stamp, n)
+        return n
 
     def dense(self, vector: np.ndarray, model: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
         repos = [
@@ -1127,8 +1145,8 @@ class SQLiteRepoWriter:
             cid: h or "" for cid, h in self.db.execute(f"SELECT id, content_hash FROM capsules WHERE {units}", kinds)
         }
         keep_ids: list[str] = []
-        keep = np.zeros((0, 0), dtype=np.float32)
-        old = self.store.faiss_for(self.repo).reusable(model, None, EMBED_TEXT_VERSION)
+        keep: np.ndarray | Int8Matrix = np.zeros((0, 0), dtype=np.float32)
+        old = self.store.faiss_for(self.repo).reusable(model, None, EMBED_TEXT_VERSION, int8=True)
         if old is not None:
             ids, matrix, old_hashes = old
             pos = [i for i, (cid, h) in enumerate(zip(ids, old_hashes, strict=True)) if h and hashes.get(cid) == h]
@@ -1167,7 +1185,7 @@ class _Carry:
     unchanged, and every unit's content hash (recorded with the new set for the next update)."""
 
     ids: list[str]
-    vectors: np.ndarray
+    vectors: np.ndarray | Int8Matrix
     hashes: dict[str, str]
     text_version: int
 
@@ -1180,17 +1198,17 @@ class FaissSink:
         self.fx, self.model, self.dim, self.generation = fx, model, dim, generation
         self.carry = carry
         self.ids: list[str] = []
-        self.parts: list[np.ndarray] = []
+        self.parts: list[np.ndarray | Int8Matrix] = []
         self.expected: int | None = None
 
-    def add(self, ids: list[str], matrix: np.ndarray) -> None:
+    def add(self, ids: list[str], matrix: np.ndarray | Int8Matrix) -> None:
         if len(ids) and matrix.shape[1] != self.dim:
             raise StoreError(f"vectors of dimension {matrix.shape[1]} given to a {self.dim}-dimensional index")
         self.ids += ids
-        self.parts.append(np.asarray(matrix, dtype=np.float32))
+        self.parts.append(matrix if isinstance(matrix, Int8Matrix) else np.asarray(matrix, dtype=np.float32))
 
-    def _matrix(self) -> np.ndarray:
-        return np.concatenate(self.parts) if self.parts else np.zeros((0, self.dim), dtype=np.float32)
+    def _matrix(self) -> np.ndarray | Int8Matrix:
+        return stack_rows(self.parts, self.dim)  # the carried-over rows stay int8
 
     @property
     def kept(self) -> int:
