@@ -249,11 +249,9 @@ def test_key_names_stay_values_go():
     assert new.startswith('password: "[REDACTED]"') and "DB_PASSWORD=[REDACTED]" in new and n == 2
 
 
-def test_redact_is_fast_on_clean_text():
-    import time
-
-    text = (FIXTURE / "app/normal_code.py").read_text() * 200  # ~150 KB with secret-ish words, no secret
-    redact(text)
-    t0 = time.perf_counter()
-    _, n = redact(text)
-    assert n == 0 and time.perf_counter() - t0 < 1.0
+def test_redact_leaves_a_large_clean_text_as_it_is():
+    """~150 KB with secret-ish words and no secret: nothing redacted, the text unchanged. (Its speed is measured
+    by bench/redaction_share.py, not asserted here: a timed test fails on a busy machine.)"""
+    text = (FIXTURE / "app/normal_code.py").read_text() * 200
+    out, n = redact(text)
+    assert n == 0 and out == text
