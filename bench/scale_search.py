@@ -408,6 +408,19 @@ class Server:
                 "measuring anyway"
             )
 
+    def wait_scopes_built(self, timeout: float = 180.0) -> None:
+        """Until /health says no scope's own BM25 is building, on 12 answers in a row (each server process)."""
+        import httpx
+
+        deadline, in_a_row = time.perf_counter() + timeout, 0
+        while in_a_row < 12 and time.perf_counter() < deadline:
+            try:
+                h = httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=10).json()
+                in_a_row = 0 if h.get("lexical_scopes_building") else in_a_row + 1
+            except (httpx.HTTPError, ValueError):
+                in_a_row = 0
+            time.sleep(0.05 if in_a_row else 0.5)
+
     def rss_mib(self) -> float:
         import psutil
 
@@ -515,6 +528,7 @@ def measure_one(
         configs += [(f"admin, request repos=[{r}]", keys["admin"], [r], r) for r in scoped[:1]]
         for i, (label, key, repos, repo) in enumerate(configs):
             drive(server.port, key, 32, args.clients, offset=1000 + i, repos=repos)  # warm-up
+            server.wait_scopes_built()  # a key's repository gets its own BM25 in memory on its first searches
             r = drive(server.port, key, args.requests, args.clients, offset=0, repos=repos)
             r.update(
                 phase=phase,

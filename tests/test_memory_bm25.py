@@ -170,7 +170,7 @@ def test_a_scope_of_some_repositories_reads_its_own_index_in_memory(tmp_path):
         return cache is not None and cache.current(memory._scoped_content_key(repos), wait=True) is not None
 
     memory.lexical(["order"], 5, one)  # the first search asks for the index; the store answers meanwhile
-    assert built(("shop",))
+    assert built(("shop",)) and memory.scoped_building() == 0  # /health's lexical_scopes_building
     scoped = memory._scoped[("shop",)]._index
     for base in SCOPES:
         scope = base.with_repos(("shop",)) if not base.grants else base.with_repos(("shop",))

@@ -779,6 +779,8 @@ def create_app(
             try:
                 ready = await svc.call(svc.store.warm_lexical, timeout=conf.store_timeout + 1.0)
                 body["lexical"] = "memory" if ready else "building"
+                if building := svc.store.scoped_building():  # a scope's own index (a key's repositories)
+                    body["lexical_scopes_building"] = building
             except Exception:  # noqa: BLE001 - the store answered a moment ago; this is only a detail
                 body["lexical"] = "unknown"
         status = 503 if failing else 200

@@ -260,6 +260,12 @@ class MemoryReads:
         """Start (or wait for) the in-memory BM25 build; True when it is ready for the current content."""
         return self._bm25 is not None and self._bm25.current(self._content_key(), wait=wait) is not None
 
+    def scoped_building(self) -> int:
+        """How many indexes of some repositories are being built now (their scopes are answered by the store's
+        queries meanwhile): a health check says so."""
+        with self._scoped_lock:
+            return sum(1 for c in self._scoped.values() if c._building is not None)
+
     def _memory_index(self, scope: Scope) -> tuple[MemoryBM25 | None, np.ndarray | None]:
         """The in-memory BM25 for ``scope`` and its mask (None: the scope admits everything)."""
         if self._bm25 is None:
