@@ -10,7 +10,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,12 +47,13 @@ BM25_WEIGHTS = (10.0, 6.0, 3.0, 4.0, 2.0, 1.0)
 
 # grep's texts (schema 4): each indexed file's text once per repository and content, and a contentless FTS5
 # trigram index over it (detail=none: which texts hold a trigram, not where; the regular expression confirms).
-# Contentless, so the text is not stored twice; a row leaves it by 'delete' with its text. Plain text, not
-# zlib: on Django + Flask (24 M characters) zlib saved 18 MB but inflating cost a full scan 0.17 s of its
-# ~0.5 s, and a common literal's 1,500 files ~0.1 s (bench/grep_speed.py).
+# Contentless, so the text is not stored twice; a row leaves it by 'delete' with its text. Schema 7 (issue 39)
+# keeps the text zstd-compressed (``z``, level 3, UTF-8 inside): Django's 22.0 MiB of texts take 5.7 MiB, and
+# inflating all of them costs a full-scan grep ~0.07 s (zlib, tried in schema 4, cost 0.17 s of a ~0.5 s scan).
+_ZSTD_LEVEL = 3
 _TEXT_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS texts(id INTEGER PRIMARY KEY, repo TEXT NOT NULL, hash TEXT NOT NULL, "
-    "text TEXT NOT NULL, UNIQUE(repo, hash))",
+    "z BLOB NOT NULL, UNIQUE(repo, hash))",
     "CREATE VIRTUAL TABLE IF NOT EXISTS text_fts USING fts5(text, content='', tokenize='trigram', detail='none')",
     "CREATE INDEX IF NOT EXISTS files_text ON files(repo, text_hash)",
 )
@@ -66,7 +67,10 @@ _TEXT_SCHEMA = (
 # its text, is kept in ``lex``). A unit whose text is a slice of its file's text (grep's ``texts`` row ``tid``)
 # keeps no copy: ``text`` is NULL and (``at``, ``span``) say where it is (schema 6). Rowids are AUTOINCREMENT: a
 # rowid once freed is never given to another unit, so an edge still naming a deleted unit (until re-resolution
-# moves it) can never reach the wrong one.
+# moves it) can never reach the wrong one. Schema 7 stores no part of a unit that its row already says: ``id`` and
+# ``parent`` are generated columns, "repo:path#" and the rest, which is the qualname unless ``id_tail`` says
+# otherwise (``id_whole`` and ``parent_whole`` hold an id not of that form); ``module`` is kept on module units
+# (its partial index) and read from ``files`` for the others; a JSON list with nothing in it is NULL.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(repo TEXT NOT NULL, key TEXT NOT NULL, value TEXT, PRIMARY KEY(repo, key));
 CREATE TABLE IF NOT EXISTS repos(name TEXT PRIMARY KEY, root TEXT, created REAL);
@@ -74,10 +78,13 @@ CREATE TABLE IF NOT EXISTS files(
   repo TEXT NOT NULL, path TEXT NOT NULL, language TEXT, size INTEGER, mtime_ns INTEGER, hash TEXT, module TEXT,
   imports TEXT, method TEXT, note TEXT, text_hash TEXT, PRIMARY KEY(repo, path));
 CREATE TABLE IF NOT EXISTS capsules(
-  rowid INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, repo TEXT NOT NULL, path TEXT, language TEXT,
+  rowid INTEGER PRIMARY KEY AUTOINCREMENT, repo TEXT NOT NULL, path TEXT, language TEXT,
   kind TEXT, name TEXT, qualname TEXT, signature TEXT, params TEXT, returns TEXT, docstring TEXT, decorators TEXT,
-  start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, parent TEXT, module TEXT, lex TEXT,
-  tid INTEGER, at INTEGER, span INTEGER);
+  start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, module TEXT, lex TEXT,
+  tid INTEGER, at INTEGER, span INTEGER, id_tail TEXT, id_whole TEXT, parent_tail TEXT, parent_whole TEXT,
+  id TEXT NOT NULL GENERATED ALWAYS AS (coalesce(id_whole, repo || ':' || path || '#' || coalesce(id_tail, qualname))),
+  parent TEXT GENERATED ALWAYS AS (coalesce(parent_whole, repo || ':' || path || '#' || parent_tail)));
+CREATE UNIQUE INDEX IF NOT EXISTS capsules_id ON capsules(id);
 CREATE INDEX IF NOT EXISTS capsules_path ON capsules(repo, path);
 CREATE INDEX IF NOT EXISTS capsules_name ON capsules(name);
 CREATE INDEX IF NOT EXISTS capsules_qualname ON capsules(qualname);
@@ -93,7 +100,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
 CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, 'row');
 """ + "\n".join(f"{stmt};" for stmt in _TEXT_SCHEMA)
 
-SCHEMA_VERSION = 6  # this file's layout (base.SCHEMA_VERSION was 4: grep's texts); an older index is rebuilt
+SCHEMA_VERSION = 7  # this file's layout (base.SCHEMA_VERSION was 4: grep's texts); an older index is rebuilt
 
 # an edge's kind by its position: alphabetical, so ordering by the stored integer orders by the name
 EDGE_KINDS = ("calls", "contains", "imports", "inherits")
@@ -105,6 +112,9 @@ _EDGE_FROM = (
     "LEFT JOIN capsules d ON d.rowid = e.dst"
 )
 _EDGE_COLS = "s.id, e.kind, coalesce(n.name, d.qualname), d.id"
+
+# a unit's module: its own (module units) or its file's
+_MODULE = "coalesce(module, (SELECT f.module FROM files f WHERE f.repo = capsules.repo AND f.path = capsules.path))"
 
 _COLS = (
     "c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
@@ -139,13 +149,34 @@ def row_to_capsule(r) -> Capsule:
     )
 
 
+def inflater() -> Callable[[bytes], str]:
+    """A function from a ``texts.z`` value to its text (a decompressor per caller: they are not thread-safe)."""
+    import zstandard
+
+    decompress = zstandard.ZstdDecompressor().decompress
+    return lambda z: decompress(z).decode()
+
+
+def deflater() -> Callable[[str], bytes]:
+    """The inverse of :func:`inflater` (the frame records its size, which the decompressor needs)."""
+    import zstandard
+
+    compress = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress
+    return lambda text: compress(text.encode())
+
+
 def with_texts(db: sqlite3.Connection, rows: list, text_at: int) -> list:
     """Rows whose text is NULL given their text back: sliced from their file's, named by the row's last three
     columns (tid, at, span), which are dropped. Each file's text is read once."""
     want = sorted({r[-3] for r in rows if r[text_at] is None and r[-3] is not None})
     texts: dict[int, str] = {}
+    inflate = inflater() if want else None
     for chunk in _chunks(want):
-        texts.update(db.execute(f"SELECT id, text FROM texts WHERE id IN ({_ph(len(chunk))})", chunk).fetchall())
+        assert inflate is not None
+        texts.update(
+            (tid, inflate(z))
+            for tid, z in db.execute(f"SELECT id, z FROM texts WHERE id IN ({_ph(len(chunk))})", chunk)
+        )
     out = []
     for r in rows:
         r = tuple(r)
@@ -176,6 +207,13 @@ def text_slices(text: str, capsules: list[Capsule]) -> list[tuple[int, int] | No
         at = text.find(body, begin, end_of_line + len(body))
         out.append((at, len(body)) if at >= 0 else None)
     return out
+
+
+def _tail(unit_id: str, prefix: str | None) -> tuple[str | None, str | None]:
+    """(what follows ``prefix``, None) for an id that begins with it, else (None, the id)."""
+    if prefix is not None and unit_id.startswith(prefix):
+        return unit_id[len(prefix) :], None
+    return None, unit_id
 
 
 def _ph(n: int) -> str:
@@ -658,15 +696,17 @@ class SQLiteStore(MemoryReads):
         where, args = compile_all(scopes, "+f.repo", "f.path", "?", "sqlite")
         match = fts5_query(plan.prefilter)
         sql = (
-            "SELECT f.repo, f.path, t.id, t.text FROM files f "
+            "SELECT f.repo, f.path, t.id, t.z FROM files f "
             f"JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash WHERE {where}"
         )
         if match is not None:
             sql += " AND t.id IN (SELECT rowid FROM text_fts WHERE text_fts MATCH ?)"
             args = args + [match]
         cur = self.db.execute(sql + " ORDER BY f.repo, f.path", args)
+        inflate = inflater()
         try:  # rows stream from one statement (one read snapshot); closing the generator ends it
-            yield from cur
+            for repo, path, tid, z in cur:
+                yield repo, path, tid, inflate(z)
         finally:
             cur.close()
 
@@ -675,11 +715,11 @@ class SQLiteStore(MemoryReads):
         store holds none for it."""
         where, args = self._scope(scope, "f")
         row = self.db.execute(
-            f"SELECT t.text FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
+            f"SELECT t.z FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
             f"WHERE f.repo=? AND f.path=? AND {where}",
             [repo, path] + args,
         ).fetchone()
-        return row[0] if row else None
+        return inflater()(row[0]) if row else None
 
     # ---- dense
     def faiss_for(self, repo: str) -> FaissIndex:
@@ -754,6 +794,7 @@ class SQLiteRepoWriter:
         self.store = store
         self.repo = repo
         self._carry: _Carry | None = None  # embed_rows' plan for vector_sink
+        self._deflate: Callable[[str], bytes] | None = None  # made on the first text written
         self._begin()
 
     def _begin(self) -> None:
@@ -814,8 +855,9 @@ class SQLiteRepoWriter:
         else:
             self.db.execute("DELETE FROM names")
         if self.db.execute("SELECT EXISTS (SELECT 1 FROM texts WHERE repo != ?)", (self.repo,)).fetchone()[0]:
-            for tid, text in self.db.execute("SELECT id, text FROM texts WHERE repo=?", (self.repo,)).fetchall():
-                self._unindex_text(tid, text)
+            inflate = inflater()
+            for tid, z in self.db.execute("SELECT id, z FROM texts WHERE repo=?", (self.repo,)).fetchall():
+                self._unindex_text(tid, inflate(z))
         else:
             self.db.execute("INSERT INTO text_fts(text_fts) VALUES('delete-all')")
         self.db.execute("DELETE FROM texts WHERE repo=?", (self.repo,))
@@ -824,11 +866,16 @@ class SQLiteRepoWriter:
     def _keep_text(self, text: str) -> tuple[str, int]:
         """The text's key and its row's id."""
         key = text_key(text)
-        cur = self.db.execute("INSERT OR IGNORE INTO texts(repo, hash, text) VALUES(?,?,?)", (self.repo, key, text))
-        if cur.rowcount and cur.lastrowid is not None:
-            self.db.execute("INSERT INTO text_fts(rowid, text) VALUES(?,?)", (cur.lastrowid, text))
-            return key, cur.lastrowid
-        return key, self.db.execute("SELECT id FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()[0]
+        row = self.db.execute("SELECT id FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()
+        if row is not None:  # stored already: not compressed again
+            return key, row[0]
+        if self._deflate is None:
+            self._deflate = deflater()
+        cur = self.db.execute("INSERT INTO texts(repo, hash, z) VALUES(?,?,?)", (self.repo, key, self._deflate(text)))
+        tid = cur.lastrowid
+        assert tid is not None  # set by every successful INSERT
+        self.db.execute("INSERT INTO text_fts(rowid, text) VALUES(?,?)", (tid, text))
+        return key, tid
 
     def _unindex_text(self, tid: int, text: str) -> None:
         self.db.execute("INSERT INTO text_fts(text_fts, rowid, text) VALUES('delete', ?, ?)", (tid, text))
@@ -842,9 +889,9 @@ class SQLiteRepoWriter:
             ).fetchone()[0]
         ):
             return
-        row = self.db.execute("SELECT id, text FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()
+        row = self.db.execute("SELECT id, z FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()
         if row is not None:
-            self._unindex_text(*row)
+            self._unindex_text(row[0], inflater()(row[1]))
             self.db.execute("DELETE FROM texts WHERE id=?", (row[0],))
 
     def put_text(self, path: str, text: str) -> None:
@@ -934,26 +981,36 @@ class SQLiteRepoWriter:
         for c, where in zip(capsules, slices, strict=True):
             lex = lexical_bodies.get(c.id)
             lex = lex if lex is not None and lex != c.text else None
+            prefix = f"{self.repo}:{c.path}#" if c.path is not None else None
+            id_tail, id_whole = _tail(c.id, prefix)
+            if id_tail is not None and id_tail == c.qualname:
+                id_tail = None
+            cols = capsule_columns(c)
             rows.append(
                 (
                     self._freed.pop(c.id, None),
-                    c.id,
                     self.repo,
-                    *capsule_columns(c),
+                    *cols[:6],
+                    None if cols[6] == "[]" else cols[6],
+                    *cols[7:9],
+                    None if cols[9] == "[]" else cols[9],
+                    *cols[10:],
                     c.text if where is None else None,
                     c.content_hash,
-                    c.parent,
-                    rec.module,
+                    rec.module if c.kind == "module" else None,
                     lex,
                     None if where is None else tid,
                     *(where or (None, None)),
+                    id_tail,
+                    id_whole,
+                    *(_tail(c.parent, prefix) if c.parent is not None else (None, None)),
                 )
             )
             bodies.append((lex if lex is not None else c.text)[:200_000])
         self.db.executemany(
-            "INSERT INTO capsules(rowid, id, repo, path, language, kind, name, qualname, signature, params, returns, "
-            "docstring, decorators, start_line, end_line, text, content_hash, parent, module, lex, tid, at, span) "
-            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO capsules(rowid, repo, path, language, kind, name, qualname, signature, params, returns, "
+            "docstring, decorators, start_line, end_line, text, content_hash, module, lex, tid, at, span, "
+            "id_tail, id_whole, parent_tail, parent_whole) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             rows,
         )
         rowids = self._rowid_map([c.id for c in capsules])
@@ -1051,7 +1108,7 @@ class SQLiteRepoWriter:
         return [
             tuple(r)
             for r in self.db.execute(
-                "SELECT id, path, qualname, kind, module FROM capsules WHERE name=? AND repo=? "
+                f"SELECT id, path, qualname, kind, {_MODULE} FROM capsules WHERE name=? AND repo=? "
                 "AND kind NOT IN ('module','window') ORDER BY id",
                 (name, self.repo),
             )
@@ -1061,7 +1118,7 @@ class SQLiteRepoWriter:
         # by the qualname index, then the path index (with "repo=? AND (qualname=? OR path=?)" SQLite read every
         # module of the repository: 1.5 ms a lookup, 0.07 s of a one-file update of Django)
         r = self.db.execute(
-            "SELECT id, path, qualname, kind, module FROM capsules WHERE rowid IN ("
+            "SELECT id, path, qualname, kind, module FROM capsules WHERE rowid IN ("  # module units keep theirs
             "SELECT rowid FROM capsules WHERE qualname=? AND +repo=? AND kind='module' UNION ALL "
             "SELECT rowid FROM capsules WHERE repo=? AND path=? AND kind='module') ORDER BY id LIMIT 1",
             (key, self.repo, self.repo, key),
@@ -1107,7 +1164,7 @@ class SQLiteRepoWriter:
         return [
             tuple(r)
             for r in self.db.execute(
-                "SELECT id, path, qualname, kind, module, language, name FROM capsules WHERE repo=? AND path=?",
+                f"SELECT id, path, qualname, kind, {_MODULE}, language, name FROM capsules WHERE repo=? AND path=?",
                 (self.repo, path),
             )
         ]
