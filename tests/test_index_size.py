@@ -217,3 +217,29 @@ def test_an_index_of_schema_6_is_rebuilt_never_read(tmp_path):
         assert _state(ix) == _fresh(tmp_path, root, "fresh")
     finally:
         ix.close()
+
+
+def test_a_write_runs_with_a_small_page_cache_and_reads_get_theirs_back(tmp_path):
+    """A cold build writes ~100 MiB of pages in one transaction: past a small cache they go to the WAL instead of
+    being held in memory; searches after it, even after a write that failed, have their cache back."""
+    import pytest
+
+    from repoctx.store.sqlite import SQLiteStore
+
+    root = write_tree(tmp_path / "repo", BASE)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        db, w = ix.store.db, ix.store.writer(ix.repo)
+        cache = lambda: db.execute("PRAGMA cache_size").fetchone()[0]  # noqa: E731
+        assert cache() == -SQLiteStore.READ_CACHE_KIB
+        with w.transaction():
+            assert cache() == -SQLiteStore.WRITE_CACHE_KIB < 0
+            w.set_meta("probe", "1")
+        assert cache() == -SQLiteStore.READ_CACHE_KIB
+        with pytest.raises(RuntimeError), w.transaction():
+            raise RuntimeError("interrupted")
+        assert cache() == -SQLiteStore.READ_CACHE_KIB
+        assert ix.store.meta("probe", ix.repo) == "1"
+    finally:
+        ix.close()
