@@ -243,3 +243,29 @@ def test_a_write_runs_with_a_small_page_cache_and_reads_get_theirs_back(tmp_path
         assert ix.store.meta("probe", ix.repo) == "1"
     finally:
         ix.close()
+
+
+def test_edge_lookups_by_target_and_name_use_their_partial_indexes(tmp_path):
+    """The indexes of edges' targets and names leave NULLs out: every lookup must still be served by them (a plan
+    that scans the edges would answer the same, only slowly, so the plans are checked)."""
+    root = write_tree(tmp_path / "repo", BASE)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        st, sc = ix.store, ix.scope()
+        db = st.db
+        seen: list[str] = []
+        db.set_trace_callback(seen.append)
+        try:
+            assert st.edges_to(["repo:pkg/models.py#Base.validate"], (), sc)
+            w = st.writer(ix.repo)
+            assert w.edges_needing({"validate"}, {"repo:pkg/models.py#Base.save"}, set())
+        finally:
+            db.set_trace_callback(None)
+        lookups = [q for q in seen if "e.dst IN" in q or "e.name IN" in q]
+        assert len(lookups) >= 3
+        for q in lookups:
+            plan = " | ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + q).fetchall())
+            assert "SCAN e" not in plan and ("edges_dst" in plan or "edges_name" in plan), (q, plan)
+    finally:
+        ix.close()

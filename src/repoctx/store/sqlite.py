@@ -73,7 +73,8 @@ _TEXT_SCHEMA = (
 # otherwise (``id_whole`` and ``parent_whole`` hold an id not of that form); ``module`` is kept on module units
 # (its partial index) and read from ``files`` for the others; a JSON list with nothing in it is NULL. Units are found
 # by id through ``idh``, 64 bits of the id's hash (an index of the ids themselves took 4.8 MiB of Django's index):
-# a lookup tests both, ``_id_in``.
+# a lookup tests both, ``_id_in``. Edges are looked up by target and by name only for a value (``dst IN``,
+# ``name IN``): their indexes leave out the unresolved edges (42% of Django's) and the 'contains' ones (19%).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(repo TEXT NOT NULL, key TEXT NOT NULL, value TEXT, PRIMARY KEY(repo, key));
 CREATE TABLE IF NOT EXISTS repos(name TEXT PRIMARY KEY, root TEXT, created REAL);
@@ -97,8 +98,8 @@ CREATE TABLE IF NOT EXISTS names(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NU
 CREATE INDEX IF NOT EXISTS names_key ON names(key);
 CREATE TABLE IF NOT EXISTS edges(src INTEGER NOT NULL, kind INTEGER NOT NULL, name INTEGER, dst INTEGER);
 CREATE INDEX IF NOT EXISTS edges_src ON edges(src);
-CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst);
-CREATE INDEX IF NOT EXISTS edges_name ON edges(name);
+CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst) WHERE dst IS NOT NULL;
+CREATE INDEX IF NOT EXISTS edges_name ON edges(name) WHERE name IS NOT NULL;
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
   name, qualname, path, signature, docstring, body, content='', tokenize = "unicode61 tokenchars '_'");
 CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, 'row');
