@@ -70,8 +70,9 @@ _TEXT_SCHEMA = (
 # rowid once freed is never given to another unit, so an edge still naming a deleted unit (until re-resolution
 # moves it) can never reach the wrong one. Schema 7 stores no part of a unit that its row already says: ``id`` and
 # ``parent`` are generated columns, "repo:path#" and the rest, which is the qualname unless ``id_tail`` says
-# otherwise (``id_whole`` and ``parent_whole`` hold an id not of that form); ``module`` is kept on module units
-# (its partial index) and read from ``files`` for the others; a JSON list with nothing in it is NULL. Units are found
+# otherwise (``id_whole`` and ``parent_whole`` hold an id not of that form); a hexadecimal content hash is kept as
+# its bytes (pack_hash); ``module`` is kept on module units (its partial index) and read from ``files`` for the
+# others; a JSON list with nothing in it is NULL. Units are found
 # by id through ``idh``, 64 bits of the id's hash (an index of the ids themselves took 4.8 MiB of Django's index):
 # a lookup tests both, ``_id_in``. Edges are looked up by target and by name only for a value (``dst IN``,
 # ``name IN``): their indexes leave out the unresolved edges (42% of Django's) and the 'contains' ones (19%).
@@ -149,7 +150,7 @@ def row_to_capsule(r) -> Capsule:
         start_line=r[12],
         end_line=r[13],
         text=r[14],
-        content_hash=r[15],
+        content_hash=r[15].hex() if isinstance(r[15], bytes) else r[15],  # hash_text, for a row of Any
         parent=r[16],
     )
 
@@ -219,6 +220,21 @@ def _tail(unit_id: str, prefix: str | None) -> tuple[str | None, str | None]:
     if prefix is not None and unit_id.startswith(prefix):
         return unit_id[len(prefix) :], None
     return None, unit_id
+
+
+def pack_hash(content_hash: str | None) -> str | bytes | None:
+    """A unit's content hash as stored: lower-case hexadecimal as its bytes (half the size), anything else as is."""
+    if content_hash and len(content_hash) % 2 == 0 and content_hash == content_hash.lower():
+        try:
+            return bytes.fromhex(content_hash)
+        except ValueError:
+            pass
+    return content_hash
+
+
+def hash_text(stored: str | bytes | None) -> str | None:
+    """The inverse of :func:`pack_hash`."""
+    return stored.hex() if isinstance(stored, bytes) else stored
 
 
 def id_hash(unit_id: str) -> int:
@@ -1022,7 +1038,7 @@ class SQLiteRepoWriter:
                     None if cols[9] == "[]" else cols[9],
                     *cols[10:],
                     c.text if where is None else None,
-                    c.content_hash,
+                    pack_hash(c.content_hash),
                     rec.module if c.kind == "module" else None,
                     lex,
                     None if where is None else tid,
@@ -1210,7 +1226,8 @@ class SQLiteRepoWriter:
         kinds = [self.repo, *EMBED_KINDS]
         units = f"repo=? AND kind IN ({_ph(len(EMBED_KINDS))})"
         hashes = {
-            cid: h or "" for cid, h in self.db.execute(f"SELECT id, content_hash FROM capsules WHERE {units}", kinds)
+            cid: hash_text(h) or ""
+            for cid, h in self.db.execute(f"SELECT id, content_hash FROM capsules WHERE {units}", kinds)
         }
         keep_ids: list[str] = []
         keep = np.zeros((0, 0), dtype=np.float32)
