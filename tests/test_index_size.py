@@ -141,3 +141,131 @@ def test_a_large_write_leaves_no_large_wal_and_never_waits_for_a_reader(tmp_path
         assert hits and hits[0].capsule.path == "pkg/util.py" and "strip" in hits[0].capsule.text
     finally:
         ix.close()
+
+
+def test_what_a_row_can_say_is_not_stored_twice(tmp_path):
+    """Schema 7: grep's texts are compressed, a unit's id and parent are made from its repository, path and
+    qualname; a unit whose id or parent is not of that form keeps it whole, and each reads back as written."""
+    from repoctx.store.base import FileRecord
+    from repoctx.types import Capsule
+
+    body = "def render(request):\n    return request\n" * 200
+    root = write_tree(tmp_path / "repo", {**BASE, "pkg/long.py": body})
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        db = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
+        z = db.execute(
+            "SELECT t.z FROM texts t JOIN files f ON f.text_hash = t.hash WHERE f.path = 'pkg/long.py'"
+        ).fetchone()[0]
+        assert isinstance(z, bytes) and len(z) < len(body) // 20
+        assert ix.store.file_text("repo", "pkg/long.py", ix.scope()) == body
+        stored = db.execute("SELECT count(*) FROM capsules WHERE id_whole IS NOT NULL OR parent_whole IS NOT NULL")
+        assert stored.fetchone()[0] == 0
+        assert db.execute("SELECT count(*) FROM capsules WHERE id_tail IS NULL").fetchone()[0] > 0
+        db.close()
+
+        odd = [
+            Capsule(id="elsewhere#x", path="odd.py", language="python", kind="function", name="x", qualname="x",
+                    signature="def x()", start_line=1, end_line=2, text="def x():\n    pass\n", content_hash="h1",
+                    params=["a"], decorators=["@d"], parent="repo:other.py#Holder"),
+            Capsule(id="repo:odd.py#y.2", path="odd.py", language="python", kind="function", name="y", qualname="y",
+                    signature="def y()", start_line=3, end_line=4, text="def y():\n    pass\n", content_hash="h2",
+                    parent="repo:odd.py#"),
+        ]
+        w = ix.store.writer("repo")
+        with w.transaction():
+            w.put_file(FileRecord("odd.py", "python", 1, 1, "h", "odd", {}, "tree-sitter"), odd, {},
+                       "def x():\n    pass\ndef y():\n    pass\n")
+        got = ix.store.file_capsules("repo", "odd.py", ix.scope())
+        assert [(c.id, c.parent, c.params, c.decorators, c.text) for c in got] == [
+            (c.id, c.parent, c.params, c.decorators, c.text) for c in odd]
+        assert [c.id for c in ix.store.capsules(["repo:odd.py#y.2", "elsewhere#x"], ix.scope())] == [
+            "repo:odd.py#y.2", "elsewhere#x"]
+        assert w.cands_by_name("x")[0] == ("elsewhere#x", "odd.py", "x", "function", "odd")
+    finally:
+        ix.close()
+
+
+def test_an_index_of_schema_6_is_rebuilt_never_read(tmp_path):
+    """Schema 6 kept texts uncompressed and ids whole: opened read-only it is named another version's, and the
+    next update rebuilds it."""
+    import pytest
+
+    from repoctx.store.base import SchemaMismatch
+    from repoctx.store.sqlite import SCHEMA_VERSION
+
+    root = write_tree(tmp_path / "repo", BASE)
+    settings = Settings(index_dir=tmp_path / "ix", embedder="none")
+    with Index(root, settings) as first:
+        first.update()
+    db = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
+    db.executescript(
+        "DROP TABLE text_fts; DROP TABLE texts; CREATE TABLE texts(id INTEGER PRIMARY KEY, repo TEXT NOT NULL, "
+        "hash TEXT NOT NULL, text TEXT NOT NULL, UNIQUE(repo, hash)); INSERT INTO texts(repo, hash, text) "
+        "SELECT repo, text_hash, 'plain' FROM files; UPDATE meta SET value='6' WHERE key='schema_version';"
+    )
+    db.close()
+    with pytest.raises(SchemaMismatch, match="repoctx index"):
+        Index(root, settings, create=False)
+    ix = Index(root, settings)
+    try:
+        assert ix.store.meta("schema_version") == str(SCHEMA_VERSION) == "7"
+        assert ix.update().capsules_written > 0
+        assert [(m["path"], m["line"]) for m in ix.grep("validate")["matches"]] == [
+            ("docs/guide.md", 3), ("pkg/models.py", 5), ("pkg/models.py", 7), ("pkg/models.py", 16)]
+        assert _state(ix) == _fresh(tmp_path, root, "fresh")
+    finally:
+        ix.close()
+
+
+def test_a_write_runs_with_a_small_page_cache_and_reads_get_theirs_back(tmp_path):
+    """A cold build writes ~100 MiB of pages in one transaction: past a small cache they go to the WAL instead of
+    being held in memory; searches after it, even after a write that failed, have their cache back."""
+    import pytest
+
+    from repoctx.store.sqlite import SQLiteStore
+
+    root = write_tree(tmp_path / "repo", BASE)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        db, w = ix.store.db, ix.store.writer(ix.repo)
+        cache = lambda: db.execute("PRAGMA cache_size").fetchone()[0]  # noqa: E731
+        assert cache() == -SQLiteStore.READ_CACHE_KIB
+        with w.transaction():
+            assert cache() == -SQLiteStore.WRITE_CACHE_KIB < 0
+            w.set_meta("probe", "1")
+        assert cache() == -SQLiteStore.READ_CACHE_KIB
+        with pytest.raises(RuntimeError), w.transaction():
+            raise RuntimeError("interrupted")
+        assert cache() == -SQLiteStore.READ_CACHE_KIB
+        assert ix.store.meta("probe", ix.repo) == "1"
+    finally:
+        ix.close()
+
+
+def test_edge_lookups_by_target_and_name_use_their_partial_indexes(tmp_path):
+    """The indexes of edges' targets and names leave NULLs out: every lookup must still be served by them (a plan
+    that scans the edges would answer the same, only slowly, so the plans are checked)."""
+    root = write_tree(tmp_path / "repo", BASE)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        st, sc = ix.store, ix.scope()
+        db = st.db
+        seen: list[str] = []
+        db.set_trace_callback(seen.append)
+        try:
+            assert st.edges_to(["repo:pkg/models.py#Base.validate"], (), sc)
+            w = st.writer(ix.repo)
+            assert w.edges_needing({"validate"}, {"repo:pkg/models.py#Base.save"}, set())
+        finally:
+            db.set_trace_callback(None)
+        lookups = [q for q in seen if "e.dst IN" in q or "e.name IN" in q]
+        assert len(lookups) >= 3
+        for q in lookups:
+            plan = " | ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + q).fetchall())
+            assert "SCAN e" not in plan and ("edges_dst" in plan or "edges_name" in plan), (q, plan)
+    finally:
+        ix.close()

@@ -257,17 +257,26 @@ def _texts_to_keep(
 
 
 def namespaced(pf: ParsedFile, repo: str) -> ParsedFile:
-    """The parser's ids (``path#qualname``) made store-wide (``repo:path#qualname``)."""
+    """The parser's ids (``path#qualname``) made store-wide (``repo:path#qualname``): one string per unit, shared
+    by its children's ``parent`` and its references' ``src`` (a string each held 35 MiB at Django's cold peak)."""
+    ids: dict[str, str] = {}
+
+    def store_wide(local: str) -> str:
+        got = ids.get(local)
+        if got is None:
+            got = ids[local] = capsule_id(repo, local)
+        return got
+
     for c in pf.capsules:
-        c.id = capsule_id(repo, c.id)
-        c.parent = capsule_id(repo, c.parent) if c.parent else None
+        c.id = store_wide(c.id)
+        c.parent = store_wide(c.parent) if c.parent else None
         c.repo = repo
         for attr in ("docstring", "signature", "text", "returns"):  # a docstring's '\x00' escape is a real NUL
             value = getattr(c, attr, None)  # once decoded; PostgreSQL's text refuses it: U+FFFD on both backends
             if isinstance(value, str) and "\x00" in value:
                 setattr(c, attr, value.replace("\x00", "\ufffd"))
     for r in pf.refs:
-        r.src = capsule_id(repo, r.src)
+        r.src = store_wide(r.src)
     return pf
 
 

@@ -10,9 +10,10 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from hashlib import blake2b
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,12 +48,13 @@ BM25_WEIGHTS = (10.0, 6.0, 3.0, 4.0, 2.0, 1.0)
 
 # grep's texts (schema 4): each indexed file's text once per repository and content, and a contentless FTS5
 # trigram index over it (detail=none: which texts hold a trigram, not where; the regular expression confirms).
-# Contentless, so the text is not stored twice; a row leaves it by 'delete' with its text. Plain text, not
-# zlib: on Django + Flask (24 M characters) zlib saved 18 MB but inflating cost a full scan 0.17 s of its
-# ~0.5 s, and a common literal's 1,500 files ~0.1 s (bench/grep_speed.py).
+# Contentless, so the text is not stored twice; a row leaves it by 'delete' with its text. Schema 7 (issue 39)
+# keeps the text zstd-compressed (``z``, level 3, UTF-8 inside): Django's 22.0 MiB of texts take 5.7 MiB, and
+# inflating all of them costs a full-scan grep ~0.07 s (zlib, tried in schema 4, cost 0.17 s of a ~0.5 s scan).
+_ZSTD_LEVEL = 3
 _TEXT_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS texts(id INTEGER PRIMARY KEY, repo TEXT NOT NULL, hash TEXT NOT NULL, "
-    "text TEXT NOT NULL, UNIQUE(repo, hash))",
+    "z BLOB NOT NULL, UNIQUE(repo, hash))",
     "CREATE VIRTUAL TABLE IF NOT EXISTS text_fts USING fts5(text, content='', tokenize='trigram', detail='none')",
     "CREATE INDEX IF NOT EXISTS files_text ON files(repo, text_hash)",
 )
@@ -66,7 +68,14 @@ _TEXT_SCHEMA = (
 # its text, is kept in ``lex``). A unit whose text is a slice of its file's text (grep's ``texts`` row ``tid``)
 # keeps no copy: ``text`` is NULL and (``at``, ``span``) say where it is (schema 6). Rowids are AUTOINCREMENT: a
 # rowid once freed is never given to another unit, so an edge still naming a deleted unit (until re-resolution
-# moves it) can never reach the wrong one.
+# moves it) can never reach the wrong one. Schema 7 stores no part of a unit that its row already says: ``id`` and
+# ``parent`` are generated columns, "repo:path#" and the rest, which is the qualname unless ``id_tail`` says
+# otherwise (``id_whole`` and ``parent_whole`` hold an id not of that form); a hexadecimal content hash is kept as
+# its bytes (pack_hash); ``module`` is kept on module units (its partial index) and read from ``files`` for the
+# others; a JSON list with nothing in it is NULL. Units are found
+# by id through ``idh``, 64 bits of the id's hash (an index of the ids themselves took 4.8 MiB of Django's index):
+# a lookup tests both, ``_id_in``. Edges are looked up by target and by name only for a value (``dst IN``,
+# ``name IN``): their indexes leave out the unresolved edges (42% of Django's) and the 'contains' ones (19%).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(repo TEXT NOT NULL, key TEXT NOT NULL, value TEXT, PRIMARY KEY(repo, key));
 CREATE TABLE IF NOT EXISTS repos(name TEXT PRIMARY KEY, root TEXT, created REAL);
@@ -74,10 +83,14 @@ CREATE TABLE IF NOT EXISTS files(
   repo TEXT NOT NULL, path TEXT NOT NULL, language TEXT, size INTEGER, mtime_ns INTEGER, hash TEXT, module TEXT,
   imports TEXT, method TEXT, note TEXT, text_hash TEXT, PRIMARY KEY(repo, path));
 CREATE TABLE IF NOT EXISTS capsules(
-  rowid INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, repo TEXT NOT NULL, path TEXT, language TEXT,
+  rowid INTEGER PRIMARY KEY AUTOINCREMENT, repo TEXT NOT NULL, path TEXT, language TEXT,
   kind TEXT, name TEXT, qualname TEXT, signature TEXT, params TEXT, returns TEXT, docstring TEXT, decorators TEXT,
-  start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, parent TEXT, module TEXT, lex TEXT,
-  tid INTEGER, at INTEGER, span INTEGER);
+  start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, module TEXT, lex TEXT,
+  tid INTEGER, at INTEGER, span INTEGER, id_tail TEXT, id_whole TEXT, parent_tail TEXT, parent_whole TEXT,
+  idh INTEGER NOT NULL,
+  id TEXT NOT NULL GENERATED ALWAYS AS (coalesce(id_whole, repo || ':' || path || '#' || coalesce(id_tail, qualname))),
+  parent TEXT GENERATED ALWAYS AS (coalesce(parent_whole, repo || ':' || path || '#' || parent_tail)));
+CREATE INDEX IF NOT EXISTS capsules_idh ON capsules(idh);
 CREATE INDEX IF NOT EXISTS capsules_path ON capsules(repo, path);
 CREATE INDEX IF NOT EXISTS capsules_name ON capsules(name);
 CREATE INDEX IF NOT EXISTS capsules_qualname ON capsules(qualname);
@@ -86,14 +99,14 @@ CREATE TABLE IF NOT EXISTS names(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NU
 CREATE INDEX IF NOT EXISTS names_key ON names(key);
 CREATE TABLE IF NOT EXISTS edges(src INTEGER NOT NULL, kind INTEGER NOT NULL, name INTEGER, dst INTEGER);
 CREATE INDEX IF NOT EXISTS edges_src ON edges(src);
-CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst);
-CREATE INDEX IF NOT EXISTS edges_name ON edges(name);
+CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst) WHERE dst IS NOT NULL;
+CREATE INDEX IF NOT EXISTS edges_name ON edges(name) WHERE name IS NOT NULL;
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
   name, qualname, path, signature, docstring, body, content='', tokenize = "unicode61 tokenchars '_'");
 CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, 'row');
 """ + "\n".join(f"{stmt};" for stmt in _TEXT_SCHEMA)
 
-SCHEMA_VERSION = 6  # this file's layout (base.SCHEMA_VERSION was 4: grep's texts); an older index is rebuilt
+SCHEMA_VERSION = 7  # this file's layout (base.SCHEMA_VERSION was 4: grep's texts); an older index is rebuilt
 
 # an edge's kind by its position: alphabetical, so ordering by the stored integer orders by the name
 EDGE_KINDS = ("calls", "contains", "imports", "inherits")
@@ -105,6 +118,9 @@ _EDGE_FROM = (
     "LEFT JOIN capsules d ON d.rowid = e.dst"
 )
 _EDGE_COLS = "s.id, e.kind, coalesce(n.name, d.qualname), d.id"
+
+# a unit's module: its own (module units) or its file's
+_MODULE = "coalesce(module, (SELECT f.module FROM files f WHERE f.repo = capsules.repo AND f.path = capsules.path))"
 
 _COLS = (
     "c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
@@ -134,9 +150,25 @@ def row_to_capsule(r) -> Capsule:
         start_line=r[12],
         end_line=r[13],
         text=r[14],
-        content_hash=r[15],
+        content_hash=r[15].hex() if isinstance(r[15], bytes) else r[15],  # hash_text, for a row of Any
         parent=r[16],
     )
+
+
+def inflater() -> Callable[[bytes], str]:
+    """A function from a ``texts.z`` value to its text (a decompressor per caller: they are not thread-safe)."""
+    import zstandard
+
+    decompress = zstandard.ZstdDecompressor().decompress
+    return lambda z: decompress(z).decode()
+
+
+def deflater() -> Callable[[str], bytes]:
+    """The inverse of :func:`inflater` (the frame records its size, which the decompressor needs)."""
+    import zstandard
+
+    compress = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress
+    return lambda text: compress(text.encode())
 
 
 def with_texts(db: sqlite3.Connection, rows: list, text_at: int) -> list:
@@ -144,8 +176,13 @@ def with_texts(db: sqlite3.Connection, rows: list, text_at: int) -> list:
     columns (tid, at, span), which are dropped. Each file's text is read once."""
     want = sorted({r[-3] for r in rows if r[text_at] is None and r[-3] is not None})
     texts: dict[int, str] = {}
+    inflate = inflater() if want else None
     for chunk in _chunks(want):
-        texts.update(db.execute(f"SELECT id, text FROM texts WHERE id IN ({_ph(len(chunk))})", chunk).fetchall())
+        assert inflate is not None
+        texts.update(
+            (tid, inflate(z))
+            for tid, z in db.execute(f"SELECT id, z FROM texts WHERE id IN ({_ph(len(chunk))})", chunk)
+        )
     out = []
     for r in rows:
         r = tuple(r)
@@ -176,6 +213,39 @@ def text_slices(text: str, capsules: list[Capsule]) -> list[tuple[int, int] | No
         at = text.find(body, begin, end_of_line + len(body))
         out.append((at, len(body)) if at >= 0 else None)
     return out
+
+
+def _tail(unit_id: str, prefix: str | None) -> tuple[str | None, str | None]:
+    """(what follows ``prefix``, None) for an id that begins with it, else (None, the id)."""
+    if prefix is not None and unit_id.startswith(prefix):
+        return unit_id[len(prefix) :], None
+    return None, unit_id
+
+
+def pack_hash(content_hash: str | None) -> str | bytes | None:
+    """A unit's content hash as stored: lower-case hexadecimal as its bytes (half the size), anything else as is."""
+    if content_hash and len(content_hash) % 2 == 0 and content_hash == content_hash.lower():
+        try:
+            return bytes.fromhex(content_hash)
+        except ValueError:
+            pass
+    return content_hash
+
+
+def hash_text(stored: str | bytes | None) -> str | None:
+    """The inverse of :func:`pack_hash`."""
+    return stored.hex() if isinstance(stored, bytes) else stored
+
+
+def id_hash(unit_id: str) -> int:
+    """``capsules.idh``: a signed 64-bit hash of a unit's id (stable across processes, unlike ``hash``)."""
+    return int.from_bytes(blake2b(unit_id.encode(), digest_size=8).digest(), "big", signed=True)
+
+
+def _id_in(ids: list[str], alias: str = "") -> tuple[str, list]:
+    """A WHERE test for units whose id is one of ``ids`` (at most 500), by the hash index, and its arguments."""
+    a = f"{alias}." if alias else ""
+    return f"{a}idh IN ({_ph(len(ids))}) AND {a}id IN ({_ph(len(ids))})", [id_hash(i) for i in ids] + ids
 
 
 def _ph(n: int) -> str:
@@ -231,7 +301,7 @@ class SQLiteStore(MemoryReads):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=30000")
-            conn.execute("PRAGMA cache_size=-65536")
+            conn.execute(f"PRAGMA cache_size=-{self.READ_CACHE_KIB}")
             conn.execute("PRAGMA temp_store=MEMORY")
             self._local.conn = conn
             with self._conns_lock:
@@ -286,6 +356,12 @@ class SQLiteStore(MemoryReads):
             raise
         db.executescript(_SCHEMA)
         db.execute("INSERT OR REPLACE INTO meta VALUES('', 'schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    # SQLite's page cache per connection, in KiB: searches keep pages read; a write transaction (a cold build writes
+    # ~70 MiB of pages in one) spills its dirty pages to the WAL past a smaller one: Django's cold build peaks at
+    # 235 MiB RSS instead of 279 and costs ~0.4 s more CPU (17.4 s user instead of 17.0, medians of 3, load 3-4)
+    READ_CACHE_KIB = 65536
+    WRITE_CACHE_KIB = 8192
 
     WAL_KEEP = 16 << 20  # a write-ahead log larger than this is checkpointed and truncated after a write
 
@@ -398,11 +474,10 @@ class SQLiteStore(MemoryReads):
         where, args = self._scope(scope)
         out: dict[str, Capsule] = {}
         for chunk in _chunks(list(dict.fromkeys(ids))):
+            by_id, id_args = _id_in(chunk, "c")
             for r in with_texts(
                 self.db,
-                self.db.execute(
-                    f"SELECT {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))}) AND {where}", chunk + args
-                ).fetchall(),
+                self.db.execute(f"SELECT {_COLS} FROM capsules c WHERE {by_id} AND {where}", id_args + args).fetchall(),
                 _TEXT_AT,
             ):
                 out[r[0]] = row_to_capsule(r)
@@ -535,13 +610,12 @@ class SQLiteStore(MemoryReads):
     def _units_by_id(self, ids: list[str]) -> list[tuple[int, Capsule]]:
         out = []
         for chunk in _chunks(ids):
+            by_id, id_args = _id_in(chunk, "c")
             out += [
                 (r[0], row_to_capsule(r[1:]))
                 for r in with_texts(
                     self.db,
-                    self.db.execute(
-                        f"SELECT c.rowid, {_COLS} FROM capsules c WHERE c.id IN ({_ph(len(chunk))})", chunk
-                    ).fetchall(),
+                    self.db.execute(f"SELECT c.rowid, {_COLS} FROM capsules c WHERE {by_id}", id_args).fetchall(),
                     _TEXT_AT + 1,
                 )
             ]
@@ -641,12 +715,13 @@ class SQLiteStore(MemoryReads):
         out = []
         for chunk in _chunks(list(dict.fromkeys(ids))):
             # the order of the index these rows were read by before schema 5: by the end's id, then as written
+            by_id, id_args = _id_in(chunk)
             out += [
                 Edge(r[0], EDGE_KINDS[r[1]], r[2], r[3])
                 for r in self.db.execute(
-                    f"SELECT {_EDGE_COLS} {_EDGE_FROM} WHERE e.{col} IN (SELECT rowid FROM capsules WHERE id IN "
-                    f"({_ph(len(chunk))})){kind_sql}{scope_sql} ORDER BY {end}.id, e.rowid",
-                    chunk + kind_ids + scope_args,
+                    f"SELECT {_EDGE_COLS} {_EDGE_FROM} WHERE e.{col} IN (SELECT rowid FROM capsules WHERE {by_id})"
+                    f"{kind_sql}{scope_sql} ORDER BY {end}.id, e.rowid",
+                    id_args + kind_ids + scope_args,
                 )
             ]
         return out
@@ -658,15 +733,17 @@ class SQLiteStore(MemoryReads):
         where, args = compile_all(scopes, "+f.repo", "f.path", "?", "sqlite")
         match = fts5_query(plan.prefilter)
         sql = (
-            "SELECT f.repo, f.path, t.id, t.text FROM files f "
+            "SELECT f.repo, f.path, t.id, t.z FROM files f "
             f"JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash WHERE {where}"
         )
         if match is not None:
             sql += " AND t.id IN (SELECT rowid FROM text_fts WHERE text_fts MATCH ?)"
             args = args + [match]
         cur = self.db.execute(sql + " ORDER BY f.repo, f.path", args)
+        inflate = inflater()
         try:  # rows stream from one statement (one read snapshot); closing the generator ends it
-            yield from cur
+            for repo, path, tid, z in cur:
+                yield repo, path, tid, inflate(z)
         finally:
             cur.close()
 
@@ -675,11 +752,11 @@ class SQLiteStore(MemoryReads):
         store holds none for it."""
         where, args = self._scope(scope, "f")
         row = self.db.execute(
-            f"SELECT t.text FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
+            f"SELECT t.z FROM files f JOIN texts t ON t.repo = f.repo AND t.hash = f.text_hash "
             f"WHERE f.repo=? AND f.path=? AND {where}",
             [repo, path] + args,
         ).fetchone()
-        return row[0] if row else None
+        return inflater()(row[0]) if row else None
 
     # ---- dense
     def faiss_for(self, repo: str) -> FaissIndex:
@@ -772,6 +849,7 @@ class SQLiteRepoWriter:
         self.store = store
         self.repo = repo
         self._carry: _Carry | None = None  # embed_rows' plan for vector_sink
+        self._deflate: Callable[[str], bytes] | None = None  # made on the first text written
         self._begin()
 
     def _begin(self) -> None:
@@ -787,16 +865,21 @@ class SQLiteRepoWriter:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        self.db.execute("BEGIN IMMEDIATE")
-        self._begin()
+        db = self.db
+        db.execute(f"PRAGMA cache_size=-{self.store.WRITE_CACHE_KIB}")
         try:
-            yield
-        except BaseException:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
+            db.execute("BEGIN IMMEDIATE")
             self._begin()
-            raise
-        self.db.execute("COMMIT")
+            try:
+                yield
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                self._begin()
+                raise
+            db.execute("COMMIT")
+        finally:
+            db.execute(f"PRAGMA cache_size=-{self.store.READ_CACHE_KIB}")
         self._begin()
         self.store.shrink_wal()
 
@@ -832,8 +915,9 @@ class SQLiteRepoWriter:
         else:
             self.db.execute("DELETE FROM names")
         if self.db.execute("SELECT EXISTS (SELECT 1 FROM texts WHERE repo != ?)", (self.repo,)).fetchone()[0]:
-            for tid, text in self.db.execute("SELECT id, text FROM texts WHERE repo=?", (self.repo,)).fetchall():
-                self._unindex_text(tid, text)
+            inflate = inflater()
+            for tid, z in self.db.execute("SELECT id, z FROM texts WHERE repo=?", (self.repo,)).fetchall():
+                self._unindex_text(tid, inflate(z))
         else:
             self.db.execute("INSERT INTO text_fts(text_fts) VALUES('delete-all')")
         self.db.execute("DELETE FROM texts WHERE repo=?", (self.repo,))
@@ -842,11 +926,16 @@ class SQLiteRepoWriter:
     def _keep_text(self, text: str) -> tuple[str, int]:
         """The text's key and its row's id."""
         key = text_key(text)
-        cur = self.db.execute("INSERT OR IGNORE INTO texts(repo, hash, text) VALUES(?,?,?)", (self.repo, key, text))
-        if cur.rowcount and cur.lastrowid is not None:
-            self.db.execute("INSERT INTO text_fts(rowid, text) VALUES(?,?)", (cur.lastrowid, text))
-            return key, cur.lastrowid
-        return key, self.db.execute("SELECT id FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()[0]
+        row = self.db.execute("SELECT id FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()
+        if row is not None:  # stored already: not compressed again
+            return key, row[0]
+        if self._deflate is None:
+            self._deflate = deflater()
+        cur = self.db.execute("INSERT INTO texts(repo, hash, z) VALUES(?,?,?)", (self.repo, key, self._deflate(text)))
+        tid = cur.lastrowid
+        assert tid is not None  # set by every successful INSERT
+        self.db.execute("INSERT INTO text_fts(rowid, text) VALUES(?,?)", (tid, text))
+        return key, tid
 
     def _unindex_text(self, tid: int, text: str) -> None:
         self.db.execute("INSERT INTO text_fts(text_fts, rowid, text) VALUES('delete', ?, ?)", (tid, text))
@@ -860,9 +949,9 @@ class SQLiteRepoWriter:
             ).fetchone()[0]
         ):
             return
-        row = self.db.execute("SELECT id, text FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()
+        row = self.db.execute("SELECT id, z FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()
         if row is not None:
-            self._unindex_text(*row)
+            self._unindex_text(row[0], inflater()(row[1]))
             self.db.execute("DELETE FROM texts WHERE id=?", (row[0],))
 
     def put_text(self, path: str, text: str) -> None:
@@ -952,26 +1041,37 @@ class SQLiteRepoWriter:
         for c, where in zip(capsules, slices, strict=True):
             lex = lexical_bodies.get(c.id)
             lex = lex if lex is not None and lex != c.text else None
+            prefix = f"{self.repo}:{c.path}#" if c.path is not None else None
+            id_tail, id_whole = _tail(c.id, prefix)
+            if id_tail is not None and id_tail == c.qualname:
+                id_tail = None
+            cols = capsule_columns(c)
             rows.append(
                 (
                     self._freed.pop(c.id, None),
-                    c.id,
                     self.repo,
-                    *capsule_columns(c),
+                    *cols[:6],
+                    None if cols[6] == "[]" else cols[6],
+                    *cols[7:9],
+                    None if cols[9] == "[]" else cols[9],
+                    *cols[10:],
                     c.text if where is None else None,
-                    c.content_hash,
-                    c.parent,
-                    rec.module,
+                    pack_hash(c.content_hash),
+                    rec.module if c.kind == "module" else None,
                     lex,
                     None if where is None else tid,
                     *(where or (None, None)),
+                    id_tail,
+                    id_whole,
+                    *(_tail(c.parent, prefix) if c.parent is not None else (None, None)),
+                    id_hash(c.id),
                 )
             )
             bodies.append((lex if lex is not None else c.text)[:200_000])
         self.db.executemany(
-            "INSERT INTO capsules(rowid, id, repo, path, language, kind, name, qualname, signature, params, returns, "
-            "docstring, decorators, start_line, end_line, text, content_hash, parent, module, lex, tid, at, span) "
-            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO capsules(rowid, repo, path, language, kind, name, qualname, signature, params, returns, "
+            "docstring, decorators, start_line, end_line, text, content_hash, module, lex, tid, at, span, "
+            f"id_tail, id_whole, parent_tail, parent_whole, idh) VALUES({_ph(26)})",
             rows,
         )
         rowids = self._rowid_map([c.id for c in capsules])
@@ -1023,9 +1123,10 @@ class SQLiteRepoWriter:
         """Units' rowids by id: those this transaction wrote from memory, the rest read."""
         want = [i for i in dict.fromkeys(ids) if i is not None and i not in self._rowids]
         for chunk in _chunks(want):
-            self._rowids.update(
-                self.db.execute(f"SELECT id, rowid FROM capsules WHERE id IN ({_ph(len(chunk))})", chunk).fetchall()
-            )
+            by_id, id_args = _id_in(chunk)
+            got = dict(self.db.execute(f"SELECT id, rowid FROM capsules WHERE {by_id}", id_args))
+            # keyed by the caller's strings (a cold build holds every unit's id already), not SQLite's copies
+            self._rowids.update((i, got[i]) for i in chunk if i in got)
         return self._rowids
 
     def _name_map(self, pairs: dict[str, str]) -> dict[str, int]:
@@ -1069,7 +1170,7 @@ class SQLiteRepoWriter:
         return [
             tuple(r)
             for r in self.db.execute(
-                "SELECT id, path, qualname, kind, module FROM capsules WHERE name=? AND repo=? "
+                f"SELECT id, path, qualname, kind, {_MODULE} FROM capsules WHERE name=? AND repo=? "
                 "AND kind NOT IN ('module','window') ORDER BY id",
                 (name, self.repo),
             )
@@ -1079,7 +1180,7 @@ class SQLiteRepoWriter:
         # by the qualname index, then the path index (with "repo=? AND (qualname=? OR path=?)" SQLite read every
         # module of the repository: 1.5 ms a lookup, 0.07 s of a one-file update of Django)
         r = self.db.execute(
-            "SELECT id, path, qualname, kind, module FROM capsules WHERE rowid IN ("
+            "SELECT id, path, qualname, kind, module FROM capsules WHERE rowid IN ("  # module units keep theirs
             "SELECT rowid FROM capsules WHERE qualname=? AND +repo=? AND kind='module' UNION ALL "
             "SELECT rowid FROM capsules WHERE repo=? AND path=? AND kind='module') ORDER BY id LIMIT 1",
             (key, self.repo, self.repo, key),
@@ -1112,11 +1213,12 @@ class SQLiteRepoWriter:
     def bases_of(self, ids: list[str]) -> dict[str, list[tuple[str, str, str]]]:
         out: dict[str, list[tuple[str, str, str]]] = {}
         for chunk in _chunks(sorted(set(ids))):
+            by_id, id_args = _id_in(chunk, "s")
             for src, dst, path, qual in self.db.execute(
                 "SELECT s.id, d.id, d.path, d.qualname FROM edges e JOIN capsules s ON s.rowid = e.src "
                 f"JOIN capsules d ON d.rowid = e.dst WHERE s.repo=? AND e.kind={_KIND['inherits']} "
-                f"AND s.id IN ({_ph(len(chunk))}) ORDER BY e.rowid",
-                [self.repo] + chunk,
+                f"AND {by_id} ORDER BY e.rowid",
+                [self.repo] + id_args,
             ):
                 out.setdefault(src, []).append((dst, path, qual))
         return out
@@ -1125,7 +1227,7 @@ class SQLiteRepoWriter:
         return [
             tuple(r)
             for r in self.db.execute(
-                "SELECT id, path, qualname, kind, module, language, name FROM capsules WHERE repo=? AND path=?",
+                f"SELECT id, path, qualname, kind, {_MODULE}, language, name FROM capsules WHERE repo=? AND path=?",
                 (self.repo, path),
             )
         ]
@@ -1142,7 +1244,8 @@ class SQLiteRepoWriter:
         kinds = [self.repo, *EMBED_KINDS]
         units = f"repo=? AND kind IN ({_ph(len(EMBED_KINDS))})"
         hashes = {
-            cid: h or "" for cid, h in self.db.execute(f"SELECT id, content_hash FROM capsules WHERE {units}", kinds)
+            cid: hash_text(h) or ""
+            for cid, h in self.db.execute(f"SELECT id, content_hash FROM capsules WHERE {units}", kinds)
         }
         keep_ids: list[str] = []
         keep: np.ndarray | Int8Matrix = np.zeros((0, 0), dtype=np.float32)
@@ -1156,12 +1259,13 @@ class SQLiteRepoWriter:
         todo = sorted(cid for cid in hashes if cid not in kept)
         rows: list[tuple] = []
         for chunk in _chunks(todo):
+            by_id, id_args = _id_in(chunk)
             rows += with_texts(
                 self.db,
                 self.db.execute(
                     f"SELECT id, path, qualname, signature, docstring, text, tid, at, span FROM capsules WHERE {units} "
-                    f"AND id IN ({_ph(len(chunk))})",
-                    kinds + chunk,
+                    f"AND {by_id}",
+                    kinds + id_args,
                 ).fetchall(),
                 5,
             )
