@@ -749,7 +749,32 @@ def file_lock(path: Path, wait: bool = True) -> Iterator[None]:
         os.close(fd)
 
 
+def fts_rows(capsules: list[Capsule], lexical_bodies: dict[str, str]) -> list[tuple[str, ...]]:
+    """The tokens FTS5 keeps of each unit: name, qualname, path, signature, docstring and body (a class's own lines,
+    ``lexical_bodies``, else its text). Pure, so a parse worker can make them while the writer writes."""
+    from repoctx.tokens import fts_text
+
+    tokens: dict[str, str] = {}  # a file's units share their path, often names and signatures
+
+    def tok(value: str) -> str:
+        got = tokens.get(value)
+        if got is None:
+            got = tokens[value] = fts_text(value)
+        return got
+
+    out: list[tuple[str, ...]] = []
+    for c in capsules:
+        lex = lexical_bodies.get(c.id)
+        body = lex if lex is not None and lex != c.text else c.text
+        out.append(
+            (tok(c.name), tok(c.qualname), tok(c.path), tok(c.signature), tok(c.docstring), fts_text(body[:200_000]))
+        )
+    return out
+
+
 class SQLiteRepoWriter:
+    fts_rows = staticmethod(fts_rows)  # what put_file's ``fts`` takes, for a caller that makes it elsewhere
+
     def __init__(self, store: SQLiteStore, repo: str):
         self.store = store
         self.repo = repo
@@ -906,10 +931,14 @@ class SQLiteRepoWriter:
         )
 
     def put_file(
-        self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str], text: str | None = None
+        self,
+        rec: FileRecord,
+        capsules: list[Capsule],
+        lexical_bodies: dict[str, str],
+        text: str | None = None,
+        fts: list[tuple[str, ...]] | None = None,
     ) -> None:
-        from repoctx.tokens import fts_text
-
+        """``fts``: ``fts_rows(capsules, lexical_bodies)`` when the caller made them already (a parse worker does)."""
         self.delete_file(rec.path)
         key, tid = self._keep_text(text) if text is not None else (None, None)
         slices = text_slices(text, capsules) if text is not None else [None] * len(capsules)
@@ -930,7 +959,7 @@ class SQLiteRepoWriter:
                 key,
             ),
         )
-        rows, bodies = [], []
+        rows = []
         for c, where in zip(capsules, slices, strict=True):
             lex = lexical_bodies.get(c.id)
             lex = lex if lex is not None and lex != c.text else None
@@ -949,7 +978,6 @@ class SQLiteRepoWriter:
                     *(where or (None, None)),
                 )
             )
-            bodies.append((lex if lex is not None else c.text)[:200_000])
         self.db.executemany(
             "INSERT INTO capsules(rowid, id, repo, path, language, kind, name, qualname, signature, params, returns, "
             "docstring, decorators, start_line, end_line, text, content_hash, parent, module, lex, tid, at, span) "
@@ -957,27 +985,13 @@ class SQLiteRepoWriter:
             rows,
         )
         rowids = self._rowid_map([c.id for c in capsules])
-        tokens: dict[str, str] = {}  # a file's units share their path, often names and signatures
-
-        def tok(value: str) -> str:
-            got = tokens.get(value)
-            if got is None:
-                got = tokens[value] = fts_text(value)
-            return got
-
         self.db.executemany(
             "INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) VALUES(?,?,?,?,?,?,?)",
             [
-                (
-                    rowids[c.id],
-                    tok(c.name),
-                    tok(c.qualname),
-                    tok(c.path),
-                    tok(c.signature),
-                    tok(c.docstring),
-                    fts_text(body),
+                (rowids[c.id], *cols)
+                for c, cols in zip(
+                    capsules, fts if fts is not None else fts_rows(capsules, lexical_bodies), strict=True
                 )
-                for c, body in zip(capsules, bodies, strict=True)
             ],
         )
 
