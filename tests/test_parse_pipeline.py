@@ -36,8 +36,10 @@ def _report(rep) -> dict:
     return d
 
 
-def _index(tmp_path, root, name, monkeypatch, min_files: int) -> tuple[dict, dict]:
+def _index(tmp_path, root, name, monkeypatch, min_files: int, any_threads: bool = True) -> tuple[dict, dict]:
     monkeypatch.setattr(indexer, "PIPELINE_MIN_FILES", min_files)
+    if any_threads:  # threads other tests left behind (background fills) must not turn the worker off here
+        monkeypatch.setattr(indexer, "_can_fork", lambda: True)
     ix = Index(root, Settings(index_dir=tmp_path / name, embedder="none"))
     try:
         rep = ix.update()
@@ -97,7 +99,7 @@ def test_an_update_from_a_thread_parses_in_process(tmp_path, root, monkeypatch):
     forked: list[int] = []
     monkeypatch.setattr(indexer, "_parse_in_worker", lambda *a, **k: forked.append(1) or iter(()))
     out: list = []
-    t = threading.Thread(target=lambda: out.append(_index(tmp_path, root, "thread", monkeypatch, 1)))
+    t = threading.Thread(target=lambda: out.append(_index(tmp_path, root, "thread", monkeypatch, 1, False)))
     t.start()
     t.join()
     assert not forked
