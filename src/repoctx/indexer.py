@@ -618,6 +618,28 @@ def update_index(
     return report
 
 
+RELEASE_AFTER_UNITS = 5000  # an update that wrote this many units gives memory back after (``release_memory``)
+
+
+def release_memory(store: object) -> None:
+    """What a large update leaves behind given back: this thread's SQLite page cache (up to 64 MiB; readers fill it
+    again as they read) and the heap the update freed (glibc keeps it otherwise). A fill that follows in the same
+    process then starts near where a fresh one would (Django's cold update: 270 -> 188 MiB)."""
+    import ctypes
+    import sqlite3
+
+    db = getattr(store, "db", None)
+    if isinstance(db, sqlite3.Connection):
+        try:
+            db.execute("PRAGMA shrink_memory")
+        except sqlite3.Error:
+            pass
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim this way
+        pass
+
+
 @contextmanager
 def _gc_paused(pause: bool) -> Iterator[None]:
     """No cyclic garbage collection during a large update: it makes hundreds of thousands of objects (units, names,
