@@ -100,7 +100,7 @@ class FaissIndex:
         model: str,
         dim: int,
         ids: list[str],
-        matrix: np.ndarray,
+        matrix: np.ndarray | Int8Matrix,
         generation: str = "",
         total: int | None = None,
         hnsw_min: int = HNSW_MIN_VECTORS,
@@ -109,23 +109,29 @@ class FaissIndex:
     ) -> None:
         """Swap in a new set. ``hashes``: per id, the content hash of the unit its vector was made from,
         and ``text_version`` the version of the text made from it (``embed.EMBED_TEXT_VERSION``): the next
-        update keeps the vectors of unchanged units instead of rebuilding the whole set (``reusable``)."""
+        update keeps the vectors of unchanged units instead of rebuilding the whole set (``reusable``). ``matrix``
+        may come quantized already (``Int8Matrix``, as ``quantize`` makes it): a set below ``hnsw_min`` is stored
+        as given."""
         self.dir.mkdir(parents=True, exist_ok=True)
         stamp = f"{time.time_ns()}"
         ids_path = self.dir / f"vectors-{stamp}.ids.json"
         hashes_path = self.dir / f"vectors-{stamp}.hashes.json"
-        matrix = np.ascontiguousarray(matrix, dtype=np.float32).reshape(len(ids), dim)
+        given = matrix if isinstance(matrix, Int8Matrix) else None
+        if given is not None and len(ids) >= hnsw_min:
+            matrix, given = given.dequantize(), None
+        floats = None if given is not None else np.ascontiguousarray(matrix, dtype=np.float32).reshape(len(ids), dim)
         live = len(ids)
         if len(ids) >= hnsw_min:
             import faiss
 
             # a search in this process set FAISS to one thread (right for one query); a graph build uses all
             faiss.omp_set_num_threads(os.cpu_count() or 1)
-            grown = self._grow(model, dim, ids, matrix, hashes, text_version)
+            assert floats is not None
+            grown = self._grow(model, dim, ids, floats, hashes, text_version)
             if grown is None:
                 index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
                 index.hnsw.efSearch = 128
-                index.add(matrix)
+                index.add(floats)
             else:  # stored positions: the old set's (dead ones as ""), then the added vectors'
                 index, ids, hashes = grown
             data_path = self.dir / f"vectors-{stamp}.faiss"
@@ -133,7 +139,11 @@ class FaissIndex:
             kind = "faiss"
         else:
             data_path = self.dir / f"vectors-{stamp}.npy"
-            q, scale = quantize(matrix)
+            if given is not None:
+                q, scale = given.q, given.scale
+            else:
+                assert floats is not None
+                q, scale = quantize(floats)
             np.save(data_path, q)
             scale_path = self.dir / f"vectors-{stamp}.scale.npy"
             np.save(scale_path, scale)
