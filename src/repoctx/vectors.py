@@ -322,7 +322,7 @@ def fill_vectors(
     try:
         for start in range(0, len(todo), batch):
             chunk = todo[start : start + batch]
-            vecs = np.asarray(embedder.encode([texts[h] for h in chunk]), dtype=np.float32)
+            vecs = np.asarray(embedder.encode([texts.pop(h) for h in chunk]), dtype=np.float32)  # texts let go
             cache.put_many(model, list(zip(chunk, vecs, strict=True)))  # committed per batch: a kill loses one batch
             for h, v in zip(chunk, vecs, strict=True):
                 have[h] = v
