@@ -53,25 +53,19 @@ def root(tmp_path):
     return write_tree(tmp_path / "repo", TREE)
 
 
-def _spy_workers(monkeypatch) -> list:
-    started: list = []
-    real = indexer.start_worker
+def test_a_worker_parse_indexes_what_an_in_process_parse_does(tmp_path, root, monkeypatch):
+    calls: list[int] = []
+    real = indexer._parse_in_worker
 
     def spy(*a, **k):
-        w = real(*a, **k)
-        started.append(w)
-        return w
+        calls.append(1)
+        yield from real(*a, **k)
 
-    monkeypatch.setattr(indexer, "start_worker", spy)
-    return started
-
-
-def test_a_worker_parse_indexes_what_an_in_process_parse_does(tmp_path, root, monkeypatch):
-    started = _spy_workers(monkeypatch)
+    monkeypatch.setattr(indexer, "_parse_in_worker", spy)
     here = _index(tmp_path, root, "here", monkeypatch, 10**9)
-    assert started == [None]
+    assert not calls
     worker = _index(tmp_path, root, "worker", monkeypatch, 1)
-    assert started[1] is not None and started[1].parsed_all, "the worker path was not taken"
+    assert calls, "the worker path was not taken"
     assert worker == here
     assert here[1]["redacted"] and here[1]["syntax_errors"] and here[1]["invalid_utf8"] and here[1]["skipped"]
 
@@ -98,34 +92,15 @@ def test_a_worker_that_dies_midway_leaves_the_rest_to_this_process(tmp_path, roo
     assert 0 < parsed_here[0] < len(TREE) - 4  # the worker's first four stood; this process parsed the rest
 
 
-def test_a_worker_that_dies_while_linking_leaves_the_rest_to_this_process(tmp_path, root, monkeypatch):
-    here = _index(tmp_path, root, "here", monkeypatch, 10**9)
-    parent = os.getpid()
-    real = indexer.cold_links
-    linked_here: list[int] = []
-
-    def dies_after_three(pfs):
-        for n, links in enumerate(real(pfs)):
-            if os.getpid() != parent and n == 3:
-                os._exit(3)
-            if os.getpid() == parent:
-                linked_here.append(n)
-            yield links
-
-    monkeypatch.setattr(indexer, "cold_links", dies_after_three)
-    monkeypatch.setattr(indexer, "_BATCH_FILES", 1)
-    assert _index(tmp_path, root, "worker", monkeypatch, 1) == here
-    assert linked_here and linked_here[0] == 0  # this process resolved every file anew, and wrote from the fourth on
-
-
 def test_an_update_from_a_thread_parses_in_process(tmp_path, root, monkeypatch):
     """A process with other threads never forks (a lock one of them holds would stay held in the child)."""
     import threading
 
-    started = _spy_workers(monkeypatch)
+    forked: list[int] = []
+    monkeypatch.setattr(indexer, "_parse_in_worker", lambda *a, **k: forked.append(1) or iter(()))
     out: list = []
     t = threading.Thread(target=lambda: out.append(_index(tmp_path, root, "thread", monkeypatch, 1, False)))
     t.start()
     t.join()
-    assert started == [None]
-    assert out and out[0] == _index(tmp_path, root, "here", monkeypatch, 10**9)
+    assert not forked
+    assert out and out[0][0]["counts"] == _index(tmp_path, root, "here", monkeypatch, 10**9)[0]["counts"]

@@ -15,10 +15,9 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
-from itertools import islice
 from pathlib import Path
 
 from repoctx.capsules.fallback import parse_any
@@ -38,7 +37,7 @@ from repoctx.graph import (
 from repoctx.ingest.walk import SourceFile, WalkReport, load_text, walk
 from repoctx.store.base import FileRecord, IndexBusy, RepoWriter, capsule_id  # noqa: F401 (IndexBusy re-exported)
 from repoctx.tokens import TOKENIZER_VERSION
-from repoctx.types import Capsule, Edge, Ref
+from repoctx.types import Capsule, Ref
 
 ProgressFn = Callable[[dict], None]
 log = logging.getLogger("repoctx.indexer")
@@ -242,14 +241,15 @@ def parse_stream(
     to_parse: list[tuple[SourceFile, bytes | None, str]],
     settings: Settings,
     repo: str,
-    worker: ParseWorker | None = None,
-) -> Iterator[tuple[ParsedFile | None, str, dict]]:
-    """``_parse_one`` of each file, in order: the worker's results while it gives them, then here (all of them without
-    a worker; the rest if it died): the results are the same either way. The caller may drop each file's bytes from
-    ``to_parse`` once its result is yielded."""
+    fts_rows: Callable[[list, dict], list] | None = None,
+) -> Generator[tuple[ParsedFile | None, str, dict], None, None]:
+    """``_parse_one`` of each file, in order: in a worker process for a large update where one can be forked, else
+    here. The caller may drop each file's bytes from ``to_parse`` once its result is yielded. A worker that dies or
+    fails leaves the files it did not return to be parsed here: the results are the same either way. A worker also
+    makes the store's tokens of each file's units (``fts_rows``, flag ``fts``), so the writer only writes them."""
     start = 0
-    if worker is not None:
-        for item in worker.results():
+    if len(to_parse) >= PIPELINE_MIN_FILES and _can_fork():
+        for item in _parse_in_worker(to_parse, settings, repo, fts_rows):
             start += 1
             yield item
     for sf, data, _h in to_parse[start:]:
@@ -263,131 +263,21 @@ def _can_fork() -> bool:
     return threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
 
 
-def cold_links(pfs: list[ParsedFile]) -> Iterator[list[tuple[Edge, str | None]]]:
-    """Each file's edges in a cold build, in order, with their destination keys: names resolved over every parsed file
-    held in memory (base classes first, so a call through a class parsed later resolves)."""
-    from repoctx.graph import MemoryLookup
-
-    memory = MemoryLookup([c for pf in pfs for c in pf.capsules], {pf.path: pf.module for pf in pfs})
-    resolver = Resolver(memory)
-    bases: dict[str, list] = {}
-    for pf in pfs:
-        bases.update(file_bases(resolver, pf.capsules, pf.refs, pf.imports, pf.module))
-    memory.add_bases(bases)
-    for pf in pfs:
-        edges = contains_edges(pf.capsules) + resolve_file(resolver, pf.capsules, pf.refs, pf.imports, pf.module, bases)
-        yield [(e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges]
-
-
-_PARSED = b""  # the worker's message between its parse results and its links
-
-
-class ParseWorker:
-    """A forked process that parses the files of a large update while this one writes them, and for a cold build then
-    resolves their references (``cold_links``) while this one writes the last files and the edges. Results come back
-    in order, in batches, as plain tuples (a dataclass pickles several times slower); a thread reads the pipe ahead
-    (its reads release the GIL) so the worker seldom waits on the writer. A worker that dies leaves what it did not
-    send to this process."""
-
-    def __init__(
-        self,
-        to_parse: list[tuple[SourceFile, bytes | None, str]],
-        settings: Settings,
-        repo: str,
-        fts_rows: Callable[[list, dict], list] | None,
-        link: bool,
-    ):
-        import multiprocessing
-        import queue
-
-        ctx = multiprocessing.get_context("fork")
-        self._recv, send = ctx.Pipe(duplex=False)
-        self._consumed = ctx.Value("q", 0, lock=False)  # one writer (here), one reader (the worker): no lock needed
-        self.parsed_all = False
-        try:
-            self._proc = ctx.Process(
-                target=_parse_worker,
-                args=(to_parse, settings, repo, fts_rows, link, send, self._consumed),
-                daemon=True,
-            )
-            self._proc.start()
-        finally:
-            send.close()
-        self._ahead: queue.Queue[bytes | None] = queue.Queue(maxsize=_AHEAD)
-        self._reader = threading.Thread(target=self._pump, name="repoctx-parse-pipe", daemon=True)
-        self._reader.start()
-
-    def _pump(self) -> None:
-        try:
-            while True:
-                self._ahead.put(self._recv.recv_bytes())
-        except (EOFError, OSError):
-            pass
-        finally:
-            self._ahead.put(None)
-
-    def results(self) -> Iterator[tuple[ParsedFile | None, str, dict]]:
-        import pickle
-
-        while (msg := self._ahead.get()) is not None:
-            if msg == _PARSED:
-                self.parsed_all = True
-                return
-            for packed, note, flags in pickle.loads(msg):
-                self._consumed.value += 1
-                yield (_unpack(packed) if packed is not None else None), note, flags
-
-    def links(self) -> Iterator[list[tuple[Edge, str | None]]]:
-        """After ``results``: each parsed file's edges, in order, as far as the worker got."""
-        import pickle
-
-        while self.parsed_all and (msg := self._ahead.get()) is not None:
-            for edges in pickle.loads(msg):
-                yield [(Edge(src, kind, name, dst), key) for src, kind, name, dst, key in edges]
-
-    def close(self) -> None:
-        import queue
-
-        if self._proc.is_alive():  # stopped early (an error while writing): the worker's results are moot
-            self._proc.kill()
-        while self._reader.is_alive():  # let the reader see EOF (the queue may be full)
-            try:
-                self._ahead.get(timeout=0.1)
-            except queue.Empty:
-                pass
-        self._proc.join()
-        self._recv.close()
-
-
-def start_worker(
-    to_parse: list[tuple[SourceFile, bytes | None, str]], settings: Settings, repo: str, store: RepoWriter, cold: bool
-) -> ParseWorker | None:
-    """A parse worker for a large update where this process may fork, else None (parse here)."""
-    if len(to_parse) < PIPELINE_MIN_FILES or not _can_fork():
-        return None
-    try:
-        return ParseWorker(to_parse, settings, repo, getattr(store, "fts_rows", None), cold)
-    except OSError as e:  # no fork (memory, process limits): parse here
-        log.debug("no parse worker: %r", e)
-        return None
-
-
 def _parse_worker(
     to_parse: list[tuple[SourceFile, bytes | None, str]],
     settings: Settings,
     repo: str,
     fts_rows: Callable[[list, dict], list] | None,
-    link: bool,
     conn,
     consumed,
 ) -> None:
-    """The forked child: parse every file (it has their bytes from the fork), then for a cold build resolve their
-    references. ``consumed``: how many results the writer has taken (shared memory)."""
+    """The forked child: parse every file (it has their bytes from the fork) and send the results in order, in
+    batches, as plain tuples (a dataclass pickles several times slower). ``consumed``: how many results the writer
+    has taken (shared memory)."""
     import pickle
 
     gc.disable()  # a short-lived process: its garbage goes with it
     batch: list = []
-    pfs: list[ParsedFile] = []
     try:
         for produced, (sf, data, _h) in enumerate(to_parse):
             assert data is not None
@@ -395,29 +285,69 @@ def _parse_worker(
             if pf is not None and fts_rows is not None and produced - consumed.value > _TOKENIZE_BEHIND:
                 flags["fts"] = fts_rows(pf.capsules, flags["bodies"])
             batch.append((_pack(pf) if pf is not None else None, note, flags))
-            if pf is not None and link:
-                for c in pf.capsules:  # linking reads names only, as the writer's copy after it wrote them
-                    c.text = c.docstring = ""
-                pfs.append(pf)
             if len(batch) >= _BATCH_FILES:
                 conn.send_bytes(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL))
                 batch = []
         if batch:
             conn.send_bytes(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL))
-        conn.send_bytes(_PARSED)
-        if link:
-            out: list = []
-            for edges in cold_links(pfs):
-                out.append([(e.src, e.kind, e.dst_name, e.dst, key) for e, key in edges])
-                if len(out) >= _BATCH_FILES:
-                    conn.send_bytes(pickle.dumps(out, pickle.HIGHEST_PROTOCOL))
-                    out = []
-            if out:
-                conn.send_bytes(pickle.dumps(out, pickle.HIGHEST_PROTOCOL))
-    except BaseException as e:  # noqa: BLE001 - the parent does what is left itself
+    except BaseException as e:  # noqa: BLE001 - the parent parses what is left itself
         log.debug("parse worker stopped: %r", e)
     finally:
         conn.close()
+
+
+def _parse_in_worker(
+    to_parse: list[tuple[SourceFile, bytes | None, str]],
+    settings: Settings,
+    repo: str,
+    fts_rows: Callable[[list, dict], list] | None,
+) -> Iterator[tuple[ParsedFile | None, str, dict]]:
+    """Results from a forked worker for a prefix of ``to_parse`` (all of it unless the worker died). A thread reads
+    the pipe ahead (its reads release the GIL) so the worker never waits on the writer for long."""
+    import multiprocessing
+    import pickle
+    import queue
+
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    consumed = ctx.Value("q", 0, lock=False)  # one writer (here), one reader (the worker): no lock needed
+    try:
+        proc = ctx.Process(target=_parse_worker, args=(to_parse, settings, repo, fts_rows, send, consumed), daemon=True)
+        proc.start()
+    except OSError as e:  # no fork (memory, process limits): parse here
+        log.debug("no parse worker: %r", e)
+        recv.close()
+        send.close()
+        return
+    send.close()
+    ahead: queue.Queue[bytes | None] = queue.Queue(maxsize=_AHEAD)
+
+    def pump() -> None:
+        try:
+            while True:
+                ahead.put(recv.recv_bytes())
+        except (EOFError, OSError):
+            pass
+        finally:
+            ahead.put(None)
+
+    reader = threading.Thread(target=pump, name="repoctx-parse-pipe", daemon=True)
+    reader.start()
+    try:
+        while (msg := ahead.get()) is not None:
+            for packed, note, flags in pickle.loads(msg):
+                consumed.value += 1
+                yield (_unpack(packed) if packed is not None else None), note, flags
+    finally:
+        if proc.is_alive():  # the caller stopped early (an error while writing): the worker's results are moot
+            proc.kill()
+        while reader.is_alive():  # let the reader see EOF (the queue may be full)
+            try:
+                ahead.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        proc.join()
+        recv.close()
 
 
 def _pack(pf: ParsedFile) -> tuple:
@@ -590,7 +520,7 @@ def update_index(
 
     parsed: list[tuple[SourceFile, str, ParsedFile]] = []
     done = 0
-    with _gc_paused(len(to_parse) >= PIPELINE_MIN_FILES), store.transaction(), ExitStack() as stack:
+    with _gc_paused(len(to_parse) >= PIPELINE_MIN_FILES), store.transaction():
         if rebuild:
             store.clear()
         for path in deleted:
@@ -602,75 +532,73 @@ def update_index(
         new_defs: set[tuple] = set()
         # each file is written as soon as it is parsed, and its bytes and texts let go: linking reads names only
         # (holding every file's until all were parsed made Django's cold peak RSS 385 MiB)
-        worker = start_worker(to_parse, settings, store.repo, store, cold)
-        if worker is not None:  # ends with the transaction, whichever way (an error while writing stops it at once)
-            stack.callback(worker.close)
-        for i, (pf, note, flags) in enumerate(parse_stream(to_parse, settings, store.repo, worker)):
-            sf, _, h = to_parse[i]
-            to_parse[i] = (sf, None, h)
-            done += 1
-            if pf is None:
-                walk_report.skip(sf.path, note)
-            else:
-                if flags.get("invalid_utf8"):
-                    report.invalid_utf8.append(sf.path)
-                if flags.get("redactions"):
-                    report.redacted.append(sf.path)
-                if pf.syntax_errors or flags.get("parse_failed"):
-                    report.syntax_errors.append(sf.path)
-                parsed.append((sf, h, pf))
-                (report.modified if sf.path in stored else report.added).append(sf.path)
-                store.put_file(
-                    FileRecord(
-                        sf.path,
-                        sf.language,
-                        sf.size,
-                        sf.mtime_ns,
-                        h,
-                        pf.module,
-                        pf.imports,
-                        pf.method,
-                        f"syntax errors: {pf.syntax_errors}" if pf.syntax_errors else "",
-                    ),
-                    pf.capsules,
-                    flags["bodies"],
-                    flags.get("text"),
-                    flags.get("fts"),
-                )
-                report.capsules_written += len(pf.capsules)
-                for c in pf.capsules:
-                    new_defs.add(_def_key(c.id, c.path, c.qualname, c.kind, pf.module, c.name))
-                    c.text = c.docstring = ""
-            if done % 50 == 0 or done == len(to_parse):
-                emit({"event": "parse", "done": done, "total": len(to_parse)})
+        # an error while writing stops the worker at once
+        with closing(parse_stream(to_parse, settings, store.repo, getattr(store, "fts_rows", None))) as stream:
+            for i, (pf, note, flags) in enumerate(stream):
+                sf, _, h = to_parse[i]
+                to_parse[i] = (sf, None, h)
+                done += 1
+                if pf is None:
+                    walk_report.skip(sf.path, note)
+                else:
+                    if flags.get("invalid_utf8"):
+                        report.invalid_utf8.append(sf.path)
+                    if flags.get("redactions"):
+                        report.redacted.append(sf.path)
+                    if pf.syntax_errors or flags.get("parse_failed"):
+                        report.syntax_errors.append(sf.path)
+                    parsed.append((sf, h, pf))
+                    (report.modified if sf.path in stored else report.added).append(sf.path)
+                    store.put_file(
+                        FileRecord(
+                            sf.path,
+                            sf.language,
+                            sf.size,
+                            sf.mtime_ns,
+                            h,
+                            pf.module,
+                            pf.imports,
+                            pf.method,
+                            f"syntax errors: {pf.syntax_errors}" if pf.syntax_errors else "",
+                        ),
+                        pf.capsules,
+                        flags["bodies"],
+                        flags.get("text"),
+                        flags.get("fts"),
+                    )
+                    report.capsules_written += len(pf.capsules)
+                    for c in pf.capsules:
+                        new_defs.add(_def_key(c.id, c.path, c.qualname, c.kind, pf.module, c.name))
+                        c.text = c.docstring = ""
+                if done % 50 == 0 or done == len(to_parse):
+                    emit({"event": "parse", "done": done, "total": len(to_parse)})
         for sf in touched:
             store.touch_file(sf.path, sf.size, sf.mtime_ns)
         for path, text in backfill:
             store.put_text(path, text)
         emit({"event": "link", "files": len(parsed)})
-        if cold:  # the worker's links while it gives them (it resolved while this process wrote), then here
-            got = 0
-            if worker is not None:
-                for (sf, _h, _pf), links in zip(parsed, worker.links(), strict=False):  # fewer if it died
-                    store.put_edges(links, sf.path)
-                    got += 1
-            if got < len(parsed):
-                for (sf, _h, _pf), links in islice(
-                    zip(parsed, cold_links([pf for _, _, pf in parsed]), strict=True), got, None
-                ):
-                    store.put_edges(links, sf.path)
+        memory = None
+        if cold:
+            from repoctx.graph import MemoryLookup
+
+            memory = MemoryLookup(
+                [c for _, _, pf in parsed for c in pf.capsules], {pf.path: pf.module for _, _, pf in parsed}
+            )
+            resolver = Resolver(memory)
         else:
             resolver = Resolver(StoreLookup(store))
-            # base classes first, over every parsed file, so a call through a class parsed later in this update
-            # resolves
-            bases: dict[str, list] = {}
-            for _sf, _h, pf in parsed:
-                bases.update(file_bases(resolver, pf.capsules, pf.refs, pf.imports, pf.module))
-            for sf, _h, pf in parsed:
-                edges = contains_edges(pf.capsules) + resolve_file(
-                    resolver, pf.capsules, pf.refs, pf.imports, pf.module, bases
-                )
-                store.put_edges(((e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges), sf.path)
+        # base classes first, over every parsed file, so a call through a class parsed later in this update resolves
+        bases: dict[str, list] = {}
+        for _sf, _h, pf in parsed:
+            bases.update(file_bases(resolver, pf.capsules, pf.refs, pf.imports, pf.module))
+        if memory is not None:
+            memory.add_bases(bases)
+        for sf, _h, pf in parsed:
+            edges = contains_edges(pf.capsules) + resolve_file(
+                resolver, pf.capsules, pf.refs, pf.imports, pf.module, bases
+            )
+            store.put_edges(((e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges), sf.path)
+        if not cold:
             names = {d[0] for d in old_defs ^ new_defs}
             # a class whose bases changed: calls elsewhere through it may now reach another ancestor's method
             # (an old ancestor's methods are read as they are now: any that changed are in ``names`` already)
