@@ -191,7 +191,8 @@ def test_a_whole_set_read_from_its_file_scores_as_its_map_does(tmp_path):
 def test_carried_int8_rows_are_stored_as_a_float32_carry_stored_them(tmp_path):
     import numpy as np
 
-    from repoctx.store.faiss_index import FaissIndex, Int8Matrix, stack_rows
+    from repoctx.store.faiss_index import FaissIndex, Int8Matrix
+    from repoctx.store.sqlite import FaissSink
 
     rng = np.random.default_rng(3)
     rows = rng.standard_normal((3000, 32)).astype(np.float32)
@@ -205,12 +206,19 @@ def test_carried_int8_rows_are_stored_as_a_float32_carry_stored_them(tmp_path):
     fresh = rng.standard_normal((5, 32)).astype(np.float32)
     keep = list(range(0, 3000, 2))
     out = {}
-    for name, carried in (("floats", floats[keep]), ("int8", int8[keep])):
+    for name, carried, reserve in (("floats", floats[keep], False), ("int8", int8[keep], False),
+                                   ("int8-reserved", int8[keep], True), ("floats-reserved", floats[keep], True)):
         fx = FaissIndex(tmp_path / name)
-        fx.write("m", 32, [ids[i] for i in keep] + ["new"] * 5, stack_rows([carried, fresh], 32))
+        sink = FaissSink(fx, "m", 32, "1")  # as a fill hands them over: the carried rows, then the new ones
+        sink.add([ids[i] for i in keep], carried)
+        if reserve:
+            sink.reserve(len(fresh))
+        sink.add(["new"] * 5, fresh)
+        sink.finish()
         stored, _ = fx._read(fx.meta())
         out[name] = (np.asarray(stored.q), stored.scale)
-    assert np.array_equal(out["floats"][0], out["int8"][0]) and np.array_equal(out["floats"][1], out["int8"][1])
+    for name in ("int8", "int8-reserved", "floats-reserved"):
+        assert np.array_equal(out["floats"][0], out[name][0]) and np.array_equal(out["floats"][1], out[name][1])
 
 
 def test_the_optimised_graph_kept_in_the_cache_gives_the_same_vectors(tmp_path, monkeypatch):

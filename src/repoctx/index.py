@@ -259,7 +259,7 @@ class Index:
         """Refresh the lexical index and graph (one transaction), then fill dense vectors for what
         changed. With ``background=True`` vectors fill in a thread while lexical search already answers.
         ``by`` names the updater in the store's record of the change (``UpdateReport.previous_change``)."""
-        from repoctx.indexer import update_index
+        from repoctx.indexer import RELEASE_AFTER_UNITS, release_memory, update_index
 
         if self.root is None:
             raise StoreError("this Index reads a store; open Index(path) to index a repository")
@@ -275,6 +275,8 @@ class Index:
         writer = self.store.writer(self.repo)
         with writer.lock("index", wait=wait):
             report = update_index(self.root, writer, self.settings, progress, by=by)
+        if report.capsules_written >= RELEASE_AFTER_UNITS:
+            release_memory(self.store)
         self._vstates.clear()
         self._names = None
         report.notes += notes

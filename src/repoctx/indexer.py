@@ -6,6 +6,7 @@ update redoes what was lost. Only one indexer writes at a time (a lock file); re
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
@@ -14,7 +15,8 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -35,7 +37,7 @@ from repoctx.graph import (
 from repoctx.ingest.walk import SourceFile, WalkReport, load_text, walk
 from repoctx.store.base import FileRecord, IndexBusy, RepoWriter, capsule_id  # noqa: F401 (IndexBusy re-exported)
 from repoctx.tokens import TOKENIZER_VERSION
-from repoctx.types import Ref
+from repoctx.types import Capsule, Ref
 
 ProgressFn = Callable[[dict], None]
 log = logging.getLogger("repoctx.indexer")
@@ -218,7 +220,175 @@ def _parse_one(sf: SourceFile, data: bytes, settings: Settings, repo: str) -> tu
     except Exception as e:  # noqa: BLE001 - a parser bug must cost one file, not the index
         pf = windows(sf.path, loaded.text, sf.language, settings.window_chunk_size, settings.window_overlap)
         flags["parse_failed"] = f"{type(e).__name__}"
-    return namespaced(pf, repo), "", flags
+    pf = namespaced(pf, repo)
+    flags["bodies"] = lexical_bodies(pf.capsules)
+    return pf, "", flags
+
+
+# A cold or large update parses in a forked worker process while this one writes what was parsed (tokens, FTS rows,
+# grep's text): the two halves take about as long, and the machine has a second core for one of them. Below this many
+# files (a one-file update) the fork is not worth its cost; a caller with other threads never forks (a lock another
+# thread holds would stay held in the child).
+PIPELINE_MIN_FILES = 200
+_BATCH_FILES = 16  # files per message from the worker: fewer, larger pickles, and writes start soon
+_AHEAD = 32  # messages read ahead of the writer at most (what a slow writer holds in memory)
+# The worker also makes a file's tokens (the writer's largest share of Python work) when the writer is this many files
+# behind it; when the writer is keeping up, the writer makes them: whichever side has time does it.
+_TOKENIZE_BEHIND = 2 * _BATCH_FILES
+
+
+def parse_stream(
+    to_parse: list[tuple[SourceFile, bytes | None, str]],
+    settings: Settings,
+    repo: str,
+    fts_rows: Callable[[list, dict], list] | None = None,
+) -> Generator[tuple[ParsedFile | None, str, dict], None, None]:
+    """``_parse_one`` of each file, in order: in a worker process for a large update where one can be forked, else
+    here. The caller may drop each file's bytes from ``to_parse`` once its result is yielded. A worker that dies or
+    fails leaves the files it did not return to be parsed here: the results are the same either way. A worker also
+    makes the store's tokens of each file's units (``fts_rows``, flag ``fts``), so the writer only writes them."""
+    start = 0
+    if len(to_parse) >= PIPELINE_MIN_FILES and _can_fork():
+        for item in _parse_in_worker(to_parse, settings, repo, fts_rows):
+            start += 1
+            yield item
+    for sf, data, _h in to_parse[start:]:
+        assert data is not None
+        yield _parse_one(sf, data, settings, repo)
+
+
+def _can_fork() -> bool:
+    import multiprocessing
+
+    return threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
+
+
+def _parse_worker(
+    to_parse: list[tuple[SourceFile, bytes | None, str]],
+    settings: Settings,
+    repo: str,
+    fts_rows: Callable[[list, dict], list] | None,
+    conn,
+    consumed,
+) -> None:
+    """The forked child: parse every file (it has their bytes from the fork) and send the results in order, in
+    batches, as plain tuples (a dataclass pickles several times slower). ``consumed``: how many results the writer
+    has taken (shared memory)."""
+    import pickle
+
+    gc.disable()  # a short-lived process: its garbage goes with it
+    batch: list = []
+    try:
+        for produced, (sf, data, _h) in enumerate(to_parse):
+            assert data is not None
+            pf, note, flags = _parse_one(sf, data, settings, repo)
+            if pf is not None and fts_rows is not None and produced - consumed.value > _TOKENIZE_BEHIND:
+                flags["fts"] = fts_rows(pf.capsules, flags["bodies"])
+            batch.append((_pack(pf) if pf is not None else None, note, flags))
+            if len(batch) >= _BATCH_FILES:
+                conn.send_bytes(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL))
+                batch = []
+        if batch:
+            conn.send_bytes(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL))
+    except BaseException as e:  # noqa: BLE001 - the parent parses what is left itself
+        log.debug("parse worker stopped: %r", e)
+    finally:
+        conn.close()
+
+
+def _parse_in_worker(
+    to_parse: list[tuple[SourceFile, bytes | None, str]],
+    settings: Settings,
+    repo: str,
+    fts_rows: Callable[[list, dict], list] | None,
+) -> Iterator[tuple[ParsedFile | None, str, dict]]:
+    """Results from a forked worker for a prefix of ``to_parse`` (all of it unless the worker died). A thread reads
+    the pipe ahead (its reads release the GIL) so the worker never waits on the writer for long."""
+    import multiprocessing
+    import pickle
+    import queue
+
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    consumed = ctx.Value("q", 0, lock=False)  # one writer (here), one reader (the worker): no lock needed
+    try:
+        proc = ctx.Process(target=_parse_worker, args=(to_parse, settings, repo, fts_rows, send, consumed), daemon=True)
+        proc.start()
+    except OSError as e:  # no fork (memory, process limits): parse here
+        log.debug("no parse worker: %r", e)
+        recv.close()
+        send.close()
+        return
+    send.close()
+    ahead: queue.Queue[bytes | None] = queue.Queue(maxsize=_AHEAD)
+
+    def pump() -> None:
+        try:
+            while True:
+                ahead.put(recv.recv_bytes())
+        except (EOFError, OSError):
+            pass
+        finally:
+            ahead.put(None)
+
+    reader = threading.Thread(target=pump, name="repoctx-parse-pipe", daemon=True)
+    reader.start()
+    try:
+        while (msg := ahead.get()) is not None:
+            for packed, note, flags in pickle.loads(msg):
+                consumed.value += 1
+                yield (_unpack(packed) if packed is not None else None), note, flags
+    finally:
+        if proc.is_alive():  # the caller stopped early (an error while writing): the worker's results are moot
+            proc.kill()
+        while reader.is_alive():  # let the reader see EOF (the queue may be full)
+            try:
+                ahead.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        proc.join()
+        recv.close()
+
+
+def _pack(pf: ParsedFile) -> tuple:
+    return (
+        pf.path,
+        pf.language,
+        pf.module,
+        [
+            (
+                c.id,
+                c.path,
+                c.language,
+                c.kind,
+                c.name,
+                c.qualname,
+                c.signature,
+                c.start_line,
+                c.end_line,
+                c.text,
+                c.content_hash,
+                c.params,
+                c.returns,
+                c.docstring,
+                c.decorators,
+                c.parent,
+                c.repo,
+            )
+            for c in pf.capsules
+        ],
+        [(r.src, r.kind, r.name, r.line) for r in pf.refs],
+        pf.imports,
+        pf.syntax_errors,
+        pf.method,
+    )
+
+
+def _unpack(t: tuple) -> ParsedFile:
+    path, language, module, caps, refs, imports, syntax_errors, method = t
+    return ParsedFile(
+        path, language, module, [Capsule(*c) for c in caps], [Ref(*r) for r in refs], imports, syntax_errors, method
+    )
 
 
 def passed_over(data: bytes) -> str | None:
@@ -374,7 +544,7 @@ def update_index(
 
     parsed: list[tuple[SourceFile, str, ParsedFile]] = []
     done = 0
-    with store.transaction():
+    with _gc_paused(len(to_parse) >= PIPELINE_MIN_FILES), store.transaction():
         if rebuild:
             store.clear()
         for path in deleted:
@@ -386,44 +556,46 @@ def update_index(
         new_defs: set[tuple] = set()
         # each file is written as soon as it is parsed, and its bytes and texts let go: linking reads names only
         # (holding every file's until all were parsed made Django's cold peak RSS 385 MiB)
-        for i, (sf, data, h) in enumerate(to_parse):
-            assert data is not None
-            pf, note, flags = _parse_one(sf, data, settings, store.repo)
-            to_parse[i] = (sf, None, h)
-            done += 1
-            if pf is None:
-                walk_report.skip(sf.path, note)
-            else:
-                if flags.get("invalid_utf8"):
-                    report.invalid_utf8.append(sf.path)
-                if flags.get("redactions"):
-                    report.redacted.append(sf.path)
-                if pf.syntax_errors or flags.get("parse_failed"):
-                    report.syntax_errors.append(sf.path)
-                parsed.append((sf, h, pf))
-                (report.modified if sf.path in stored else report.added).append(sf.path)
-                store.put_file(
-                    FileRecord(
-                        sf.path,
-                        sf.language,
-                        sf.size,
-                        sf.mtime_ns,
-                        h,
-                        pf.module,
-                        pf.imports,
-                        pf.method,
-                        f"syntax errors: {pf.syntax_errors}" if pf.syntax_errors else "",
-                    ),
-                    pf.capsules,
-                    lexical_bodies(pf.capsules),
-                    flags.get("text"),
-                )
-                report.capsules_written += len(pf.capsules)
-                for c in pf.capsules:
-                    new_defs.add(_def_key(c.id, c.path, c.qualname, c.kind, pf.module, c.name))
-                    c.text = c.docstring = ""
-            if done % 50 == 0 or done == len(to_parse):
-                emit({"event": "parse", "done": done, "total": len(to_parse)})
+        # an error while writing stops the worker at once
+        with closing(parse_stream(to_parse, settings, store.repo, getattr(store, "fts_rows", None))) as stream:
+            for i, (pf, note, flags) in enumerate(stream):
+                sf, _, h = to_parse[i]
+                to_parse[i] = (sf, None, h)
+                done += 1
+                if pf is None:
+                    walk_report.skip(sf.path, note)
+                else:
+                    if flags.get("invalid_utf8"):
+                        report.invalid_utf8.append(sf.path)
+                    if flags.get("redactions"):
+                        report.redacted.append(sf.path)
+                    if pf.syntax_errors or flags.get("parse_failed"):
+                        report.syntax_errors.append(sf.path)
+                    parsed.append((sf, h, pf))
+                    (report.modified if sf.path in stored else report.added).append(sf.path)
+                    store.put_file(
+                        FileRecord(
+                            sf.path,
+                            sf.language,
+                            sf.size,
+                            sf.mtime_ns,
+                            h,
+                            pf.module,
+                            pf.imports,
+                            pf.method,
+                            f"syntax errors: {pf.syntax_errors}" if pf.syntax_errors else "",
+                        ),
+                        pf.capsules,
+                        flags["bodies"],
+                        flags.get("text"),
+                        flags.get("fts"),
+                    )
+                    report.capsules_written += len(pf.capsules)
+                    for c in pf.capsules:
+                        new_defs.add(_def_key(c.id, c.path, c.qualname, c.kind, pf.module, c.name))
+                        c.text = c.docstring = ""
+                if done % 50 == 0 or done == len(to_parse):
+                    emit({"event": "parse", "done": done, "total": len(to_parse)})
         for sf in touched:
             store.touch_file(sf.path, sf.size, sf.mtime_ns)
         for path, text in backfill:
@@ -468,6 +640,44 @@ def update_index(
     report.seconds = time.perf_counter() - t0
     emit({"event": "done", "seconds": report.seconds})
     return report
+
+
+RELEASE_AFTER_UNITS = 5000  # an update that wrote this many units gives memory back after (``release_memory``)
+
+
+def release_memory(store: object) -> None:
+    """What a large update leaves behind given back: this thread's SQLite page cache (up to 64 MiB; readers fill it
+    again as they read) and the heap the update freed (glibc keeps it otherwise). A fill that follows in the same
+    process then starts near where a fresh one would (Django's cold update: 270 -> 188 MiB)."""
+    import ctypes
+    import sqlite3
+
+    db = getattr(store, "db", None)
+    if isinstance(db, sqlite3.Connection):
+        try:
+            db.execute("PRAGMA shrink_memory")
+        except sqlite3.Error:
+            pass
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim this way
+        pass
+
+
+@contextmanager
+def _gc_paused(pause: bool) -> Iterator[None]:
+    """No cyclic garbage collection during a large update: it makes hundreds of thousands of objects (units, names,
+    edges) that live until it ends, and each full collection walked them all again (Django's cold update: ~1,200
+    collections, ~1 s; what it leaves for the collector is a few hundred objects). Never re-enables a collector
+    someone else had turned off."""
+    was = gc.isenabled()
+    if pause and was:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if pause and was:
+            gc.enable()
 
 
 def _def_key(cid: str, path: str, qual: str, kind: str, module: str, name: str) -> tuple:

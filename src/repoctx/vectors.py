@@ -49,7 +49,12 @@ class VectorCache:
         return mid
 
     def get_many(self, model: str, hashes: list[str]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
+        return {h: as_vector(v) for h, v in self.get_stored(model, hashes).items()}
+
+    def get_stored(self, model: str, hashes: list[str]) -> dict[str, bytes | np.ndarray]:
+        """``get_many`` with each vector as the cache keeps it (``as_vector`` reads it): a quarter of the memory
+        for a fill that holds a whole repository's cached vectors until the store has them."""
+        out: dict[str, bytes | np.ndarray] = {}
         with self._lock:
             mid = self._model_id(model)
             for i in range(0, len(hashes), 500):
@@ -58,8 +63,7 @@ class VectorCache:
                     f"SELECT hash, v FROM vec8 WHERE model=? AND hash IN ({','.join('?' * len(chunk))})",
                     [mid] + [bytes.fromhex(h) for h in chunk],
                 ):
-                    scale = np.frombuffer(v, dtype=np.float32, count=1)
-                    out[h.hex()] = np.frombuffer(v, dtype=np.int8, offset=4).astype(np.float32) * scale[0]
+                    out[h.hex()] = v
             if self._legacy and len(out) < len(hashes):
                 moved = self._from_legacy(model, [h for h in hashes if h not in out])
                 out.update(moved)
@@ -96,6 +100,14 @@ class VectorCache:
     def put_many(self, model: str, items: list[tuple[str, np.ndarray]]) -> None:
         with self._lock:
             self._put(model, items)
+
+
+def as_vector(v: bytes | np.ndarray) -> np.ndarray:
+    """A vector as ``VectorCache.get_stored`` gives it (a stored row: float32 scale, then int8 values) as float32."""
+    if isinstance(v, np.ndarray):
+        return v
+    scale = np.frombuffer(v, dtype=np.float32, count=1)
+    return np.frombuffer(v, dtype=np.int8, offset=4).astype(np.float32) * scale[0]
 
 
 # The order a fill embeds units in, by where they are: the project's code first (questions are mostly about
@@ -253,6 +265,9 @@ class DenseRetriever:
         return self.store.dense(self.vector(query), self.embedder.model_id, k, scope)
 
 
+_HAND_ROWS = 4096  # rows handed to the sink at a time
+
+
 def fill_vectors(
     writer,
     embedder,
@@ -274,23 +289,31 @@ def fill_vectors(
     state = writer.store.vector_state(writer.repo, model)
     if state.model and state.model != model:
         report.model_changed_from = state.model
-    rows, whole = writer.embed_rows(model)
+    got, whole = writer.embed_rows(model)
+    rows: list = got
+    del got
+    n_rows = len(rows)
     texts: dict[str, str] = {}
     hashes: list[str] = []
+    ids: list[str] = []
     rank: dict[str, int] = {}  # a text's class (its first unit's), as a position in EMBED_ORDER
-    for r in rows:
+    for i, r in enumerate(rows):
+        rows[i] = None  # each unit's whole text let go once its embedding text is made (Django: ~60 MiB of them)
         t = embed_text(r, max_length=max_len)
         h = text_hash(t)
         hashes.append(h)
+        ids.append(r.id)
         texts[h] = t
         rank.setdefault(h, EMBED_ORDER.index(embed_class(r.path)))
-    report.total = len(rows)
-    have = cache.get_many(model, list(texts))
+    report.total = n_rows
+    del rows
+    have = cache.get_stored(model, list(texts))
     todo = sorted((h for h in texts if h not in have), key=rank.__getitem__)  # stable: the store's order within
+    report.cached = len(texts) - len(todo)
+    texts = {h: texts[h] for h in todo}  # the cached ones' texts are not needed again
     for h in todo:
         name = EMBED_ORDER[rank[h]]
         report.classes[name] = report.classes.get(name, 0) + 1
-    report.cached = len(texts) - len(todo)
     dim = embedder.dim
     sink = writer.vector_sink(model, dim, whole)
     report.kept = int(getattr(sink, "kept", 0))
@@ -298,21 +321,28 @@ def fill_vectors(
     emit = progress or (lambda e: None)
     emit({"event": "embed", "done": 0, "total": len(todo), "cached": report.cached})
 
-    def hand_over(ready: set[str]) -> None:
-        """Give the sink every row whose vector exists and that it has not had yet."""
-        idx = [i for i, h in enumerate(hashes) if h in ready]
-        if not idx:
-            return
-        matrix = np.zeros((len(idx), dim), dtype=np.float32)
-        for j, i in enumerate(idx):
-            v = have[hashes[i]]
-            if v.shape[0] != dim:
-                raise ValueError(f"cached vector for {model} has dimension {v.shape[0]}, model says {dim}")
-            matrix[j] = v
-        sink.add([rows[i].id for i in idx], matrix)
-        for h in ready:  # every row of these texts is handed over: the sink holds their vectors now
-            have.pop(h, None)
+    last_row = {h: i for i, h in enumerate(hashes)}  # a text's last unit: its vector is let go once that is handed
 
+    def hand_over(ready: set[str]) -> None:
+        """Give the sink every row whose vector exists and that it has not had yet, ``_HAND_ROWS`` at a time, each
+        text's vector let go after its last unit's (no second copy of a whole cached set)."""
+        idx = [i for i, h in enumerate(hashes) if h in ready]
+        for start in range(0, len(idx), _HAND_ROWS):
+            part = idx[start : start + _HAND_ROWS]
+            matrix = np.zeros((len(part), dim), dtype=np.float32)
+            for j, i in enumerate(part):
+                h = hashes[i]
+                v = as_vector(have[h])
+                if v.shape[0] != dim:
+                    raise ValueError(f"cached vector for {model} has dimension {v.shape[0]}, model says {dim}")
+                matrix[j] = v
+                if last_row[h] == i:  # every row of this text is handed over: the sink holds its vector now
+                    del have[h]
+            sink.add([ids[i] for i in part], matrix)
+
+    reserve = getattr(sink, "reserve", None)
+    if reserve is not None:
+        reserve(len(hashes))
     hand_over(set(have))
     publish = getattr(sink, "publish", None)  # a sink that can show a partial set while the rest is embedded
     last_publish = time.perf_counter()
@@ -324,7 +354,7 @@ def fill_vectors(
     try:
         for start in range(0, len(todo), batch):
             chunk = todo[start : start + batch]
-            vecs = np.asarray(embedder.encode([texts[h] for h in chunk]), dtype=np.float32)
+            vecs = np.asarray(embedder.encode([texts.pop(h) for h in chunk]), dtype=np.float32)  # texts let go
             cache.put_many(model, list(zip(chunk, vecs, strict=True)))  # committed per batch: a kill loses one batch
             for h, v in zip(chunk, vecs, strict=True):
                 have[h] = v
@@ -333,7 +363,7 @@ def fill_vectors(
             done = [c for c, last in last_of.items() if start <= last < start + len(chunk)]
             more = report.embedded < len(todo)
             if publish and more and (done or time.perf_counter() - last_publish > publish_every):
-                publish(len(rows))
+                publish(n_rows)
                 last_publish = time.perf_counter()
             for c in done:
                 report.ready_s[EMBED_ORDER[c]] = time.perf_counter() - t0
@@ -350,11 +380,11 @@ def fill_vectors(
             )
     except BaseException:  # interrupted: what was embedded stays searchable (and cached for the next fill)
         if publish and report.embedded:
-            publish(len(rows))
+            publish(n_rows)
         raise
     sink.finish()
     if todo:  # the last class is searchable once the whole set is
         report.ready_s[EMBED_ORDER[rank[todo[-1]]]] = time.perf_counter() - t0
-    report.rebuilt = bool(rows) or whole
+    report.rebuilt = bool(n_rows) or whole
     report.seconds = time.perf_counter() - t0
     return report

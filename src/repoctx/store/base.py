@@ -358,7 +358,12 @@ class RepoWriter(Protocol):
     def clear(self) -> None: ...
     # ``text``: the file's indexed text (decoded, redacted) kept for grep, written with its capsules
     def put_file(
-        self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str], text: str | None = None
+        self,
+        rec: FileRecord,
+        capsules: list[Capsule],
+        lexical_bodies: dict[str, str],
+        text: str | None = None,
+        fts: list[tuple[str, ...]] | None = None,  # a writer's own tokens of the units, made ahead (SQLite's fts_rows)
     ) -> None: ...
     def put_text(self, path: str, text: str) -> None: ...  # the text of a file indexed before texts were kept
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None: ...

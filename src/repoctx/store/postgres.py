@@ -960,7 +960,12 @@ class PostgresRepoWriter:
             conn.execute("UPDATE repoctx_repos SET n_docs = 0, total_len = 0 WHERE name=%s", (self.repo,))
 
     def put_file(
-        self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str], text: str | None = None
+        self,
+        rec: FileRecord,
+        capsules: list[Capsule],
+        lexical_bodies: dict[str, str],
+        text: str | None = None,
+        fts: list[tuple[str, ...]] | None = None,  # a writer's own tokens of the units, made ahead (SQLite's fts_rows)
     ) -> None:
         if not self._cold:
             self.delete_file(rec.path)

@@ -36,7 +36,7 @@ from repoctx.store.base import (
     like_suffix,
     text_key,
 )
-from repoctx.store.faiss_index import FaissIndex, Int8Matrix, stack_rows
+from repoctx.store.faiss_index import HNSW_MIN_VECTORS, FaissIndex, Int8Matrix, quantize
 from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
 from repoctx.types import Capsule, Edge
 
@@ -844,7 +844,32 @@ def file_lock(path: Path, wait: bool = True) -> Iterator[None]:
         os.close(fd)
 
 
+def fts_rows(capsules: list[Capsule], lexical_bodies: dict[str, str]) -> list[tuple[str, ...]]:
+    """The tokens FTS5 keeps of each unit: name, qualname, path, signature, docstring and body (a class's own lines,
+    ``lexical_bodies``, else its text). Pure, so a parse worker can make them while the writer writes."""
+    from repoctx.tokens import fts_text
+
+    tokens: dict[str, str] = {}  # a file's units share their path, often names and signatures
+
+    def tok(value: str) -> str:
+        got = tokens.get(value)
+        if got is None:
+            got = tokens[value] = fts_text(value)
+        return got
+
+    out: list[tuple[str, ...]] = []
+    for c in capsules:
+        lex = lexical_bodies.get(c.id)
+        body = lex if lex is not None and lex != c.text else c.text
+        out.append(
+            (tok(c.name), tok(c.qualname), tok(c.path), tok(c.signature), tok(c.docstring), fts_text(body[:200_000]))
+        )
+    return out
+
+
 class SQLiteRepoWriter:
+    fts_rows = staticmethod(fts_rows)  # what put_file's ``fts`` takes, for a caller that makes it elsewhere
+
     def __init__(self, store: SQLiteStore, repo: str):
         self.store = store
         self.repo = repo
@@ -1013,10 +1038,14 @@ class SQLiteRepoWriter:
         )
 
     def put_file(
-        self, rec: FileRecord, capsules: list[Capsule], lexical_bodies: dict[str, str], text: str | None = None
+        self,
+        rec: FileRecord,
+        capsules: list[Capsule],
+        lexical_bodies: dict[str, str],
+        text: str | None = None,
+        fts: list[tuple[str, ...]] | None = None,
     ) -> None:
-        from repoctx.tokens import fts_text
-
+        """``fts``: ``fts_rows(capsules, lexical_bodies)`` when the caller made them already (a parse worker does)."""
         self.delete_file(rec.path)
         key, tid = self._keep_text(text) if text is not None else (None, None)
         slices = text_slices(text, capsules) if text is not None else [None] * len(capsules)
@@ -1037,7 +1066,7 @@ class SQLiteRepoWriter:
                 key,
             ),
         )
-        rows, bodies = [], []
+        rows = []
         for c, where in zip(capsules, slices, strict=True):
             lex = lexical_bodies.get(c.id)
             lex = lex if lex is not None and lex != c.text else None
@@ -1067,7 +1096,6 @@ class SQLiteRepoWriter:
                     id_hash(c.id),
                 )
             )
-            bodies.append((lex if lex is not None else c.text)[:200_000])
         self.db.executemany(
             "INSERT INTO capsules(rowid, repo, path, language, kind, name, qualname, signature, params, returns, "
             "docstring, decorators, start_line, end_line, text, content_hash, module, lex, tid, at, span, "
@@ -1075,27 +1103,13 @@ class SQLiteRepoWriter:
             rows,
         )
         rowids = self._rowid_map([c.id for c in capsules])
-        tokens: dict[str, str] = {}  # a file's units share their path, often names and signatures
-
-        def tok(value: str) -> str:
-            got = tokens.get(value)
-            if got is None:
-                got = tokens[value] = fts_text(value)
-            return got
-
         self.db.executemany(
             "INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) VALUES(?,?,?,?,?,?,?)",
             [
-                (
-                    rowids[c.id],
-                    tok(c.name),
-                    tok(c.qualname),
-                    tok(c.path),
-                    tok(c.signature),
-                    tok(c.docstring),
-                    fts_text(body),
+                (rowids[c.id], *cols)
+                for c, cols in zip(
+                    capsules, fts if fts is not None else fts_rows(capsules, lexical_bodies), strict=True
                 )
-                for c, body in zip(capsules, bodies, strict=True)
             ],
         )
 
@@ -1302,17 +1316,65 @@ class FaissSink:
         self.fx, self.model, self.dim, self.generation = fx, model, dim, generation
         self.carry = carry
         self.ids: list[str] = []
-        self.parts: list[np.ndarray | Int8Matrix] = []
+        # one buffer the rows are copied into, grown by half when full: publishing and finishing write a view of it,
+        # never a concatenated second copy. Once the caller says how many rows come (``reserve``) and the set will be
+        # stored as int8 rows (below HNSW_MIN_VECTORS), rows are kept quantized as they arrive (Django's 48k rows:
+        # 18 MiB instead of 74; a row is quantized alone, so the stored set is the same bytes). Rows carried over
+        # from the stored set come as int8 (``Int8Matrix``) and stay so: quantizing a carried row's dequantized form
+        # gives it back exactly, so the set is the one a float32 carry would store
+        self._rows = np.zeros((0, dim), dtype=np.float32)
+        self._scale: np.ndarray | None = None  # set: _rows holds int8 rows and these are their scales
         self.expected: int | None = None
+
+    def _room(self, rows: int) -> None:
+        n = len(self.ids)
+        if n + rows <= len(self._rows):
+            return
+        size = max(n + rows, len(self._rows) * 3 // 2, 1024)
+        grown = np.empty((size, self.dim), dtype=self._rows.dtype)
+        grown[:n] = self._rows[:n]
+        self._rows = grown
+        if self._scale is not None:
+            scale = np.empty(size, dtype=np.float32)
+            scale[:n] = self._scale[:n]
+            self._scale = scale
+
+    def _to_int8(self, rows: int) -> None:
+        """Hold the rows as int8 from now on, with room for ``rows`` more."""
+        n = len(self.ids)
+        q, scale = quantize(self._rows[:n])
+        self._rows, self._scale = np.empty((n + rows, self.dim), dtype=np.int8), np.empty(n + rows, np.float32)
+        self._rows[:n], self._scale[:n] = q, scale
 
     def add(self, ids: list[str], matrix: np.ndarray | Int8Matrix) -> None:
         if len(ids) and matrix.shape[1] != self.dim:
             raise StoreError(f"vectors of dimension {matrix.shape[1]} given to a {self.dim}-dimensional index")
+        n, k = len(self.ids), len(ids)
+        if isinstance(matrix, Int8Matrix) and self._scale is None:
+            self._to_int8(k)
+        self._room(k)
+        if isinstance(matrix, Int8Matrix):
+            assert self._scale is not None
+            self._rows[n : n + k] = np.asarray(matrix.q).reshape(k, self.dim)
+            self._scale[n : n + k] = np.asarray(matrix.scale, dtype=np.float32)
+        else:
+            rows = np.asarray(matrix, dtype=np.float32).reshape(k, self.dim)
+            if self._scale is None:
+                self._rows[n : n + k] = rows
+            else:
+                self._rows[n : n + k], self._scale[n : n + k] = quantize(rows)
         self.ids += ids
-        self.parts.append(matrix if isinstance(matrix, Int8Matrix) else np.asarray(matrix, dtype=np.float32))
+
+    def reserve(self, rows: int) -> None:
+        """Room for ``rows`` more rows at once (the caller knows how many it will add)."""
+        if self._scale is None and len(self.ids) + rows < HNSW_MIN_VECTORS:
+            self._to_int8(rows)
+        else:
+            self._room(rows)
 
     def _matrix(self) -> np.ndarray | Int8Matrix:
-        return stack_rows(self.parts, self.dim)  # the carried-over rows stay int8
+        n = len(self.ids)
+        return self._rows[:n] if self._scale is None else Int8Matrix(self._rows[:n], self._scale[:n])
 
     @property
     def kept(self) -> int:

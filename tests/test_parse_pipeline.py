@@ -1,0 +1,106 @@
+"""A large update parses in a forked worker while the indexer writes (issue 39's cold index): what the index holds
+and what the update reports are the same as when every file is parsed in process, and a worker that dies midway
+costs time, never a file."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from tests.conftest import write_tree
+from tests.test_index_size import BASE, _state
+
+import repoctx.indexer as indexer
+from repoctx import Index, Settings
+
+TREE = {
+    **BASE,
+    **{
+        f"pkg/gen/m{i}.py": f"from pkg.models import Model\n\n\ndef make_{i}():\n    return Model().save()\n"
+        for i in range(12)
+    },
+    "web/app.js": "import {x} from './util';\nexport function run(a) { return x(a) + 1; }\nclass W { go() { run(1); } }\n",
+    "web/util.js": "export function x(v) { return v * 2; }\n",
+    "conf/settings.py": 'AWS_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"\n\n\ndef load():\n    return 1\n',
+    "bad/latin1.py": "def caf\xe9():\n    return 'ol\xe9'\n".encode("latin-1"),
+    "bad/broken.py": "def broken(:\n    return\n\nclass Fine:\n    def ok(self):\n        return broken()\n",
+    "data/blob.bin": b"\x00\x01\x02" * 100,
+    "static/min.js": "var a=1;" * 4000,
+    "notes/README.md": "# Notes\n\nCall make_3() to build a model.\n",
+}
+
+
+def _report(rep) -> dict:
+    d = rep.to_dict()
+    d.pop("seconds")
+    return d
+
+
+def _index(tmp_path, root, name, monkeypatch, min_files: int, any_threads: bool = True) -> tuple[dict, dict]:
+    monkeypatch.setattr(indexer, "PIPELINE_MIN_FILES", min_files)
+    if any_threads:  # threads other tests left behind (background fills) must not turn the worker off here
+        monkeypatch.setattr(indexer, "_can_fork", lambda: True)
+    ix = Index(root, Settings(index_dir=tmp_path / name, embedder="none"))
+    try:
+        rep = ix.update()
+        return _state(ix), _report(rep)
+    finally:
+        ix.close()
+
+
+@pytest.fixture
+def root(tmp_path):
+    return write_tree(tmp_path / "repo", TREE)
+
+
+def test_a_worker_parse_indexes_what_an_in_process_parse_does(tmp_path, root, monkeypatch):
+    calls: list[int] = []
+    real = indexer._parse_in_worker
+
+    def spy(*a, **k):
+        calls.append(1)
+        yield from real(*a, **k)
+
+    monkeypatch.setattr(indexer, "_parse_in_worker", spy)
+    here = _index(tmp_path, root, "here", monkeypatch, 10**9)
+    assert not calls
+    worker = _index(tmp_path, root, "worker", monkeypatch, 1)
+    assert calls, "the worker path was not taken"
+    assert worker == here
+    assert here[1]["redacted"] and here[1]["syntax_errors"] and here[1]["invalid_utf8"] and here[1]["skipped"]
+
+
+def test_a_worker_that_dies_midway_leaves_the_rest_to_this_process(tmp_path, root, monkeypatch):
+    here = _index(tmp_path, root, "here", monkeypatch, 10**9)
+    parent = os.getpid()
+    real = indexer._parse_one
+    seen = [0]
+    parsed_here = [0]
+
+    def dies_on_the_fifth(*a, **k):
+        if os.getpid() != parent:
+            seen[0] += 1
+            if seen[0] == 5:
+                os._exit(3)  # as a kill -9 or the OOM killer would end it: no goodbye on the pipe
+        else:
+            parsed_here[0] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(indexer, "_parse_one", dies_on_the_fifth)
+    monkeypatch.setattr(indexer, "_BATCH_FILES", 1)
+    assert _index(tmp_path, root, "worker", monkeypatch, 1) == here
+    assert 0 < parsed_here[0] < len(TREE) - 4  # the worker's first four stood; this process parsed the rest
+
+
+def test_an_update_from_a_thread_parses_in_process(tmp_path, root, monkeypatch):
+    """A process with other threads never forks (a lock one of them holds would stay held in the child)."""
+    import threading
+
+    forked: list[int] = []
+    monkeypatch.setattr(indexer, "_parse_in_worker", lambda *a, **k: forked.append(1) or iter(()))
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(_index(tmp_path, root, "thread", monkeypatch, 1, False)))
+    t.start()
+    t.join()
+    assert not forked
+    assert out and out[0][0]["counts"] == _index(tmp_path, root, "here", monkeypatch, 10**9)[0]["counts"]
