@@ -138,6 +138,8 @@ def test_a_no_op_index_writes_nothing_though_some_files_are_passed_over(tmp_path
     assert {s["path"]: s["reason"] for s in report["skipped"]} == skipped
     assert not (report["added"] or report["modified"] or report["deleted"]) and report["unchanged"] == len(FILES)
     assert db.execute("PRAGMA data_version").fetchone()[0] == version  # no other connection committed
+    status = runner.invoke(app, ["status", str(root), "--json"])  # and status calls the index fresh
+    assert status.exit_code == 0 and json.loads(status.output)["fresh"], status.output
     # a file the index holds that becomes binary still leaves it
     (root / "shop/ship.py").write_bytes(b"\x00\x01binary now")
     gone = json.loads(runner.invoke(app, ["index", str(root), "--json"]).output)

@@ -809,8 +809,15 @@ def stale_files(root: Path, store: RepoWriter, settings: Settings) -> dict:
             state = classify(sf, rec, need_data=False)[0]
         except OSError:
             state = "changed"
-        if state == "changed":
-            (added if rec is None else modified).append(sf.path)
+        if state == "changed" and rec is None:
+            try:  # a binary or minified file the index never stores is not "added" each time it is asked
+                if passed_over(sf.abspath.read_bytes()):
+                    continue
+            except OSError:
+                pass
+            added.append(sf.path)
+        elif state == "changed":
+            modified.append(sf.path)
     deleted = sorted(set(stored) - seen)
     head, dirty = git_state(root)
     return {
