@@ -225,6 +225,22 @@ def capsule_columns(c: Capsule) -> tuple:
     )
 
 
+def file_columns(rec: FileRecord) -> tuple:
+    """A file's columns in the stores' order, from ``path`` to ``note`` (the repository before them and the text's
+    key after them are each store's own)."""
+    return (
+        rec.path,
+        rec.language,
+        rec.size,
+        rec.mtime_ns,
+        rec.hash,
+        rec.module,
+        json.dumps(rec.imports),
+        rec.method,
+        rec.note,
+    )
+
+
 def text_key(text: str) -> str:
     """The key a file's indexed text is stored under (per repository): its content hash."""
     import hashlib

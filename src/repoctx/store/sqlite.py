@@ -33,6 +33,7 @@ from repoctx.store.base import (
     capsule_columns,
     check_repo_name,
     compile_all,
+    file_columns,
     like_suffix,
     text_key,
 )
@@ -1054,15 +1055,7 @@ class SQLiteRepoWriter:
             "text_hash) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
             (
                 self.repo,
-                rec.path,
-                rec.language,
-                rec.size,
-                rec.mtime_ns,
-                rec.hash,
-                rec.module,
-                json.dumps(rec.imports),
-                rec.method,
-                rec.note,
+                *file_columns(rec),
                 key,
             ),
         )
