@@ -353,6 +353,13 @@ def timed_child(cmd: list[str], env: dict) -> dict:
     }
 
 
+def searched(mode: str, n: int, env: dict) -> dict:
+    """One child process's timed searches (``child_search``): its answer, its peak RSS and the load around it."""
+    lb = load()
+    s = timed_child([PY, __file__, "--_child-search", mode, str(n)], env)
+    return dict(s["out"], rss_mib=s["rss_mib"], load=f"{lb} -> {load()}")
+
+
 def child_search(mode: str, n: int) -> None:
     """In a child: one Index over the whole store (from the environment), warm-up, then n queries timed."""
     from repoctx import Index, Settings
@@ -661,16 +668,8 @@ def run(args) -> dict:
                     "units": units_now[b.name],
                     "wall": cum[b.name]["wall"],
                 }
-                lb = load()
-                s = timed_child(
-                    [PY, __file__, "--_child-search", "lexical", str(args.queries)],
-                    b.env(base, "none"),
-                )
-                row["lexical"] = dict(s["out"], rss_mib=s["rss_mib"], load=f"{lb} -> {load()}")
-                log(
-                    f"{b.name:8} {cp:>7,} lexical p50 {s['out']['p50_ms']:.1f} p95 {s['out']['p95_ms']:.1f} ms "
-                    f"(load {load()})"
-                )
+                got = row["lexical"] = searched("lexical", args.queries, b.env(base, "none"))
+                log(f"{b.name:8} {cp:>7,} lexical p50 {got['p50_ms']:.1f} p95 {got['p95_ms']:.1f} ms (load {load()})")
                 result["rows"].append(row)
             if not args.no_hybrid:
                 todo = [(n, p) for n, p in added if n not in embedded]
@@ -702,15 +701,9 @@ def run(args) -> dict:
                     row["vectors"] = b.vectors()
                     row["disk_vectors_mib"] = b.disk_mib()
                     row["cache_mib"] = cache_mib(cache)
-                    lb = load()
-                    s = timed_child(
-                        [PY, __file__, "--_child-search", "hybrid", str(args.queries)],
-                        b.env(base, "local"),
-                    )
-                    row["hybrid"] = dict(s["out"], rss_mib=s["rss_mib"], load=f"{lb} -> {load()}")
+                    got = row["hybrid"] = searched("hybrid", args.queries, b.env(base, "local"))
                     log(
-                        f"{b.name:8} {cp:>7,} hybrid p50 {s['out']['p50_ms']:.1f} p95 {s['out']['p95_ms']:.1f} ms "
-                        f"(load {load()})"
+                        f"{b.name:8} {cp:>7,} hybrid p50 {got['p50_ms']:.1f} p95 {got['p95_ms']:.1f} ms (load {load()})"
                     )
                 embedded.update(n for n, _ in todo)
                 commands.append("REPOCTX_EMBEDDER=local repoctx index SRC --name NAME --json (each tree, at each row)")
@@ -751,22 +744,15 @@ def again(args) -> dict:
         for mode in args.modes:
             embedder, extra = MODE_ENV[mode]
             for b in backends:
-                lb = load()
                 child_mode = "hybrid" if mode.startswith("hybrid") else mode
-                s = timed_child(
-                    [PY, __file__, "--_child-search", child_mode, str(args.queries)],
-                    dict(b.env(base, embedder), **extra),
-                )
                 rec = dict(
-                    s["out"],
+                    searched(child_mode, args.queries, dict(b.env(base, embedder), **extra)),
                     backend=b.name,
                     mode=mode,
                     units=b.units(),
                     vectors=b.vectors(),
-                    rss_mib=s["rss_mib"],
                     commit=git_commit(),
                     date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                    load=f"{lb} -> {load()}",
                 )
                 res.setdefault("again", []).append(rec)
                 log(
