@@ -20,7 +20,7 @@ import time
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, get_args
 
@@ -503,37 +503,60 @@ class PostgresStore(MemoryReads):
     def _build_memory_bm25(self) -> MemoryBM25:
         """The postings of every repository, scored with the whole database's statistics (what a search over
         all of them uses), read in one snapshot with the content key."""
+
+        def read_key(conn: psycopg.Connection) -> tuple[tuple, float, float]:
+            row = conn.execute(_CONTENT_KEY).fetchone()
+            assert row is not None  # scalar subqueries: always one row
+            key = tuple(row)
+            return key, float(key[1] or 0), float(key[2] or 0)
+
         return self._read_bm25(
-            _CONTENT_KEY,
-            [],
+            read_key,
             'SELECT term, rid, wtf, dl FROM repoctx_postings ORDER BY term COLLATE "C"',
             "SELECT rid, id FROM repoctx_capsules",
             [],
-            lambda key: (float(key[1] or 0), float(key[2] or 0)),
         )
+
+    @staticmethod
+    def _scoped_key(repos: tuple[str, ...], rows: list) -> tuple:
+        return ("scoped", repos, tuple(tuple(r) for r in rows))
 
     def _scoped_content_key(self, repos: tuple[str, ...]) -> tuple:
         """Changes whenever the lexical index of ``repos`` may have: every committed write to a repository's units
         moves its generation in the same transaction; ``created`` tells a repository dropped and registered
         again (its generation starts over) from the one before."""
-        return ("scoped", repos, tuple(tuple(r) for r in self._q(_SCOPED_KEY, [list(repos)])))
+        return self._scoped_key(repos, self._q(_SCOPED_KEY, [list(repos)]))
 
     def _build_scoped_bm25(self, repos: tuple[str, ...]) -> MemoryBM25:
         """The postings of ``repos`` alone with their own statistics (what the SQL of :meth:`lexical` computes for
         a scope naming them), read in one snapshot with their content key. The postings are reached through the
         units of those repositories (postings are indexed by unit, not by repository)."""
+
+        def read_key(conn: psycopg.Connection) -> tuple[tuple, float, float]:
+            rows = conn.execute(_SCOPED_KEY, [list(repos)]).fetchall()
+            return (
+                self._scoped_key(repos, rows),
+                sum(float(r[2] or 0) for r in rows),
+                sum(float(r[3] or 0) for r in rows),
+            )
+
         return self._read_bm25(
-            _SCOPED_KEY,
-            [list(repos)],
+            read_key,
             "SELECT p.term, p.rid, p.wtf, p.dl FROM repoctx_capsules c JOIN repoctx_postings p ON p.rid = c.rid "
             'WHERE c.repo = ANY(%s) ORDER BY p.term COLLATE "C"',
             "SELECT rid, id FROM repoctx_capsules WHERE repo = ANY(%s)",
             [list(repos)],
-            lambda rows: (sum(float(r[2] or 0) for r in rows), sum(float(r[3] or 0) for r in rows)),
-            wrap=lambda rows: ("scoped", repos, tuple(tuple(r) for r in rows)),
         )
 
-    def _read_bm25(self, key_sql, key_args, postings_sql, units_sql, args, stats, wrap=None) -> MemoryBM25:
+    def _read_bm25(
+        self,
+        read_key: Callable[[psycopg.Connection], tuple[tuple, float, float]],
+        postings_sql: str,
+        units_sql: str,
+        args: list,
+    ) -> MemoryBM25:
+        """A :class:`MemoryBM25` of the postings and units the two queries read (``args`` for both), in one snapshot
+        with what ``read_key`` reads there: the content key, the number of units and their total length."""
         started = time.perf_counter()
         # Read in batches into compact arrays, each term's string once: a list of one tuple per posting (21M at
         # 500k units) peaked at 7.4 GB, and the term strings the index keeps, scattered among those rows' objects,
@@ -542,11 +565,7 @@ class PostgresStore(MemoryReads):
         rids, wtf, dl = array("q"), array("d"), array("d")
         with self._conn() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            if wrap is None:
-                raw = key = tuple(conn.execute(key_sql, key_args).fetchone())
-            else:
-                raw = conn.execute(key_sql, key_args).fetchall()
-                key = wrap(raw)
+            key, n_docs, total_len = read_key(conn)
             with conn.cursor(name="repoctx_bm25") as cur:
                 cur.execute(postings_sql, args)
                 last = ""  # no term is empty
@@ -559,7 +578,6 @@ class PostgresStore(MemoryReads):
                         wtf.append(f)
                         dl.append(n)
             units = conn.execute(units_sql, args).fetchall()
-        n_docs, total_len = stats(raw)
         return MemoryBM25.from_postings(
             key, terms, rids, wtf, dl, n_docs, total_len / n_docs if n_docs else 1.0, units, started, fold_case=False
         )
