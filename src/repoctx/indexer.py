@@ -35,7 +35,7 @@ from repoctx.graph import (
     resolve_file,
 )
 from repoctx.ingest.walk import SourceFile, WalkReport, load_text, walk
-from repoctx.store.base import FileRecord, IndexBusy, RepoWriter, capsule_id  # noqa: F401 (IndexBusy re-exported)
+from repoctx.store.base import FileRecord, IndexBusy, RepoWriter, Store, capsule_id  # noqa: F401 (IndexBusy re-exported)
 from repoctx.tokens import TOKENIZER_VERSION
 from repoctx.types import Capsule, Ref
 
@@ -645,19 +645,13 @@ def update_index(
 RELEASE_AFTER_UNITS = 5000  # an update that wrote this many units gives memory back after (``release_memory``)
 
 
-def release_memory(store: object) -> None:
-    """What a large update leaves behind given back: this thread's SQLite page cache (up to 64 MiB; readers fill it
-    again as they read) and the heap the update freed (glibc keeps it otherwise). A fill that follows in the same
-    process then starts near where a fresh one would (Django's cold update: 270 -> 188 MiB)."""
+def release_memory(store: Store) -> None:
+    """What a large update leaves behind given back: the store's caches (``Store.release_memory``: SQLite's page
+    cache) and the heap the update freed (glibc keeps it otherwise). A fill that follows in the same process then
+    starts near where a fresh one would (Django's cold update: 270 -> 188 MiB)."""
     import ctypes
-    import sqlite3
 
-    db = getattr(store, "db", None)
-    if isinstance(db, sqlite3.Connection):
-        try:
-            db.execute("PRAGMA shrink_memory")
-        except sqlite3.Error:
-            pass
+    store.release_memory()
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: nothing to trim this way

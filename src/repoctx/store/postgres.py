@@ -280,6 +280,9 @@ class PostgresStore(MemoryReads):
         self._init_memory(memory_lexical)  # long-lived processes: BM25 and units in memory (memory_bm25.py)
         self._held = threading.local()  # the connection a search holds (reading())
 
+    def release_memory(self) -> None:
+        """Nothing to give back: the server holds the pages, and writes buffer only until their COPY."""
+
     def close(self) -> None:
         self.pool.close()
 

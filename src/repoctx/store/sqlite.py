@@ -386,6 +386,13 @@ class SQLiteStore(MemoryReads):
             db.execute("PRAGMA busy_timeout=30000")
         return not busy
 
+    def release_memory(self) -> None:
+        """This connection's page cache, up to 64 MiB after a large write (readers fill it again as they read)."""
+        try:
+            self.db.execute("PRAGMA shrink_memory")
+        except sqlite3.Error:
+            pass
+
     def close(self) -> None:
         with self._conns_lock:
             for conn in self._conns:
