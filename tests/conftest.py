@@ -21,9 +21,9 @@ def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
 
 @pytest.fixture(autouse=True)
 def _index_records(tmp_path_factory, monkeypatch):
-    """`repoctx index` records where each repository's index went (repoctx.index.remember_settings), and the
+    """`repoctx index` records where each repository's index went (repoctx.config.remember_settings), and the
     caches: under the test session's folder, not the user's ~/.cache/repoctx."""
-    monkeypatch.setattr("repoctx.index.default_cache_dir", lambda: tmp_path_factory.getbasetemp() / "cache")
+    monkeypatch.setattr("repoctx.config.records_dir", lambda: tmp_path_factory.getbasetemp() / "cache" / "locations")
     # the vector cache and the model's optimised graph: the test session's too (a test may set its own)
     monkeypatch.setenv("REPOCTX_CACHE", str(tmp_path_factory.getbasetemp() / "user-cache"))
 

@@ -36,7 +36,8 @@ def shell(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     from repoctx import config
 
-    monkeypatch.setattr("repoctx.index.default_cache_dir", config.default_cache_dir)  # the real rule: under HOME
+    # the real rule: under HOME
+    monkeypatch.setattr("repoctx.config.records_dir", lambda: config.default_cache_dir() / "locations")
     for var in ("REPOCTX_CACHE", "REPOCTX_DATABASE_URL", "REPOCTX_INDEX_DIR", "REPOCTX_EMBEDDER"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("REPOCTX_INDEX_DIR", str(tmp_path / "store"))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -134,3 +136,74 @@ class Settings:
         if (user / "index.sqlite").exists() or not _writable(local):
             return user
         return local
+
+
+def resolve_settings(roots: Iterable[str | Path] = ()) -> Settings:
+    """The settings every command uses for the repositories at ``roots`` (``repoctx index``, ``search``,
+    ``status``, ``mcp``, ...): ``Settings.from_env()``, and for what the environment leaves unset of where an
+    index lives and how it was built (``REPOCTX_INDEX_DIR``, ``REPOCTX_EMBEDDER``), the values the last
+    ``repoctx index`` of those repositories used (``remember_settings``). An MCP client starts its server with
+    a few variables of its own (the SDK's default: HOME, PATH, SHELL, TERM, USER, LOGNAME): without this, the
+    server would not find the index ``repoctx index`` wrote and would build a second one in the repository.
+    Records that disagree (two repositories indexed into different folders) are not used."""
+    settings = Settings.from_env()
+    if settings.database_url:  # one database names one store for everything (and its URL is never recorded)
+        return settings
+    records = [r for r in (_recorded(Path(x)) for x in roots if Path(x).is_dir()) if r is not None]
+    overrides: dict = {}
+    for var, key in (("REPOCTX_INDEX_DIR", "index_dir"), ("REPOCTX_EMBEDDER", "embedder")):
+        if os.environ.get(var):
+            continue
+        values = {r.get(key) for r in records}
+        value = values.pop() if len(values) == 1 else None  # every record agrees
+        if value is not None:
+            overrides[key] = Path(value) if key == "index_dir" else value
+    return replace(settings, **overrides) if overrides else settings
+
+
+def remember_settings(root: Path, settings: Settings) -> None:
+    """After ``repoctx index``: record where the index of ``root`` is and which embedder built it (for
+    ``resolve_settings`` in processes started without those variables). Nothing is recorded for the default
+    location and model (found without a record) or for PostgreSQL. Best effort: a record that cannot be
+    written only means the variables must be passed."""
+    root = Path(root).resolve()
+    path = _record_path(root)
+    if settings.database_url or (
+        settings.index_dir is None and settings.embedder == Settings().embedder and not path.exists()
+    ):
+        return
+    rec = {
+        "root": str(root),
+        "index_dir": str(Path(settings.index_dir).resolve()) if settings.index_dir else None,
+        "embedder": settings.embedder,
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rec), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def records_dir() -> Path:
+    """Where ``remember_settings`` keeps its records (tests keep them in their own folder)."""
+    return default_cache_dir() / "locations"
+
+
+def _record_path(root: Path) -> Path:
+    return records_dir() / f"{user_index_dir(root).name}.json"
+
+
+def _recorded(root: Path) -> dict | None:
+    """The record of ``root``'s last ``repoctx index``, when the index it names is still there."""
+    root = root.resolve()
+    try:
+        rec = json.loads(_record_path(root).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("root") != str(root):
+        return None
+    if rec.get("index_dir") and not (Path(rec["index_dir"]) / "index.sqlite").exists():
+        return None  # moved or deleted since: the usual places apply
+    return rec

@@ -5,8 +5,6 @@ view of some of them. ``retrieve`` returns one ``Retrieval`` (sync, streamed, or
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
 import threading
 import time
@@ -16,7 +14,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from repoctx.config import Settings, default_cache_dir, user_index_dir
+from repoctx.config import (  # re-exported: the settings rule every command follows lives with Settings now
+    Settings,
+    remember_settings as remember_settings,
+    resolve_settings as resolve_settings,
+)
 from repoctx.retrieve import rerank as rr
 from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, is_doc_unit, search, to_files
 from repoctx.retrieve.router import reads_as_report
@@ -34,72 +36,6 @@ VECTOR_STATE_SECONDS = 2.0  # how long a repository's vector state is trusted by
 
 class NotIndexed(StoreError):
     pass
-
-
-def resolve_settings(roots: Iterable[str | Path] = ()) -> Settings:
-    """The settings every command uses for the repositories at ``roots`` (``repoctx index``, ``search``,
-    ``status``, ``mcp``, ...): ``Settings.from_env()``, and for what the environment leaves unset of where an
-    index lives and how it was built (``REPOCTX_INDEX_DIR``, ``REPOCTX_EMBEDDER``), the values the last
-    ``repoctx index`` of those repositories used (``remember_settings``). An MCP client starts its server with
-    a few variables of its own (the SDK's default: HOME, PATH, SHELL, TERM, USER, LOGNAME): without this, the
-    server would not find the index ``repoctx index`` wrote and would build a second one in the repository.
-    Records that disagree (two repositories indexed into different folders) are not used."""
-    settings = Settings.from_env()
-    if settings.database_url:  # one database names one store for everything (and its URL is never recorded)
-        return settings
-    records = [r for r in (_recorded(Path(x)) for x in roots if Path(x).is_dir()) if r is not None]
-    overrides: dict = {}
-    for var, key in (("REPOCTX_INDEX_DIR", "index_dir"), ("REPOCTX_EMBEDDER", "embedder")):
-        if os.environ.get(var):
-            continue
-        values = {r.get(key) for r in records}
-        value = values.pop() if len(values) == 1 else None  # every record agrees
-        if value is not None:
-            overrides[key] = Path(value) if key == "index_dir" else value
-    return replace(settings, **overrides) if overrides else settings
-
-
-def remember_settings(root: Path, settings: Settings) -> None:
-    """After ``repoctx index``: record where the index of ``root`` is and which embedder built it (for
-    ``resolve_settings`` in processes started without those variables). Nothing is recorded for the default
-    location and model (found without a record) or for PostgreSQL. Best effort: a record that cannot be
-    written only means the variables must be passed."""
-    root = Path(root).resolve()
-    path = _record_path(root)
-    if settings.database_url or (
-        settings.index_dir is None and settings.embedder == Settings().embedder and not path.exists()
-    ):
-        return
-    rec = {
-        "root": str(root),
-        "index_dir": str(Path(settings.index_dir).resolve()) if settings.index_dir else None,
-        "embedder": settings.embedder,
-    }
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(rec), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass
-
-
-def _record_path(root: Path) -> Path:
-    return default_cache_dir() / "locations" / f"{user_index_dir(root).name}.json"
-
-
-def _recorded(root: Path) -> dict | None:
-    """The record of ``root``'s last ``repoctx index``, when the index it names is still there."""
-    root = root.resolve()
-    try:
-        rec = json.loads(_record_path(root).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(rec, dict) or rec.get("root") != str(root):
-        return None
-    if rec.get("index_dir") and not (Path(rec["index_dir"]) / "index.sqlite").exists():
-        return None  # moved or deleted since: the usual places apply
-    return rec
 
 
 def open_store(settings: Settings, root: Path | None = None, create: bool = True, long_lived: bool = False):

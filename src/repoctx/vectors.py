@@ -262,6 +262,11 @@ class DenseRetriever:
             pass
 
     def search(self, query: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
+        with self._lock:
+            ready = query in self._qcache
+        warm = getattr(self.store, "warm_dense", None)
+        if not ready and warm is not None:  # the vector set is read while the question's vector is made
+            warm(self.embedder.model_id, scope)
         return self.store.dense(self.vector(query), self.embedder.model_id, k, scope)
 
 

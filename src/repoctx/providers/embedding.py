@@ -247,6 +247,20 @@ class LocalMiniLM(_AsyncForms):
         )
 
     # -- loading
+    def load_in_background(self) -> None:
+        """Start loading the model (onnxruntime, the tokenizer, the session) in a thread, so that the caller's own
+        work runs beside it: a session is made mostly outside the GIL. A later ``encode`` waits for it; a failure
+        here is met again, and raised, by that call. The thread is not a daemon: a process that ends without
+        embedding waits for it rather than end under onnxruntime's native code."""
+        if self._session is None:
+            threading.Thread(target=self._load_quietly, name="repoctx-model-load").start()
+
+    def _load_quietly(self) -> None:
+        try:
+            self._ensure_loaded()
+        except Exception:  # noqa: BLE001 - the first encode loads again and reports what failed
+            pass
+
     def _ensure_loaded(self) -> None:
         """One optimised session, whatever the call: graph optimisations change the arithmetic of a model that
         quantises its activations at run time (the shipped ones: cosine down to 0.997 between an unoptimised

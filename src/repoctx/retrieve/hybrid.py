@@ -233,26 +233,28 @@ def _search(
             got[cid] = (rank, score)
         ranks.append((signal, got))
 
+    # every signal that needs no vector is read first: the question's vector may still be on its way (a one-shot
+    # search embeds it in a thread meanwhile). They are added in a fixed order, whatever order they were read in
+    summary, w = summary_line(query), opts.weights.get("summary", SUMMARY_WEIGHT)
+    lexical = summary_lexical = None
     if opts.lexical:
-        terms = query_terms(store, query, opts.max_terms, scope)
-        add_rank("lexical", store.lexical(terms, opts.pool, scope), opts.weights.get("lexical", 1.0))
+        lexical = store.lexical(query_terms(store, query, opts.max_terms, scope), opts.pool, scope)
+        if summary and w:
+            # a long report's title: its words are few and often common, so the rarest-terms cut of the whole
+            # text drops them and its vector is diluted; the title searched alone is one more ranked signal
+            summary_lexical = store.lexical(query_terms(store, summary, opts.max_terms, scope), opts.pool, scope)
+    found = exact_hits(store, query, scope) if opts.exact else []
+    if lexical is not None:
+        add_rank("lexical", lexical, opts.weights.get("lexical", 1.0))
     if opts.dense and dense_index is not None:
         add_rank("dense", dense_index.search(query, opts.pool, scope), opts.weights.get("dense", 1.0))
-    summary, w = summary_line(query), opts.weights.get("summary", SUMMARY_WEIGHT)
     if summary and w:
-        # a long report's title: its words are few and often common, so the rarest-terms cut of the whole
-        # text drops them and its vector is diluted; the title searched alone is one more ranked signal
-        if opts.lexical:
-            add_rank(
-                "summary_lexical",
-                store.lexical(query_terms(store, summary, opts.max_terms, scope), opts.pool, scope),
-                w,
-            )
+        if summary_lexical is not None:
+            add_rank("summary_lexical", summary_lexical, w)
         if opts.dense and dense_index is not None:
             add_rank("summary_dense", dense_index.search(summary, opts.pool, scope), w)
     exact: dict[str, float] = {}
     if opts.exact:
-        found = exact_hits(store, query, scope)
         mode = opts.exact_mode if opts.exact_mode != "auto" else ("first" if names_only(query) else "rrf")
         for rank, (cid, spec, matched) in enumerate(found, 1):
             why.setdefault(cid, {})["exact"] = {"rank": rank, "matched": matched}

@@ -19,12 +19,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-
 from repoctx.store.globs import Dialect, GlobError, dialect as glob_dialect, parse as parse_glob
 from repoctx.types import Capsule, Edge
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from repoctx.store.grep import GrepPlan
 
 SCHEMA_VERSION = 4  # bump when a backend's tables change; an older index is rebuilt or migrated, never misread

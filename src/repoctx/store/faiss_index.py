@@ -356,7 +356,7 @@ class FaissIndex:
             return self._index is not None  # mid-swap: keep what we had
         self._index, self._ids, self._loaded_mtime = index, ids, mtime
         self._pos = None  # a search without a scope never asks (Django: 48k ids, ~10 ms a one-shot search)
-        dead = [i for i, cid in enumerate(ids) if not cid]
+        dead = [i for i, cid in enumerate(ids) if not cid] if "" in ids else []  # the scan in C first: mostly none
         self._alive = None
         if dead:
             import faiss
@@ -364,6 +364,11 @@ class FaissIndex:
             dead_sel = faiss.IDSelectorBatch(np.asarray(dead, dtype=np.int64))
             self._alive = (dead_sel, faiss.IDSelectorNot(dead_sel))
         return True
+
+    def load(self) -> bool:
+        """Read the current set (its ids, its rows mapped), as a search would first: whether there is one."""
+        with self._lock:
+            return self._load()
 
     def search(self, vec: np.ndarray, k: int, allowed: set[str] | None = None) -> list[tuple[str, float]]:
         """Nearest ids; ``allowed`` (ids in scope) becomes FAISS's id selector, so out-of-scope vectors
