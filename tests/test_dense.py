@@ -35,11 +35,36 @@ FILES = {
 }
 
 
-def make(tmp_path, embedder, name="idx", files=FILES):
+def make(tmp_path, embedder, name="idx", files=FILES, keep=True):
     root = tmp_path / "repo"
     if not root.exists():
         write_tree(root, files)
-    return Index(root, Settings(index_dir=tmp_path / name, vector_cache=tmp_path / "vectors.sqlite"), embedder=embedder)
+    settings = Settings(index_dir=tmp_path / name, vector_cache=tmp_path / "vectors.sqlite", cache_vectors=keep)
+    return Index(root, settings, embedder=embedder)
+
+
+def test_by_default_an_index_is_its_own_vector_cache(tmp_path):
+    """Without REPOCTX_CACHE_VECTORS the shared cache gives back what a fill wrote once the index holds it (it
+    would be a second copy of every vector: Django's 24 MB), and a reindex still embeds only what changed."""
+    import sqlite3
+
+    first = HashEmbedder()
+    ix = make(tmp_path, first, "a", keep=False)
+    ix.update()
+    assert first.embedded == ix.last_embed.total > 0
+    cache = sqlite3.connect(tmp_path / "vectors.sqlite")
+    assert cache.execute("SELECT count(*) FROM vec8").fetchone()[0] == 0
+    assert cache.execute("PRAGMA freelist_count").fetchone()[0] == 0  # the pages given back, not kept free
+    assert len(ix.dense_index().search("check the password", 50)) == ix.last_embed.total  # the index has them all
+    (tmp_path / "repo/auth/tokens.py").write_text("def make_token(user):\n    return 'v2' + str(user)\n")
+    before = first.embedded
+    ix.update()
+    assert first.embedded - before == ix.last_embed.embedded == 1  # only the edited function
+    assert cache.execute("SELECT count(*) FROM vec8").fetchone()[0] == 0
+    other = HashEmbedder()
+    ix2 = make(tmp_path, other, "b", keep=False)  # another index of the same code: nothing shared to take
+    ix2.update()
+    assert other.embedded == ix2.last_embed.total and ix2.last_embed.cached == 0
 
 
 def test_content_hash_cache_never_embeds_twice(tmp_path):
@@ -48,7 +73,7 @@ def test_content_hash_cache_never_embeds_twice(tmp_path):
     ix.update()
     assert first.embedded == ix.last_embed.total > 0 and ix.last_embed.cached == 0
     second = HashEmbedder()
-    ix2 = make(tmp_path, second, "b")  # another index of the same code, same cache
+    ix2 = make(tmp_path, second, "b")  # another index of the same code, same cache (kept: REPOCTX_CACHE_VECTORS=1)
     ix2.update()
     assert second.embedded == 0 and ix2.last_embed.cached == ix2.last_embed.total
     # an edit embeds only what changed

@@ -95,6 +95,10 @@ class Settings:
     window_overlap: int = 150
     parse_mode: str = "capsules"  # capsules | windows (every file as 1200/150 text windows: the seed's baseline)
     vector_cache: Path | None = None  # default: $REPOCTX_CACHE/vectors.sqlite (~/.cache/repoctx)
+    # keep each embedded unit's vector in that shared cache for other indexes of the same code (REPOCTX_CACHE_VECTORS=1;
+    # `repoctx eval` does: its trees share most units). Else an index is its own cache (an unchanged unit keeps its
+    # vector) and the shared one holds a fill's vectors only until its index has them: Django's 48k, 24 MB
+    cache_vectors: bool = False
     database_url: str | None = None  # PostgreSQL + pgvector instead of the embedded SQLite store
     # SQLite: BM25 precomputed in memory (store/memory_bm25.py). None: on for long-lived processes (the
     # service, the MCP server), off for one-shot commands, which would pay its build for one search
@@ -119,6 +123,7 @@ class Settings:
             database_url=os.environ.get("REPOCTX_DATABASE_URL") or None,
             memory_lexical=_bool_env("REPOCTX_MEMORY_LEXICAL"),
             second_stage=_bool_env("REPOCTX_SECOND_STAGE") is not False,
+            cache_vectors=_bool_env("REPOCTX_CACHE_VECTORS") is True,
             watch=_bool_env("REPOCTX_WATCH") is not False,
             watch_max_dirs=_int_env("REPOCTX_WATCH_MAX_DIRS", 10_000),
         )

@@ -245,7 +245,13 @@ class Index:
             with writer.lock("vectors", wait=True):
                 if self.store.vector_state(self.repo, model).current:
                     return None
-                self.last_embed = fill_vectors(writer, self.embedder, VectorCache(self.settings.vector_cache), progress)
+                self.last_embed = fill_vectors(
+                    writer,
+                    self.embedder,
+                    VectorCache(self.settings.vector_cache),
+                    progress,
+                    keep=self.settings.cache_vectors,
+                )
                 self._vstates.clear()
                 self.embed_error = None
                 return self.last_embed

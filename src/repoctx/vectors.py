@@ -31,6 +31,8 @@ class VectorCache:
         self.path = Path(path) if path else default_cache_dir() / "vectors.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None, check_same_thread=False)
+        # a new file gives back the pages of vectors it forgets (``forget``); a file made before keeps them for reuse
+        self.db.execute("PRAGMA auto_vacuum=INCREMENTAL")
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("CREATE TABLE IF NOT EXISTS models(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL)")
@@ -100,6 +102,23 @@ class VectorCache:
     def put_many(self, model: str, items: list[tuple[str, np.ndarray]]) -> None:
         with self._lock:
             self._put(model, items)
+
+    def forget(self, model: str, hashes: list[str]) -> None:
+        """Drop these vectors of ``model`` and give their pages back to the file system."""
+        if not hashes:
+            return
+        with self._lock:
+            mid = self._model_id(model)
+            self.db.execute("BEGIN")
+            for i in range(0, len(hashes), 500):
+                chunk = hashes[i : i + 500]
+                self.db.execute(
+                    f"DELETE FROM vec8 WHERE model=? AND hash IN ({','.join('?' * len(chunk))})",
+                    [mid] + [bytes.fromhex(h) for h in chunk],
+                )
+            self.db.execute("COMMIT")
+            self.db.execute("PRAGMA incremental_vacuum")
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def as_vector(v: bytes | np.ndarray) -> np.ndarray:
@@ -280,11 +299,14 @@ def fill_vectors(
     progress: Callable[[dict], None] | None = None,
     batch: int = 256,
     publish_every: float = 30.0,
+    keep: bool = True,
 ) -> EmbedReport:
     """Embed what the cache lacks for one repository and hand every vector the store needs to its sink.
     Units are embedded class by class in ``EMBED_ORDER`` (the project's code first); when a class is done, and
     every ``publish_every`` seconds of a long first fill, what is done so far is published so dense search
-    already answers over it."""
+    already answers over it. Each batch is written to ``cache`` as it is embedded (a fill that is killed loses
+    one batch); ``keep=False``: the cache forgets them again once the store holds the whole set (the store
+    is their cache from then on: an unchanged unit keeps its vector)."""
     from repoctx.providers.embedding import embed_text
 
     t0 = time.perf_counter()
@@ -388,6 +410,8 @@ def fill_vectors(
             publish(n_rows)
         raise
     sink.finish()
+    if not keep:
+        cache.forget(model, todo)
     if todo:  # the last class is searchable once the whole set is
         report.ready_s[EMBED_ORDER[rank[todo[-1]]]] = time.perf_counter() - t0
     report.rebuilt = bool(n_rows) or whole

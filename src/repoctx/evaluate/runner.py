@@ -205,7 +205,9 @@ def evaluate(
     """
     if tree not in TREES:
         raise ValueError(f"tree must be one of {TREES}, got {tree!r}")
-    settings = settings or Settings.from_env()
+    # the shared vector cache kept: a reverted tree, a sdist and another release share most units with an index
+    # made before, whose vectors they take from it instead of embedding them again
+    settings = replace(settings or Settings.from_env(), cache_vectors=True)
     say = progress or (lambda s: None)
     rows = load_rows(dataset)
     if repos:
