@@ -165,6 +165,22 @@ def test_the_default_model_embeds_a_query_the_same_first_or_hundredth():
     assert float((alone * later).sum(axis=1).min()) > 0.99999
 
 
+def test_a_model_loaded_in_the_background_embeds_as_one_loaded_on_first_use(tmp_path):
+    """`repoctx search` starts loading the model before it opens the index; the question's vector is the same."""
+    ahead = LocalMiniLM()
+    ahead.load_in_background()
+    ahead.load_in_background()  # asked twice (an update's plan events): still one model
+    got = ahead.encode(QUERIES[:3])
+    assert ahead.loaded and np.array_equal(got, LocalMiniLM().encode(QUERIES[:3]))
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    bad = get_embedder(f"local:{broken}")
+    bad.load_in_background()  # fails in its thread, quietly: the first encode meets the failure and raises it
+    with pytest.raises(Exception, match=r"(?i)protobuf|load|invalid"):
+        bad.encode(["x"])
+    assert not bad.loaded
+
+
 def test_count_tokens():
     assert count_tokens("") == 0
     assert count_tokens("hello world") == 2  # no [CLS]/[SEP]
