@@ -48,8 +48,9 @@ def test_by_default_an_index_is_its_own_vector_cache(tmp_path):
     would be a second copy of every vector: Django's 24 MB), and a reindex still embeds only what changed."""
     import sqlite3
 
+    many = "".join(f"def unit_{i}(x):\n    return x + {i}\n\n\n" for i in range(400))  # vectors over many pages
     first = HashEmbedder()
-    ix = make(tmp_path, first, "a", keep=False)
+    ix = make(tmp_path, first, "a", files={**FILES, "lib/many.py": many}, keep=False)
     ix.update()
     assert first.embedded == ix.last_embed.total > 0
     cache = sqlite3.connect(tmp_path / "vectors.sqlite")

@@ -117,7 +117,7 @@ class VectorCache:
                     [mid] + [bytes.fromhex(h) for h in chunk],
                 )
             self.db.execute("COMMIT")
-            self.db.execute("PRAGMA incremental_vacuum")
+            self.db.execute("PRAGMA incremental_vacuum").fetchall()  # a page a step: every step taken
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
