@@ -117,7 +117,8 @@ class VectorCache:
                     [mid] + [bytes.fromhex(h) for h in chunk],
                 )
             self.db.execute("COMMIT")
-            self.db.execute("PRAGMA incremental_vacuum").fetchall()  # a page a step: every step taken
+            # run to its end by sqlite3_exec: through ``execute`` (then stepped or not) it frees one page
+            self.db.executescript("PRAGMA incremental_vacuum;")
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
