@@ -209,16 +209,6 @@ class Index:
             notes.append(f"the index at {self.index_dir} had been removed while open; rebuilt it from scratch")
         self.store.register_repo(self.repo, str(self.root))
         writer = self.store.writer(self.repo)
-        load = getattr(self.embedder, "load_in_background", None) if embed else None
-        if load is not None:
-            told = progress
-
-            def progress(e: dict) -> None:  # files to parse: their units will want vectors, the model loads meanwhile
-                if e.get("event") == "plan" and e.get("to_parse"):
-                    load()
-                if told is not None:
-                    told(e)
-
         with writer.lock("index", wait=wait):
             report = update_index(self.root, writer, self.settings, progress, by=by)
         if report.capsules_written >= RELEASE_AFTER_UNITS:
