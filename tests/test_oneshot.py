@@ -278,3 +278,16 @@ def test_a_question_embedded_ahead_is_embedded_once_and_holds_up_no_other():
     emb.open.set()
     assert dense.vector("slow").tolist() == [4.0] * 4 and dense.vector("fast").tolist() == [4.0] * 4
     assert sorted(emb.calls) == ["fast", "other", "slow"]  # each embedded once
+
+
+def test_a_read_command_as_a_process_ends_with_its_own_code_and_whole_output(shop):
+    """`repoctx search` and the other reads end their process without tearing it down: the exit code is the
+    command's and every line is written first."""
+    root, env = shop
+    found = _fresh_process(["search", "value added tax", "--repo", str(root), "-k", "200", "--detail", "full"], env)
+    assert found.returncode == 0 and found.stdout.startswith("route: ") and found.stdout.endswith("\n")
+    assert found.stdout.count("\n") > 10 and "vat(amount" in found.stdout
+    none = _fresh_process(["symbol", "NoSuchUnit", "--repo", str(root)], env)
+    assert none.returncode == 1 and "no definition" in none.stdout + none.stderr
+    empty = _fresh_process(["search", " ", "--repo", str(root)], env)
+    assert empty.returncode == 2 and "the query is empty" in empty.stderr
