@@ -291,3 +291,20 @@ def test_a_read_command_as_a_process_ends_with_its_own_code_and_whole_output(sho
     assert none.returncode == 1 and "no definition" in none.stdout + none.stderr
     empty = _fresh_process(["search", " ", "--repo", str(root)], env)
     assert empty.returncode == 2 and "the query is empty" in empty.stderr
+
+
+def test_an_index_process_leaves_its_files_whole(tmp_path):
+    """`repoctx index` ends without finalisers too: its store and the vector cache are closed first, their logs
+    folded in (no -wal or -shm file left beside them)."""
+    root = write_tree(tmp_path / "shop", FILES)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPOCTX_")}
+    env.update(REPOCTX_INDEX_DIR=str(tmp_path / "ix"), REPOCTX_CACHE=str(tmp_path / "cache"))
+    assert _fresh_process(["index", str(root)], env).returncode == 0
+    (root / "shop" / "gift.py").write_text('def wrap_gift(item):\n    """Gift-wrap an item."""\n    return item\n')
+    done = _fresh_process(["index", str(root)], env)
+    assert done.returncode == 0, done.stderr
+    assert "1 added" in done.stdout and "2 embedded" in done.stdout  # its module and its function
+    left = [p.name for d in (tmp_path / "ix", tmp_path / "cache") for p in d.iterdir()]
+    assert not [n for n in left if n.endswith(("-wal", "-shm"))], left
+    got = _fresh_process(["search", "gift wrapping", "--repo", str(root), "--json"], env)
+    assert "shop/gift.py" in json.dumps(json.loads(got.stdout)["results"][0])

@@ -245,13 +245,13 @@ class Index:
             with writer.lock("vectors", wait=True):
                 if self.store.vector_state(self.repo, model).current:
                     return None
-                self.last_embed = fill_vectors(
-                    writer,
-                    self.embedder,
-                    VectorCache(self.settings.vector_cache),
-                    progress,
-                    keep=self.settings.cache_vectors,
-                )
+                cache = VectorCache(self.settings.vector_cache)
+                try:
+                    self.last_embed = fill_vectors(
+                        writer, self.embedder, cache, progress, keep=self.settings.cache_vectors
+                    )
+                finally:
+                    cache.close()  # its log folded in now: a process may end without finalisers (cli._Commands)
                 self._vstates.clear()
                 self.embed_error = None
                 return self.last_embed

@@ -103,6 +103,9 @@ class VectorCache:
         with self._lock:
             self._put(model, items)
 
+    def close(self) -> None:
+        self.db.close()
+
     def forget(self, model: str, hashes: list[str]) -> None:
         """Drop these vectors of ``model`` and give their pages back to the file system."""
         if not hashes:
