@@ -112,6 +112,8 @@ def test_text_rich_would_change_goes_through_rich(monkeypatch):
     assert cli._plain_is_rich("a.py:1-2 :: f(x: list[str]) — lexical #1", "one intent")
     assert not cli._plain_is_rich("func main() {\n\tprintln()\n}")  # rich expands the tab
     assert not cli._plain_is_rich("status :ok: here")  # rich makes it an emoji
+    assert cli._plain_is_rich("a.py:1-2 :: f — x::ok: here")  # rich's scan takes "::" (no emoji), then "ok: here"
+    assert not cli._plain_is_rich("a:::ok:")  # "::", then ":ok:"
     assert not cli._plain_is_rich("plain", "a [bold] reason")  # markup in a line printed with it
     monkeypatch.setenv("FORCE_COLOR", "1")
     assert not cli._plain_is_rich("plain")
