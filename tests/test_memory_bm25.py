@@ -253,3 +253,36 @@ def test_postings_read_in_blocks_score_as_a_list_of_them_does():
         MemoryBM25.from_stream("k", ["card", "order", "total"], [2, 3, 2], stream(postings, 2), 4, units, 0.0)
     with pytest.raises(ValueError):  # the counts of another order of terms: a term's rowids would go backwards
         MemoryBM25.from_stream("k", ["card", "order", "total"], [3, 2, 1], stream(postings, 2), 4, units, 0.0)
+
+
+def test_a_refused_build_leaves_the_store_answering(tmp_path, monkeypatch):
+    """A build whose postings do not follow the vocabulary raises: the store's own queries keep answering, the same
+    connection reads on (its read transaction ended), and a later build succeeds."""
+    root = write_tree(tmp_path / "shop", {**SHOP, **MORE})
+    settings = Settings(index_dir=tmp_path / "ix", embedder="none", vector_cache=tmp_path / "vec.sqlite")
+    ix = Index(root, settings)
+    ix.update()
+    real = MemoryBM25.from_stream
+
+    def refuse(key, terms, df, postings, *rest):
+        next(iter(postings))  # midway through the grouped postings
+        raise ValueError("postings not grouped by term as the vocabulary lists them")
+
+    monkeypatch.setattr(MemoryBM25, "from_stream", staticmethod(refuse))
+    memory = open_store(settings, root, create=False, long_lived=True)
+    try:
+        assert not memory.warm_lexical(wait=True) and "ValueError" in (memory._bm25.error or "")
+        scope = Scope(repos=(ix.repo,))
+        want = ranked(ix.store.lexical(["order", "card"], 10, scope))
+        assert ranked(memory.lexical(["order", "card"], 10, scope)) == want
+        with pytest.raises(ValueError):  # on this thread's connection: it ends its read transaction
+            memory._build_memory_bm25()
+        assert memory.db.in_transaction is False
+        assert ranked(memory.lexical(["refund"], 5, scope)) == ranked(ix.store.lexical(["refund"], 5, scope))
+        monkeypatch.setattr(MemoryBM25, "from_stream", real)
+        memory._bm25 = type(memory._bm25)(memory._build_memory_bm25)  # as a new content key would start over
+        assert memory.warm_lexical(wait=True)
+        assert ranked(memory.lexical(["order", "card"], 10, scope)) == want
+    finally:
+        memory.close()
+        ix.close()

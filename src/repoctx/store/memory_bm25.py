@@ -37,7 +37,7 @@ from repoctx.store.base import EVERYTHING, Scope
 from repoctx.types import Capsule, Edge
 
 K1, B = 1.2, 0.75
-# indexes kept for scopes of some repositories (memory: ~16 bytes a posting; Django's sdist holds ~1.8M postings)
+# indexes kept for scopes of some repositories (memory: ~12 bytes a posting; Django's sdist holds ~1.8M postings)
 SCOPED_MAX = 32
 SCOPED_POSTINGS = 12_000_000
 

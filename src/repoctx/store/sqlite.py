@@ -597,6 +597,7 @@ class SQLiteStore(MemoryReads):
         started = time.perf_counter()
         cols = ("name", "qualname", "path", "signature", "docstring", "body")
         case = " ".join(f"WHEN '{c}' THEN {w!r}" for c, w in zip(cols, map(float, BM25_WEIGHTS), strict=True))
+        cur = None
         db.execute("BEGIN")
         try:
             key = self._content_key()
@@ -616,6 +617,8 @@ class SQLiteStore(MemoryReads):
             terms, df = zip(*vocab, strict=True) if vocab else ((), ())
             return MemoryBM25.from_stream(key, terms, df, blocks(), n_rows, units, started)
         finally:
+            if cur is not None:  # a build refused midway: the sort and its temp files go now
+                cur.close()
             db.execute("COMMIT")
             db.execute("PRAGMA temp_store=MEMORY")
 
