@@ -247,6 +247,8 @@ def test_postings_read_in_blocks_score_as_a_list_of_them_does():
             assert streamed.top(q, 3) == listed.top(q, 3)
         assert streamed.doc_freqs(["order", "card", "x"]) == {"order": 3, "card": 2}
     assert [cid for cid, _ in listed.top(["order"], 5)] == ["r:a.py#f", "r:a.py#g"]  # rowid 5 never returned
+    no_units = MemoryBM25.from_stream("k", ["card", "order", "total"], [2, 3, 1], stream(postings, 4), 4, [], 0.0)
+    assert no_units.top(["order", "card"], 5) == [] and no_units.size == 0  # units gone meanwhile: nothing returned
     with pytest.raises(ValueError):  # one posting more than the vocabulary counts
         MemoryBM25.from_stream("k", ["card", "order", "total"], [2, 2, 1], stream(postings, 2), 4, units, 0.0)
     with pytest.raises(ValueError):  # one fewer

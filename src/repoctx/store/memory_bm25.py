@@ -208,11 +208,14 @@ class MemoryBM25:
         if not docs_ok.all():
             raise ValueError("postings not grouped by term as the vocabulary lists them")
         del docs_ok
-        dl = lengths[:-1].astype(np.float64)
+        dl = lengths.astype(np.float64)  # by dense number, then the slot of units the id list lacks
         avgdl = total_len / n_docs if n_docs else 1.0
-        return cls._scored(
-            key, list(terms), starts, rows, wtf, lambda b: dl[rows[b]], n_docs, avgdl, all_rowids, ids, started, True
-        )
+
+        def block_dl(b: slice) -> np.ndarray:
+            r = rows[b]
+            return dl[np.where(r < 0, len(ids), r)]
+
+        return cls._scored(key, list(terms), starts, rows, wtf, block_dl, n_docs, avgdl, all_rowids, ids, started, True)
 
     def _span(self, i: int) -> tuple[int, int]:
         return int(self.starts[i]), int(self.starts[i + 1])
