@@ -86,8 +86,37 @@ def django_tree() -> Path:
 
 
 # ------------------------------------------------------------------------------------------ children
+def _tree_pids(pid: int) -> list[int]:
+    """The process and its descendants (a forked parse worker), from /proc/<pid>/task/*/children."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:  # gone meanwhile
+            pass
+    return out
+
+
+def _pss_kib(pid: int) -> int:
+    """Proportional set size: its private pages plus its share of the pages it shares (a fork's copy-on-write
+    pages count half in each of two processes), so a sum over a process tree counts each page once."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def run(cmd: list[str], env: dict, cwd: Path | None = None, timeout: float = 3600) -> dict:
-    """Run a command; its wall time, peak RSS (MiB, from wait4) and output."""
+    """Run a command; its wall time, peak RSS (MiB, from wait4: the largest single process of the command and
+    its children), the peak of its process tree's summed PSS (MiB, sampled every 50 ms from /proc) and output."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out: dict[str, str] = {}
@@ -96,12 +125,19 @@ def run(cmd: list[str], env: dict, cwd: Path | None = None, timeout: float = 360
     for r in readers:
         r.start()
     deadline = t0 + timeout
+    pss, pss_procs, sampled = 0, 1, 0.0
     while True:
         pid, status, ru = os.wait4(p.pid, os.WNOHANG)
         if pid:
             break
         if time.perf_counter() > deadline:
             p.kill()
+        if time.perf_counter() - sampled >= 0.05:
+            sampled = time.perf_counter()
+            pids = _tree_pids(p.pid)
+            total = sum(_pss_kib(q) for q in pids)
+            if total > pss:
+                pss, pss_procs = total, len(pids)
         time.sleep(0.01)
     wall = time.perf_counter() - t0
     for r in readers:
@@ -109,8 +145,8 @@ def run(cmd: list[str], env: dict, cwd: Path | None = None, timeout: float = 360
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {out.get('stderr', '')[-2000:]}")
-    return {"wall": wall, "rss": ru.ru_maxrss / 1024, "stdout": out.get("stdout", ""), "user": ru.ru_utime,
-            "sys": ru.ru_stime}
+    return {"wall": wall, "rss": ru.ru_maxrss / 1024, "pss": pss / 1024, "pss_procs": pss_procs,
+            "stdout": out.get("stdout", ""), "user": ru.ru_utime, "sys": ru.ru_stime}
 
 
 class Burner:
@@ -326,7 +362,7 @@ def main() -> int:
         c = counts(tree, idx)
         disk = folder_bytes(idx)
         stat = dbstat(idx / "index.sqlite")
-        print(f"cold: {cold['wall']:.1f} s, {cold['rss']:.0f} MiB, {c}", flush=True)
+        print(f"cold: {cold['wall']:.1f} s, {cold['rss']:.0f} MiB (summed PSS {cold['pss']:.0f}), {c}", flush=True)
 
         # the peer, idle, in the same minutes
         peer = None
@@ -398,7 +434,10 @@ def main() -> int:
         ("… units / files", f"{units:,} units from {c.get('files', 0):,} files",
          P(lambda p: p["said"].split("Found ")[-1].rstrip(". ") if "Found" in p["said"] else "")),
         ("… CPU user + sys (s)", f"{cold['user']:.1f} + {cold['sys']:.1f}", "–"),
-        ("… peak RSS (MiB)", f"{cold['rss']:.0f}", P(lambda p: f"{p['rss']:.0f}" if p["rss"] else "?")),
+        ("… peak RSS (MiB): its largest process (wait4)", f"{cold['rss']:.0f}",
+         P(lambda p: f"{p['rss']:.0f}" if p["rss"] else "?")),
+        ("… peak of the summed PSS of its processes, the parse worker's too (MiB, sampled every 50 ms)",
+         f"{cold['pss']:.0f} ({cold['pss_procs']} processes at the peak)", "–"),
         ("index on disk (MiB)", f"{_mib(disk):.1f}", P(lambda p: f"{_mib(p['disk']):.1f}")),
         ("cold index beside a CPU-bound process (s)",
          "–" if busy is None else f"{busy['wall']:.1f} ({busy['wall'] / cold['wall']:.1f}× idle)",

@@ -37,7 +37,7 @@ from repoctx.store.base import EVERYTHING, Scope
 from repoctx.types import Capsule, Edge
 
 K1, B = 1.2, 0.75
-# indexes kept for scopes of some repositories (memory: ~16 bytes a posting; Django's sdist holds ~1.8M postings)
+# indexes kept for scopes of some repositories (memory: ~12 bytes a posting; Django's sdist holds ~1.8M postings)
 SCOPED_MAX = 32
 SCOPED_POSTINGS = 12_000_000
 
@@ -47,12 +47,16 @@ _PLAIN = re.compile(r"[A-Za-z0-9_]+")
 
 
 class MemoryBM25:
-    """Per-term spans of (unit, score) arrays; units are numbered densely, ``rowids`` maps them back."""
+    """Per-term spans of (unit, score) arrays; units are numbered densely, ``rowids`` maps them back.
+
+    Term ``t``'s postings are ``rows[starts[i]:starts[i + 1]]`` (and the same span of ``scores``) with
+    ``i = terms[t]``: 12 bytes a posting (an int32 unit number, a float64 score) and one dict entry a term."""
 
     def __init__(
         self,
         key: Hashable,
-        terms: dict[str, tuple[int, int]],
+        terms: dict[str, int],
+        starts: np.ndarray,
         rows: np.ndarray,
         scores: np.ndarray,
         rowids: np.ndarray,
@@ -62,8 +66,9 @@ class MemoryBM25:
     ):
         self.key = key
         self.fold_case = fold_case  # FTS5 folds a query's case; PostgreSQL's postings match terms as given
-        self.terms = terms
-        self.rows = rows  # dense unit number per posting
+        self.terms = terms  # term -> its number: its span is starts[i]:starts[i + 1]
+        self.starts = starts
+        self.rows = rows  # dense unit number per posting (int32)
         self.scores = scores
         self.rowids = rowids  # sorted store rowids, by dense number
         self.ids = ids  # capsule id by dense number
@@ -74,6 +79,55 @@ class MemoryBM25:
     @staticmethod
     def answers(terms: Sequence[str]) -> bool:
         return all(_PLAIN.fullmatch(t) for t in terms)
+
+    @staticmethod
+    def _units(units: Sequence[tuple[int, str]]) -> tuple[np.ndarray, list[str]]:
+        units = sorted(units)
+        return np.fromiter((r for r, _ in units), dtype=np.int64, count=len(units)), [cid for _, cid in units]
+
+    @staticmethod
+    def _dense(all_rowids: np.ndarray, post_rowids: np.ndarray) -> np.ndarray:
+        """Dense unit numbers (int32) of store rowids; -1 for a rowid the unit list lacks."""
+        if not len(all_rowids):
+            return np.full(len(post_rowids), -1, dtype=np.int32)
+        rows = np.searchsorted(all_rowids, post_rowids)
+        known = (rows < len(all_rowids)) & (all_rowids[np.minimum(rows, len(all_rowids) - 1)] == post_rowids)
+        return np.where(known, rows, -1).astype(np.int32)
+
+    @classmethod
+    def _scored(
+        cls,
+        key: Hashable,
+        terms: Sequence[str],
+        starts: np.ndarray,
+        rows: np.ndarray,
+        wtf: np.ndarray,
+        dl: Callable[[slice], np.ndarray],
+        n_docs: float,
+        avgdl: float,
+        rowids: np.ndarray,
+        ids: list[str],
+        started: float,
+        fold_case: bool,
+    ) -> MemoryBM25:
+        """``wtf`` (float64, one per posting, spans by ``starts``) becomes the scores in place, a block at a
+        time (no posting-sized temporaries); ``dl(block)``: the unit lengths of a block's postings. A posting
+        of a unit the id list lacks (row -1) scores 0 and points at unit 0: never returned."""
+        df = np.diff(starts).astype(np.float64)
+        idf = np.maximum(np.log((n_docs - df + 0.5) / (df + 0.5)), 1e-6)
+        n = len(rows)
+        step = 1 << 20
+        for a in range(0, n, step):
+            block = slice(a, min(a + step, n))
+            at = np.searchsorted(starts, np.arange(block.start, block.stop), side="right") - 1
+            w, dl_b = wtf[block], dl(block)
+            # the same expression, in the same order, as the per-posting score always was
+            w[:] = idf[at] * w * (K1 + 1) / (w + K1 * (1 - B + B * dl_b / (avgdl or 1.0)))
+            unknown = rows[block] < 0
+            w[unknown] = 0.0
+            rows[block][unknown] = 0
+        spans = {t: i for i, t in enumerate(terms)}
+        return cls(key, spans, starts, rows, wtf, rowids, ids, time.perf_counter() - started, fold_case)
 
     @classmethod
     def from_postings(
@@ -91,40 +145,90 @@ class MemoryBM25:
     ) -> MemoryBM25:
         """``terms``/``rowids``/``wtf``/``dl``: one posting each (grouped by term): the unit's rowid, the
         column-weighted count of the term in it and the unit's length. ``units``: (rowid, capsule id)."""
-        units = sorted(units)
-        all_rowids = np.fromiter((r for r, _ in units), dtype=np.int64, count=len(units))
-        ids = [cid for _, cid in units]
+        all_rowids, ids = cls._units(units)
         n = len(terms)
-        if not n:
-            return cls(
-                key, {}, np.zeros(0, np.int64), np.zeros(0), all_rowids, ids, time.perf_counter() - started, fold_case
-            )
-        post_rowids = np.fromiter(rowids, dtype=np.int64, count=n)
-        rows = np.searchsorted(all_rowids, post_rowids)
-        known = (rows < len(all_rowids)) & (all_rowids[np.minimum(rows, len(all_rowids) - 1)] == post_rowids)
+        rows = cls._dense(all_rowids, np.fromiter(rowids, dtype=np.int64, count=n))
         wtf_a = np.fromiter(wtf, dtype=np.float64, count=n)
         dl_a = np.fromiter(dl, dtype=np.float64, count=n)
-        spans: dict[str, tuple[int, int]] = {}
-        df = np.empty(n, dtype=np.float64)
-        first = 0
+        names: list[str] = []
+        bounds = [0]
         for i in range(1, n + 1):  # postings come grouped by term
-            if i == n or terms[i] != terms[first]:
-                spans[terms[first]] = (first, i)
-                df[first:i] = i - first
-                first = i
-        idf = np.maximum(np.log((n_docs - df + 0.5) / (df + 0.5)), 1e-6)
-        scores = idf * wtf_a * (K1 + 1) / (wtf_a + K1 * (1 - B + B * dl_a / (avgdl or 1.0)))
-        scores[~known] = 0.0  # a posting of a unit the id list no longer has: never returned
-        rows[~known] = 0
-        return cls(key, spans, rows, scores, all_rowids, ids, time.perf_counter() - started, fold_case)
+            if i == n or terms[i] != terms[bounds[-1]]:
+                names.append(terms[bounds[-1]])
+                bounds.append(i)
+        starts = np.asarray(bounds if n else [0], dtype=np.int64)
+        return cls._scored(
+            key, names, starts, rows, wtf_a, dl_a.__getitem__, n_docs, avgdl, all_rowids, ids, started, fold_case
+        )
+
+    @classmethod
+    def from_stream(
+        cls,
+        key: Hashable,
+        terms: Sequence[str],
+        df: Sequence[int],
+        postings: Iterable[tuple[Sequence[int], Sequence[float], Sequence[int]]],
+        n_docs: float,
+        units: Sequence[tuple[int, str]],
+        started: float,
+    ) -> MemoryBM25:
+        """Built from blocks of postings as a cursor yields them, never holding them as Python objects (a
+        store of 221k units has ~9M postings: as tuples, 4 GiB). ``terms`` and ``df``: every term in the order
+        the postings come, with its number of postings; each block of ``postings``: the units' rowids, the
+        column-weighted counts of the term in them and the plain counts (the lengths are summed from these).
+        Raises ValueError when the postings do not follow ``df`` (the store's own queries answer then)."""
+        all_rowids, ids = cls._units(units)
+        starts = np.zeros(len(df) + 1, dtype=np.int64)
+        np.cumsum(np.asarray(df, dtype=np.int64), out=starts[1:])
+        total = int(starts[-1])
+        rows = np.empty(total, dtype=np.int32)
+        wtf = np.empty(total, dtype=np.float64)
+        docs_ok = np.ones(total, dtype=bool)  # within a term, rowids strictly increase
+        lengths = np.zeros(len(ids) + 1, dtype=np.int64)  # the last slot: units the id list lacks
+        total_len = 0
+        filled, last = 0, -1
+        for doc_b, wtf_b, count_b in postings:
+            m = len(doc_b)
+            if filled + m > total:
+                raise ValueError("more postings than the vocabulary counts")
+            docs = np.asarray(doc_b, dtype=np.int64)
+            counts = np.asarray(count_b, dtype=np.int64)
+            dense = cls._dense(all_rowids, docs)
+            rows[filled : filled + m] = dense
+            wtf[filled : filled + m] = wtf_b
+            docs_ok[filled : filled + m] = np.diff(docs, prepend=last) > 0
+            slot = np.where(dense < 0, len(ids), dense)
+            lengths += np.bincount(slot, weights=counts, minlength=len(ids) + 1).astype(np.int64)
+            total_len += int(counts.sum())
+            filled += m
+            last = int(docs[-1]) if m else last
+        if filled != total:
+            raise ValueError(f"{filled} postings, the vocabulary counts {total}")
+        docs_ok[starts[:-1][np.diff(starts) > 0]] = True  # a term's first posting may follow any rowid
+        if not docs_ok.all():
+            raise ValueError("postings not grouped by term as the vocabulary lists them")
+        del docs_ok
+        dl = lengths.astype(np.float64)  # by dense number, then the slot of units the id list lacks
+        avgdl = total_len / n_docs if n_docs else 1.0
+
+        def block_dl(b: slice) -> np.ndarray:
+            r = rows[b]
+            return dl[np.where(r < 0, len(ids), r)]
+
+        return cls._scored(key, list(terms), starts, rows, wtf, block_dl, n_docs, avgdl, all_rowids, ids, started, True)
+
+    def _span(self, i: int) -> tuple[int, int]:
+        return int(self.starts[i]), int(self.starts[i + 1])
 
     def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
-        return {t: e - s for t in dict.fromkeys(terms) if (span := self.terms.get(t)) for s, e in (span,)}
+        return {
+            t: e - s for t in dict.fromkeys(terms) if (i := self.terms.get(t)) is not None for s, e in (self._span(i),)
+        }
 
     def top(self, terms: Sequence[str], k: int, admitted: np.ndarray | None = None) -> list[tuple[str, float]]:
         """The ``k`` best (capsule id, score) for an OR of ``terms``; ``admitted``: a mask by dense number."""
         wanted = dict.fromkeys(t.lower() for t in terms) if self.fold_case else dict.fromkeys(terms)
-        spans = [self.terms[t] for t in wanted if t in self.terms]
+        spans = [self._span(self.terms[t]) for t in wanted if t in self.terms]
         if not spans or k <= 0:
             return []
         rows = np.concatenate([self.rows[s:e] for s, e in spans])
