@@ -210,7 +210,7 @@ def test_an_index_of_schema_6_is_rebuilt_never_read(tmp_path):
         Index(root, settings, create=False)
     ix = Index(root, settings)
     try:
-        assert ix.store.meta("schema_version") == str(SCHEMA_VERSION) == "7"
+        assert ix.store.meta("schema_version") == str(SCHEMA_VERSION) == "8"
         assert ix.update().capsules_written > 0
         assert [(m["path"], m["line"]) for m in ix.grep("validate")["matches"]] == [
             ("docs/guide.md", 3), ("pkg/models.py", 5), ("pkg/models.py", 7), ("pkg/models.py", 16)]
@@ -267,5 +267,45 @@ def test_edge_lookups_by_target_and_name_use_their_partial_indexes(tmp_path):
         for q in lookups:
             plan = " | ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + q).fetchall())
             assert "SCAN e" not in plan and ("edges_dst" in plan or "edges_name" in plan), (q, plan)
+    finally:
+        ix.close()
+
+
+def test_signatures_docstrings_and_parents_kept_as_positions_read_back_whole(tmp_path):
+    """Schema 8: a signature or docstring that is a part of its unit's text is kept as where it is, a method's
+    parent as the length of its qualname's prefix; one that is not (a signature joined from two lines) is kept
+    whole. Every unit reads back as parsed, by every read path."""
+    from repoctx.store.base import FileRecord
+    from repoctx.types import Capsule
+
+    root = write_tree(tmp_path / "repo", BASE)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        db = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
+        kinds = dict(db.execute("SELECT typeof(signature), count(*) FROM capsules GROUP BY 1").fetchall())
+        assert kinds.get("integer", 0) > 0
+        assert db.execute("SELECT count(*) FROM capsules WHERE typeof(docstring) = 'integer'").fetchone()[0] > 0
+        assert db.execute("SELECT count(*) FROM capsules WHERE typeof(parent_tail) = 'integer'").fetchone()[0] > 0
+        db.close()
+        base = ix.store.capsules(["repo:pkg/models.py#Base"], ix.scope())[0]
+        assert (base.signature, base.docstring) == ("class Base", "The base of every model.")
+        save = ix.store.capsules(["repo:pkg/models.py#Model.save"], ix.scope())[0]
+        assert (save.signature, save.parent) == ("def save(self)", "repo:pkg/models.py#Model")
+
+        text = "def joined(a,\n           b):  # why\n    \"\"\"Says so.\"\"\"\n    return a\n"
+        unit = Capsule(id="repo:odd.py#joined", path="odd.py", language="python", kind="function", name="joined",
+                       qualname="joined", signature="def joined(a, b): # why", docstring="Says so.", start_line=1,
+                       end_line=4, text=text, content_hash="h1", parent="repo:odd.py#Outer.inner")
+        w = ix.store.writer("repo")
+        with w.transaction():
+            w.put_file(FileRecord("odd.py", "python", 1, 1, "h", "odd", {}, "tree-sitter"), [unit], {}, text)
+        for got in (ix.store.file_capsules("repo", "odd.py", ix.scope())[0],
+                    ix.store.capsules([unit.id], ix.scope())[0], ix.store.by_names(["joined"], ix.scope())[0]):
+            assert (got.signature, got.docstring, got.parent, got.text) == (
+                unit.signature, unit.docstring, unit.parent, unit.text)
+        rows, _ = w.embed_rows("probe-model")
+        assert [(r.signature, r.docstring) for r in rows if r.id == unit.id] == [(unit.signature, unit.docstring)]
+        assert ix.store.lexical(["says"], 5, ix.scope())[0][0] == unit.id  # the docstring column, from its position
     finally:
         ix.close()
