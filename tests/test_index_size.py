@@ -84,7 +84,7 @@ def test_the_layout_keeps_no_second_copy(tmp_path):
         db = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert "fts_content" not in tables
-        assert [r[1] for r in db.execute("PRAGMA table_info(edges)")] == ["src", "kind", "name", "dst"]
+        assert [r[1] for r in db.execute("PRAGMA table_info(edges)")] == ["src", "seq", "kind", "name", "dst"]
         assert db.execute("SELECT count(*) FROM edges").fetchone()[0] == ix.store.counts()["edges"] > 0
         db.close()
     finally:
