@@ -309,3 +309,32 @@ def test_signatures_docstrings_and_parents_kept_as_positions_read_back_whole(tmp
         assert ix.store.lexical(["says"], 5, ix.scope())[0][0] == unit.id  # the docstring column, from its position
     finally:
         ix.close()
+
+
+def test_a_files_units_are_found_by_its_row_not_a_scan(tmp_path):
+    """Schema 8: units name their file's row (``fid``), whose index replaced the one of (repo, path): every read and
+    delete of one file's units must still be served by an index (a scan answers the same, only slowly)."""
+    root = write_tree(tmp_path / "repo", BASE)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        st = ix.store
+        db = st.db
+        seen: list[str] = []
+        db.set_trace_callback(seen.append)
+        try:
+            assert st.file_capsules("repo", "pkg/models.py", ix.scope())
+            w = st.writer(ix.repo)
+            assert w.capsule_rows("pkg/models.py") and w.module_cand("pkg/views.py")
+            (root / "pkg" / "util.py").write_text("def slugify(text):\n    return text.strip()\n")
+            ix.update()
+        finally:
+            db.set_trace_callback(None)
+        lookups = [q for q in seen if "fid = (SELECT fid FROM files" in q]
+        assert len(lookups) >= 5
+        for q in lookups:
+            plan = " | ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + q, [None] * q.count("?")).fetchall())
+            assert "SCAN" not in plan and "capsules_fid" in plan, (q, plan)
+        assert ix.search("slugify strip", k=1)[0].capsule.path == "pkg/util.py"
+    finally:
+        ix.close()
