@@ -273,8 +273,8 @@ def test_edge_lookups_by_target_and_name_use_their_partial_indexes(tmp_path):
 
 def test_signatures_docstrings_and_parents_kept_as_positions_read_back_whole(tmp_path):
     """Schema 8: a signature or docstring that is a part of its unit's text is kept as where it is, a method's
-    parent as the length of its qualname's prefix; one that is not (a signature joined from two lines) is kept
-    whole. Every unit reads back as parsed, by every read path."""
+    parent as the length of its qualname's prefix, a class's lexical body as the runs of its lines; one that is
+    not (a signature joined from two lines) is kept whole. Every unit reads back as parsed, by every read path."""
     from repoctx.store.base import FileRecord
     from repoctx.types import Capsule
 
@@ -287,6 +287,7 @@ def test_signatures_docstrings_and_parents_kept_as_positions_read_back_whole(tmp
         assert kinds.get("integer", 0) > 0
         assert db.execute("SELECT count(*) FROM capsules WHERE typeof(docstring) = 'integer'").fetchone()[0] > 0
         assert db.execute("SELECT count(*) FROM capsules WHERE typeof(parent_tail) = 'integer'").fetchone()[0] > 0
+        assert db.execute("SELECT count(*) FROM capsules WHERE typeof(lex) = 'blob'").fetchone()[0] > 0  # line runs
         db.close()
         base = ix.store.capsules(["repo:pkg/models.py#Base"], ix.scope())[0]
         assert (base.signature, base.docstring) == ("class Base", "The base of every model.")
