@@ -339,3 +339,36 @@ def test_a_files_units_are_found_by_its_row_not_a_scan(tmp_path):
         assert ix.search("slugify strip", k=1)[0].capsule.path == "pkg/util.py"
     finally:
         ix.close()
+
+
+def test_units_by_name_and_qualname_are_found_by_their_hash_indexes(tmp_path):
+    """Schema 8: names and qualnames are indexed by a 32-bit hash (the value is tested too); every lookup by either
+    must be served by those indexes, and answer as before (a unit named like another's qualname, both found)."""
+    root = write_tree(tmp_path / "repo", BASE)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        st, sc = ix.store, ix.scope()
+        db = st.db
+        seen: list[str] = []
+        db.set_trace_callback(seen.append)
+        try:
+            got = st.by_names(["save", "Model.clean", "nothing"], sc)
+            counts = st.name_counts(["save", "validate", "render", "nothing"], sc)
+            w = st.writer(ix.repo)
+            cands = w.cands_by_name("render")
+            module = w.module_cand("pkg.views")
+        finally:
+            db.set_trace_callback(None)
+        assert [c.id for c in got] == ["repo:pkg/models.py#Base.save", "repo:pkg/models.py#Model.clean",
+                                       "repo:pkg/models.py#Model.save"]
+        assert counts == {"save": 2, "validate": 1, "render": 1}
+        assert [c[0] for c in cands] == ["repo:pkg/views.py#render"] and module[0] == "repo:pkg/views.py#pkg.views"
+        lookups = [q for q in seen if "nh" in q or "qh" in q]
+        assert len(lookups) >= 4
+        for q in lookups:
+            plan = " | ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + q, [None] * q.count("?")).fetchall())
+            assert "SCAN" not in plan.replace("SCAN CONSTANT", "") and (
+                "capsules_name" in plan or "capsules_qualname" in plan), (q, plan)
+    finally:
+        ix.close()
