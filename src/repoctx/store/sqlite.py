@@ -72,7 +72,7 @@ _TEXT_SCHEMA = (
 # moves it) can never reach the wrong one. Schema 7 stores no part of a unit that its row already says: ``id`` and
 # ``parent`` are generated columns, "repo:path#" and the rest, which is the qualname unless ``id_tail`` says
 # otherwise (``id_whole`` and ``parent_whole`` hold an id not of that form); a hexadecimal content hash is kept as
-# its bytes (pack_hash); ``module`` is kept on module units (its partial index) and read from ``files`` for the
+# its bytes (pack_hash); ``module`` is kept on module units and read from ``files`` for the
 # others; a JSON list with nothing in it is NULL. Units are found
 # by id through ``idh``, 64 bits of the id's hash (an index of the ids themselves took 4.8 MiB of Django's index):
 # a lookup tests both, ``_id_in``. Edges are looked up by target and by name only for a value (``dst IN``,
@@ -106,7 +106,6 @@ CREATE INDEX IF NOT EXISTS capsules_idh ON capsules(idh);
 CREATE INDEX IF NOT EXISTS capsules_fid ON capsules(fid);
 CREATE INDEX IF NOT EXISTS capsules_name ON capsules(nh);
 CREATE INDEX IF NOT EXISTS capsules_qualname ON capsules(qh);
-CREATE INDEX IF NOT EXISTS capsules_module ON capsules(repo, module) WHERE kind = 'module';
 CREATE TABLE IF NOT EXISTS names(id INTEGER PRIMARY KEY, name TEXT NOT NULL, key TEXT NOT NULL, h INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS names_h ON names(h);
 CREATE INDEX IF NOT EXISTS names_key ON names(key);
