@@ -60,6 +60,7 @@ _TEXT_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS files_text ON files(repo, text_hash)",
 )
 
+
 # Schema 5 (issue 39: Django's sdist took 252 MiB, 109 MiB of it edges and their four indexes, 38 MiB FTS5's own
 # copy of the text). Edges are four integers: the source and target units' rowids (a unit keeps its rowid when its
 # file is written again, so edges from other files stay pointed), the kind's position in EDGE_KINDS and the
@@ -84,28 +85,48 @@ _TEXT_SCHEMA = (
 # their source (WITHOUT ROWID, keyed (src, seq)): no index of sources (2.9 MiB of Django's); ``seq`` numbers them in
 # the order they were written, the order edges to one unit are read in (graph neighbours of equal score rank so).
 # A unit names its file's row (``fid``; ``files.fid`` is an INTEGER PRIMARY KEY, so VACUUM keeps it): one file's
-# units are found by that small index instead of one of (repo, path) (2.9 MiB of Django's, now 0.55). Ids, names and
+# units are found by that small index instead of one of (repo, path) (2.9 MiB of Django's, now 0.55). The units'
+# table (``units``) keeps no repository or path either (2.2 MiB of Django's): ``capsules`` is a view joining each
+# unit to its file's row, with the columns and the generated ``id`` and ``parent`` the table had; reads go through
+# it (SQLite flattens it into each query), writes go to ``units``. Ids, names and
 # qualnames are indexed by 32-bit hashes (id_hash; a lookup tests the value too): 0.6 MiB each instead of 0.85, 1.3
 # and 2.4.
-_SCHEMA = """
+def _unit_id(u: str, f: str) -> str:
+    """A unit's id, made from its row (alias ``u``, of ``units``) and its file's (``f``)."""
+    return f"coalesce({u}.id_whole, {f}.repo || ':' || {f}.path || '#' || coalesce({u}.id_tail, {u}.qualname))"
+
+
+def _unit_parent(u: str, f: str) -> str:
+    return (
+        f"coalesce({u}.parent_whole, {f}.repo || ':' || {f}.path || '#' || CASE WHEN typeof({u}.parent_tail) = "
+        f"'integer' THEN substr({u}.qualname, 1, {u}.parent_tail) ELSE {u}.parent_tail END)"
+    )
+
+
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta(repo TEXT NOT NULL, key TEXT NOT NULL, value TEXT, PRIMARY KEY(repo, key));
 CREATE TABLE IF NOT EXISTS repos(name TEXT PRIMARY KEY, root TEXT, created REAL);
 CREATE TABLE IF NOT EXISTS files(
   fid INTEGER PRIMARY KEY, repo TEXT NOT NULL, path TEXT NOT NULL, language TEXT, size INTEGER, mtime_ns INTEGER,
   hash TEXT, module TEXT, imports TEXT, method TEXT, note TEXT, text_hash TEXT, UNIQUE(repo, path));
-CREATE TABLE IF NOT EXISTS capsules(
-  rowid INTEGER PRIMARY KEY AUTOINCREMENT, repo TEXT NOT NULL, path TEXT, language TEXT,
+CREATE TABLE IF NOT EXISTS units(
+  rowid INTEGER PRIMARY KEY AUTOINCREMENT, fid INTEGER NOT NULL, language TEXT,
   kind TEXT, name TEXT, qualname TEXT, signature, params TEXT, returns TEXT, docstring, decorators TEXT,
   start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, module TEXT, lex TEXT,
   tid INTEGER, at INTEGER, span INTEGER, id_tail TEXT, id_whole TEXT, parent_tail, parent_whole TEXT,
-  idh INTEGER NOT NULL, fid INTEGER NOT NULL, nh INTEGER NOT NULL, qh INTEGER NOT NULL,
-  id TEXT NOT NULL GENERATED ALWAYS AS (coalesce(id_whole, repo || ':' || path || '#' || coalesce(id_tail, qualname))),
-  parent TEXT GENERATED ALWAYS AS (coalesce(parent_whole, repo || ':' || path || '#' || CASE
-    WHEN typeof(parent_tail) = 'integer' THEN substr(qualname, 1, parent_tail) ELSE parent_tail END)));
-CREATE INDEX IF NOT EXISTS capsules_idh ON capsules(idh);
-CREATE INDEX IF NOT EXISTS capsules_fid ON capsules(fid);
-CREATE INDEX IF NOT EXISTS capsules_name ON capsules(nh);
-CREATE INDEX IF NOT EXISTS capsules_qualname ON capsules(qh);
+  idh INTEGER NOT NULL, nh INTEGER NOT NULL, qh INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS capsules_idh ON units(idh);
+CREATE INDEX IF NOT EXISTS capsules_fid ON units(fid);
+CREATE INDEX IF NOT EXISTS capsules_name ON units(nh);
+CREATE INDEX IF NOT EXISTS capsules_qualname ON units(qh);
+CREATE VIEW IF NOT EXISTS capsules AS SELECT f.repo AS repo, f.path AS path, u.*,
+  """
+    + _unit_id("u", "f")
+    + """ AS id, """
+    + _unit_parent("u", "f")
+    + """ AS parent
+  FROM units u JOIN files f ON f.fid = u.fid;
 CREATE TABLE IF NOT EXISTS names(id INTEGER PRIMARY KEY, name TEXT NOT NULL, key TEXT NOT NULL, h INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS names_h ON names(h);
 CREATE INDEX IF NOT EXISTS names_key ON names(key);
@@ -117,7 +138,9 @@ CREATE INDEX IF NOT EXISTS edges_name ON edges(name) WHERE name IS NOT NULL;
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
   name, qualname, path, signature, docstring, body, content='', tokenize = "unicode61 tokenchars '_'");
 CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, 'row');
-""" + "\n".join(f"{stmt};" for stmt in _TEXT_SCHEMA)
+"""
+    + "\n".join(f"{stmt};" for stmt in _TEXT_SCHEMA)
+)
 
 SCHEMA_VERSION = 8  # this file's layout (base.SCHEMA_VERSION was 4: grep's texts); an older index is rebuilt
 
@@ -128,9 +151,10 @@ _CONTAINS = _KIND["contains"]
 # an edge as the Store interface speaks it: (src id, kind, dst_name, dst id), and (e.src, e.seq), e.dst for writers
 _EDGE_FROM = (
     "FROM edges e JOIN capsules s ON s.rowid = e.src LEFT JOIN names n ON n.id = e.name "
-    "LEFT JOIN capsules d ON d.rowid = e.dst"
-)
-_EDGE_COLS = "s.id, e.kind, coalesce(n.name, d.qualname), d.id"
+    "LEFT JOIN units d ON d.rowid = e.dst LEFT JOIN files df ON df.fid = d.fid"
+)  # the target by the tables, not the view: a join as the right side of a LEFT JOIN is not flattened but built whole
+_D_ID = _unit_id("d", "df")
+_EDGE_COLS = f"s.id, e.kind, coalesce(n.name, d.qualname), {_D_ID}"
 
 # a unit's module: its own (module units) or its file's
 _MODULE = "coalesce(module, (SELECT f.module FROM files f WHERE f.fid = capsules.fid))"
@@ -420,6 +444,8 @@ class SQLiteStore(MemoryReads):
         """An index is derived data: an older layout is dropped and rebuilt by the next update."""
         db.execute("BEGIN IMMEDIATE")
         try:
+            for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='view'").fetchall():
+                db.execute(f"DROP VIEW IF EXISTS {name}")
             # virtual tables first: dropping one drops its shadow tables (which may not be dropped alone)
             for (name,) in db.execute(
                 "SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL%' "
@@ -622,7 +648,7 @@ class SQLiteStore(MemoryReads):
         return out
 
     def n_capsules(self, scope: Scope = EVERYTHING) -> int:
-        return self.db.execute("SELECT count(*) FROM capsules").fetchone()[0]
+        return self.db.execute("SELECT count(*) FROM units").fetchone()[0]
 
     def lexical(self, terms: list[str], k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
         """BM25 over code tokens; terms are already tokenised. Higher score is better."""
@@ -661,7 +687,7 @@ class SQLiteStore(MemoryReads):
             return cached[1]
         key = tuple(
             db.execute(
-                "SELECT (SELECT max(rowid) FROM capsules), (SELECT count(*) FROM capsules), "
+                "SELECT (SELECT max(rowid) FROM units), (SELECT count(*) FROM units), "
                 "(SELECT group_concat(repo || '=' || value) FROM meta WHERE key = 'generation')"
             ).fetchone()
         )
@@ -804,10 +830,10 @@ class SQLiteStore(MemoryReads):
             scope_sql, scope_args = f" AND +s.repo IN ({_ph(len(scope.repos))})", list(scope.repos)
         else:  # both ends must be visible: the source, and the target when resolved
             s_where, s_args = self._scope(scope, "s")
-            d_where, d_args = self._scope(scope, "d")
+            d_where, d_args = self._scope(scope, "df")
             scope_sql = f" AND {s_where} AND (e.dst IS NULL OR (d.rowid IS NOT NULL AND {d_where}))"
             scope_args = s_args + d_args
-        end = "s" if col == "src" else "d"
+        end = "s.id" if col == "src" else _D_ID
         out = []
         for chunk in _chunks(list(dict.fromkeys(ids))):
             # the order of the index these rows were read by before schema 5: by the end's id, then as written
@@ -816,7 +842,7 @@ class SQLiteStore(MemoryReads):
                 Edge(r[0], EDGE_KINDS[r[1]], r[2], r[3])
                 for r in self.db.execute(
                     f"SELECT {_EDGE_COLS} {_EDGE_FROM} WHERE e.{col} IN (SELECT rowid FROM capsules WHERE {by_id})"
-                    f"{kind_sql}{scope_sql} ORDER BY {end}.id, e.seq",
+                    f"{kind_sql}{scope_sql} ORDER BY {end}, e.seq",
                     id_args + kind_ids + scope_args,
                 )
             ]
@@ -1027,8 +1053,8 @@ class SQLiteRepoWriter:
     def clear(self) -> None:
         others = self.db.execute("SELECT EXISTS (SELECT 1 FROM capsules WHERE repo != ?)", (self.repo,)).fetchone()[0]
         self.db.execute("DELETE FROM edges WHERE src IN (SELECT rowid FROM capsules WHERE repo=?)", (self.repo,))
-        for table in ("capsules", "files"):
-            self.db.execute(f"DELETE FROM {table} WHERE repo=?", (self.repo,))
+        self.db.execute("DELETE FROM units WHERE fid IN (SELECT fid FROM files WHERE repo=?)", (self.repo,))
+        self.db.execute("DELETE FROM files WHERE repo=?", (self.repo,))
         # the lexical index is emptied whole and the other repositories' units given to it again: a clear is a
         # rebuild, often for other tokens, and a contentless row can only leave by the tokens it was given
         self.db.execute("INSERT INTO fts(fts) VALUES('delete-all')")
@@ -1092,7 +1118,7 @@ class SQLiteRepoWriter:
                     1,
                 )
                 self.db.executemany(
-                    "UPDATE capsules SET text=?, tid=NULL, at=NULL, span=NULL WHERE rowid=?",
+                    "UPDATE units SET text=?, tid=NULL, at=NULL, span=NULL WHERE rowid=?",
                     [(r[1], r[0]) for r in rows],
                 )
             self.db.execute("UPDATE files SET text_hash=? WHERE repo=? AND path=?", (key, self.repo, path))
@@ -1160,7 +1186,9 @@ class SQLiteRepoWriter:
         for c, where in zip(capsules, slices, strict=True):
             lex = lexical_bodies.get(c.id)
             kept = lines_code(lex, c.text) if lex is not None and lex != c.text else None
-            prefix = f"{self.repo}:{c.path}#" if c.path is not None else None
+            if c.path != rec.path:  # a unit's path is its file's row's (the view ``capsules`` reads it there)
+                raise StoreError(f"a unit of {c.path} given with the file {rec.path}")
+            prefix = f"{self.repo}:{c.path}#"
             id_tail, id_whole = _tail(c.id, prefix)
             if id_tail is not None and id_tail == c.qualname:
                 id_tail = None
@@ -1169,8 +1197,7 @@ class SQLiteRepoWriter:
             rows.append(
                 (
                     self._freed.pop(c.id, None),
-                    self.repo,
-                    *cols[:5],
+                    *cols[1:5],
                     slice_code(cols[5], c.text) if cols[5] else cols[5],
                     None if cols[6] == "[]" else cols[6],
                     cols[7],
@@ -1194,9 +1221,9 @@ class SQLiteRepoWriter:
                 )
             )
         self.db.executemany(
-            "INSERT INTO capsules(rowid, repo, path, language, kind, name, qualname, signature, params, returns, "
+            "INSERT INTO units(rowid, language, kind, name, qualname, signature, params, returns, "
             "docstring, decorators, start_line, end_line, text, content_hash, module, lex, tid, at, span, "
-            f"id_tail, id_whole, parent_tail, parent_whole, idh, fid, nh, qh) VALUES({_ph(29)})",
+            f"id_tail, id_whole, parent_tail, parent_whole, idh, fid, nh, qh) VALUES({_ph(27)})",
             rows,
         )
         rowids = self._rowid_map([c.id for c in capsules])
@@ -1222,7 +1249,7 @@ class SQLiteRepoWriter:
         if units:
             self._fts_rows(_OF_FILE, list(args), delete=True)
             self.db.execute(f"DELETE FROM edges WHERE src IN (SELECT rowid FROM capsules WHERE {_OF_FILE})", args)
-            self.db.execute(f"DELETE FROM capsules WHERE {_OF_FILE}", args)
+            self.db.execute(f"DELETE FROM units WHERE {_OF_FILE}", args)
             for cid, rowid in units:
                 self._freed[cid] = rowid
                 self._rowids.pop(cid, None)
@@ -1330,7 +1357,7 @@ class SQLiteRepoWriter:
         dst_rowids = sorted({known[d] for d in dsts if d in known} | {self._freed[d] for d in dsts if d in self._freed})
         # from the names (or the targets) to their edges: "s.repo=?" would read every edge of the repository
         sel = (
-            f"SELECT e.src, e.seq, s.id, e.kind, n.name, e.dst, d.id, s.path {_EDGE_FROM} WHERE +s.repo=? "
+            f"SELECT e.src, e.seq, s.id, e.kind, n.name, e.dst, {_D_ID}, s.path {_EDGE_FROM} WHERE +s.repo=? "
             f"AND e.kind != {_CONTAINS} AND "
         )
         for where, values in (
