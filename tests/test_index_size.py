@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from contextlib import contextmanager
 
 from tests.conftest import write_tree
 
@@ -46,6 +47,32 @@ def _fresh(tmp_path, root, name) -> dict:
         return _state(ix)
     finally:
         ix.close()
+
+
+@contextmanager
+def _traced(db):
+    """The SQL statements run on ``db`` while the block runs."""
+    seen: list[str] = []
+    db.set_trace_callback(seen.append)
+    try:
+        yield seen
+    finally:
+        db.set_trace_callback(None)
+
+
+@contextmanager
+def _indexed(tmp_path):
+    """BASE indexed under tmp_path, open while the block runs."""
+    ix = Index(write_tree(tmp_path / "repo", BASE), Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        yield ix
+    finally:
+        ix.close()
+
+
+def _plan(db, sql: str) -> str:
+    return " | ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + sql, [None] * sql.count("?")).fetchall())
 
 
 def test_incremental_updates_read_as_a_fresh_index(tmp_path):
@@ -248,27 +275,18 @@ def test_a_write_runs_with_a_small_page_cache_and_reads_get_theirs_back(tmp_path
 def test_edge_lookups_by_target_and_name_use_their_partial_indexes(tmp_path):
     """The indexes of edges' targets and names leave NULLs out: every lookup must still be served by them (a plan
     that scans the edges would answer the same, only slowly, so the plans are checked)."""
-    root = write_tree(tmp_path / "repo", BASE)
-    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
-    try:
-        ix.update()
+    with _indexed(tmp_path) as ix:
         st, sc = ix.store, ix.scope()
         db = st.db
-        seen: list[str] = []
-        db.set_trace_callback(seen.append)
-        try:
+        with _traced(db) as seen:
             assert st.edges_to(["repo:pkg/models.py#Base.validate"], (), sc)
             w = st.writer(ix.repo)
             assert w.edges_needing({"validate"}, {"repo:pkg/models.py#Base.save"}, set())
-        finally:
-            db.set_trace_callback(None)
         lookups = [q for q in seen if "e.dst IN" in q or "e.name IN" in q]
         assert len(lookups) >= 3
         for q in lookups:
-            plan = " | ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + q).fetchall())
+            plan = _plan(db, q)
             assert "SCAN e" not in plan and ("edges_dst" in plan or "edges_name" in plan), (q, plan)
-    finally:
-        ix.close()
 
 
 def test_signatures_docstrings_and_parents_kept_as_positions_read_back_whole(tmp_path):
@@ -321,20 +339,16 @@ def test_a_files_units_are_found_by_its_row_not_a_scan(tmp_path):
         ix.update()
         st = ix.store
         db = st.db
-        seen: list[str] = []
-        db.set_trace_callback(seen.append)
-        try:
+        with _traced(db) as seen:
             assert st.file_capsules("repo", "pkg/models.py", ix.scope())
             w = st.writer(ix.repo)
             assert w.capsule_rows("pkg/models.py") and w.module_cand("pkg/views.py")
             (root / "pkg" / "util.py").write_text("def slugify(text):\n    return text.strip()\n")
             ix.update()
-        finally:
-            db.set_trace_callback(None)
         lookups = [q for q in seen if "fid = (SELECT fid FROM files" in q]
         assert len(lookups) >= 5
         for q in lookups:
-            plan = " | ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + q, [None] * q.count("?")).fetchall())
+            plan = _plan(db, q)
             assert "SCAN" not in plan and "capsules_fid" in plan, (q, plan)
         assert ix.search("slugify strip", k=1)[0].capsule.path == "pkg/util.py"
     finally:
@@ -344,22 +358,15 @@ def test_a_files_units_are_found_by_its_row_not_a_scan(tmp_path):
 def test_units_by_name_and_qualname_are_found_by_their_hash_indexes(tmp_path):
     """Schema 8: names and qualnames are indexed by a 32-bit hash (the value is tested too); every lookup by either
     must be served by those indexes, and answer as before (a unit named like another's qualname, both found)."""
-    root = write_tree(tmp_path / "repo", BASE)
-    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
-    try:
-        ix.update()
+    with _indexed(tmp_path) as ix:
         st, sc = ix.store, ix.scope()
         db = st.db
-        seen: list[str] = []
-        db.set_trace_callback(seen.append)
-        try:
+        with _traced(db) as seen:
             got = st.by_names(["save", "Model.clean", "nothing"], sc)
             counts = st.name_counts(["save", "validate", "render", "nothing"], sc)
             w = st.writer(ix.repo)
             cands = w.cands_by_name("render")
             module = w.module_cand("pkg.views")
-        finally:
-            db.set_trace_callback(None)
         assert [c.id for c in got] == ["repo:pkg/models.py#Base.save", "repo:pkg/models.py#Model.clean",
                                        "repo:pkg/models.py#Model.save"]
         assert counts == {"save": 2, "validate": 1, "render": 1}
@@ -367,8 +374,6 @@ def test_units_by_name_and_qualname_are_found_by_their_hash_indexes(tmp_path):
         lookups = [q for q in seen if "nh" in q or "qh" in q]
         assert len(lookups) >= 4
         for q in lookups:
-            plan = " | ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + q, [None] * q.count("?")).fetchall())
+            plan = _plan(db, q)
             assert "SCAN" not in plan.replace("SCAN CONSTANT", "") and (
                 "capsules_name" in plan or "capsules_qualname" in plan), (q, plan)
-    finally:
-        ix.close()
