@@ -71,12 +71,12 @@ _TEXT_SCHEMA = (
 # keeps no copy: ``text`` is NULL and (``at``, ``span``) say where it is (schema 6). Rowids are AUTOINCREMENT: a
 # rowid once freed is never given to another unit, so an edge still naming a deleted unit (until re-resolution
 # moves it) can never reach the wrong one. Schema 7 stores no part of a unit that its row already says: ``id`` and
-# ``parent`` are generated columns, "repo:path#" and the rest, which is the qualname unless ``id_tail`` says
-# otherwise (``id_whole`` and ``parent_whole`` hold an id not of that form); a hexadecimal content hash is kept as
-# its bytes (pack_hash); ``module`` is kept on module units and read from ``files`` for the
+# ``parent`` are made on read (schema 8: by the view ``capsules``), "repo:path#" and the rest, which is the qualname
+# unless ``id_tail`` says otherwise (``id_whole`` and ``parent_whole`` hold an id not of that form); a hexadecimal
+# content hash is kept as its bytes (pack_hash); ``module`` is kept on module units and read from ``files`` for the
 # others; a JSON list with nothing in it is NULL. Units are found
-# by id through ``idh``, 64 bits of the id's hash (an index of the ids themselves took 4.8 MiB of Django's index):
-# a lookup tests both, ``_id_in``. Edges are looked up by target and by name only for a value (``dst IN``,
+# by id through ``idh``, a hash of the id (an index of the ids themselves took 4.8 MiB of Django's index): a lookup
+# tests both, ``_id_in``. Edges are looked up by target and by name only for a value (``dst IN``,
 # ``name IN``): their indexes leave out the unresolved edges (42% of Django's) and the 'contains' ones (19%).
 # Schema 8 keeps a signature or docstring found in the unit's text as its position there (slice_code: the columns
 # have no type affinity, so an integer stays one) and a method's ``parent_tail`` as the length of the qualname's
