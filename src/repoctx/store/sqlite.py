@@ -292,9 +292,9 @@ def lines_code(lex: str, text: str | None) -> str | bytes:
     lines, i = text.split("\n"), 0
     runs: list[list[int]] = []
     for line in lex.split("\n"):
-        while i < len(lines) and lines[i] != line:
-            i += 1
-        if i == len(lines):
+        try:
+            i = lines.index(line, i)
+        except ValueError:
             return lex
         if runs and runs[-1][1] == i - 1:
             runs[-1][1] = i
