@@ -231,6 +231,8 @@ def test_an_index_of_schema_6_is_rebuilt_never_read(tmp_path):
         "DROP TABLE text_fts; DROP TABLE texts; CREATE TABLE texts(id INTEGER PRIMARY KEY, repo TEXT NOT NULL, "
         "hash TEXT NOT NULL, text TEXT NOT NULL, UNIQUE(repo, hash)); INSERT INTO texts(repo, hash, text) "
         "SELECT repo, text_hash, 'plain' FROM files; UPDATE meta SET value='6' WHERE key='schema_version';"
+        "CREATE TABLE bulk(b BLOB); WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) "
+        "INSERT INTO bulk SELECT randomblob(4000) FROM n;"  # an old index's pages, given back by the rebuild
     )
     db.close()
     with pytest.raises(SchemaMismatch, match="repoctx index"):
@@ -238,6 +240,7 @@ def test_an_index_of_schema_6_is_rebuilt_never_read(tmp_path):
     ix = Index(root, settings)
     try:
         assert ix.store.meta("schema_version") == str(SCHEMA_VERSION) == "8"
+        assert ix.store.db.execute("PRAGMA freelist_count").fetchone()[0] == 0  # the old tables' pages given back
         assert ix.update().capsules_written > 0
         assert [(m["path"], m["line"]) for m in ix.grep("validate")["matches"]] == [
             ("docs/guide.md", 3), ("pkg/models.py", 5), ("pkg/models.py", 7), ("pkg/models.py", 16)]
