@@ -316,7 +316,7 @@ def test_signatures_docstrings_and_parents_kept_as_positions_read_back_whole(tmp
         assert (save.signature, save.parent) == ("def save(self)", "repo:pkg/models.py#Model")
 
         text = "def joined(a,\n           b):  # why\n    \"\"\"Says so.\"\"\"\n    return a\n"
-        unit = Capsule(id="repo:odd.py#joined", path="odd.py", language="python", kind="function", name="joined",
+        unit = Capsule(id="repo:odd.py#joined", path="odd.py", language="cython", kind="function", name="joined",
                        qualname="joined", signature="def joined(a, b): # why", docstring="Says so.", start_line=1,
                        end_line=4, text=text, content_hash="h1", parent="repo:odd.py#Outer.inner")
         w = ix.store.writer("repo")
@@ -324,8 +324,8 @@ def test_signatures_docstrings_and_parents_kept_as_positions_read_back_whole(tmp
             w.put_file(FileRecord("odd.py", "python", 1, 1, "h", "odd", {}, "tree-sitter"), [unit], {}, text)
         for got in (ix.store.file_capsules("repo", "odd.py", ix.scope())[0],
                     ix.store.capsules([unit.id], ix.scope())[0], ix.store.by_names(["joined"], ix.scope())[0]):
-            assert (got.signature, got.docstring, got.parent, got.text) == (
-                unit.signature, unit.docstring, unit.parent, unit.text)
+            assert (got.signature, got.docstring, got.parent, got.text, got.language) == (
+                unit.signature, unit.docstring, unit.parent, unit.text, "cython")  # not its file's language
         rows, _ = w.embed_rows("probe-model")
         assert [(r.signature, r.docstring) for r in rows if r.id == unit.id] == [(unit.signature, unit.docstring)]
         assert ix.store.lexical(["says"], 5, ix.scope())[0][0] == unit.id  # the docstring column, from its position

@@ -73,8 +73,8 @@ _TEXT_SCHEMA = (
 # moves it) can never reach the wrong one. Schema 7 stores no part of a unit that its row already says: ``id`` and
 # ``parent`` are made on read (schema 8: by the view ``capsules``), "repo:path#" and the rest, which is the qualname
 # unless ``id_tail`` says otherwise (``id_whole`` and ``parent_whole`` hold an id not of that form); a hexadecimal
-# content hash is kept as its bytes (pack_hash); ``module`` is kept on module units and read from ``files`` for the
-# others; a JSON list with nothing in it is NULL. Units are found
+# content hash is kept as its bytes (pack_hash); a unit's module is its file's (schema 8: so is its language, unless
+# ``units.language`` says otherwise); a JSON list with nothing in it is NULL. Units are found
 # by id through ``idh``, a hash of the id (an index of the ids themselves took 4.8 MiB of Django's index): a lookup
 # tests both, ``_id_in``. Edges are looked up by target and by name only for a value (``dst IN``,
 # ``name IN``): their indexes leave out the unresolved edges (42% of Django's) and the 'contains' ones (19%).
@@ -113,14 +113,20 @@ CREATE TABLE IF NOT EXISTS files(
 CREATE TABLE IF NOT EXISTS units(
   rowid INTEGER PRIMARY KEY AUTOINCREMENT, fid INTEGER NOT NULL, language TEXT,
   kind TEXT, name TEXT, qualname TEXT, signature, params TEXT, returns TEXT, docstring, decorators TEXT,
-  start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, module TEXT, lex TEXT,
+  start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, lex TEXT,
   tid INTEGER, at INTEGER, span INTEGER, id_tail TEXT, id_whole TEXT, parent_tail, parent_whole TEXT,
   idh INTEGER NOT NULL, nh INTEGER NOT NULL, qh INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS capsules_idh ON units(idh);
 CREATE INDEX IF NOT EXISTS capsules_fid ON units(fid);
 CREATE INDEX IF NOT EXISTS capsules_name ON units(nh);
 CREATE INDEX IF NOT EXISTS capsules_qualname ON units(qh);
-CREATE VIEW IF NOT EXISTS capsules AS SELECT f.repo AS repo, f.path AS path, u.*,
+CREATE VIEW IF NOT EXISTS capsules AS SELECT u.rowid AS rowid, f.repo AS repo, f.path AS path, u.fid AS fid,
+  coalesce(u.language, f.language) AS language, u.kind AS kind, u.name AS name, u.qualname AS qualname,
+  u.signature AS signature, u.params AS params, u.returns AS returns, u.docstring AS docstring,
+  u.decorators AS decorators, u.start_line AS start_line, u.end_line AS end_line, u.text AS text,
+  u.content_hash AS content_hash, f.module AS module, u.lex AS lex, u.tid AS tid, u.at AS at, u.span AS span,
+  u.id_tail AS id_tail, u.id_whole AS id_whole, u.parent_tail AS parent_tail, u.parent_whole AS parent_whole,
+  u.idh AS idh, u.nh AS nh, u.qh AS qh,
   """
     + _unit_id("u", "f")
     + """ AS id, """
@@ -156,8 +162,6 @@ _EDGE_FROM = (
 _D_ID = _unit_id("d", "df")
 _EDGE_COLS = f"s.id, e.kind, coalesce(n.name, d.qualname), {_D_ID}"
 
-# a unit's module: its own (module units) or its file's
-_MODULE = "coalesce(module, (SELECT f.module FROM files f WHERE f.fid = capsules.fid))"
 # a file's units, by their file's row (``?``: the repository, the path)
 _OF_FILE = "fid = (SELECT fid FROM files WHERE repo=? AND path=?)"
 
@@ -1203,7 +1207,8 @@ class SQLiteRepoWriter:
             rows.append(
                 (
                     self._freed.pop(c.id, None),
-                    *cols[1:5],
+                    None if cols[1] == rec.language else cols[1],  # the view reads the file's
+                    *cols[2:5],
                     slice_code(cols[5], c.text) if cols[5] else cols[5],
                     None if cols[6] == "[]" else cols[6],
                     cols[7],
@@ -1212,7 +1217,6 @@ class SQLiteRepoWriter:
                     *cols[10:],
                     c.text if where is None else None,
                     pack_hash(c.content_hash),
-                    rec.module if c.kind == "module" else None,
                     kept,
                     None if where is None else tid,
                     *(where or (None, None)),
@@ -1228,8 +1232,8 @@ class SQLiteRepoWriter:
             )
         self.db.executemany(
             "INSERT INTO units(rowid, language, kind, name, qualname, signature, params, returns, "
-            "docstring, decorators, start_line, end_line, text, content_hash, module, lex, tid, at, span, "
-            f"id_tail, id_whole, parent_tail, parent_whole, idh, fid, nh, qh) VALUES({_ph(27)})",
+            "docstring, decorators, start_line, end_line, text, content_hash, lex, tid, at, span, "
+            f"id_tail, id_whole, parent_tail, parent_whole, idh, fid, nh, qh) VALUES({_ph(26)})",
             rows,
         )
         rowids = self._rowid_map([c.id for c in capsules])
@@ -1337,7 +1341,7 @@ class SQLiteRepoWriter:
         return [
             tuple(r)
             for r in self.db.execute(
-                f"SELECT id, path, qualname, kind, {_MODULE} FROM capsules WHERE nh=? AND name=? AND repo=? "
+                "SELECT id, path, qualname, kind, module FROM capsules WHERE nh=? AND name=? AND repo=? "
                 "AND kind NOT IN ('module','window') ORDER BY id",
                 (id_hash(name), name, self.repo),
             )
@@ -1347,7 +1351,7 @@ class SQLiteRepoWriter:
         # by the qualname index, then the path index (with "repo=? AND (qualname=? OR path=?)" SQLite read every
         # module of the repository: 1.5 ms a lookup, 0.07 s of a one-file update of Django)
         r = self.db.execute(
-            "SELECT id, path, qualname, kind, module FROM capsules WHERE rowid IN ("  # module units keep theirs
+            "SELECT id, path, qualname, kind, module FROM capsules WHERE rowid IN ("
             "SELECT rowid FROM capsules WHERE qh=? AND qualname=? AND +repo=? AND kind='module' UNION ALL "
             f"SELECT rowid FROM capsules WHERE {_OF_FILE} AND kind='module') ORDER BY id LIMIT 1",
             (id_hash(key), key, self.repo, self.repo, key),
@@ -1394,7 +1398,7 @@ class SQLiteRepoWriter:
         return [
             tuple(r)
             for r in self.db.execute(
-                f"SELECT id, path, qualname, kind, {_MODULE}, language, name FROM capsules WHERE {_OF_FILE}",
+                f"SELECT id, path, qualname, kind, module, language, name FROM capsules WHERE {_OF_FILE}",
                 (self.repo, path),
             )
         ]
