@@ -309,6 +309,7 @@ def test_signatures_docstrings_and_parents_kept_as_positions_read_back_whole(tmp
         assert db.execute("SELECT count(*) FROM capsules WHERE typeof(docstring) = 'integer'").fetchone()[0] > 0
         assert db.execute("SELECT count(*) FROM capsules WHERE typeof(parent_tail) = 'integer'").fetchone()[0] > 0
         assert db.execute("SELECT count(*) FROM capsules WHERE typeof(lex) = 'blob'").fetchone()[0] > 0  # line runs
+        assert db.execute("SELECT count(*) FROM units WHERE typeof(kind) = 'integer'").fetchone()[0] > 0
         db.close()
         base = ix.store.capsules(["repo:pkg/models.py#Base"], ix.scope())[0]
         assert (base.signature, base.docstring) == ("class Base", "The base of every model.")
@@ -324,11 +325,17 @@ def test_signatures_docstrings_and_parents_kept_as_positions_read_back_whole(tmp
             w.put_file(FileRecord("odd.py", "python", 1, 1, "h", "odd", {}, "tree-sitter"), [unit], {}, text)
         for got in (ix.store.file_capsules("repo", "odd.py", ix.scope())[0],
                     ix.store.capsules([unit.id], ix.scope())[0], ix.store.by_names(["joined"], ix.scope())[0]):
-            assert (got.signature, got.docstring, got.parent, got.text, got.language) == (
-                unit.signature, unit.docstring, unit.parent, unit.text, "cython")  # not its file's language
+            assert (got.signature, got.docstring, got.parent, got.text, got.language, got.kind) == (
+                unit.signature, unit.docstring, unit.parent, unit.text, "cython", "function")  # not its file's
         rows, _ = w.embed_rows("probe-model")
         assert [(r.signature, r.docstring) for r in rows if r.id == unit.id] == [(unit.signature, unit.docstring)]
         assert ix.store.lexical(["says"], 5, ix.scope())[0][0] == unit.id  # the docstring column, from its position
+        macro = Capsule(id="repo:m.c#SWAP", path="m.c", language="c", kind="macro", name="SWAP", qualname="SWAP",
+                        signature="#define SWAP", start_line=1, end_line=1, text="#define SWAP(a, b)\n",
+                        content_hash="h")
+        with w.transaction():  # a kind the store has no number for is kept by its name
+            w.put_file(FileRecord("m.c", "c", 1, 1, "h", "m", {}, "tree-sitter"), [macro], {}, macro.text)
+        assert [c.kind for c in ix.store.file_capsules("repo", "m.c", ix.scope())] == ["macro"]
     finally:
         ix.close()
 

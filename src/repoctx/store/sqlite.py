@@ -96,6 +96,16 @@ def _unit_id(u: str, f: str) -> str:
     return f"coalesce({u}.id_whole, {f}.repo || ':' || {f}.path || '#' || coalesce({u}.id_tail, {u}.qualname))"
 
 
+# a unit's kind as stored: its position here (the commonest first: 0 and 1 take no byte in a row), else its name
+UNIT_KINDS = ("method", "class", "window", "module", "function")
+_UNIT_KIND = {k: i for i, k in enumerate(UNIT_KINDS)}
+
+
+def _unit_kind(u: str) -> str:
+    whens = " ".join(f"WHEN {i} THEN '{k}'" for i, k in enumerate(UNIT_KINDS))
+    return f"CASE typeof({u}.kind) WHEN 'integer' THEN CASE {u}.kind {whens} END ELSE {u}.kind END"
+
+
 def _unit_parent(u: str, f: str) -> str:
     return (
         f"coalesce({u}.parent_whole, {f}.repo || ':' || {f}.path || '#' || CASE WHEN typeof({u}.parent_tail) = "
@@ -112,7 +122,7 @@ CREATE TABLE IF NOT EXISTS files(
   hash TEXT, module TEXT, imports TEXT, method TEXT, note TEXT, text_hash TEXT, UNIQUE(repo, path));
 CREATE TABLE IF NOT EXISTS units(
   rowid INTEGER PRIMARY KEY AUTOINCREMENT, fid INTEGER NOT NULL, language TEXT,
-  kind TEXT, name TEXT, qualname TEXT, signature, params TEXT, returns TEXT, docstring, decorators TEXT,
+  kind, name TEXT, qualname TEXT, signature, params TEXT, returns TEXT, docstring, decorators TEXT,
   start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, lex TEXT,
   tid INTEGER, at INTEGER, span INTEGER, id_tail TEXT, id_whole TEXT, parent_tail, parent_whole TEXT,
   idh INTEGER NOT NULL, nh INTEGER NOT NULL, qh INTEGER NOT NULL);
@@ -121,7 +131,9 @@ CREATE INDEX IF NOT EXISTS capsules_fid ON units(fid);
 CREATE INDEX IF NOT EXISTS capsules_name ON units(nh);
 CREATE INDEX IF NOT EXISTS capsules_qualname ON units(qh);
 CREATE VIEW IF NOT EXISTS capsules AS SELECT u.rowid AS rowid, f.repo AS repo, f.path AS path, u.fid AS fid,
-  coalesce(u.language, f.language) AS language, u.kind AS kind, u.name AS name, u.qualname AS qualname,
+  coalesce(u.language, f.language) AS language, """
+    + _unit_kind("u")
+    + """ AS kind, u.name AS name, u.qualname AS qualname,
   u.signature AS signature, u.params AS params, u.returns AS returns, u.docstring AS docstring,
   u.decorators AS decorators, u.start_line AS start_line, u.end_line AS end_line, u.text AS text,
   u.content_hash AS content_hash, f.module AS module, u.lex AS lex, u.tid AS tid, u.at AS at, u.span AS span,
@@ -1208,7 +1220,8 @@ class SQLiteRepoWriter:
                 (
                     self._freed.pop(c.id, None),
                     None if cols[1] == rec.language else cols[1],  # the view reads the file's
-                    *cols[2:5],
+                    _UNIT_KIND.get(cols[2], cols[2]),
+                    *cols[3:5],
                     slice_code(cols[5], c.text) if cols[5] else cols[5],
                     None if cols[6] == "[]" else cols[6],
                     cols[7],
