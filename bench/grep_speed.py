@@ -153,9 +153,8 @@ def main() -> None:
                     Settings(database_url=_postgres_url(), embedder="none"))
         ix, counts, seconds = _index(trees, settings)
         sizes = sqlite_sizes(work / "ix" / "index.sqlite") if backend == "sqlite" else postgres_sizes(ix)
-        texts = (ix.store.db.execute("SELECT count(*), coalesce(sum(length(text)), 0) FROM texts").fetchone()
-                 if backend == "sqlite" else ix.store._q("SELECT count(*), coalesce(sum(length(text)), 0) "
-                                                         "FROM repoctx_texts")[0])
+        texts = (_sqlite_texts(ix.store.db) if backend == "sqlite" else
+                 ix.store._q("SELECT count(*), coalesce(sum(length(text)), 0) FROM repoctx_texts")[0])
         info[backend] = {"counts": counts, "index_s": seconds, "sizes": sizes, "texts": texts}
         print(f"{backend}: {counts['capsules']:,} units, {counts['files']:,} files, indexed in {seconds:.0f} s",
               file=sys.stderr)
@@ -165,6 +164,16 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.write_text(text)
+
+
+def _sqlite_texts(db) -> tuple[int, int]:
+    """(texts, characters): the texts are kept zstd-compressed (schema 7): their characters are counted
+    inflated."""
+    from repoctx.store.sqlite import inflater
+
+    inflate = inflater()
+    zs = [z for (z,) in db.execute("SELECT z FROM texts")]
+    return len(zs), sum(len(inflate(z)) for z in zs)
 
 
 def markdown(trees, backends, results, info, runs) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from contextlib import contextmanager
 
 from tests.conftest import write_tree
 
@@ -48,6 +49,32 @@ def _fresh(tmp_path, root, name) -> dict:
         ix.close()
 
 
+@contextmanager
+def _traced(db):
+    """The SQL statements run on ``db`` while the block runs."""
+    seen: list[str] = []
+    db.set_trace_callback(seen.append)
+    try:
+        yield seen
+    finally:
+        db.set_trace_callback(None)
+
+
+@contextmanager
+def _indexed(tmp_path):
+    """BASE indexed under tmp_path, open while the block runs."""
+    ix = Index(write_tree(tmp_path / "repo", BASE), Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        yield ix
+    finally:
+        ix.close()
+
+
+def _plan(db, sql: str) -> str:
+    return " | ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + sql, [None] * sql.count("?")).fetchall())
+
+
 def test_incremental_updates_read_as_a_fresh_index(tmp_path):
     root = write_tree(tmp_path / "repo", BASE)
     ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
@@ -84,7 +111,7 @@ def test_the_layout_keeps_no_second_copy(tmp_path):
         db = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert "fts_content" not in tables
-        assert [r[1] for r in db.execute("PRAGMA table_info(edges)")] == ["src", "kind", "name", "dst"]
+        assert [r[1] for r in db.execute("PRAGMA table_info(edges)")] == ["src", "seq", "kind", "name", "dst"]
         assert db.execute("SELECT count(*) FROM edges").fetchone()[0] == ix.store.counts()["edges"] > 0
         db.close()
     finally:
@@ -204,13 +231,16 @@ def test_an_index_of_schema_6_is_rebuilt_never_read(tmp_path):
         "DROP TABLE text_fts; DROP TABLE texts; CREATE TABLE texts(id INTEGER PRIMARY KEY, repo TEXT NOT NULL, "
         "hash TEXT NOT NULL, text TEXT NOT NULL, UNIQUE(repo, hash)); INSERT INTO texts(repo, hash, text) "
         "SELECT repo, text_hash, 'plain' FROM files; UPDATE meta SET value='6' WHERE key='schema_version';"
+        "CREATE TABLE bulk(b BLOB); WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) "
+        "INSERT INTO bulk SELECT randomblob(4000) FROM n;"  # an old index's pages, given back by the rebuild
     )
     db.close()
     with pytest.raises(SchemaMismatch, match="repoctx index"):
         Index(root, settings, create=False)
     ix = Index(root, settings)
     try:
-        assert ix.store.meta("schema_version") == str(SCHEMA_VERSION) == "7"
+        assert ix.store.meta("schema_version") == str(SCHEMA_VERSION) == "8"
+        assert ix.store.db.execute("PRAGMA freelist_count").fetchone()[0] == 0  # the old tables' pages given back
         assert ix.update().capsules_written > 0
         assert [(m["path"], m["line"]) for m in ix.grep("validate")["matches"]] == [
             ("docs/guide.md", 3), ("pkg/models.py", 5), ("pkg/models.py", 7), ("pkg/models.py", 16)]
@@ -248,24 +278,112 @@ def test_a_write_runs_with_a_small_page_cache_and_reads_get_theirs_back(tmp_path
 def test_edge_lookups_by_target_and_name_use_their_partial_indexes(tmp_path):
     """The indexes of edges' targets and names leave NULLs out: every lookup must still be served by them (a plan
     that scans the edges would answer the same, only slowly, so the plans are checked)."""
+    with _indexed(tmp_path) as ix:
+        st, sc = ix.store, ix.scope()
+        db = st.db
+        with _traced(db) as seen:
+            assert st.edges_to(["repo:pkg/models.py#Base.validate"], (), sc)
+            w = st.writer(ix.repo)
+            assert w.edges_needing({"validate"}, {"repo:pkg/models.py#Base.save"}, set())
+        lookups = [q for q in seen if "e.dst IN" in q or "e.name IN" in q]
+        assert len(lookups) >= 3
+        for q in lookups:
+            plan = _plan(db, q)
+            assert "SCAN e" not in plan and ("edges_dst" in plan or "edges_name" in plan), (q, plan)
+
+
+def test_signatures_docstrings_and_parents_kept_as_positions_read_back_whole(tmp_path):
+    """Schema 8: a signature or docstring that is a part of its unit's text is kept as where it is, a method's
+    parent as the length of its qualname's prefix, a class's lexical body as the runs of its lines; one that is
+    not (a signature joined from two lines) is kept whole. Every unit reads back as parsed, by every read path."""
+    from repoctx.store.base import FileRecord
+    from repoctx.types import Capsule
+
     root = write_tree(tmp_path / "repo", BASE)
     ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
     try:
         ix.update()
-        st, sc = ix.store, ix.scope()
-        db = st.db
-        seen: list[str] = []
-        db.set_trace_callback(seen.append)
-        try:
-            assert st.edges_to(["repo:pkg/models.py#Base.validate"], (), sc)
-            w = st.writer(ix.repo)
-            assert w.edges_needing({"validate"}, {"repo:pkg/models.py#Base.save"}, set())
-        finally:
-            db.set_trace_callback(None)
-        lookups = [q for q in seen if "e.dst IN" in q or "e.name IN" in q]
-        assert len(lookups) >= 3
-        for q in lookups:
-            plan = " | ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + q).fetchall())
-            assert "SCAN e" not in plan and ("edges_dst" in plan or "edges_name" in plan), (q, plan)
+        db = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
+        kinds = dict(db.execute("SELECT typeof(signature), count(*) FROM capsules GROUP BY 1").fetchall())
+        assert kinds.get("integer", 0) > 0
+        assert db.execute("SELECT count(*) FROM capsules WHERE typeof(docstring) = 'integer'").fetchone()[0] > 0
+        assert db.execute("SELECT count(*) FROM capsules WHERE typeof(parent_tail) = 'integer'").fetchone()[0] > 0
+        assert db.execute("SELECT count(*) FROM capsules WHERE typeof(lex) = 'blob'").fetchone()[0] > 0  # line runs
+        assert db.execute("SELECT count(*) FROM units WHERE typeof(kind) = 'integer'").fetchone()[0] > 0
+        db.close()
+        base = ix.store.capsules(["repo:pkg/models.py#Base"], ix.scope())[0]
+        assert (base.signature, base.docstring) == ("class Base", "The base of every model.")
+        save = ix.store.capsules(["repo:pkg/models.py#Model.save"], ix.scope())[0]
+        assert (save.signature, save.parent) == ("def save(self)", "repo:pkg/models.py#Model")
+
+        text = "def joined(a,\n           b):  # why\n    \"\"\"Says so.\"\"\"\n    return a\n"
+        unit = Capsule(id="repo:odd.py#joined", path="odd.py", language="cython", kind="function", name="joined",
+                       qualname="joined", signature="def joined(a, b): # why", docstring="Says so.", start_line=1,
+                       end_line=4, text=text, content_hash="h1", parent="repo:odd.py#Outer.inner")
+        w = ix.store.writer("repo")
+        with w.transaction():
+            w.put_file(FileRecord("odd.py", "python", 1, 1, "h", "odd", {}, "tree-sitter"), [unit], {}, text)
+        for got in (ix.store.file_capsules("repo", "odd.py", ix.scope())[0],
+                    ix.store.capsules([unit.id], ix.scope())[0], ix.store.by_names(["joined"], ix.scope())[0]):
+            assert (got.signature, got.docstring, got.parent, got.text, got.language, got.kind) == (
+                unit.signature, unit.docstring, unit.parent, unit.text, "cython", "function")  # not its file's
+        rows, _ = w.embed_rows("probe-model")
+        assert [(r.signature, r.docstring) for r in rows if r.id == unit.id] == [(unit.signature, unit.docstring)]
+        assert ix.store.lexical(["says"], 5, ix.scope())[0][0] == unit.id  # the docstring column, from its position
+        macro = Capsule(id="repo:m.c#SWAP", path="m.c", language="c", kind="macro", name="SWAP", qualname="SWAP",
+                        signature="#define SWAP", start_line=1, end_line=1, text="#define SWAP(a, b)\n",
+                        content_hash="h")
+        with w.transaction():  # a kind the store has no number for is kept by its name
+            w.put_file(FileRecord("m.c", "c", 1, 1, "h", "m", {}, "tree-sitter"), [macro], {}, macro.text)
+        assert [c.kind for c in ix.store.file_capsules("repo", "m.c", ix.scope())] == ["macro"]
     finally:
         ix.close()
+
+
+def test_a_files_units_are_found_by_its_row_not_a_scan(tmp_path):
+    """Schema 8: units name their file's row (``fid``), whose index replaced the one of (repo, path): every read and
+    delete of one file's units must still be served by an index (a scan answers the same, only slowly)."""
+    root = write_tree(tmp_path / "repo", BASE)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        st = ix.store
+        db = st.db
+        with _traced(db) as seen:
+            assert st.file_capsules("repo", "pkg/models.py", ix.scope())
+            w = st.writer(ix.repo)
+            assert w.capsule_rows("pkg/models.py") and w.module_cand("pkg/views.py")
+            (root / "pkg" / "util.py").write_text("def slugify(text):\n    return text.strip()\n")
+            ix.update()
+        lookups = [q for q in seen if "fid = (SELECT fid FROM files" in q]
+        assert len(lookups) >= 5
+        for q in lookups:
+            plan = _plan(db, q)
+            assert "SCAN" not in plan and "capsules_fid" in plan, (q, plan)
+        assert ix.search("slugify strip", k=1)[0].capsule.path == "pkg/util.py"
+    finally:
+        ix.close()
+
+
+def test_units_by_name_and_qualname_are_found_by_their_hash_indexes(tmp_path):
+    """Schema 8: names and qualnames are indexed by a 32-bit hash (the value is tested too); every lookup by either
+    must be served by those indexes, and answer as before (a unit named like another's qualname, both found)."""
+    with _indexed(tmp_path) as ix:
+        st, sc = ix.store, ix.scope()
+        db = st.db
+        with _traced(db) as seen:
+            got = st.by_names(["save", "Model.clean", "nothing"], sc)
+            counts = st.name_counts(["save", "validate", "render", "nothing"], sc)
+            w = st.writer(ix.repo)
+            cands = w.cands_by_name("render")
+            module = w.module_cand("pkg.views")
+        assert [c.id for c in got] == ["repo:pkg/models.py#Base.save", "repo:pkg/models.py#Model.clean",
+                                       "repo:pkg/models.py#Model.save"]
+        assert counts == {"save": 2, "validate": 1, "render": 1}
+        assert [c[0] for c in cands] == ["repo:pkg/views.py#render"] and module[0] == "repo:pkg/views.py#pkg.views"
+        lookups = [q for q in seen if "nh" in q or "qh" in q]
+        assert len(lookups) >= 4
+        for q in lookups:
+            plan = _plan(db, q)
+            assert "SCAN" not in plan.replace("SCAN CONSTANT", "") and (
+                "capsules_name" in plan or "capsules_qualname" in plan), (q, plan)
