@@ -85,25 +85,46 @@ def class_of(src: SrcInfo, kinds: Callable[[str], str | None]) -> str | None:
     return None
 
 
+class _Kinds:
+    """The candidates of one name and reference kind, as the resolver asks for them (``Resolver._cands``)."""
+
+    __slots__ = ("_owners", "by_path", "cands", "source")
+
+    def __init__(self, source: list[Cand], inherits: bool):
+        self.source = source
+        self.cands = [c for c in source if c.kind == "class"] if inherits else [c for c in source if c.kind != "module"]
+        self.by_path: dict[str, list[Cand]] = {}
+        for c in self.cands:
+            self.by_path.setdefault(c.path, []).append(c)
+        self._owners: dict[str, list[Cand]] = {}
+
+    def owners(self, dotted: str) -> list[Cand]:
+        """Those whose name ends with ``dotted`` ("Parser.parse") on a dot boundary: not "DebugParser.parse"."""
+        got = self._owners.get(dotted)
+        if got is None:
+            tail = "." + dotted
+            got = self._owners[dotted] = [
+                c for c in self.cands if c.qualname == dotted or c.qualname.endswith(tail) or c.full.endswith(tail)
+            ]
+        return got
+
+
 class Resolver:
     def __init__(self, lookup: Lookup):
         self.lookup = lookup
-        # per (name, inherits): the lookup's list it was made from, the candidates of that kind, and them by path;
-        # a common name ("get": hundreds of definitions in Django) is filtered once, not at every reference to it
-        self._kinds: dict[tuple[str, bool], tuple[list[Cand], list[Cand], dict[str, list[Cand]]]] = {}
+        # per (name, inherits): the lookup's list it was made from, the candidates of that kind, them by path, and
+        # the owners of each dotted tail asked; a common name ("get": hundreds of definitions in Django) is filtered
+        # once, not at every reference to it
+        self._kinds: dict[tuple[str, bool], _Kinds] = {}
 
-    def _cands(self, name: str, inherits: bool) -> tuple[list[Cand], dict[str, list[Cand]]]:
-        """The definitions a reference of this kind may name (classes for a base, anything but a module otherwise),
-        and them by path. Made again whenever the lookup answers with another list (it memoises its own)."""
+    def _cands(self, name: str, inherits: bool) -> _Kinds:
+        """The definitions a reference of this kind may name (classes for a base, anything but a module otherwise).
+        Made again whenever the lookup answers with another list (it memoises its own)."""
         got = self.lookup.by_name(name)
         memo = self._kinds.get((name, inherits))
-        if memo is None or memo[0] is not got:
-            cands = [c for c in got if c.kind == "class"] if inherits else [c for c in got if c.kind != "module"]
-            by_path: dict[str, list[Cand]] = {}
-            for c in cands:
-                by_path.setdefault(c.path, []).append(c)
-            memo = self._kinds[(name, inherits)] = (got, cands, by_path)
-        return memo[1], memo[2]
+        if memo is None or memo.source is not got:
+            memo = self._kinds[(name, inherits)] = _Kinds(got, inherits)
+        return memo
 
     def resolve(
         self,
@@ -160,10 +181,11 @@ class Resolver:
         name = ref.name
         parts = name.split(".")
         last = parts[-1]
-        cands, by_path = self._cands(last, ref.kind == "inherits")
+        kinds = self._cands(last, ref.kind == "inherits")
+        cands = kinds.cands
         if not cands:
             return None
-        same_file = by_path.get(src.path, [])
+        same_file = kinds.by_path.get(src.path, [])
         if len(parts) == 1:
             for c in same_file:  # nested definition, then module level of the same file
                 if c.qualname == f"{src.qualname}.{last}":
@@ -198,13 +220,7 @@ class Resolver:
             hit = self._match_target(".".join([imports[head]] + parts[1:]), cands)
             if hit:
                 return hit
-        dotted = ".".join(parts[-2:])
-        # on a dot boundary: "Parser.parse" is not "DebugParser.parse"
-        owners = [
-            c
-            for c in cands
-            if c.qualname == dotted or c.qualname.endswith("." + dotted) or c.full.endswith("." + dotted)
-        ]
+        owners = kinds.owners(".".join(parts[-2:]))
         if len(owners) == 1:
             return owners[0].id
         local = [c for c in owners if c.path == src.path]
@@ -322,9 +338,13 @@ def resolve_file(
     kinds = {c.qualname: c.kind for c in capsules}
     local = bases if bases is not None else file_bases(resolver, capsules, refs, imports, module)
     edges = []
+    seen: dict[str, tuple[SrcInfo, str | None]] = {}  # a unit's references come together: its source made once
     for ref in refs:
-        c = by_id[ref.src]
-        src = SrcInfo(c.id, c.path, c.qualname if c.kind != "module" else "", c.kind, module, c.language)
-        enclosing = class_of(src, kinds.get) if c.kind in ("method", "function") else None
+        got = seen.get(ref.src)
+        if got is None:
+            c = by_id[ref.src]
+            src = SrcInfo(c.id, c.path, c.qualname if c.kind != "module" else "", c.kind, module, c.language)
+            got = seen[ref.src] = (src, class_of(src, kinds.get) if c.kind in ("method", "function") else None)
+        src, enclosing = got
         edges.append(Edge(ref.src, ref.kind, ref.name, resolver.resolve(ref, src, imports, enclosing, local)))
     return edges
