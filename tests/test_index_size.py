@@ -1,5 +1,6 @@
 """The compact SQLite layout (schemas 5 and 6, issue 39): edges as integers, a contentless lexical index, units' texts
 read from their file's. Whatever was updated incrementally reads exactly as a fresh index of the same tree."""
+
 from __future__ import annotations
 
 import os
@@ -13,15 +14,17 @@ from repoctx import Index, Settings
 BASE = {
     "pkg/__init__.py": "",
     "pkg/models.py": (
-        "class Base:\n    \"\"\"The base of every model.\"\"\"\n\n"
+        'class Base:\n    """The base of every model."""\n\n'
         "    def save(self):\n        return self.validate()\n\n"
         "    def validate(self):\n        return True\n\n\n"
         "class Model(Base):\n    def save(self):\n        return super().save()\n\n    def clean(self):\n"
-        "        return self.validate()\n"),
+        "        return self.validate()\n"
+    ),
     "pkg/views.py": (
         "from pkg.models import Model\n\n\n"
         "def render(request):\n    m = Model()\n    m.save()\n    return m.clean()\n\n\n"
-        "def helper():\n    return render(None)\n"),
+        "def helper():\n    return render(None)\n"
+    ),
     "pkg/util.py": "def slugify(text):\n    return text.lower().replace(' ', '-')\n",
     "docs/guide.md": "# Guide\n\nSave a model with save(); validate it first.\n\n## Rendering\n\nrender() the view.\n",
 }
@@ -32,12 +35,16 @@ def _state(ix: Index) -> dict:
     caps = st.all_capsules(sc)
     ids = [c.id for c in caps]
     vocab = sorted(st.db.execute("SELECT term, doc, cnt FROM fts_vocab").fetchall())
-    return {"capsules": [(c.id, c.kind, c.qualname, c.start_line, c.end_line, c.text, c.docstring, c.parent)
-                         for c in caps],
-            "edges": st.all_edges(sc), "counts": st.counts(sc), "vocab": vocab,
-            "from": sorted(map(repr, st.edges_from(ids, (), sc))), "to": sorted(map(repr, st.edges_to(ids, (), sc))),
-            "lexical": [st.lexical(q.split(), 10, sc) for q in ("save model", "render", "validate", "slugify text")],
-            "fts_rows": st.db.execute("SELECT count(*) FROM fts").fetchone()[0]}
+    return {
+        "capsules": [(c.id, c.kind, c.qualname, c.start_line, c.end_line, c.text, c.docstring, c.parent) for c in caps],
+        "edges": st.all_edges(sc),
+        "counts": st.counts(sc),
+        "vocab": vocab,
+        "from": sorted(map(repr, st.edges_from(ids, (), sc))),
+        "to": sorted(map(repr, st.edges_to(ids, (), sc))),
+        "lexical": [st.lexical(q.split(), 10, sc) for q in ("save model", "render", "validate", "slugify text")],
+        "fts_rows": st.db.execute("SELECT count(*) FROM fts").fetchone()[0],
+    }
 
 
 def _fresh(tmp_path, root, name) -> dict:
@@ -82,11 +89,13 @@ def test_incremental_updates_read_as_a_fresh_index(tmp_path):
         ix.update()
         assert _state(ix) == _fresh(tmp_path, root, "fresh0")
         # a method renamed, a class's bases changed, a file deleted, one added, one left alone but touched
-        (root / "pkg" / "models.py").write_text(BASE["pkg/models.py"].replace("def clean", "def tidy")
-                                                .replace("class Model(Base)", "class Model"))
+        (root / "pkg" / "models.py").write_text(
+            BASE["pkg/models.py"].replace("def clean", "def tidy").replace("class Model(Base)", "class Model")
+        )
         (root / "pkg" / "util.py").unlink()
-        write_tree(root, {"pkg/forms.py": "from pkg.util import slugify\n\n\n"
-                                          "def clean(form):\n    return slugify(form)\n"})
+        write_tree(
+            root, {"pkg/forms.py": "from pkg.util import slugify\n\n\ndef clean(form):\n    return slugify(form)\n"}
+        )
         os.utime(root / "pkg" / "views.py")
         report = ix.update()
         assert report.changed and report.deleted == ["pkg/util.py"]
@@ -193,22 +202,53 @@ def test_what_a_row_can_say_is_not_stored_twice(tmp_path):
         db.close()
 
         odd = [
-            Capsule(id="elsewhere#x", path="odd.py", language="python", kind="function", name="x", qualname="x",
-                    signature="def x()", start_line=1, end_line=2, text="def x():\n    pass\n", content_hash="h1",
-                    params=["a"], decorators=["@d"], parent="repo:other.py#Holder"),
-            Capsule(id="repo:odd.py#y.2", path="odd.py", language="python", kind="function", name="y", qualname="y",
-                    signature="def y()", start_line=3, end_line=4, text="def y():\n    pass\n", content_hash="h2",
-                    parent="repo:odd.py#"),
+            Capsule(
+                id="elsewhere#x",
+                path="odd.py",
+                language="python",
+                kind="function",
+                name="x",
+                qualname="x",
+                signature="def x()",
+                start_line=1,
+                end_line=2,
+                text="def x():\n    pass\n",
+                content_hash="h1",
+                params=["a"],
+                decorators=["@d"],
+                parent="repo:other.py#Holder",
+            ),
+            Capsule(
+                id="repo:odd.py#y.2",
+                path="odd.py",
+                language="python",
+                kind="function",
+                name="y",
+                qualname="y",
+                signature="def y()",
+                start_line=3,
+                end_line=4,
+                text="def y():\n    pass\n",
+                content_hash="h2",
+                parent="repo:odd.py#",
+            ),
         ]
         w = ix.store.writer("repo")
         with w.transaction():
-            w.put_file(FileRecord("odd.py", "python", 1, 1, "h", "odd", {}, "tree-sitter"), odd, {},
-                       "def x():\n    pass\ndef y():\n    pass\n")
+            w.put_file(
+                FileRecord("odd.py", "python", 1, 1, "h", "odd", {}, "tree-sitter"),
+                odd,
+                {},
+                "def x():\n    pass\ndef y():\n    pass\n",
+            )
         got = ix.store.file_capsules("repo", "odd.py", ix.scope())
         assert [(c.id, c.parent, c.params, c.decorators, c.text) for c in got] == [
-            (c.id, c.parent, c.params, c.decorators, c.text) for c in odd]
+            (c.id, c.parent, c.params, c.decorators, c.text) for c in odd
+        ]
         assert [c.id for c in ix.store.capsules(["repo:odd.py#y.2", "elsewhere#x"], ix.scope())] == [
-            "repo:odd.py#y.2", "elsewhere#x"]
+            "repo:odd.py#y.2",
+            "elsewhere#x",
+        ]
         assert w.cands_by_name("x")[0] == ("elsewhere#x", "odd.py", "x", "function", "odd")
     finally:
         ix.close()
@@ -243,7 +283,11 @@ def test_an_index_of_schema_6_is_rebuilt_never_read(tmp_path):
         assert ix.store.db.execute("PRAGMA freelist_count").fetchone()[0] == 0  # the old tables' pages given back
         assert ix.update().capsules_written > 0
         assert [(m["path"], m["line"]) for m in ix.grep("validate")["matches"]] == [
-            ("docs/guide.md", 3), ("pkg/models.py", 5), ("pkg/models.py", 7), ("pkg/models.py", 16)]
+            ("docs/guide.md", 3),
+            ("pkg/models.py", 5),
+            ("pkg/models.py", 7),
+            ("pkg/models.py", 16),
+        ]
         assert _state(ix) == _fresh(tmp_path, root, "fresh")
     finally:
         ix.close()
@@ -316,23 +360,54 @@ def test_signatures_docstrings_and_parents_kept_as_positions_read_back_whole(tmp
         save = ix.store.capsules(["repo:pkg/models.py#Model.save"], ix.scope())[0]
         assert (save.signature, save.parent) == ("def save(self)", "repo:pkg/models.py#Model")
 
-        text = "def joined(a,\n           b):  # why\n    \"\"\"Says so.\"\"\"\n    return a\n"
-        unit = Capsule(id="repo:odd.py#joined", path="odd.py", language="cython", kind="function", name="joined",
-                       qualname="joined", signature="def joined(a, b): # why", docstring="Says so.", start_line=1,
-                       end_line=4, text=text, content_hash="h1", parent="repo:odd.py#Outer.inner")
+        text = 'def joined(a,\n           b):  # why\n    """Says so."""\n    return a\n'
+        unit = Capsule(
+            id="repo:odd.py#joined",
+            path="odd.py",
+            language="cython",
+            kind="function",
+            name="joined",
+            qualname="joined",
+            signature="def joined(a, b): # why",
+            docstring="Says so.",
+            start_line=1,
+            end_line=4,
+            text=text,
+            content_hash="h1",
+            parent="repo:odd.py#Outer.inner",
+        )
         w = ix.store.writer("repo")
         with w.transaction():
             w.put_file(FileRecord("odd.py", "python", 1, 1, "h", "odd", {}, "tree-sitter"), [unit], {}, text)
-        for got in (ix.store.file_capsules("repo", "odd.py", ix.scope())[0],
-                    ix.store.capsules([unit.id], ix.scope())[0], ix.store.by_names(["joined"], ix.scope())[0]):
+        for got in (
+            ix.store.file_capsules("repo", "odd.py", ix.scope())[0],
+            ix.store.capsules([unit.id], ix.scope())[0],
+            ix.store.by_names(["joined"], ix.scope())[0],
+        ):
             assert (got.signature, got.docstring, got.parent, got.text, got.language, got.kind) == (
-                unit.signature, unit.docstring, unit.parent, unit.text, "cython", "function")  # not its file's
+                unit.signature,
+                unit.docstring,
+                unit.parent,
+                unit.text,
+                "cython",
+                "function",
+            )  # not its file's
         rows, _ = w.embed_rows("probe-model")
         assert [(r.signature, r.docstring) for r in rows if r.id == unit.id] == [(unit.signature, unit.docstring)]
         assert ix.store.lexical(["says"], 5, ix.scope())[0][0] == unit.id  # the docstring column, from its position
-        macro = Capsule(id="repo:m.c#SWAP", path="m.c", language="c", kind="macro", name="SWAP", qualname="SWAP",
-                        signature="#define SWAP", start_line=1, end_line=1, text="#define SWAP(a, b)\n",
-                        content_hash="h")
+        macro = Capsule(
+            id="repo:m.c#SWAP",
+            path="m.c",
+            language="c",
+            kind="macro",
+            name="SWAP",
+            qualname="SWAP",
+            signature="#define SWAP",
+            start_line=1,
+            end_line=1,
+            text="#define SWAP(a, b)\n",
+            content_hash="h",
+        )
         with w.transaction():  # a kind the store has no number for is kept by its name
             w.put_file(FileRecord("m.c", "c", 1, 1, "h", "m", {}, "tree-sitter"), [macro], {}, macro.text)
         assert [c.kind for c in ix.store.file_capsules("repo", "m.c", ix.scope())] == ["macro"]
@@ -377,8 +452,11 @@ def test_units_by_name_and_qualname_are_found_by_their_hash_indexes(tmp_path):
             w = st.writer(ix.repo)
             cands = w.cands_by_name("render")
             module = w.module_cand("pkg.views")
-        assert [c.id for c in got] == ["repo:pkg/models.py#Base.save", "repo:pkg/models.py#Model.clean",
-                                       "repo:pkg/models.py#Model.save"]
+        assert [c.id for c in got] == [
+            "repo:pkg/models.py#Base.save",
+            "repo:pkg/models.py#Model.clean",
+            "repo:pkg/models.py#Model.save",
+        ]
         assert counts == {"save": 2, "validate": 1, "render": 1}
         assert [c[0] for c in cands] == ["repo:pkg/views.py#render"] and module[0] == "repo:pkg/views.py#pkg.views"
         lookups = [q for q in seen if "nh" in q or "qh" in q]
@@ -386,4 +464,44 @@ def test_units_by_name_and_qualname_are_found_by_their_hash_indexes(tmp_path):
         for q in lookups:
             plan = _plan(db, q)
             assert "SCAN" not in plan.replace("SCAN CONSTANT", "") and (
-                "capsules_name" in plan or "capsules_qualname" in plan), (q, plan)
+                "capsules_name" in plan or "capsules_qualname" in plan
+            ), (q, plan)
+
+
+def test_the_first_edges_are_indexed_at_commit_and_a_failed_write_keeps_the_indexes(tmp_path, monkeypatch):
+    """A transaction that writes a file's first edges drops the edges' indexes and builds them once at its end; an
+    update that fails after its edges were written rolls the drop back with the rest, and the next one indexes."""
+    import pytest
+
+    import repoctx.indexer as indexer
+
+    def indexes(db) -> set[str]:
+        return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'edges' AND type = 'index'")}
+
+    root = write_tree(tmp_path / "repo", BASE)
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        real = indexer._write_meta
+        dropped: list[set[str]] = []
+
+        def fail(store, *args):
+            dropped.append(indexes(store.db))  # what the writing transaction sees: its edges, no indexes yet
+            raise RuntimeError("interrupted after the edges")
+
+        monkeypatch.setattr(indexer, "_write_meta", fail)
+        with pytest.raises(RuntimeError):
+            ix.update()
+        assert dropped == [set()]
+        db = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
+        assert indexes(db) == {"edges_dst", "edges_name"}
+        assert db.execute("SELECT count(*) FROM edges").fetchone()[0] == 0
+
+        monkeypatch.setattr(indexer, "_write_meta", real)
+        ix.update()
+        assert indexes(db) == {"edges_dst", "edges_name"}
+        assert db.execute("SELECT count(*) FROM edges").fetchone()[0] > 0
+        assert "edges_dst" in _plan(db, "SELECT src FROM edges WHERE dst IN (?)")
+        assert "edges_name" in _plan(db, "SELECT src FROM edges WHERE name IN (?)")
+        db.close()
+    finally:
+        ix.close()
