@@ -50,6 +50,8 @@ import sys
 import time
 from pathlib import Path
 
+from scale_search import QUERIES as TEAM_QUERIES  # bench/ is the script's folder: on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "growth.md"
 PY = sys.executable
@@ -86,40 +88,10 @@ WARMUP: list[str] = [
     "build the documentation",
 ]
 
-# code questions and identifiers over these trees and their kind (fixed order, no repeats)
+# code questions and identifiers over these trees and their kind (fixed order, no repeats): the team's first
+# 31 questions of bench/scale_search.py, then questions and names of these trees
 QUERIES: list[str] = [
-    # questions
-    "how are incoming HTTP requests routed to a view function",
-    "where is the session cookie signed and verified",
-    "parse command line arguments and print help",
-    "retry a failed network request with exponential backoff",
-    "render a template with a context dictionary",
-    "how does the application load its configuration from environment variables",
-    "where are database migrations applied",
-    "escape HTML in user supplied strings",
-    "register a callback for a signal or event",
-    "how is a connection pool created and reused",
-    "read a file in chunks and stream the response",
-    "validate an email address",
-    "where is the logging handler configured",
-    "serialize an object to JSON with custom encoder",
-    "compute the hash of a password and check it",
-    "how are exceptions converted to HTTP error responses",
-    "lazy import of an optional dependency",
-    "timeout for a socket connection",
-    "parse a date string into a datetime with timezone",
-    "cache the result of an expensive function call",
-    "how are plugins discovered through entry points",
-    "build a SQL query with joins and filters",
-    "upload a file with multipart form data",
-    "verify a TLS certificate against a hostname",
-    "compute a matrix determinant",
-    "run a subprocess and capture its output",
-    "where is the test fixture for a temporary directory",
-    "tokenize source code into tokens",
-    "convert a string to title case without breaking words",
-    "walk a directory tree and filter files by pattern",
-    "schedule a periodic task",
+    *TEAM_QUERIES[:31],
     "format a number with thousands separators for a locale",
     "merge two dictionaries recursively",
     "how is authentication with an API token handled",
