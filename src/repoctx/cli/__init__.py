@@ -12,7 +12,6 @@ import re
 import sqlite3
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
@@ -25,7 +24,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import typer
 
 from repoctx.config import ConfigError, Settings, remember_settings, resolve_settings
-from repoctx.store.base import EVERYTHING, IndexBusy, SchemaMismatch, StoreError
+from repoctx.store.base import IndexBusy, SchemaMismatch, StoreError
 
 if TYPE_CHECKING:  # imported by each command that opens an index: `repoctx search` loads its model first
     from repoctx.index import Index
@@ -349,7 +348,7 @@ def index(
         out["vectors"] = emb.to_dict() if emb else ix.vectors_status()
         print(json.dumps(out))
         return
-    counts = _repo_counts(ix)
+    counts = ix.store.counts(ix.scope())
     if not report.changed and report.previous_change:  # e.g. an MCP server's background refresh got there first
         from repoctx.indexer import describe_no_change
 
@@ -389,17 +388,6 @@ def _say(text: str, highlight: bool = True, *, stderr: bool = False) -> None:
         print(text, file=sys.stderr if stderr else sys.stdout)
     else:
         (err if stderr else console).print(text, highlight=highlight)
-
-
-def _repo_counts(ix: Index) -> dict[str, int]:
-    """The counts of the repository ``ix`` indexes. When the store holds no other, those of the whole store: the
-    same numbers without joining every edge to its unit to learn its repository (Django: ~0.1 s a count)."""
-    scope = ix.scope()
-    if scope.repos == (ix.repo,) and replace(scope, repos=()).unrestricted:
-        names = getattr(ix.store, "repo_names", None)
-        if set(names() if names is not None else (r.name for r in ix.store.repos())) == {ix.repo}:
-            return ix.store.counts(EVERYTHING)
-    return ix.store.counts(scope)
 
 
 @app.command()

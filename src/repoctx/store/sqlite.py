@@ -597,6 +597,8 @@ class SQLiteStore(MemoryReads):
         ]
 
     def counts(self, scope: Scope = EVERYTHING) -> dict[str, int]:
+        if self._admits_whole_file(scope):  # the same numbers without joining every edge to its unit (Django: ~0.1 s)
+            scope = EVERYTHING
         where, args = self._scope(scope)
         fwhere, fargs = self._scope(scope, "f")
         ewhere, eargs = self._scope(scope, "s")  # an edge is where its source unit is
