@@ -876,10 +876,9 @@ class Index:
 
 def _dense_texts(query: str, opts: SearchOptions) -> list[str]:
     """What a standard search embeds: the question, and a report's title line when it is searched alone."""
-    from repoctx.retrieve.hybrid import SUMMARY_WEIGHT
-    from repoctx.retrieve.query import summary_line
+    from repoctx.retrieve.hybrid import searched_summary
 
-    summary = summary_line(query) if opts.weights.get("summary", SUMMARY_WEIGHT) else ""
+    summary = searched_summary(query, opts)
     return [query, summary] if summary else [query]
 
 

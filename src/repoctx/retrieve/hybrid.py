@@ -196,6 +196,11 @@ def _unit_kind(path: str, language: str, qualname: str) -> tuple[bool, bool]:
     return test, language in DOC_LANGUAGES or _declarations_or_examples(path)
 
 
+def searched_summary(query: str, opts: SearchOptions) -> str:
+    """A report's title line when the search also ranks it alone (its weight not 0), else ""."""
+    return (summary_line(query) or "") if opts.weights.get("summary", SUMMARY_WEIGHT) else ""
+
+
 def search(
     store,
     query: str,
@@ -235,11 +240,11 @@ def _search(
 
     # every signal that needs no vector is read first: the question's vector may still be on its way (a one-shot
     # search embeds it in a thread meanwhile). They are added in a fixed order, whatever order they were read in
-    summary, w = summary_line(query), opts.weights.get("summary", SUMMARY_WEIGHT)
+    summary, w = searched_summary(query, opts), opts.weights.get("summary", SUMMARY_WEIGHT)
     lexical = summary_lexical = None
     if opts.lexical:
         lexical = store.lexical(query_terms(store, query, opts.max_terms, scope), opts.pool, scope)
-        if summary and w:
+        if summary:
             # a long report's title: its words are few and often common, so the rarest-terms cut of the whole
             # text drops them and its vector is diluted; the title searched alone is one more ranked signal
             summary_lexical = store.lexical(query_terms(store, summary, opts.max_terms, scope), opts.pool, scope)
@@ -248,7 +253,7 @@ def _search(
         add_rank("lexical", lexical, opts.weights.get("lexical", 1.0))
     if opts.dense and dense_index is not None:
         add_rank("dense", dense_index.search(query, opts.pool, scope), opts.weights.get("dense", 1.0))
-    if summary and w:
+    if summary:
         if summary_lexical is not None:
             add_rank("summary_lexical", summary_lexical, w)
         if opts.dense and dense_index is not None:
