@@ -320,9 +320,8 @@ def fill_vectors(
     state = writer.store.vector_state(writer.repo, model)
     if state.model and state.model != model:
         report.model_changed_from = state.model
-    got, whole = writer.embed_rows(model)
-    rows: list = got
-    del got
+    rows: list  # its items are let go below (None)
+    rows, whole = writer.embed_rows(model)
     n_rows = len(rows)
     texts: dict[str, str] = {}
     hashes: list[str] = []
