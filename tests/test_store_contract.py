@@ -13,6 +13,7 @@ import pytest
 from repoctx import Index, Settings
 from repoctx.retrieve.langchain import RepoctxRetriever
 from repoctx.store.base import Grant, Scope, StoreError, glob_regex
+from repoctx.types import UnitHead
 from tests.conftest import write_tree
 
 
@@ -167,6 +168,8 @@ def _everything_visible(ix: Index, scope: Scope, q: str) -> str:
     dense = ix.dense_index(scope)
     out.append(dense.search(q, 20, ix.scope(scope)) if dense else [])
     out.append(ix.store.lexical(q.lower().split(), 50, ix.scope(scope)))
+    every = [c.id for c in ix.store.all_capsules(ix.scope())]  # asked for every unit: the scope decides
+    out.append(list(ix.store.unit_heads(every, ix.scope(scope)).values()))
     for c in ix.find("checkout", scope) + ix.find("open_vault", scope):
         out.append([e.to_dict() for e in ix.callees(c.id, scope) + ix.callers(c.id, scope)])
     return json.dumps(out, default=str)
@@ -177,6 +180,17 @@ QUERIES = ["checkout", "vault", "open the vault", "vault key", "charge the card"
            "sum_lines", "open_vault", "VaultCheckout", "secret/vault.py", "who calls open_vault", "order total",
            "validate", "persist", "cart", "key", "signs", "lines", "Base.save", "what does checkout call",
            "where is the card charged", "vault_key", "Order"]
+
+
+def test_unit_heads_are_the_capsules_without_their_texts(backend, tmp_path):
+    """What a search asks of every candidate (store.unit_heads) is what the full read gives, under any scope."""
+    ix = index_repo(backend, write_tree(tmp_path / "shop", SHOP))
+    every = [c.id for c in ix.store.all_capsules(ix.scope())]
+    for scope in (Scope(), Scope(exclude=("secret/*",)), Scope(grants=(Grant("shop", include=("shop/*",)),))):
+        full = ix.store.capsules(every + ["shop:no/such.py#x"], ix.scope(scope))
+        heads = ix.store.unit_heads(every + ["shop:no/such.py#x"], ix.scope(scope))
+        assert heads == {c.id: UnitHead(c.id, c.path, c.language, c.kind, c.qualname) for c in full}
+    assert len(heads) < len(every) and ix.store.unit_heads([], ix.scope()) == {}
 
 
 def test_scope_is_applied_in_every_read(backend, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 CapsuleKind = Literal["function", "method", "class", "module", "window"]
 EdgeKind = Literal["calls", "imports", "inherits", "contains"]
@@ -46,6 +46,21 @@ class Capsule:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class UnitHead(NamedTuple):
+    """What a search asks of every candidate before it keeps one (kind filter, test and docs demotion): a unit
+    without its text, which is read only for the units a search returns (``Store.capsules``)."""
+
+    id: str
+    path: str
+    language: str
+    kind: str
+    qualname: str
+
+    @classmethod
+    def of(cls, c: Capsule) -> UnitHead:
+        return cls(c.id, c.path, c.language, c.kind, c.qualname)
 
 
 DEFS = ("function", "method")

@@ -15,7 +15,7 @@ from repoctx.retrieve.query import mentions, summary_line
 from repoctx.retrieve.router import reads_as_report
 from repoctx.store.base import EVERYTHING, Scope, split_id
 from repoctx.tokens import base_forms, code_tokens
-from repoctx.types import Capsule, FileHit, Hit
+from repoctx.types import Capsule, FileHit, Hit, UnitHead
 
 RRF_K = 60
 _TEST_PATH = re.compile(
@@ -179,11 +179,11 @@ def _declarations_or_examples(path: str) -> bool:
     return bool(_DECLARATIONS.search(path) or _EXAMPLES.search(path))
 
 
-def is_test_unit(c: Capsule) -> bool:
+def is_test_unit(c: Capsule | UnitHead) -> bool:
     return _unit_kind(c.path, c.language, c.qualname)[0]
 
 
-def is_doc_unit(c: Capsule) -> bool:
+def is_doc_unit(c: Capsule | UnitHead) -> bool:
     """Prose, declarations and examples: README/CHANGES windows, .rst/.txt pages, TypeScript .d.ts typings,
     code under examples/ (an example's ``AliasedGroup.resolve_command`` is not the project's)."""
     return _unit_kind(c.path, c.language, c.qualname)[1]
@@ -270,10 +270,12 @@ def _search(
 
     ids = list(dict.fromkeys(list(exact) + sorted(fused, key=lambda c: -fused[c])[: opts.pool]))
     demote_docs = opts.demote_docs and not _ASKS_FOR_DOCS.search(query)
-    caps = {c.id: c for c in store.capsules(ids, scope)}
+    # every candidate's kind and path now; the texts of the units returned only (a popular name's callers
+    # run to thousands of units, and reading a unit's text inflates its whole file)
+    heads = store.unit_heads(ids, scope)
     scored: dict[str, float] = {}
     for cid in ids:
-        c = caps.get(cid)
+        c = heads.get(cid)
         if c is None or (opts.kinds and c.kind not in opts.kinds):
             continue
         s = fused.get(cid, 0.0) + (1.0 + exact[cid] if cid in exact else 0.0)
@@ -287,13 +289,16 @@ def _search(
         scored[cid] = s
 
     if opts.graph and scored:
-        expand_graph(store, scored, caps, why, opts, scope)
+        expand_graph(store, scored, heads, why, opts, scope)
 
-    order = sorted(scored, key=lambda c: (-scored[c], c))  # every scored unit has its capsule in caps
+    order = sorted(scored, key=lambda c: (-scored[c], c))  # every scored unit has its head in heads
     if stats is not None:
         stats["candidates"] = len(order)
+    caps = {c.id: c for c in store.capsules(order[:limit], scope)}
     hits = []
     for cid in order[:limit]:
+        if cid not in caps:  # replaced by a reindex since its head was read
+            continue
         # the explanation is put together only for the hits returned
         explained = {
             signal: {"rank": rs[0], "score": round(float(rs[1]), 4)}
@@ -306,7 +311,7 @@ def _search(
 
 
 def expand_graph(
-    store, scored: dict[str, float], caps: dict[str, Capsule], why: dict, opts: SearchOptions, scope: Scope
+    store, scored: dict[str, float], heads: dict[str, UnitHead], why: dict, opts: SearchOptions, scope: Scope
 ) -> None:
     """Callers and callees of the top hits join with a decayed share of their seed's score."""
     seeds = sorted(scored, key=lambda c: -scored[c])[: opts.graph_seeds]
@@ -323,17 +328,15 @@ def expand_graph(
             s = scored[e.dst] * opts.graph_decay * 0.5
             if s > neighbours.get(e.src, (0, "", ""))[0]:
                 neighbours[e.src] = (s, e.dst, "caller" if e.kind == "calls" else "subclass")
-    missing = [cid for cid in neighbours if cid not in caps]
-    for c in store.capsules(missing, scope):
-        caps[c.id] = c
+    heads.update(store.unit_heads([cid for cid in neighbours if cid not in heads], scope))
     for cid, (s, seed, rel) in neighbours.items():
-        if cid not in caps or (opts.kinds and caps[cid].kind not in opts.kinds):
+        if cid not in heads or (opts.kinds and heads[cid].kind not in opts.kinds):
             continue
         bonus = s * 0.2 if cid in scored else s
         if cid in scored:
             scored[cid] += bonus
         else:
-            scored[cid] = bonus * (0.5 if opts.demote_tests and is_test_unit(caps[cid]) else 1.0)
+            scored[cid] = bonus * (0.5 if opts.demote_tests and is_test_unit(heads[cid]) else 1.0)
         why.setdefault(cid, {})["graph"] = {"from": seed, "relation": rel, "score": round(bonus, 5)}
 
 

@@ -44,8 +44,8 @@ from repoctx.store.base import (
     text_key,
 )
 from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
-from repoctx.store.sqlite import BM25_WEIGHTS
-from repoctx.types import Capsule, CapsuleKind, Edge
+from repoctx.store.sqlite import BM25_WEIGHTS, HEAD_COLS
+from repoctx.types import Capsule, CapsuleKind, Edge, UnitHead
 
 if TYPE_CHECKING:
     import psycopg
@@ -403,6 +403,16 @@ class PostgresStore(MemoryReads):
             )
         }
         return [out[i] for i in ids if i in out]
+
+    def unit_heads(self, ids: list[str], scope: Scope = EVERYTHING) -> dict[str, UnitHead]:
+        if not ids:
+            return {}
+        remembered = self._memory_capsules(ids, scope)
+        if remembered is not None:
+            return {c.id: UnitHead.of(c) for c in remembered}
+        where, args = self._scope(scope)
+        sql = f"SELECT {HEAD_COLS} FROM repoctx_capsules c WHERE c.id = ANY(%s) AND {where}"
+        return {r[0]: UnitHead(*r) for r in self._q(sql, [list(set(ids))] + args)}
 
     def all_capsules(self, scope: Scope = EVERYTHING) -> list[Capsule]:
         where, args = self._scope(scope)

@@ -39,7 +39,7 @@ from repoctx.store.base import (
 )
 from repoctx.store.faiss_index import HNSW_MIN_VECTORS, FaissIndex, Int8Matrix, quantize
 from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
-from repoctx.types import Capsule, Edge
+from repoctx.types import Capsule, Edge, UnitHead
 
 if TYPE_CHECKING:
     from repoctx.store.grep import GrepPlan
@@ -188,6 +188,7 @@ _COLS = (
     "c.id, c.repo, c.path, c.language, c.kind, c.name, c.qualname, c.signature, c.params, c.returns, "
     "c.docstring, c.decorators, c.start_line, c.end_line, c.text, c.content_hash, c.parent, c.tid, c.at, c.span"
 )
+HEAD_COLS = "c.id, c.path, c.language, c.kind, c.qualname"  # a UnitHead (both backends: their capsules views agree)
 _TEXT_AT = 14  # where _COLS has the text; the slice's three columns follow the row's 17 others
 _SLICED = (7, 10)  # where _COLS has the signature and the docstring (slice_code)
 
@@ -629,6 +630,20 @@ class SQLiteStore(MemoryReads):
             ):
                 out[r[0]] = row_to_capsule(r)
         return [out[i] for i in ids if i in out]
+
+    def unit_heads(self, ids: list[str], scope: Scope = EVERYTHING) -> dict[str, UnitHead]:
+        if not ids:
+            return {}
+        remembered = self._memory_capsules(ids, scope)
+        if remembered is not None:
+            return {c.id: UnitHead.of(c) for c in remembered}
+        where, args = self._scope(scope)
+        out: dict[str, UnitHead] = {}
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            by_id, id_args = _id_in(chunk, "c")
+            sql = f"SELECT {HEAD_COLS} FROM capsules c WHERE {by_id} AND {where}"
+            out.update((r[0], UnitHead(*r)) for r in self.db.execute(sql, id_args + args))
+        return out
 
     def all_capsules(self, scope: Scope = EVERYTHING) -> list[Capsule]:
         where, args = self._scope(scope)
