@@ -304,13 +304,15 @@ def fill_vectors(
     batch: int = 256,
     publish_every: float = 30.0,
     keep: bool = True,
+    changed: tuple[list[str], int] | None = None,
 ) -> EmbedReport:
     """Embed what the cache lacks for one repository and hand every vector the store needs to its sink.
     Units are embedded class by class in ``EMBED_ORDER`` (the project's code first); when a class is done, and
     every ``publish_every`` seconds of a long first fill, what is done so far is published so dense search
     already answers over it. Each batch is written to ``cache`` as it is embedded (a fill that is killed loses
     one batch); ``keep=False``: the cache forgets them again once the store holds the whole set (the store
-    is their cache from then on: an unchanged unit keeps its vector)."""
+    is their cache from then on: an unchanged unit keeps its vector). ``changed``: (the files an update rewrote or
+    removed, the generation it wrote), for a store that can patch its last set with those files' units alone."""
     from repoctx.providers.embedding import embed_text
 
     t0 = time.perf_counter()
@@ -321,7 +323,9 @@ def fill_vectors(
     if state.model and state.model != model:
         report.model_changed_from = state.model
     rows: list  # its items are let go below (None)
-    rows, whole = writer.embed_rows(model)
+    patch_rows = getattr(writer, "patch_rows", None)
+    got = patch_rows(model, *changed) if changed is not None and patch_rows is not None else None
+    rows, whole = (got, True) if got is not None else writer.embed_rows(model)
     n_rows = len(rows)
     texts: dict[str, str] = {}
     hashes: list[str] = []
