@@ -1503,7 +1503,7 @@ class SQLiteRepoWriter:
         from repoctx.providers.embedding import EMBED_TEXT_VERSION
 
         self._carry = None
-        if generation < 1 or self.meta("generation") != str(generation):
+        if generation < 1 or len(paths) > PATCH_MAX_FILES or self.meta("generation") != str(generation):
             return None
         stored = self.store.faiss_for(self.repo).patchable(model, EMBED_TEXT_VERSION, str(generation - 1))
         if stored is None:
@@ -1516,17 +1516,19 @@ class SQLiteRepoWriter:
                 [self.repo, path, *EMBED_KINDS],
             ):
                 units[cid] = hash_text(h) or ""
-        prefix = self.repo + ":"
+        # every id of those files' units starts so (``repo:path#qualname``): a scan in C, then a look at each hit
+        starts = tuple(f"{self.repo}:{path}#" for path in wanted)
         kept: set[str] = set()
         hidden: list[int] = []  # stored positions of those files' units that are gone or changed
         maybe: dict[str, int] = {}  # gone from those files, by the id's look: unless another file has the id
-        for i, cid in enumerate(stored.ids):
+        for i in [i for i, cid in enumerate(stored.ids) if cid.startswith(starts)]:
+            cid = stored.ids[i]
             if cid in units:
                 if stored.hashes[i] and stored.hashes[i] == units[cid] and cid not in kept:
                     kept.add(cid)
                 else:
                     hidden.append(i)
-            elif cid.startswith(prefix) and _of_paths(cid, len(prefix), wanted):
+            else:
                 maybe[cid] = i
         for chunk in _chunks(list(maybe)):  # a path with '#' in it can look like another's id: ask the store
             by_id, id_args = _id_in(chunk)
@@ -1564,14 +1566,9 @@ class SQLiteRepoWriter:
         return sink
 
 
-def _of_paths(cid: str, start: int, paths: set[str]) -> bool:
-    """Is ``cid`` (``repo:path#qualname``, the path from ``start``) the id of a unit of one of ``paths``?"""
-    at = cid.find("#", start)
-    while at >= 0:
-        if cid[start:at] in paths:
-            return True
-        at = cid.find("#", at + 1)
-    return False
+# past this many files an update's units are read as every unit's are (``embed_rows``): the scan of the stored ids for
+# theirs grows with their number
+PATCH_MAX_FILES = 256
 
 
 @dataclass
