@@ -244,11 +244,14 @@ class Index:
         update before rewrote or removed and the generation it wrote (``fill_vectors``)."""
         writer = self.store.writer(self.repo)
         model = self.embedder.model_id
-        if self.store.vector_state(self.repo, model).current:
+        current = getattr(self.store, "vectors_current", None) or (
+            lambda repo, model: self.store.vector_state(repo, model).current
+        )
+        if current(self.repo, model):
             return None
         try:
             with writer.lock("vectors", wait=True):
-                if self.store.vector_state(self.repo, model).current:
+                if current(self.repo, model):
                     return None
                 cache = VectorCache(self.settings.vector_cache)
                 try:

@@ -319,13 +319,16 @@ def fill_vectors(
     model = embedder.model_id
     max_len = getattr(embedder, "max_length", 256)
     report = EmbedReport(model=model)
-    state = writer.store.vector_state(writer.repo, model)
-    if state.model and state.model != model:
-        report.model_changed_from = state.model
     rows: list  # its items are let go below (None)
     patch_rows = getattr(writer, "patch_rows", None)
     got = patch_rows(model, *changed) if changed is not None and patch_rows is not None else None
-    rows, whole = (got, True) if got is not None else writer.embed_rows(model)
+    if got is not None:  # a patch of this model's set
+        rows, whole = got, True
+    else:
+        state = writer.store.vector_state(writer.repo, model)
+        if state.model and state.model != model:
+            report.model_changed_from = state.model
+        rows, whole = writer.embed_rows(model)
     n_rows = len(rows)
     texts: dict[str, str] = {}
     hashes: list[str] = []
