@@ -377,6 +377,9 @@ def fill_vectors(
                     del have[h]
             sink.add([ids[i] for i in part], matrix)
 
+    # a fill of one batch that the cache would forget at its end is not written to it at all (a kill loses that one
+    # batch either way): a one-file edit's write, vacuum and checkpoint of the cache for one vector
+    spill = keep or len(todo) > batch
     reserve = getattr(sink, "reserve", None)
     if reserve is not None:
         reserve(len(hashes))
@@ -392,7 +395,10 @@ def fill_vectors(
         for start in range(0, len(todo), batch):
             chunk = todo[start : start + batch]
             vecs = np.asarray(embedder.encode([texts.pop(h) for h in chunk]), dtype=np.float32)  # texts let go
-            cache.put_many(model, list(zip(chunk, vecs, strict=True)))  # committed per batch: a kill loses one batch
+            if spill:
+                cache.put_many(
+                    model, list(zip(chunk, vecs, strict=True))
+                )  # committed per batch: a kill loses one batch
             for h, v in zip(chunk, vecs, strict=True):
                 have[h] = v
             hand_over(set(chunk))
@@ -420,7 +426,7 @@ def fill_vectors(
             publish(n_rows)
         raise
     sink.finish()
-    if not keep:
+    if spill and not keep:
         cache.forget(model, todo)
     if todo:  # the last class is searchable once the whole set is
         report.ready_s[EMBED_ORDER[rank[todo[-1]]]] = time.perf_counter() - t0
