@@ -497,3 +497,28 @@ def test_a_key_whose_grants_name_repositories_reads_only_those(tmp_path):
     assert all(h.capsule.path.startswith("billing/") for h in hits)
     assert {h.capsule.id for h in hits} == {h.capsule.id for h in reader.search(
         "render invoice", k=5, scope=Scope(repos=("shop",), grants=granted.grants))}
+
+
+def test_opening_the_vector_cache_writes_nothing(tmp_path):
+    """A new cache gives pages back (auto_vacuum incremental); opening one again to read it writes nothing (setting
+    the pragma again did: a write and a checkpoint on every open)."""
+    import sqlite3
+
+    from repoctx.vectors import VectorCache
+
+    path = tmp_path / "vectors.sqlite"
+    cache = VectorCache(path)
+    cache.put_many("m", [("ab" * 16, np.ones(4, dtype=np.float32))])
+    cache.close()
+    before = path.read_bytes()
+    again = VectorCache(path)
+    assert list(again.get_many("m", ["ab" * 16])) == ["ab" * 16]
+    wal = path.with_name(path.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    again.close()
+    assert path.read_bytes() == before
+    assert sqlite3.connect(path).execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+    old = tmp_path / "old.sqlite"  # a cache made before auto_vacuum was set keeps its free pages for reuse
+    sqlite3.connect(old).execute("CREATE TABLE t(x)").connection.close()
+    VectorCache(old).close()
+    assert sqlite3.connect(old).execute("PRAGMA auto_vacuum").fetchone()[0] == 0

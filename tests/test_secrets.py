@@ -3,6 +3,7 @@
 The fixture under tests/fixtures/secrets/ holds FORMS below: fake but real-looking credentials in the
 shapes they take in repositories. Each value carries a unique marker, so a leak anywhere is a substring.
 """
+
 from __future__ import annotations
 
 import base64
@@ -71,7 +72,11 @@ FORMS = [
     ("deploy/pypirc.cfg", ".pypirc PyPI token", "PypircTokenLeak"),
     ("deploy/pypirc.cfg", ".pypirc plain password", "PypircPlainPwLeak66"),
     ("docker/config.json", "docker config.json auth (Docker Hub)", _b64("dockeruser:DockerAuthLeak77")),
-    ("docker/config.json", "docker config.json auth (ghcr, token inside)", _b64("ghuser:ghp_DockerGhcrTokenLeak0123456789abcdef")),
+    (
+        "docker/config.json",
+        "docker config.json auth (ghcr, token inside)",
+        _b64("ghuser:ghp_DockerGhcrTokenLeak0123456789abcdef"),
+    ),
     ("k8s/db-secret.yaml", "Kubernetes Secret data (base64 password)", _b64("K8sDataPassLeak88")),
     ("k8s/db-secret.yaml", "Kubernetes Secret data (base64 PEM key)", _value_after("k8s/db-secret.yaml", "tls.key")),
     ("k8s/db-secret.yaml", "Kubernetes Secret stringData", "K8sStringDataTokenLeak99"),
@@ -190,8 +195,10 @@ def test_capsules_search_and_embed_texts_clean(indexed):
         blob = json.dumps([h.to_dict() for h in hits], default=str)
         assert not _leaks(blob), (q, _leaks(blob))
     # what the redaction hid is still findable by its key name
-    assert any("YamlPlainPassword" not in h.capsule.text and h.capsule.path == "config/app.yaml"
-               for h in ix.search("database password", k=50))
+    assert any(
+        "YamlPlainPassword" not in h.capsule.text and h.capsule.path == "config/app.yaml"
+        for h in ix.search("database password", k=50)
+    )
 
 
 def test_embed_text_clean(indexed):
@@ -231,8 +238,12 @@ def test_normal_code_not_redacted(indexed):
     _, _, ix, report = indexed
     assert "app/normal_code.py" not in report.redacted
     text = " ".join(c.text for c in ix.store.all_capsules() if c.path == "app/normal_code.py")
-    for s in ("password_validator = password_validator or PasswordValidator()", "token = next_token()",
-              "secret_key = get_secret_key()", 'f"postgres://{user}:{password}@{host}/app"'):
+    for s in (
+        "password_validator = password_validator or PasswordValidator()",
+        "token = next_token()",
+        "secret_key = get_secret_key()",
+        'f"postgres://{user}:{password}@{host}/app"',
+    ):
         assert s in text
     assert "[REDACTED]" not in text
 
@@ -255,3 +266,42 @@ def test_redact_leaves_a_large_clean_text_as_it_is():
     text = (FIXTURE / "app/normal_code.py").read_text() * 200
     out, n = redact(text)
     assert n == 0 and out == text
+
+
+def test_the_engine_runs_detect_secrets_default_plugins_without_importing_requests():
+    """The engine imports detect-secrets with ``requests`` deferred (it is only for verifying a secret online):
+    the plugin classes are still every one detect-secrets loads by default, and a later ``import requests``
+    anywhere gets the real module, which detect-secrets' own verification then uses."""
+    import subprocess
+    import sys
+
+    probe = """
+import json, sys
+from repoctx.ingest import secrets
+found = secrets.find_secrets('password = "hunter2xyzQ"', "a.py")
+ours = sorted(p.plugin.__class__.__name__ for p in secrets._get_engine().plugins)
+deferred = "requests" in sys.modules
+from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+from detect_secrets.settings import default_settings
+with default_settings() as settings:
+    default = sorted(settings.plugins)
+loaded = sorted(c.__name__ for c in get_mapping_from_secret_type_to_class().values())
+import requests
+import detect_secrets.plugins.base as base
+print(json.dumps({"found": len(found), "deferred": deferred, "ours": ours, "default": default, "loaded": loaded,
+                  "real_after": base.requests.RequestException is requests.RequestException,
+                  "module": requests.__name__ == "requests" and hasattr(requests, "Session")}))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout)
+    assert got["found"] == 1 and got["deferred"] is False
+    assert got["loaded"] == got["default"]  # the classes the engine picks from: detect-secrets' default set
+    left_out = {
+        "Base64HighEntropyString",
+        "HexHighEntropyString",
+        "IPPublicDetector",
+        "KeywordDetector",
+        "PrivateKeyDetector",
+    }  # entropy and IP by design (module docstring); the last two have own steps
+    assert sorted(set(got["default"]) - left_out) == got["ours"]
+    assert got["real_after"] and got["module"]

@@ -217,11 +217,13 @@ class Index:
         self._names = None
         report.notes += notes
         if embed and self.embedder is not None:
+            # what this update changed, when it moved the generation (else the set may lack another's changes)
+            changed = (report.written, report.generation) if report.changed and report.generation else None
             if background:
-                self._bg = threading.Thread(target=self._fill, args=(progress,), daemon=True)
+                self._bg = threading.Thread(target=self._fill, args=(progress, changed), daemon=True)
                 self._bg.start()
             else:
-                self._fill(progress)
+                self._fill(progress, changed)
         return report
 
     @property
@@ -235,20 +237,26 @@ class Index:
         self._embedder = get_embedder(self.settings.embedder)
         return self._embedder
 
-    def _fill(self, progress: ProgressFn | None = None) -> EmbedReport | None:
-        """Embed what the content-hash cache lacks and hand the vectors to the store."""
+    def _fill(
+        self, progress: ProgressFn | None = None, changed: tuple[list[str], int] | None = None
+    ) -> EmbedReport | None:
+        """Embed what the content-hash cache lacks and hand the vectors to the store. ``changed``: the files the
+        update before rewrote or removed and the generation it wrote (``fill_vectors``)."""
         writer = self.store.writer(self.repo)
         model = self.embedder.model_id
-        if self.store.vector_state(self.repo, model).current:
+        current = getattr(self.store, "vectors_current", None) or (
+            lambda repo, model: self.store.vector_state(repo, model).current
+        )
+        if current(self.repo, model):
             return None
         try:
             with writer.lock("vectors", wait=True):
-                if self.store.vector_state(self.repo, model).current:
+                if current(self.repo, model):
                     return None
                 cache = VectorCache(self.settings.vector_cache)
                 try:
                     self.last_embed = fill_vectors(
-                        writer, self.embedder, cache, progress, keep=self.settings.cache_vectors
+                        writer, self.embedder, cache, progress, keep=self.settings.cache_vectors, changed=changed
                     )
                 finally:
                     cache.close()  # its log folded in now: a process may end without finalisers (cli._Commands)

@@ -65,6 +65,10 @@ class UpdateReport:
     # an update that changed nothing: the store's record of the last one that did (``last_change``), which
     # may have been another process's (an MCP server's or the service's background refresh)
     previous_change: dict | None = None
+    # for the vector fill, not the report: the files whose units this update rewrote or removed, and the
+    # repository's generation it wrote (``vectors.fill_vectors`` patches the last set with those files' units)
+    written: list[str] = field(default_factory=list)
+    generation: int | None = None
 
     @property
     def changed(self) -> bool:
@@ -72,6 +76,7 @@ class UpdateReport:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        del d["written"], d["generation"]
         d["skipped"] = [{"path": p, "reason": r} for p, r in self.skipped]
         return d
 
@@ -631,6 +636,7 @@ def update_index(
                 store, resolver, names, gone, {sf.path for sf, _, _ in parsed} | set(deleted)
             )
         _write_meta(store, report, by)
+        report.written = sorted(changed_paths)
     if not report.changed:
         report.previous_change = last_change(store)
     report.skipped = walk_report.skipped
@@ -749,7 +755,8 @@ def _write_meta(store: RepoWriter, report: UpdateReport, by: str = "index update
     store.set_meta("complete", "1")
     store.set_meta("tokenizer", TOKENIZER_VERSION)
     store.set_meta("parser", PARSER_VERSION)
-    store.set_meta("generation", str(int(store.meta("generation") or 0) + (1 if report.changed else 0)))
+    report.generation = int(store.meta("generation") or 0) + (1 if report.changed else 0)
+    store.set_meta("generation", str(report.generation))
 
 
 def _finish_meta_if_needed(store: RepoWriter, report: UpdateReport) -> None:

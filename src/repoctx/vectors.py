@@ -31,8 +31,11 @@ class VectorCache:
         self.path = Path(path) if path else default_cache_dir() / "vectors.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None, check_same_thread=False)
-        # a new file gives back the pages of vectors it forgets (``forget``); a file made before keeps them for reuse
-        self.db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        # a new file gives back the pages of vectors it forgets (``forget``); a file made before keeps them for reuse.
+        # Set on a new file only: on one with tables it changes nothing, yet writes (every open paid a write and
+        # a checkpoint on close, ~25 ms of a one-file update or a one-shot search)
+        if self.db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None:
+            self.db.execute("PRAGMA auto_vacuum=INCREMENTAL")
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("CREATE TABLE IF NOT EXISTS models(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL)")
@@ -304,24 +307,31 @@ def fill_vectors(
     batch: int = 256,
     publish_every: float = 30.0,
     keep: bool = True,
+    changed: tuple[list[str], int] | None = None,
 ) -> EmbedReport:
     """Embed what the cache lacks for one repository and hand every vector the store needs to its sink.
     Units are embedded class by class in ``EMBED_ORDER`` (the project's code first); when a class is done, and
     every ``publish_every`` seconds of a long first fill, what is done so far is published so dense search
     already answers over it. Each batch is written to ``cache`` as it is embedded (a fill that is killed loses
     one batch); ``keep=False``: the cache forgets them again once the store holds the whole set (the store
-    is their cache from then on: an unchanged unit keeps its vector)."""
+    is their cache from then on: an unchanged unit keeps its vector). ``changed``: (the files an update rewrote or
+    removed, the generation it wrote), for a store that can patch its last set with those files' units alone."""
     from repoctx.providers.embedding import embed_text
 
     t0 = time.perf_counter()
     model = embedder.model_id
     max_len = getattr(embedder, "max_length", 256)
     report = EmbedReport(model=model)
-    state = writer.store.vector_state(writer.repo, model)
-    if state.model and state.model != model:
-        report.model_changed_from = state.model
     rows: list  # its items are let go below (None)
-    rows, whole = writer.embed_rows(model)
+    patch_rows = getattr(writer, "patch_rows", None)
+    got = patch_rows(model, *changed) if changed is not None and patch_rows is not None else None
+    if got is not None:  # a patch of this model's set
+        rows, whole = got, True
+    else:
+        state = writer.store.vector_state(writer.repo, model)
+        if state.model and state.model != model:
+            report.model_changed_from = state.model
+        rows, whole = writer.embed_rows(model)
     n_rows = len(rows)
     texts: dict[str, str] = {}
     hashes: list[str] = []
@@ -370,6 +380,9 @@ def fill_vectors(
                     del have[h]
             sink.add([ids[i] for i in part], matrix)
 
+    # a fill of one batch that the cache would forget at its end is not written to it at all (a kill loses that one
+    # batch either way): a one-file edit's write, vacuum and checkpoint of the cache for one vector
+    spill = keep or len(todo) > batch
     reserve = getattr(sink, "reserve", None)
     if reserve is not None:
         reserve(len(hashes))
@@ -385,7 +398,10 @@ def fill_vectors(
         for start in range(0, len(todo), batch):
             chunk = todo[start : start + batch]
             vecs = np.asarray(embedder.encode([texts.pop(h) for h in chunk]), dtype=np.float32)  # texts let go
-            cache.put_many(model, list(zip(chunk, vecs, strict=True)))  # committed per batch: a kill loses one batch
+            if spill:
+                cache.put_many(
+                    model, list(zip(chunk, vecs, strict=True))
+                )  # committed per batch: a kill loses one batch
             for h, v in zip(chunk, vecs, strict=True):
                 have[h] = v
             hand_over(set(chunk))
@@ -413,7 +429,7 @@ def fill_vectors(
             publish(n_rows)
         raise
     sink.finish()
-    if not keep:
+    if spill and not keep:
         cache.forget(model, todo)
     if todo:  # the last class is searchable once the whole set is
         report.ready_s[EMBED_ORDER[rank[todo[-1]]]] = time.perf_counter() - t0

@@ -10,6 +10,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,11 @@ HNSW_MIN_VECTORS = 250_000
 HNSW_MAX_DEAD_SHARE = 0.2
 _SCAN_ROWS = 8192  # rows quantized this many at a time (a float32 copy of 8192 x 384 is 12 MiB)
 _SCORE_ROWS = 2048  # an int8 matrix is scored this many rows at a time (a float32 copy of 2048 x 384: 3 MiB)
+# An update of a few files writes its vectors as a patch beside the stored int8 set (``write_patch``: a one-file edit
+# of Django wrote 18 MiB of rows and 5 MiB of ids and hashes for one vector); once the patch's rows and the set's
+# rows it hides pass this share of the set (or PATCH_MIN_ROWS), the next update writes the set whole again.
+PATCH_MAX_SHARE = 0.1
+PATCH_MIN_ROWS = 2048
 
 
 def _row_dots(block: np.ndarray, vec: np.ndarray) -> np.ndarray:
@@ -120,6 +126,87 @@ class Int8Matrix:
         return out * self.scale
 
 
+def _files(meta: dict | None) -> list[str]:
+    """The files of a stored set (its patch's too)."""
+    if not meta:
+        return []
+    names = [meta.get(k) for k in ("faiss", "npy", "int8", "scale", "ids", "hashes")]
+    patch = meta.get("patch") or {}
+    names += [patch.get(k) for k in ("rows", "scale", "ids", "hashes")]
+    return [n for n in names if n]
+
+
+class PatchedInt8(Int8Matrix):
+    """A stored int8 set and its patch, as one matrix: the set's rows (mapped from their file), then the patch's
+    (a few rows, in memory). A position is the set's row ``i < len(base)``, else the patch's row ``i - len(base)``.
+    Rows the patch replaces or removes stay in place; their ids are "" (``FaissIndex._read``)."""
+
+    def __init__(self, base: Int8Matrix, patch: Int8Matrix):
+        self.base, self.patch = base, patch
+        self.file = None  # the base's, closed with it
+
+    @property
+    def q(self) -> np.ndarray:  # type: ignore[override]
+        return np.concatenate([np.asarray(self.base.q), np.asarray(self.patch.q)])
+
+    @property
+    def scale(self) -> np.ndarray:  # type: ignore[override]
+        return np.concatenate([np.asarray(self.base.scale, dtype=np.float32), self.patch.scale])
+
+    def __len__(self) -> int:
+        return len(self.base) + len(self.patch)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self), self.base.shape[1])
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def __getitem__(self, rows) -> Int8Matrix:
+        pos = np.arange(len(self))[rows] if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
+        n = len(self.base)
+        q = np.empty((len(pos), self.shape[1]), dtype=np.int8)
+        scale = np.empty(len(pos), dtype=np.float32)
+        in_base = pos < n
+        if in_base.any():
+            got = self.base[pos[in_base]]
+            q[in_base], scale[in_base] = got.q, got.scale
+        if not in_base.all():
+            got = self.patch[pos[~in_base] - n]
+            q[~in_base], scale[~in_base] = got.q, got.scale
+        return Int8Matrix(q, scale)
+
+    def dequantize(self) -> np.ndarray:
+        return np.concatenate([self.base.dequantize(), self.patch.dequantize()])
+
+    def scores(self, vec: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        n = len(self.base)
+        if rows is None:
+            return np.concatenate([self.base.scores(vec), self.patch.scores(vec)])
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty(len(rows), dtype=np.float32)
+        in_base = rows < n
+        if in_base.any():
+            out[in_base] = self.base.scores(vec, rows[in_base])
+        if not in_base.all():
+            out[~in_base] = self.patch.scores(vec, rows[~in_base] - n)
+        return out
+
+
+@dataclass
+class StoredSet:
+    """A stored int8 set as ``FaissIndex.patchable`` read it: its vectors.json, per position its id ("" once a patch
+    hid it) and content hash, how many of the positions are the stored rows' (the rest: its patch's), the rows."""
+
+    meta: dict
+    ids: list[str]
+    hashes: list[str]
+    base_rows: int
+    index: Int8Matrix
+
+
 class FaissIndex:
     def __init__(self, index_dir: Path):
         self.dir = Path(index_dir)
@@ -131,6 +218,8 @@ class FaissIndex:
         # a grown HNSW set's selector of its live positions (dead ones no unit owns any more), made once per
         # loaded set: (IDSelectorBatch of the dead, IDSelectorNot of it; the second holds only a pointer)
         self._alive: tuple[Any, Any] | None = None
+        # an int8 set's positions some unit owns, when a patch hid others (rows it replaced or removed)
+        self._live_rows: np.ndarray | None = None
         # (stored file name, index, ids, hashes) of the HNSW set ``reusable`` read, for ``_grow`` to take
         # instead of reading the same file again (hundreds of MB past HNSW_MIN_VECTORS)
         self._read_for_grow: tuple | None = None
@@ -218,13 +307,14 @@ class FaissIndex:
         tmp.write_text(json.dumps(meta))
         old = self.meta()
         os.replace(tmp, self.meta_path)  # the swap: readers see the old set or the new, never half
-        if old:
-            for name in (old.get("faiss"), old.get("npy"), old.get("scale"), old.get("ids"), old.get("hashes")):
-                if name:
-                    try:
-                        (self.dir / name).unlink()
-                    except OSError:
-                        pass
+        self._unlink(_files(old))
+
+    def _unlink(self, names: list[str]) -> None:
+        for name in names:
+            try:
+                (self.dir / name).unlink()
+            except OSError:
+                pass
 
     def _grow(
         self,
@@ -302,7 +392,7 @@ class FaissIndex:
             return None
         try:
             index, ids = self._read(meta)
-            hashes = json.loads((self.dir / meta["hashes"]).read_text())
+            hashes = self._hashes(meta)
             if isinstance(index, Int8Matrix):
                 matrix = index if int8 else index.dequantize()
             elif isinstance(index, np.ndarray):
@@ -324,21 +414,132 @@ class FaissIndex:
             ids, hashes, matrix = [ids[i] for i in alive], [hashes[i] for i in alive], matrix[alive]
         return ids, matrix if isinstance(matrix, Int8Matrix) else np.asarray(matrix, dtype=np.float32), hashes
 
+    def patchable(self, model: str, text_version: int, generation: str) -> StoredSet | None:
+        """The current set, when an update may patch it: int8 rows of ``model`` with hashes of texts of
+        ``text_version``, whole (a vector of every unit) for ``generation``. None otherwise."""
+        meta = self.meta()
+        if (
+            not meta
+            or meta.get("model") != model
+            or meta.get("text_version") != text_version
+            or meta.get("generation") != generation
+            or meta.get("count") != meta.get("total")
+            or "hashes" not in meta
+            or "scale" not in meta
+            or not (meta.get("npy") or meta.get("int8"))
+        ):
+            return None
+        try:
+            index, ids = self._read(meta)
+            hashes = self._hashes(meta)
+        except (OSError, ValueError, KeyError):
+            return None
+        if not isinstance(index, Int8Matrix) or not (len(ids) == len(hashes) == len(index)):
+            return None
+        base = index.base if isinstance(index, PatchedInt8) else index
+        return StoredSet(meta, ids, hashes, len(base), index)
+
+    def write_patch(
+        self,
+        stored: StoredSet,
+        hidden: list[int],
+        ids: list[str],
+        matrix: np.ndarray | Int8Matrix,
+        hashes: list[str],
+        generation: str,
+    ) -> None:
+        """Swap in ``stored`` (read by ``patchable``) with its rows at ``hidden`` (positions no unit owns any more,
+        or whose unit changed) left out and ``ids``' rows added: written as a patch beside the stored rows, which
+        stay as they are; a patch grown past ``PATCH_MAX_SHARE`` writes the set whole instead. Readers see the old
+        set or the new, never half (the same swap of vectors.json as ``write``)."""
+        meta = stored.meta
+        dim = int(meta["dim"])
+        add = matrix if isinstance(matrix, Int8Matrix) else Int8Matrix(*quantize(matrix))
+        if len(ids) != len(add) or len(ids) != len(hashes):
+            raise ValueError("a patch's ids, rows and hashes differ in number")
+        nb = stored.base_rows
+        gone = {i for i, cid in enumerate(stored.ids) if not cid} | set(hidden)
+        keep = [i for i in range(nb, len(stored.ids)) if i not in gone]  # the last patch's rows that stay
+        rows = stored.index[keep] if keep else Int8Matrix(np.zeros((0, dim), np.int8), np.zeros(0, np.float32))
+        q = np.concatenate([np.asarray(rows.q).reshape(-1, dim), np.asarray(add.q).reshape(-1, dim)])
+        scale = np.concatenate([np.asarray(rows.scale, dtype=np.float32), np.asarray(add.scale, dtype=np.float32)])
+        patch_ids = [stored.ids[i] for i in keep] + list(ids)
+        patch_hashes = [stored.hashes[i] for i in keep] + list(hashes)
+        base_hidden = sorted(i for i in gone if i < nb)
+        live = nb - len(base_hidden) + len(patch_ids)
+        if len(patch_ids) + len(base_hidden) > max(PATCH_MIN_ROWS, PATCH_MAX_SHARE * nb):
+            alive = [i for i in range(nb) if i not in gone]
+            base = stored.index[alive]
+            self.write(
+                meta["model"],
+                dim,
+                [stored.ids[i] for i in alive] + patch_ids,
+                Int8Matrix(np.concatenate([base.q, q]), np.concatenate([base.scale, scale])),
+                generation,
+                hashes=[stored.hashes[i] for i in alive] + patch_hashes,
+                text_version=meta.get("text_version"),
+            )
+            return
+        stamp = f"{time.time_ns()}"
+        names = {k: f"vectors-{stamp}.patch.{k}" for k in ("rows", "scale", "ids", "hashes")}
+        names["rows"] += ".npy"
+        names["scale"] += ".npy"
+        names["ids"] += ".json"
+        names["hashes"] += ".json"
+        np.save(self.dir / names["rows"], q)
+        np.save(self.dir / names["scale"], scale)
+        (self.dir / names["ids"]).write_text(json.dumps(patch_ids))
+        (self.dir / names["hashes"]).write_text(json.dumps(patch_hashes))
+        new = {k: meta[k] for k in ("model", "dim", "scale", "ids", "hashes", "text_version")}
+        # the stored rows under "int8", not "npy": a reader that knows no patch finds no set rather than a stale one
+        new.update(int8=meta.get("npy") or meta["int8"], count=live, total=live, generation=generation)
+        new["patch"] = dict(names, hidden=base_hidden)
+        tmp = self.meta_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(new))
+        os.replace(tmp, self.meta_path)
+        old_patch = meta.get("patch")
+        if old_patch:
+            self._unlink([old_patch[k] for k in ("rows", "scale", "ids", "hashes")])
+
     def _read(self, meta: dict):
         """(the stored vectors: an int8 matrix, a float32 one (a set written before int8) or a FAISS index,
         their ids) of the set ``meta`` names. A matrix is memory-mapped: the page cache holds it once for
         every process, and a one-shot search reads only the pages it scans."""
-        if "npy" in meta:
-            index: Any = np.load(self.dir / meta["npy"], mmap_mode="r")
+        rows_name = meta.get("npy") or meta.get("int8")
+        if rows_name:
+            index: Any = np.load(self.dir / rows_name, mmap_mode="r")
             if "scale" in meta:
                 # opened now, with the map: a later swap that unlinks the file leaves both reading this set
-                rows = open(self.dir / meta["npy"], "rb", buffering=0)  # noqa: SIM115 - closed with the set
+                rows = open(self.dir / rows_name, "rb", buffering=0)  # noqa: SIM115 - closed with the set
                 index = Int8Matrix(index, np.load(self.dir / meta["scale"]), rows)
         else:
             import faiss
 
             index = faiss.read_index(str(self.dir / meta["faiss"]))
-        return index, json.loads((self.dir / meta["ids"]).read_text())
+        ids = json.loads((self.dir / meta["ids"]).read_text())
+        patch = meta.get("patch")
+        if patch is not None:  # the set's rows a patch replaced or removed keep their places, without an id
+            if not isinstance(index, Int8Matrix) or len(ids) != len(index):
+                raise ValueError("a patch of a set that is not int8 rows")
+            for i in patch["hidden"]:
+                ids[i] = ""
+            ids += json.loads((self.dir / patch["ids"]).read_text())
+            index = PatchedInt8(
+                index, Int8Matrix(np.load(self.dir / patch["rows"]), np.load(self.dir / patch["scale"]))
+            )
+            if len(ids) != len(index):
+                raise ValueError("a patch whose ids and rows differ in number")
+        return index, ids
+
+    def _hashes(self, meta: dict) -> list[str]:
+        """Per stored position (``_read``'s), the content hash its vector was made from ("" for a hidden row)."""
+        hashes = json.loads((self.dir / meta["hashes"]).read_text())
+        patch = meta.get("patch")
+        if patch is not None:
+            for i in patch["hidden"]:
+                hashes[i] = ""
+            hashes += json.loads((self.dir / patch["hashes"]).read_text())
+        return hashes
 
     def _load(self) -> bool:
         try:
@@ -358,7 +559,12 @@ class FaissIndex:
         self._pos = None  # a search without a scope never asks (Django: 48k ids, ~10 ms a one-shot search)
         dead = [i for i, cid in enumerate(ids) if not cid] if "" in ids else []  # the scan in C first: mostly none
         self._alive = None
-        if dead:
+        self._live_rows = None
+        if dead and isinstance(index, (np.ndarray, Int8Matrix)):
+            live = np.ones(len(ids), dtype=bool)
+            live[dead] = False
+            self._live_rows = np.flatnonzero(live)
+        elif dead:
             import faiss
 
             dead_sel = faiss.IDSelectorBatch(np.asarray(dead, dtype=np.int64))
@@ -376,7 +582,7 @@ class FaissIndex:
         with self._lock:
             if not self._load() or not self._ids:
                 return []
-            index, ids, alive = self._index, self._ids, self._alive
+            index, ids, alive, live_rows = self._index, self._ids, self._alive, self._live_rows
             if self._pos is None and (allowed is not None or alive is not None):
                 self._pos = {cid: i for i, cid in enumerate(ids) if cid}
             pos = self._pos or {}
@@ -393,7 +599,13 @@ class FaissIndex:
                 scores = index.scores(q, sel)
             else:
                 scores = np.asarray(index if sel is None else index[sel], dtype=np.float32) @ q
+            if sel is None and live_rows is not None:
+                # rows a patch replaced or removed are never candidates, and the others' scores are ranked as the
+                # set written whole would rank them (ties too): the same scores in the same order
+                sel, scores = live_rows, scores[live_rows]
             n = min(k, len(scores))
+            if n <= 0:
+                return []
             top = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
             top = top[np.argsort(-scores[top], kind="stable")]
             rows = sel[top] if sel is not None else top
