@@ -305,3 +305,38 @@ print(json.dumps({"found": len(found), "deferred": deferred, "ours": ours, "defa
     }  # entropy and IP by design (module docstring); the last two have own steps
     assert sorted(set(got["default"]) - left_out) == got["ours"]
     assert got["real_after"] and got["module"]
+
+
+def test_another_thread_importing_requests_meanwhile_gets_the_real_module():
+    """While detect-secrets imports, ``requests`` in sys.modules is the stand-in: another thread of a long-lived
+    process that imports it then waits for the real module instead of failing."""
+    import subprocess
+    import sys
+
+    probe = """
+import json, sys, threading, time
+from repoctx.ingest.secrets import _DeferredRequests
+stand_in = sys.modules["requests"] = _DeferredRequests("requests")
+got = {}
+def other():
+    import requests  # the stand-in, as sys.modules holds it
+    got["is_stand_in"] = requests is stand_in
+    got["session"] = requests.Session.__module__  # waits for the import to end
+    got["after"] = time.monotonic()
+t = threading.Thread(target=other)
+t.start()
+time.sleep(0.3)
+try:
+    stand_in.Session
+except AttributeError:
+    got["own_thread"] = "stand-in"
+ended = time.monotonic()
+del sys.modules["requests"]
+stand_in._done.set()
+t.join(10)
+print(json.dumps(dict(got, waited=got.get("after", 0) >= ended)))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout)
+    assert got == {"is_stand_in": True, "session": "requests.sessions", "after": got["after"], "own_thread": "stand-in",
+                   "waited": True}

@@ -280,13 +280,22 @@ class _DeferredRequests(types.ModuleType):
     imported it yet: the module itself, imported on first use of any of its names. They use it only to verify a
     secret online (``verify``), which redaction never calls; importing it (and urllib3, http.client, ssl...) was
     half of the engine's cost, ~0.1 s of a one-file ``repoctx index``. Two IBM plugins name ``requests.Response``
-    in a function's annotations, read as the module is imported: that one name is a stand-in class then."""
+    in a function's annotations, read as the module is imported: that one name is a stand-in class then.
+    Another thread that imports ``requests`` meanwhile (a long-lived process) gets this module too: any name it
+    reads waits for the import to end and comes from the real module."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._importer = threading.get_ident()
+        self._done = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
-        if sys.modules.get("requests") is self:  # still importing detect-secrets: nothing else is asked for then
-            if name == "Response":
-                return type("Response", (), {"__module__": "requests"})
-            raise AttributeError(name)
+        if sys.modules.get("requests") is self:
+            if threading.get_ident() == self._importer:  # detect-secrets importing: nothing else is asked then
+                if name == "Response":
+                    return type("Response", (), {"__module__": "requests"})
+                raise AttributeError(name)
+            self._done.wait()
         import requests
 
         return getattr(requests, name)
@@ -308,8 +317,10 @@ def _import_plugins() -> dict[str, type[Any]]:
         ).get_mapping_from_secret_type_to_class()
         return classes
     finally:
-        if stand_in is not None and sys.modules.get("requests") is stand_in:
-            del sys.modules["requests"]
+        if stand_in is not None:
+            if sys.modules.get("requests") is stand_in:
+                del sys.modules["requests"]
+            stand_in._done.set()
 
 
 class _Engine:
