@@ -20,6 +20,7 @@ The positive is the old unit as repoctx embeds it (docstring in: the query is no
 negatives come from BM25 over the old release's units and from the same file. Output:
 ``WORK/releases/NAME.jsonl`` (query_kind ``release``) and ``NAME.stats.json``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,11 @@ MAX_CHANGED = 60  # changed units in one release above which pairing by words is
 MANY_CHANGED = 8  # above this, an entry needs two shared words with its unit
 MAX_ENTRY_WORDS = 120
 MIN_ENTRY_WORDS = 5
-_CHANGELOG = re.compile(r"^(changes|changelog|change_log|history|news|releases?|release[-_]notes|whatsnew|"
-                        r"version[-_]?history|versions|changelog[-_]\d+)(\.(rst|md|txt|markdown))?$", re.I)
+_CHANGELOG = re.compile(
+    r"^(changes|changelog|change_log|history|news|releases?|release[-_]notes|whatsnew|"
+    r"version[-_]?history|versions|changelog[-_]\d+)(\.(rst|md|txt|markdown))?$",
+    re.I,
+)
 # one file per release: docs/releases/v6.4.1.rst (tornado), doc/release/release_3.2.rst (networkx)
 _NOTES_DIR = re.compile(r"(^|/)(releases?|changes|changelog|news|history|whatsnew|release[-_]notes)/", re.I)
 _VERSIONISH = re.compile(r"(?<![\w.])v?\d+\.\d+(\.\d+)*(?![\w])")
@@ -53,8 +57,11 @@ _BULLET = re.compile(r"^(\s*)([-*+•]|\d+[.)])\s+(.*)$")
 _RELEASE_ROLE = re.compile(r"^\s*[-*]\s+:release:`\s*v?\d")
 # "1.2.9<TAB>2026-07-06" (dulwich), "Version 3.9 2024-08-18" (nltk), "= 4.15.0 (20260607)" (beautifulsoup4),
 # "**4.9.0**" (anyio), "1.2.3 (2020-01-01)", "v1.2.3 - 2020-01-01", "1.2.3": a version heading on its own line
-_VERSION_LINE = re.compile(r"^[=*\s]*(version\s+|release\s+|v)?\d+\.\d+[\w.]*\**\s*"
-                           r"([-(:–—]|\d{4}-\d\d-\d\d|\d{8}|$)", re.I)
+_VERSION_LINE = re.compile(
+    r"^[=*\s]*(version\s+|release\s+|v)?\d+\.\d+[\w.]*\**\s*"
+    r"([-(:–—]|\d{4}-\d\d-\d\d|\d{8}|$)",
+    re.I,
+)
 # zzzeek's changelog extension (alembic, mako, SQLAlchemy): ".. changelog::" / ":version: X" / ".. change::"
 _CHANGELOG_DIRECTIVE = re.compile(r"^\s*\.\. changelog::")
 _CHANGE_DIRECTIVE = re.compile(r"^\s*\.\. change::")
@@ -106,8 +113,13 @@ def release_chain(name: str, pinned: str, n: int) -> list[tuple[str, dict]]:
             continue
         if ver.is_prerelease or ver.is_devrelease or ver > top:
             continue
-        sd = [f for f in files if f.get("packagetype") == "sdist" and not f.get("yanked")
-              and f["filename"].endswith((".tar.gz", ".zip", ".tgz"))]
+        sd = [
+            f
+            for f in files
+            if f.get("packagetype") == "sdist"
+            and not f.get("yanked")
+            and f["filename"].endswith((".tar.gz", ".zip", ".tgz"))
+        ]
         if sd:  # the index may answer with URLs relative to the JSON document
             out.append((ver, v, {**sd[0], "url": urljoin(_pypi(name), sd[0]["url"])}))
     out.sort(key=lambda t: t[0])
@@ -141,8 +153,11 @@ def sdist_files(path: Path) -> dict[str, bytes]:
 
     def keep(rel: str, size: int) -> bool:
         name = PurePosixPath(rel).name
-        return size < 1_000_000 and (rel.endswith(".py") or bool(_CHANGELOG.match(name)) or bool(
-            _NOTES_DIR.search(rel) and name.endswith((".rst", ".md", ".txt"))))
+        return size < 1_000_000 and (
+            rel.endswith(".py")
+            or bool(_CHANGELOG.match(name))
+            or bool(_NOTES_DIR.search(rel) and name.endswith((".rst", ".md", ".txt")))
+        )
 
     if path.name.endswith(".zip"):
         with zipfile.ZipFile(path) as zf:
@@ -206,7 +221,7 @@ def _directive_entries(lines: list[str], version: str) -> list[str] | None:
     for i, line in enumerate(lines):
         if not _CHANGELOG_DIRECTIVE.match(line):
             continue
-        m = next((_DIRECTIVE_OPTION.match(x) for x in lines[i + 1:i + 4] if x.strip().startswith(":version:")), None)
+        m = next((_DIRECTIVE_OPTION.match(x) for x in lines[i + 1 : i + 4] if x.strip().startswith(":version:")), None)
         if start is not None:
             end = i
             break
@@ -263,11 +278,14 @@ def _section(lines: list[str], version: str) -> list[str] | None:
                 start = i + 1
         elif found and version not in found:
             return lines[start:i]
-    return lines[start:start + 400] if start is not None else None
+    return lines[start : start + 400] if start is not None else None
 
 
-_HOUSEKEEPING = re.compile(r"^(doc|docs|documentation|tst|tests?|maint|ci|bld|build|sty|style|typo|chore|"
-                          r"refactor|deps|dependencies|bump|release|changelog|packaging|lint)\b", re.I)
+_HOUSEKEEPING = re.compile(
+    r"^(doc|docs|documentation|tst|tests?|maint|ci|bld|build|sty|style|typo|chore|"
+    r"refactor|deps|dependencies|bump|release|changelog|packaging|lint)\b",
+    re.I,
+)
 
 
 def clean_entry(text: str) -> str:
@@ -318,7 +336,16 @@ def _sources(files: dict[str, bytes]) -> dict[str, str]:
     for rel, data in files.items():
         if not rel.endswith(".py") or is_test_path(rel) or third_party(rel):
             continue
-        if PurePosixPath(rel).parts[0] in ("docs", "doc", "examples", "benchmarks", "scripts", "tools", "build", ".github"):
+        if PurePosixPath(rel).parts[0] in (
+            "docs",
+            "doc",
+            "examples",
+            "benchmarks",
+            "scripts",
+            "tools",
+            "build",
+            ".github",
+        ):
             continue
         out[rel] = data.decode("utf-8", "replace")
     return out
@@ -344,8 +371,12 @@ def changed_units(old: dict[str, str], new: dict[str, str]) -> tuple[list[dict],
         after = {c.qualname: c.text for c in _units(path, new[path])}
         diff = [(c, r) for c, r in zip(units, recs) if c.qualname in after and after[c.qualname] != c.text]
         for c, r in diff:
-            inner = any(d is not c and c.start_line <= d.start_line <= d.end_line <= c.end_line
-                        and (d.start_line, d.end_line) != (c.start_line, c.end_line) for d, _ in diff)
+            inner = any(
+                d is not c
+                and c.start_line <= d.start_line <= d.end_line <= c.end_line
+                and (d.start_line, d.end_line) != (c.start_line, c.end_line)
+                for d, _ in diff
+            )
             if not inner and c.kind in ("function", "method"):
                 changed.append(r)
     return changed, pool
@@ -428,17 +459,29 @@ def mine_releases(name: str, work: Path, n_releases: int) -> tuple[list[dict], d
             if entry in seen:
                 continue
             seen.add(entry)
-            neg_bm25 = next((pool[j] for j in bm25.top(code_tokens(entry, keep_stopwords=False))
-                             if not related(pool[j], rec)), None)
-            near = sorted((j for j in by_path[rec["path"]] if not related(pool[j], rec)),
-                          key=lambda j: (abs(pool[j]["start"] - rec["start"]), j))
-            pairs.append({
-                "package": name, "version": v_old, "release": v_new, "path": rec["path"],
-                "qualname": rec["qualname"], "kind": rec["kind"], "query_kind": "release", "query": entry,
-                "positive": rec["text"], "shared_words": shared,
-                "neg_bm25": negative(neg_bm25) if neg_bm25 else None,
-                "neg_file": negative(pool[near[0]]) if near else None,
-            })
+            neg_bm25 = next(
+                (pool[j] for j in bm25.top(code_tokens(entry, keep_stopwords=False)) if not related(pool[j], rec)), None
+            )
+            near = sorted(
+                (j for j in by_path[rec["path"]] if not related(pool[j], rec)),
+                key=lambda j: (abs(pool[j]["start"] - rec["start"]), j),
+            )
+            pairs.append(
+                {
+                    "package": name,
+                    "version": v_old,
+                    "release": v_new,
+                    "path": rec["path"],
+                    "qualname": rec["qualname"],
+                    "kind": rec["kind"],
+                    "query_kind": "release",
+                    "query": entry,
+                    "positive": rec["text"],
+                    "shared_words": shared,
+                    "neg_bm25": negative(neg_bm25) if neg_bm25 else None,
+                    "neg_file": negative(pool[near[0]]) if near else None,
+                }
+            )
     stats["pairs"] = len(pairs)
     return pairs, dict(stats)
 
@@ -456,5 +499,8 @@ def mine_all(work: Path, packages: list[str], n_releases: int) -> None:
             pairs, stats = [], {"error": str(e)[:200], "pairs": 0}
         write_jsonl(target, pairs)
         st.write_text(json.dumps(stats, indent=1))
-        print(f"[releases {k}/{len(packages)}] {name}: {stats.get('releases', 0)} releases, "
-              f"{stats.get('releases_used', 0)} used, {stats['pairs']} pairs", flush=True)
+        print(
+            f"[releases {k}/{len(packages)}] {name}: {stats.get('releases', 0)} releases, "
+            f"{stats.get('releases_used', 0)} used, {stats['pairs']} pairs",
+            flush=True,
+        )
