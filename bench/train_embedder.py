@@ -1,7 +1,9 @@
 """Fine-tune all-MiniLM-L6-v2 for code search on CPU and export it as int8 ONNX for LocalMiniLM.
 
     python bench/train_embedder.py all     [options]   # mine → train → export
-    python bench/train_embedder.py mine    [--packages a,b,...] [--releases N]
+    python bench/train_embedder.py mine    [--packages a,b,...] [--releases N] [--pinned-releases]
+    python bench/train_embedder.py pin     [--want N]                  # choose and pin the release-note
+                                                                       # packages (bench/embedder/release_list.py)
     python bench/train_embedder.py train   [--steps N | --epochs E] [--max-pairs N] [--release-share F]
     python bench/train_embedder.py export
     python bench/train_embedder.py base    [--out PATH]                # the untuned base model, exported the
@@ -52,6 +54,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="N",
         help="also mine release-note pairs from the newest N sdists of each package (0: no)",
     )
+    g.add_argument(
+        "--pinned-releases",
+        action="store_true",
+        help="also mine release-note pairs from every package of bench/embedder/release_pins.json",
+    )
+    g.add_argument("--want", type=int, default=420, help="stage pin: packages to pin (default %(default)s)")
     t = common.add_argument_group("training")
     # Measured at batch 32 with one hard negative: ~39 CPU-s a step (forward and backward of 32 queries and
     # 64 code texts of 128 tokens), i.e. ~20-25 s on two idle cores, ~40 s when another job holds a core.
@@ -100,7 +108,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--out",
         type=Path,
         default=None,
-        help="stage base: where the int8 file goes (default WORK/base/minilm-l6-v2-pc-int8.onnx)",
+        help="stage base: where the int8 file goes (default WORK/base/minilm-l6-v2-pc-int8.onnx); "
+        "stage release-report: the markdown file (default: printed)",
     )
 
     p = argparse.ArgumentParser(
@@ -114,6 +123,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ("train", "fine-tune (resumable) and print validation before/after"),
         ("export", "int8 ONNX, checks, MODEL_CARD.md"),
         ("all", "mine, train, export"),
+        ("pin", "choose the release-note packages by download rank and pin their releases"),
+        ("release-report", "counts of the mined release-note pairs, as markdown (--out)"),
         ("base", "the untuned base model as int8 ONNX, exported like a tuned one (the default)"),
     ):
         sub.add_parser(name, help=help_, parents=[common])
@@ -152,11 +163,15 @@ def main(argv: list[str] | None = None) -> int:
         from embedder.mine import merge, mine, print_counts
 
         mine(args.work, args.package_list)
-        if args.releases:
-            from embedder.releases import mine_all
+        from embedder.release_list import load_pins
+        from embedder.releases import mine_all
 
+        if args.releases:
             mine_all(args.work, args.package_list, args.releases)
-        print_counts(merge(args.work, args.package_list, args.validation, args.max_share))
+        pins = load_pins() if args.pinned_releases else {}
+        if pins:
+            mine_all(args.work, list(pins), pins=pins)
+        print_counts(merge(args.work, args.package_list, args.validation, args.max_share, list(pins)))
     if args.stage in ("train", "all"):
         from embedder.train import train
 
@@ -165,6 +180,18 @@ def main(argv: list[str] | None = None) -> int:
         from embedder.export import export
 
         export(args.work, args)
+    if args.stage == "pin":
+        from embedder.release_list import select
+
+        print(select(args.work, args.want))
+    if args.stage == "release-report":
+        from embedder.release_report import markdown
+
+        text = markdown(args.work)
+        if args.out:
+            args.out.write_text(text)
+        else:
+            print(text)
     if args.stage == "base":
         from embedder.export import export_base
 

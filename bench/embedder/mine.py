@@ -501,9 +501,14 @@ def share_cap(sizes: list[int], share: float) -> int:
 
 
 def merge(
-    work: Path, packages: list[str] | None = None, validation: tuple[str, ...] = VALIDATION, max_share: float = 0.08
+    work: Path,
+    packages: list[str] | None = None,
+    validation: tuple[str, ...] = VALIDATION,
+    max_share: float = 0.08,
+    release_names: list[str] | None = None,
 ) -> dict:
-    """Per-package pairs → train.jsonl / val.jsonl (+ val_pool.jsonl), deduplicated and capped."""
+    """Per-package pairs → train.jsonl / val.jsonl (+ val_pool.jsonl), deduplicated and capped; the
+    release-note pairs of ``packages`` and of ``release_names`` (the pinned release list) beside them."""
     names = packages or list(PACKAGES)
     src, dst = work / "mine", work / "pairs"
     dst.mkdir(parents=True, exist_ok=True)
@@ -559,7 +564,8 @@ def merge(
     write_jsonl(dst / "val.jsonl", val_rows)
     write_jsonl(dst / "val_pool.jsonl", pool_rows)
     kinds = Counter(r["query_kind"] for r in train_rows)
-    rel_train, rel_val = _release_pairs(work, names, validation, seen_q)
+    rel_names = list(dict.fromkeys([*names, *(release_names or [])]))
+    rel_train, rel_val = _release_pairs(work, rel_names, validation, seen_q)
     write_jsonl(dst / "train_release.jsonl", rel_train)
     write_jsonl(dst / "val_release.jsonl", rel_val)
     summary = {
@@ -584,6 +590,7 @@ def _release_pairs(
     """Release-note pairs (``releases.py``) of the mined packages: (training, held out)."""
     src = work / "releases"
     train_rows, val_rows = [], []
+    seen_pairs: set[tuple[str, str, str]] = set()
     for name in names:
         path = src / f"{name}.jsonl"
         if not path.exists():
@@ -591,9 +598,13 @@ def _release_pairs(
         for r in read_jsonl(path):
             if name in validation:
                 val_rows.append(r)
-            elif r["query"] not in seen_q:
-                seen_q.add(r["query"])
-                train_rows.append(r)
+                continue
+            key = (r["query"], r["path"], r["qualname"])  # an entry naming two functions is two pairs
+            if key in seen_pairs or r["query"] in seen_q:  # a docstring query: kept there
+                continue
+            seen_pairs.add(key)
+            train_rows.append(r)
+    seen_q.update(r["query"] for r in train_rows)
     return train_rows, val_rows
 
 

@@ -1,0 +1,117 @@
+"""The pinned release-note packages (bench/embedder/release_list.py): no evaluation project among them, each
+pinned to exact final releases, and the matcher that pairs a changelog entry with the functions it names."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from embedder.release_list import (
+    EVAL_DIR,
+    evaluation_projects,
+    excluded,
+    load_pins,
+    normalize,
+    ranked_names,
+    write_pins,
+)
+from embedder.releases import code_names, pair_entries
+
+
+def test_evaluation_projects_come_from_the_eval_rows_and_the_tuning_sets(tmp_path):
+    ev, tr = tmp_path / "eval", tmp_path / "train"
+    ev.mkdir()
+    tr.mkdir()
+    (ev / "rows.jsonl").write_text(
+        json.dumps({"repo": "acme/Road_Runner", "corpus": {"pypi": "Coyote.Tools", "version": "1.0"}}) + "\n\n"
+    )
+    (tr / "beeper-b.jsonl").write_text("")
+    names = evaluation_projects(ev, tr)
+    assert {"road-runner", "coyote-tools", "beeper"} <= names
+    assert {"django", "scikit-learn", "requests"} <= names  # the fixed SWE-bench Lite list, always
+    assert excluded("Road.Runner", names) and excluded("beeper", names) and not excluded("beep", names)
+    assert normalize("Typing_Extensions") == normalize("typing.extensions") == "typing-extensions"
+
+
+@pytest.mark.skipif(not EVAL_DIR.is_dir(), reason="../shared/eval is not beside this checkout")
+def test_the_real_evaluation_sets_are_read():
+    names = evaluation_projects()
+    # every repository of the dev split and every tuning project of bench/data/train
+    with (EVAL_DIR / "swebench_lite_dev.jsonl").open() as f:
+        repos = {normalize(json.loads(line)["repo"].rsplit("/", 1)[-1]) for line in f if line.strip()}
+    assert repos and repos <= names
+    assert {"click", "jinja2", "werkzeug", "xarray", "sympy", "pytest", "sphinx", "matplotlib"} <= names
+
+
+def test_no_pinned_package_is_an_evaluation_project_and_each_is_pinned_to_final_releases():
+    from packaging.version import Version
+
+    pins = load_pins()
+    assert len(pins) >= 200, "bench/embedder/release_pins.json: run `train_embedder.py pin`"
+    projects = evaluation_projects()
+    assert not [n for n in pins if excluded(n, projects)]
+    for name, versions in pins.items():
+        parsed = [Version(v) for v in versions]
+        assert len(versions) >= 2 and parsed == sorted(parsed) and len(set(parsed)) == len(parsed), name
+        assert not any(v.is_prerelease or v.is_devrelease for v in parsed), name
+
+
+def test_pins_and_ranks_round_trip(tmp_path):
+    path = tmp_path / "pins.json"
+    write_pins({"attrs": ["25.4.0", "26.1.0"], "idna": ["3.9", "3.10"]}, {"cutoff": "2026-12-01"}, path)
+    assert load_pins(path) == {"attrs": ["25.4.0", "26.1.0"], "idna": ["3.9", "3.10"]}
+    assert json.loads(path.read_text())["cutoff"] == "2026-12-01"
+    ranks = tmp_path / "pypi.tsv"
+    ranks.write_text(
+        "name\tversion\tmonth\trank\tsummary\nb\t1\t2026-01\t2\tx\nzz\t1\t2026-01\t\ty\na\t1\t2026-01\t1\tx\n"
+    )
+    assert ranked_names(ranks) == ["a", "b"]  # unranked names are no candidates
+
+
+def _unit(qualname: str, path: str = "pkg/core.py") -> dict:
+    return {"qualname": qualname, "name": qualname.rsplit(".", 1)[-1], "path": path, "text": qualname}
+
+
+def test_an_entry_is_paired_with_each_changed_unit_it_names_even_in_a_big_release():
+    changed = [_unit(f"helper_{i}") for i in range(100)] + [
+        _unit("Client.retry", "pkg/client.py"),
+        _unit("parse_duration", "pkg/timeouts.py"),
+        _unit("Marker.__repr__", "pkg/markers.py"),
+        _unit("Marker.evaluate", "pkg/markers.py"),
+    ]
+    got = pair_entries(
+        [
+            "Fix Client.retry and parse_duration losing the backoff",
+            "Improve performance of the event loop considerably",
+            "Don't produce a broken repr if Marker fails to construct",
+            "Make Marker a little faster",
+            "Type hints for helper_1, helper_2, helper_3, helper_4 and helper_5",
+        ],
+        changed,
+    )
+    assert [(e.split()[0], r["qualname"]) for e, r, _ in got] == [
+        ("Fix", "Client.retry"),
+        ("Fix", "parse_duration"),
+        ("Don't", "Marker.__repr__"),
+    ]
+    # a module-qualified name; a bare name shared by too many changed units names none
+    assert [r["qualname"] for _, r, _ in pair_entries(["Fix timeouts.parse_duration on empty text"], changed)] == [
+        "parse_duration"
+    ]
+    many = [_unit("__init__", f"pkg/m{i}.py") for i in range(5)]
+    assert pair_entries(["Fix __init__ of the readers"] * 1, many + changed) == []
+
+
+def test_code_names_are_what_an_entry_writes_as_code():
+    assert code_names("Fix Client.retry and parse_duration, HTTPResponse and getAttr in v1.2.3, e.g. now") == [
+        ("Client", "retry"),
+        ("parse_duration",),
+        ("HTTPResponse",),
+        ("getAttr",),
+    ]
+    assert code_names("Plain words only. Version bumps.") == []
