@@ -59,6 +59,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="also mine release-note pairs from every package of bench/embedder/release_pins.json",
     )
+    g.add_argument(
+        "--release-negatives",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="hard negatives for the pinned release pairs (parses every file: 3x the CPU)",
+    )
     g.add_argument("--want", type=int, default=420, help="stage pin: packages to pin (default %(default)s)")
     t = common.add_argument_group("training")
     # Measured at batch 32 with one hard negative: ~39 CPU-s a step (forward and backward of 32 queries and
@@ -170,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             mine_all(args.work, args.package_list, args.releases)
         pins = load_pins() if args.pinned_releases else {}
         if pins:
-            mine_all(args.work, list(pins), pins=pins)
+            mine_all(args.work, list(pins), pins=pins, negatives=args.release_negatives)
         print_counts(merge(args.work, args.package_list, args.validation, args.max_share, list(pins)))
     if args.stage in ("train", "all"):
         from embedder.train import train

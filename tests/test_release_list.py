@@ -115,3 +115,46 @@ def test_code_names_are_what_an_entry_writes_as_code():
         ("getAttr",),
     ]
     assert code_names("Plain words only. Version bumps.") == []
+
+
+def _sdist(dest: Path, name: str, version: str, files: dict[str, str]) -> dict:
+    import io
+    import tarfile
+
+    dest.mkdir(parents=True, exist_ok=True)
+    filename = f"{name}-{version}.tar.gz"
+    with tarfile.open(dest / filename, "w:gz") as tf:
+        for rel, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{name}-{version}/{rel}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return {"filename": filename, "url": "file:///nowhere"}  # cached: never fetched
+
+
+def test_a_pinned_chain_is_mined_offline_and_a_broken_sdist_costs_only_its_release_pairs(tmp_path):
+    from embedder.releases import mine_releases
+
+    changes = "Changes\n=======\n\n{v}\n---\n\n- Fix ``Client.retry`` losing the backoff after a redirect.\n"
+    v1 = {
+        "pkg/client.py": "class Client:\n    def retry(self):\n        return 1\n\n    def send(self):\n        return 2\n",
+        "tests/test_client.py": "def test_retry():\n    pass\n",
+        "CHANGES.rst": changes.format(v="1.0"),
+    }
+    v2 = {
+        **v1,
+        "pkg/client.py": v1["pkg/client.py"].replace("return 1", "return 3"),
+        "CHANGES.rst": changes.format(v="1.1"),
+    }
+    sd = tmp_path / "sdists"
+    chain = [("1.0", _sdist(sd, "pkg", "1.0", v1)), ("1.1", _sdist(sd, "pkg", "1.1", v2))]
+    (sd / "pkg-1.2.tar.gz").write_bytes(b"not a tarball")
+    chain.append(("1.2", {"filename": "pkg-1.2.tar.gz", "url": "file:///nowhere"}))
+    for negatives in (True, False):
+        pairs, stats = mine_releases("pkg", tmp_path, chain=chain, negatives=negatives)
+        assert [(p["version"], p["release"], p["qualname"], p["shared_words"]) for p in pairs] == [
+            ("1.0", "1.1", "Client.retry", 30)
+        ]
+        assert "return 1" in pairs[0]["positive"]  # the code before the fix
+        assert (pairs[0]["neg_file"] is not None) == negatives  # Client.send, from the same file
+        assert stats["bad_archive"] == 1 and stats["release_pairs"] == 1 and stats["pairs"] == 1

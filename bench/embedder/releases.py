@@ -5,16 +5,19 @@ thing to an issue text that PyPI carries, and the code that changed between that
 before is where the fix went: the same task as SWE-bench (an issue → the functions its fix edited, in the
 code *before* the fix). Per package:
 
-1. the newest ``--releases-per-package`` final versions up to the pinned one that have an sdist (PyPI's JSON
-   API; each sdist's sha256 checked; cached under ``WORK/sdists``); nothing in an sdist is run;
+1. the versions pinned in ``release_pins.json`` (``mine --pinned-releases``, ``release_list.py``), or the
+   newest ``--releases N`` final versions up to the ``PACKAGES`` pin that have an sdist (PyPI's JSON API;
+   each sdist's sha256 checked; cached under ``WORK/sdists``); nothing in an sdist is run;
 2. for each consecutive pair (old, new): the ``.py`` files outside tests that differ, parsed with repoctx's
    parser; the changed units are the functions/methods of the *old* release whose text differs in the new
    one (innermost only: a class whose one method changed is not a changed unit);
 3. the new release's section of its changelog (``CHANGES*``, ``CHANGELOG*``, ``HISTORY*``, ``NEWS*``,
    ``docs/changelog*``...), cut into entries (bullets), markup and issue links removed;
-4. an entry is paired with the changed unit whose path and name share the most words with it (a unique
-   best, at least one shared word, or the only changed unit of a one-entry release). Releases that change
-   more than ``MAX_CHANGED`` units are skipped (too vague to pair).
+4. an entry is paired with every changed unit it names as code (``Client.retry``, ``parse_duration``: at
+   most ``MAX_NAMED``, in a release of up to ``MAX_CHANGED_NAMED`` changed units), else with the changed
+   method of a class it names whose name shares words with it, else (releases of at most ``MAX_CHANGED``
+   changed units) with the unit whose path and name share the most words with it (a unique best, at least
+   one shared word, or the only changed unit of a one-entry release). ``pair_entries`` says which.
 
 The positive is the old unit as repoctx embeds it (docstring in: the query is not its docstring); hard
 negatives come from BM25 over the old release's units and from the same file. Output:
