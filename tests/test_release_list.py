@@ -137,7 +137,8 @@ def test_a_pinned_chain_is_mined_offline_and_a_broken_sdist_costs_only_its_relea
 
     changes = "Changes\n=======\n\n{v}\n---\n\n- Fix ``Client.retry`` losing the backoff after a redirect.\n"
     v1 = {
-        "pkg/client.py": "class Client:\n    def retry(self):\n        return 1\n\n    def send(self):\n        return 2\n",
+        "pkg/client.py": "class Client:\n    def retry(self):\n        return 1\n\n"
+        "    def send(self):\n        return 2\n",
         "tests/test_client.py": "def test_retry():\n    pass\n",
         "CHANGES.rst": changes.format(v="1.0"),
     }
