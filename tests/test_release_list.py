@@ -159,3 +159,14 @@ def test_a_pinned_chain_is_mined_offline_and_a_broken_sdist_costs_only_its_relea
         assert "return 1" in pairs[0]["positive"]  # the code before the fix
         assert (pairs[0]["neg_file"] is not None) == negatives  # Client.send, from the same file
         assert stats["bad_archive"] == 1 and stats["release_pairs"] == 1 and stats["pairs"] == 1
+
+
+def test_what_links_leave_in_an_entry_is_cleaned_away():
+    from embedder.releases import clean_entry
+
+    assert clean_entry("Preserve RootModel core metadata by @someone in #123") == "Preserve RootModel core metadata"
+    assert (
+        clean_entry("Faster regex on Python 3.11.5+ for Version (#1, #2)")
+        == "Faster regex on Python 3.11.5+ for Version"
+    )
+    assert clean_entry("Fix logging in") == "Fix logging in"  # a sentence that ends in "in" keeps it

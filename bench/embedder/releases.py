@@ -72,6 +72,8 @@ _CHANGE_DIRECTIVE = re.compile(r"^\s*\.\. change::")
 _DIRECTIVE_OPTION = re.compile(r"^\s*:(\w+):\s*(.*)$")
 _HOUSEKEEPING_TAGS = frozenset({"docs", "doc", "tests", "test", "installation", "build", "ci", "changed", "general"})
 _NOISE = [
+    # "by @someone in #123", "in https://github.com/o/r/pull/123" (GitHub's generated release notes)
+    (re.compile(r"(?:\s+by\s+@[\w-]+)?\s+in\s+(?:#\d+|https?://\S+)", re.I), ""),
     (re.compile(r":(?:issue|pr|bug|gh|ghissue|user|commit|cve|pull|feature|support)s?:`[^`]*`", re.I), ""),
     (re.compile(r"\b(?:pull request |patch )?courtesy(?: of)? [\w .-]+?\.?\s*$", re.I), ""),
     (re.compile(r"`#?\d+ <[^>]*>`__?"), ""),
@@ -299,6 +301,7 @@ def clean_entry(text: str) -> str:
     text = re.sub(r"\s+", " ", text).strip(" -–—:;,")
     text = re.sub(r"(^|\s)\.(?=[A-Za-z_])", r"\1", text)  # `.SSLIOStream`: a role's leading dot
     text = re.sub(r"\s+([.,;:])", r"\1", re.sub(r"\(\s*\)", "", text)).strip()
+    text = re.sub(r"\s*\([\s,;]*\)", "", text).strip()  # what "(#12, #13)" left
     return "" if _HOUSEKEEPING.match(text) else text
 
 
