@@ -65,7 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=True,
         help="hard negatives for the pinned release pairs (parses every file: 3x the CPU)",
     )
-    g.add_argument("--want", type=int, default=420, help="stage pin: packages to pin (default %(default)s)")
+    g.add_argument(
+        "--want",
+        type=int,
+        default=420,
+        help="stage pin: add packages to the pins file until it holds this many (default %(default)s)",
+    )
     t = common.add_argument_group("training")
     # Measured at batch 32 with one hard negative: ~39 CPU-s a step (forward and backward of 32 queries and
     # 64 code texts of 128 tokens), i.e. ~20-25 s on two idle cores, ~40 s when another job holds a core.
@@ -189,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "pin":
         from embedder.release_list import select
 
-        print(select(args.work, args.want))
+        print(select(args.work, args.want, resume=True))
     if args.stage == "release-report":
         from embedder.release_report import markdown
 

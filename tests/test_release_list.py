@@ -170,3 +170,35 @@ def test_what_links_leave_in_an_entry_is_cleaned_away():
         == "Faster regex on Python 3.11.5+ for Version"
     )
     assert clean_entry("Fix logging in") == "Fix logging in"  # a sentence that ends in "in" keeps it
+
+
+def test_select_pins_in_rank_order_skips_evaluation_projects_and_resumes(tmp_path, monkeypatch):
+    from embedder import release_list, releases
+
+    ranks = tmp_path / "pypi.tsv"
+    ranks.write_text(
+        "name\tversion\tmonth\trank\tsummary\n"
+        + "".join(
+            f"{n}\t1\t2026-01\t{i}\tx\n"
+            for i, n in enumerate(["django", "alpha", "nolog", "beta", "gamma", "delta"], 1)
+        )
+    )
+    monkeypatch.setattr(release_list, "PINS", tmp_path / "pins.json")
+    monkeypatch.setattr(release_list, "evaluation_projects", lambda *a: frozenset({"django"}))
+    asked = []
+
+    def qualifies(name, work):
+        asked.append(name)
+        return ([], "no_changelog_section") if name == "nolog" else ([("1.0", {}), ("1.1", {})], "")
+
+    monkeypatch.setattr(release_list, "qualifies", qualifies)
+    fetched = []
+    monkeypatch.setattr(releases, "fetch_sdist", lambda info, dest: fetched.append(info))  # the older sdists
+    tally = release_list.select(tmp_path, 2, ranks)
+    assert list(release_list.load_pins()) == ["alpha", "beta"]
+    assert tally == {"evaluation_project": 1, "no_changelog_section": 1, "pinned": 2, "candidates_seen": 4}
+    assert "django" not in asked and len(fetched) == 2
+    tally = release_list.select(tmp_path, 3, ranks, resume=True)  # one more, from where the first run stopped
+    assert list(release_list.load_pins()) == ["alpha", "beta", "gamma"]
+    assert tally["pinned"] == 3 and tally["candidates_seen"] == 5
+    assert json.loads((tmp_path / "pins.json").read_text())["complete"] is True

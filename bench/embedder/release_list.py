@@ -77,7 +77,8 @@ def ranked_names(path: Path = RANKS) -> list[str]:
     return [n for _, n in sorted(rows)]
 
 
-def load_pins(path: Path = PINS) -> dict[str, list[str]]:
+def load_pins(path: Path | None = None) -> dict[str, list[str]]:
+    path = path or PINS
     return json.loads(path.read_text())["packages"] if path.exists() else {}
 
 
@@ -159,65 +160,60 @@ def qualifies(name: str, work: Path) -> tuple[list[tuple[str, dict]], str]:
     return chain, ""
 
 
-def select(work: Path, want: int, ranks: Path = RANKS, threads: int = 4) -> dict:
-    """Pin the first ``want`` packages in rank order that pass the rule; write ``PINS``; return the tally."""
+def select(work: Path, want: int, ranks: Path = RANKS, threads: int = 4, resume: bool = False) -> dict:
+    """Pin the first ``want`` packages in rank order that pass the rule; write ``PINS``; return the tally.
+    With ``resume``, the pins file's packages are kept and the ranks after its ``last_rank_seen`` are read
+    (the same list as a fresh run for the larger ``want``: the rule and the order are fixed)."""
     from .releases import fetch_sdist
 
     projects = evaluation_projects()
     tally: Counter = Counter()
     pins: dict[str, list[str]] = {}
+    i = 0  # names[:i] are decided
+    if resume and PINS.exists():
+        meta = json.loads(PINS.read_text())
+        pins, i = meta["packages"], meta["last_rank_seen"]
+        tally.update({k: v for k, v in meta["tally"].items() if k != "candidates_seen"})
     names = ranked_names(ranks)
     pool = ThreadPoolExecutor(threads)
     prefetch = []
-    i = 0
+
+    def head(complete: bool) -> dict:
+        return {
+            "cutoff": CUTOFF,
+            "pairs_per_package": PAIRS_PER_PACKAGE,
+            "last_rank_seen": i,
+            "tally": {**tally, "candidates_seen": i},
+            "complete": complete,
+        }
+
     while len(pins) < want and i < len(names):
-        batch = []
-        while len(batch) < threads and i < len(names):
-            name = names[i]
+        batch = names[i : i + threads]
+        results = pool.map(
+            lambda n: ("evaluation_project", []) if excluded(n, projects) else qualifies(n, work)[::-1], batch
+        )
+        for name, (why, chain) in zip(batch, results, strict=True):
+            if len(pins) >= want:
+                break
             i += 1
-            if excluded(name, projects):
-                tally["evaluation_project"] += 1
-                continue
-            batch.append(name)
-        for name, (chain, why) in zip(batch, pool.map(lambda n: qualifies(n, work), batch), strict=True):
             if why:
                 tally[why] += 1
                 continue
-            if len(pins) >= want:
-                break
             pins[name] = [v for v, _ in chain]
             tally["pinned"] += 1
             prefetch += [pool.submit(fetch_sdist, info, work / "sdists") for _, info in chain[:-1]]
             print(f"[select {len(pins)}/{want}] {name}: {len(chain)} releases", flush=True)
-        write_pins(
-            pins,
-            {
-                "cutoff": CUTOFF,
-                "pairs_per_package": PAIRS_PER_PACKAGE,
-                "last_rank_seen": i,
-                "tally": dict(tally),
-                "complete": False,
-            },
-        )
-    tally["candidates_seen"] = i
+        write_pins(pins, head(False))
     for f in prefetch:
         f.result()
     pool.shutdown()
-    write_pins(
-        pins,
-        {
-            "cutoff": CUTOFF,
-            "pairs_per_package": PAIRS_PER_PACKAGE,
-            "last_rank_seen": i,
-            "tally": dict(tally),
-            "complete": True,
-        },
-    )
-    return dict(tally)
+    write_pins(pins, head(True))
+    return {**tally, "candidates_seen": i}
 
 
-def write_pins(pins: dict[str, list[str]], head: dict, path: Path = PINS) -> None:
+def write_pins(pins: dict[str, list[str]], head: dict, path: Path | None = None) -> None:
     """One package a line, so that a diff of the list reads as packages added or dropped."""
+    path = path or PINS
     lines = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pins.items()]
     body = ",\n".join(" " + x for x in lines)
     meta = ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in head.items())
