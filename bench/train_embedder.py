@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument(
         "--want",
         type=int,
-        default=744,
+        default=832,
         help="stage pin: add packages to the pins file until it holds this many (default %(default)s)",
     )
     t = common.add_argument_group("training")
