@@ -400,10 +400,7 @@ def mine_package(name: str, version: str, wheel: Path) -> tuple[list[dict], list
                 n_tests += 1
                 break
 
-    bm25 = BM25([code_tokens(r["text"]) for r in pool])
-    by_path: dict[str, list[int]] = defaultdict(list)
-    for i, r in enumerate(pool):
-        by_path[r["path"]].append(i)
+    negatives = HardNegatives(pool)
     pairs, seen = [], set()
     for i, query, kind in candidates:
         if query in seen:
@@ -411,13 +408,7 @@ def mine_package(name: str, version: str, wheel: Path) -> tuple[list[dict], list
             continue
         seen.add(query)
         rec = pool[i]
-        neg_bm25 = next(
-            (pool[j] for j in bm25.top(code_tokens(query, keep_stopwords=False)) if not related(pool[j], rec)), None
-        )
-        near = sorted(
-            (j for j in by_path[rec["path"]] if not related(pool[j], rec)),
-            key=lambda j: (abs(pool[j]["start"] - rec["start"]), j),
-        )
+        neg_bm25, neg_file = negatives.of(query, rec)
         pairs.append(
             {
                 "package": name,
@@ -429,13 +420,36 @@ def mine_package(name: str, version: str, wheel: Path) -> tuple[list[dict], list
                 "query": query,
                 "positive": rec["text"],
                 "pool_index": i,
-                "neg_bm25": negative(neg_bm25) if neg_bm25 else None,
-                "neg_file": negative(pool[near[0]]) if near else None,
+                "neg_bm25": neg_bm25,
+                "neg_file": neg_file,
             }
         )
         stats[f"pairs_{kind}"] += 1
     stats["pairs"] = len(pairs)
     return pairs, pool, dict(stats)
+
+
+class HardNegatives:
+    """The two hard negatives of a pair from a pool of units: the best BM25 unit for the query and the
+    nearest unit of the positive's file, neither related to the positive (as ``negative`` records)."""
+
+    def __init__(self, pool: list[dict]):
+        self.pool = pool
+        self.bm25 = BM25([code_tokens(r["text"]) for r in pool])
+        self.by_path: dict[str, list[int]] = defaultdict(list)
+        for i, r in enumerate(pool):
+            self.by_path[r["path"]].append(i)
+
+    def of(self, query: str, rec: dict) -> tuple[dict | None, dict | None]:
+        pool = self.pool
+        top = (pool[j] for j in self.bm25.top(code_tokens(query, keep_stopwords=False)) if not related(pool[j], rec))
+        near = min(
+            (j for j in self.by_path[rec["path"]] if not related(pool[j], rec)),
+            key=lambda j: (abs(pool[j]["start"] - rec["start"]), j),
+            default=None,
+        )
+        by_bm25 = next(top, None)
+        return (negative(by_bm25) if by_bm25 else None), (negative(pool[near]) if near is not None else None)
 
 
 # --------------------------------------------------------------------------- stage

@@ -84,51 +84,18 @@ def load_pins(path: Path | None = None) -> dict[str, list[str]]:
 
 def pinned_chain(name: str, versions: list[str]) -> list[tuple[str, dict]]:
     """The sdist of each pinned version (PyPI's JSON for that package; the versions are not chosen here)."""
-    from urllib.parse import urljoin
+    from .releases import _json, _pypi, sdist_of
 
-    from .releases import _json, _pypi
-
-    meta = _json(_pypi(name))
-    out = []
-    for v in versions:
-        files = meta.get("releases", {}).get(v, [])
-        sd = [
-            f for f in files if f.get("packagetype") == "sdist" and f["filename"].endswith((".tar.gz", ".zip", ".tgz"))
-        ]
-        if sd:
-            out.append((v, {**sd[0], "url": urljoin(_pypi(name), sd[0]["url"])}))
-    return out
+    releases = _json(_pypi(name)).get("releases", {})
+    chain = [(v, sdist_of(name, releases.get(v, []), yanked=True)) for v in versions]
+    return [(v, info) for v, info in chain if info]
 
 
 def _chain(name: str, n: int) -> list[tuple[str, dict]]:
     """The newest ``n`` final releases uploaded before ``CUTOFF`` with an sdist, oldest first."""
-    from urllib.parse import urljoin
+    from .releases import release_chain
 
-    from packaging.version import InvalidVersion, Version
-
-    from .releases import _json, _pypi
-
-    meta = _json(_pypi(name))
-    out = []
-    for v, files in meta.get("releases", {}).items():
-        try:
-            ver = Version(v)
-        except InvalidVersion:
-            continue
-        if ver.is_prerelease or ver.is_devrelease:
-            continue
-        sd = [
-            f
-            for f in files
-            if f.get("packagetype") == "sdist"
-            and not f.get("yanked")
-            and f["filename"].endswith((".tar.gz", ".zip", ".tgz"))
-            and f.get("upload_time", "9") < CUTOFF
-        ]
-        if sd:
-            out.append((ver, v, {**sd[0], "url": urljoin(_pypi(name), sd[0]["url"])}))
-    out.sort(key=lambda t: t[0])
-    return [(v, f) for _, v, f in out[-n:]]
+    return release_chain(name, None, n, before=CUTOFF)
 
 
 def qualifies(name: str, work: Path) -> tuple[list[tuple[str, dict]], str]:

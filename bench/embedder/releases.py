@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 from repoctx.capsules.parse import parse_source
 from repoctx.tokens import STOPWORDS, code_tokens, split_identifier
 
-from .mine import BM25, UNIT_KINDS, is_test_path, negative, related, third_party, unit_record, write_jsonl
+from .mine import UNIT_KINDS, HardNegatives, is_test_path, third_party, unit_record, write_jsonl
 from .packages import PACKAGES
 
 MAX_CHANGED = 60  # changed units in one release above which pairing by words is guesswork
@@ -102,32 +102,40 @@ def _json(url: str) -> dict:
         return json.load(r)
 
 
-def release_chain(name: str, pinned: str, n: int) -> list[tuple[str, dict]]:
-    """The newest ``n`` final releases up to ``pinned`` that have an sdist: [(version, file info)], oldest
-    first."""
-    from packaging.version import InvalidVersion, Version
-
+def sdist_of(name: str, files: list[dict], before: str | None = None, yanked: bool = False) -> dict | None:
+    """The sdist among one release's files (not yanked unless ``yanked``; uploaded before ``before`` when
+    given), its URL made absolute (the index may answer with URLs relative to the JSON document)."""
     from urllib.parse import urljoin
 
+    sd = [
+        f
+        for f in files
+        if f.get("packagetype") == "sdist"
+        and (yanked or not f.get("yanked"))
+        and f["filename"].endswith((".tar.gz", ".zip", ".tgz"))
+        and (before is None or f.get("upload_time", "9") < before)
+    ]
+    return {**sd[0], "url": urljoin(_pypi(name), sd[0]["url"])} if sd else None
+
+
+def release_chain(name: str, pinned: str | None, n: int, before: str | None = None) -> list[tuple[str, dict]]:
+    """The newest ``n`` final releases up to ``pinned`` (any, when None) that have an sdist (uploaded before
+    ``before``, when given): [(version, file info)], oldest first."""
+    from packaging.version import InvalidVersion, Version
+
     meta = _json(_pypi(name))
-    top = Version(pinned)
+    top = Version(pinned) if pinned else None
     out = []
     for v, files in meta.get("releases", {}).items():
         try:
             ver = Version(v)
         except InvalidVersion:
             continue
-        if ver.is_prerelease or ver.is_devrelease or ver > top:
+        if ver.is_prerelease or ver.is_devrelease or (top is not None and ver > top):
             continue
-        sd = [
-            f
-            for f in files
-            if f.get("packagetype") == "sdist"
-            and not f.get("yanked")
-            and f["filename"].endswith((".tar.gz", ".zip", ".tgz"))
-        ]
-        if sd:  # the index may answer with URLs relative to the JSON document
-            out.append((ver, v, {**sd[0], "url": urljoin(_pypi(name), sd[0]["url"])}))
+        info = sdist_of(name, files, before)
+        if info:
+            out.append((ver, v, info))
     out.sort(key=lambda t: t[0])
     return [(v, f) for _, v, f in out[-n:]]
 
@@ -587,30 +595,8 @@ def mine_releases(
             pairs += [_pair(name, v_old, v_new, entry, rec, shared, None, None) for entry, rec, shared in matched]
             continue
         _, pool = changed_units(old, {})  # every unit of the old release: the negatives' pool
-        bm25 = BM25([code_tokens(r["text"]) for r in pool])
-        by_path: dict[str, list[int]] = defaultdict(list)
-        for i, r in enumerate(pool):
-            by_path[r["path"]].append(i)
-        for entry, rec, shared in matched:
-            neg_bm25 = next(
-                (pool[j] for j in bm25.top(code_tokens(entry, keep_stopwords=False)) if not related(pool[j], rec)), None
-            )
-            near = sorted(
-                (j for j in by_path[rec["path"]] if not related(pool[j], rec)),
-                key=lambda j: (abs(pool[j]["start"] - rec["start"]), j),
-            )
-            pairs.append(
-                _pair(
-                    name,
-                    v_old,
-                    v_new,
-                    entry,
-                    rec,
-                    shared,
-                    negative(neg_bm25) if neg_bm25 else None,
-                    negative(pool[near[0]]) if near else None,
-                )
-            )
+        hard = HardNegatives(pool)
+        pairs += [_pair(name, v_old, v_new, entry, rec, shared, *hard.of(entry, rec)) for entry, rec, shared in matched]
     clear_parsed()
     stats["pairs"] = len(pairs)
     out = dict(stats)
