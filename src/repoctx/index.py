@@ -151,7 +151,7 @@ class Index:
     @property
     def grep_limits(self) -> GrepLimits:
         """grep's bounds for this view (a service may set its own). Made on first use: a search never imports the
-        grep module (~3 ms of a one-shot `repoctx search`)."""
+        grep module (~25M instructions of a one-shot `repoctx search`, callgrind)."""
         if self._grep_limits is None:
             from repoctx.store.grep import GrepLimits
 
