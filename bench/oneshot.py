@@ -7,7 +7,9 @@
 Each ``--src`` is a ``src`` folder put first on PYTHONPATH; runs alternate between them (A B A B ...), so load
 changes fall on both alike. The index (``--index-dir``, with vectors) must exist; the one-file reindex edits a
 copy of one file of ``--tree`` inside a copy of the tree (``--work``), never the tree itself. Prints a table of
-median (min) wall seconds and median peak RSS per command and code, with the load average before and after.
+median (min) wall seconds and median peak RSS per command and code, with the load average before and after;
+``--callgrind``: the searches' instruction counts instead (main thread and all threads), which the load leaves
+alone.
 """
 
 from __future__ import annotations
@@ -43,6 +45,38 @@ def run(cmd: list[str], env: dict, cwd: str | None = None) -> tuple[float, float
     return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
+def instructions(jobs: list, envs: list[dict], names: list[str]) -> int:
+    """Each search once per code under callgrind, one output file per thread: the instructions of the main
+    thread (a one-shot search's critical path, but where it waits for the model thread) and of all threads.
+    Wall seconds on these shared 2 CPUs move with the load; instruction counts do not (valgrind runs the
+    threads one at a time, so it says nothing of their overlap)."""
+    import glob
+    import tempfile
+
+    print("millions of instructions (valgrind --tool=callgrind): main thread / all threads\n")
+    print("| command | " + " | ".join(f"{s} main | all" for s in names) + " |")
+    print("|---|" + "---|---|" * len(names))
+    with tempfile.TemporaryDirectory(prefix="oneshot-cg-") as tmp:
+        for label, cmd, extra, _ in jobs:
+            cells = []
+            for i, env in enumerate(envs):
+                run(cmd, {**env, **extra})  # .pyc written, pages cached
+                out = f"{tmp}/cg.{i}"
+                valgrind = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}"]
+                subprocess.run(
+                    valgrind + cmd, env={**env, **extra}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
+                counts = []
+                for path in sorted(glob.glob(f"{out}-*")):
+                    with open(path) as fh:
+                        counts += [int(line.split()[1]) for line in fh if line.startswith("summary:")][:1]
+                    os.unlink(path)
+                main_thread = counts[0] if counts else 0
+                cells.append(f"{main_thread / 1e6:,.0f} | {sum(counts) / 1e6:,.0f}")
+            print(f"| {label} | " + " | ".join(cells) + " |")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tree", type=Path, required=True)
@@ -52,6 +86,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--work", type=Path, default=Path("/tmp/oneshot-bench-tree"))
     ap.add_argument("--only", default="search,lexical,noop,onefile")
+    ap.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="instructions instead of seconds (valgrind): the same at any load; one run of each search per code",
+    )
     args = ap.parse_args()
     only = set(args.only.split(","))
     # PYTHONDONTWRITEBYTECODE would compile every module of the checkout in every run: a user's install has .pyc
@@ -90,6 +129,8 @@ def main() -> int:
                 args.work / "tree" / "django/utils/text.py",
             )
         )
+    if args.callgrind:
+        return instructions([j for j in jobs if j[3] is None and j[0].startswith("search")], envs, args.src)
     before = os.getloadavg()
     results: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
     for label, cmd, extra, edit in jobs:

@@ -210,8 +210,12 @@ def test_carried_int8_rows_are_stored_as_a_float32_carry_stored_them(tmp_path):
     fresh = rng.standard_normal((5, 32)).astype(np.float32)
     keep = list(range(0, 3000, 2))
     out = {}
-    for name, carried, reserve in (("floats", floats[keep], False), ("int8", int8[keep], False),
-                                   ("int8-reserved", int8[keep], True), ("floats-reserved", floats[keep], True)):
+    for name, carried, reserve in (
+        ("floats", floats[keep], False),
+        ("int8", int8[keep], False),
+        ("int8-reserved", int8[keep], True),
+        ("floats-reserved", floats[keep], True),
+    ):
         fx = FaissIndex(tmp_path / name)
         sink = FaissSink(fx, "m", 32, "1")  # as a fill hands them over: the carried rows, then the new ones
         sink.add([ids[i] for i in keep], carried)
@@ -310,3 +314,26 @@ def test_an_index_process_leaves_its_files_whole(tmp_path):
     assert not [n for n in left if n.endswith(("-wal", "-shm"))], left
     got = _fresh_process(["search", "gift wrapping", "--repo", str(root), "--json"], env)
     assert "shop/gift.py" in json.dumps(json.loads(got.stdout)["results"][0])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["search", "--help"],
+        ["grep", "--help"],
+        ["index", "--help"],
+        ["search"],
+        ["search", "tax", "--no-such-option"],
+        ["outline", "a.py", "-k", "3"],
+    ],
+)
+def test_a_one_shot_process_reads_its_line_as_the_whole_app_does(tmp_path, args):
+    """A one-shot command's process builds only the command it runs: its help, its usage errors and their exit
+    codes are the ones the whole app gives (CliRunner builds every command)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPOCTX_")}
+    env.update(REPOCTX_INDEX_DIR=str(tmp_path / "ix"), REPOCTX_CACHE=str(tmp_path / "cache"), COLUMNS="100")
+    done = _fresh_process(args, {**env, "TERM": "dumb"})
+    whole = CliRunner().invoke(app, args, env={"COLUMNS": "100", "TERM": "dumb"}, prog_name="python -m repoctx.cli")
+    assert done.returncode == whole.exit_code == (0 if args[-1] == "--help" else 2)
+    assert done.stdout + done.stderr == whole.output
+    assert app.registered_commands and len(app.registered_commands) > 6  # the app itself is left whole

@@ -28,6 +28,7 @@ from repoctx.vectors import DenseRetriever, EmbedReport, VectorCache, fill_vecto
 
 if TYPE_CHECKING:  # the indexer (tree-sitter, the walk) is imported only by what writes: a search never pays for it
     from repoctx.indexer import ProgressFn, UpdateReport
+    from repoctx.store.grep import GrepLimits
 
 LEVELS = ("symbol", "file")
 MODES = ("auto", "standard", "agentic")
@@ -145,9 +146,21 @@ class Index:
         self._names: tuple[float, tuple[str, ...]] | None = None  # (until, the store's repository names)
         self.last_embed: EmbedReport | None = None
         self.embed_error: str | None = None
-        from repoctx.store.grep import GrepLimits
+        self._grep_limits: GrepLimits | None = None
 
-        self.grep_limits = GrepLimits()  # grep's bounds for this view (a service may set its own)
+    @property
+    def grep_limits(self) -> GrepLimits:
+        """grep's bounds for this view (a service may set its own). Made on first use: a search never imports the
+        grep module (~25M instructions of a one-shot `repoctx search`, callgrind)."""
+        if self._grep_limits is None:
+            from repoctx.store.grep import GrepLimits
+
+            self._grep_limits = GrepLimits()
+        return self._grep_limits
+
+    @grep_limits.setter
+    def grep_limits(self, limits: GrepLimits) -> None:
+        self._grep_limits = limits
 
     def _name_for(self, root: Path, name: str | None) -> str:
         known = self.store.repo_by_root(str(root))
