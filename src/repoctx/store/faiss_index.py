@@ -10,6 +10,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,73 @@ class Int8Matrix:
         return out * self.scale
 
 
+# A set's ids (schema of its vectors.json: a name without ``.json``): a magic line, their count, then per id its
+# end in the text (uint32, little-endian), then the ids joined by NUL (never part of a path or a name). A search
+# reads the ids of the rows it returns only; a JSON list of Django's 48k ids (4.2 MB) was parsed whole by every
+# one-shot search (~100M instructions, a quarter of what the question's vector costs).
+_IDS_MAGIC = b"repoctx-ids 1\n\0\0"
+
+
+def pack_ids(ids: Sequence[str]) -> bytes | None:
+    """``ids`` as ``PackedIds`` reads them; None when one holds a NUL (then the set keeps them as JSON)."""
+    text = "\0".join(ids).encode()
+    if text.count(b"\0") != max(len(ids) - 1, 0):
+        return None
+    ends = np.cumsum([len(i.encode()) + 1 for i in ids], dtype=np.int64) - 1 if ids else np.zeros(0, np.int64)
+    if len(text) >= 2**32:
+        return None
+    return _IDS_MAGIC + np.int64(len(ids)).tobytes() + ends.astype("<u4").tobytes() + text
+
+
+class PackedIds(Sequence[str]):
+    """A set's ids as ``pack_ids`` wrote them: one id decoded when asked for (``ids[row]``), all of them by one split
+    when iterated (a scoped search's positions); the positions of the empty ones (a grown set's dead rows) from the
+    ends alone."""
+
+    def __init__(self, data: bytes) -> None:
+        if not data.startswith(_IDS_MAGIC):
+            raise ValueError("not a packed ids file")
+        head = len(_IDS_MAGIC)
+        n = int(np.frombuffer(data, dtype="<i8", count=1, offset=head)[0])
+        self._ends = np.frombuffer(data, dtype="<u4", count=n, offset=head + 8)
+        self._text = memoryview(data)[head + 8 + 4 * n :]
+        if n and int(self._ends[-1]) != len(self._text):
+            raise ValueError("a packed ids file cut short")
+        self._all: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __getitem__(self, i: Any) -> Any:  # an int: one id; a slice: a list
+        if isinstance(i, slice):
+            return self.decoded()[i]
+        n = len(self._ends)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        start = int(self._ends[i - 1]) + 1 if i else 0
+        return bytes(self._text[start : int(self._ends[i])]).decode()
+
+    def decoded(self) -> list[str]:
+        if self._all is None:
+            self._all = bytes(self._text).decode().split("\0") if len(self._ends) else []
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.decoded())
+
+    def __contains__(self, value: object) -> bool:
+        if value == "":
+            return bool(len(self.empty()))
+        return value in self.decoded()
+
+    def empty(self) -> np.ndarray:
+        """Positions of the empty ids."""
+        lengths = np.diff(self._ends.astype(np.int64), prepend=-1) - 1
+        return np.flatnonzero(lengths == 0)
+
+
 def _files(meta: dict | None) -> list[str]:
     """The files of a stored set (its patch's too)."""
     if not meta:
@@ -213,7 +281,7 @@ class FaissIndex:
         self.meta_path = self.dir / "vectors.json"
         self._loaded_mtime: int | None = None
         self._index: Any = None  # an exact matrix (np.ndarray) or a faiss HNSW index
-        self._ids: list[str] = []
+        self._ids: list[str] | PackedIds = []
         self._pos: dict[str, int] | None = {}  # id -> stored position, made when a search first needs it
         # a grown HNSW set's selector of its live positions (dead ones no unit owns any more), made once per
         # loaded set: (IDSelectorBatch of the dead, IDSelectorNot of it; the second holds only a pointer)
@@ -253,7 +321,7 @@ class FaissIndex:
         update keeps the vectors of unchanged units instead of rebuilding the whole set (``reusable``)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         stamp = f"{time.time_ns()}"
-        ids_path = self.dir / f"vectors-{stamp}.ids.json"
+        ids_path = self.dir / f"vectors-{stamp}.ids"
         hashes_path = self.dir / f"vectors-{stamp}.hashes.json"
         stored = None  # int8 rows and scales to store as they are
         floats = np.zeros((0, dim), dtype=np.float32)
@@ -286,7 +354,12 @@ class FaissIndex:
             scale_path = self.dir / f"vectors-{stamp}.scale.npy"
             np.save(scale_path, scale)
             kind = "npy"
-        ids_path.write_text(json.dumps(ids))
+        packed = pack_ids(ids)
+        if packed is None:
+            ids_path = ids_path.with_suffix(".ids.json")
+            ids_path.write_text(json.dumps(ids))
+        else:
+            ids_path.write_bytes(packed)
         meta = {
             "model": model,
             "dim": dim,
@@ -501,10 +574,15 @@ class FaissIndex:
         if old_patch:
             self._unlink([old_patch[k] for k in ("rows", "scale", "ids", "hashes")])
 
-    def _read(self, meta: dict):
+    def _read_ids(self, name: str) -> list[str] | PackedIds:
+        path = self.dir / name
+        return json.loads(path.read_text()) if name.endswith(".json") else PackedIds(path.read_bytes())
+
+    def _read(self, meta: dict, packed: bool = False):
         """(the stored vectors: an int8 matrix, a float32 one (a set written before int8) or a FAISS index,
         their ids) of the set ``meta`` names. A matrix is memory-mapped: the page cache holds it once for
-        every process, and a one-shot search reads only the pages it scans."""
+        every process, and a one-shot search reads only the pages it scans. ``packed``: the ids may come as
+        ``PackedIds`` (a search's), else a list."""
         rows_name = meta.get("npy") or meta.get("int8")
         if rows_name:
             index: Any = np.load(self.dir / rows_name, mmap_mode="r")
@@ -516,9 +594,12 @@ class FaissIndex:
             import faiss
 
             index = faiss.read_index(str(self.dir / meta["faiss"]))
-        ids = json.loads((self.dir / meta["ids"]).read_text())
+        ids = self._read_ids(meta["ids"])
         patch = meta.get("patch")
+        if not packed or patch is not None:
+            ids = list(ids)
         if patch is not None:  # the set's rows a patch replaced or removed keep their places, without an id
+            assert isinstance(ids, list)
             if not isinstance(index, Int8Matrix) or len(ids) != len(index):
                 raise ValueError("a patch of a set that is not int8 rows")
             for i in patch["hidden"]:
@@ -552,12 +633,15 @@ class FaissIndex:
         if not meta:
             return False
         try:
-            index, ids = self._read(meta)
+            index, ids = self._read(meta, packed=True)
         except (OSError, RuntimeError, ValueError, KeyError):
             return self._index is not None  # mid-swap: keep what we had
         self._index, self._ids, self._loaded_mtime = index, ids, mtime
         self._pos = None  # a search without a scope never asks (Django: 48k ids, ~10 ms a one-shot search)
-        dead = [i for i, cid in enumerate(ids) if not cid] if "" in ids else []  # the scan in C first: mostly none
+        if isinstance(ids, PackedIds):
+            dead = ids.empty().tolist()
+        else:
+            dead = [i for i, cid in enumerate(ids) if not cid] if "" in ids else []  # the scan in C first: mostly none
         self._alive = None
         self._live_rows = None
         if dead and isinstance(index, (np.ndarray, Int8Matrix)):
