@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from repoctx.store.base import EVERYTHING, Scope
-from repoctx.types import Capsule, Edge
+from repoctx.types import Capsule, Edge, UnitHead
 
 K1, B = 1.2, 0.75
 # indexes kept for scopes of some repositories (memory: ~12 bytes a posting; Django's sdist holds ~1.8M postings)
@@ -313,6 +313,7 @@ class MemoryReads:
         def _build_memory_bm25(self) -> MemoryBM25: ...
         def _rowids_where(self, scope: Scope) -> list[int]: ...
         def _units_by_id(self, ids: list[str]) -> list[tuple[int, Capsule]]: ...
+        def _read_heads(self, ids: list[str], scope: Scope) -> dict[str, UnitHead]: ...
         def _memory_covers(self, scope: Scope, key: tuple) -> tuple[bool, bool]: ...
         def _edges(self, col: str, ids: list[str], kinds: tuple[str, ...], scope: Scope) -> list[Edge]: ...
 
@@ -490,6 +491,16 @@ class MemoryReads:
         assert mem is not None  # read above whenever there are path rules
         allowed, rid = self._admitted_rowids(scope, mem.key), mem.rowid_of
         return [e for e in edges if rid.get(e.src, -1) in allowed and (e.dst is None or rid.get(e.dst, -1) in allowed)]
+
+    def unit_heads(self, ids: list[str], scope: Scope = EVERYTHING) -> dict[str, UnitHead]:
+        """The units' heads (what a search asks of every candidate), from the units kept in memory when they are,
+        else from the store (``_read_heads``: the same WHERE as its full reads)."""
+        if not ids:
+            return {}
+        remembered = self._memory_capsules(ids, scope)
+        if remembered is not None:
+            return {c.id: UnitHead.of(c) for c in remembered}
+        return self._read_heads(ids, scope)
 
     def _memory_capsules(self, ids: list[str], scope: Scope) -> list[Capsule] | None:
         """Units read once per content key and kept; the scope's rowids (its WHERE clause) filter them.

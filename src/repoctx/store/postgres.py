@@ -404,12 +404,7 @@ class PostgresStore(MemoryReads):
         }
         return [out[i] for i in ids if i in out]
 
-    def unit_heads(self, ids: list[str], scope: Scope = EVERYTHING) -> dict[str, UnitHead]:
-        if not ids:
-            return {}
-        remembered = self._memory_capsules(ids, scope)
-        if remembered is not None:
-            return {c.id: UnitHead.of(c) for c in remembered}
+    def _read_heads(self, ids: list[str], scope: Scope) -> dict[str, UnitHead]:
         where, args = self._scope(scope)
         sql = f"SELECT {HEAD_COLS} FROM repoctx_capsules c WHERE c.id = ANY(%s) AND {where}"
         return {r[0]: UnitHead(*r) for r in self._q(sql, [list(set(ids))] + args)}

@@ -634,12 +634,7 @@ class SQLiteStore(MemoryReads):
                 out[r[0]] = row_to_capsule(r)
         return [out[i] for i in ids if i in out]
 
-    def unit_heads(self, ids: list[str], scope: Scope = EVERYTHING) -> dict[str, UnitHead]:
-        if not ids:
-            return {}
-        remembered = self._memory_capsules(ids, scope)
-        if remembered is not None:
-            return {c.id: UnitHead.of(c) for c in remembered}
+    def _read_heads(self, ids: list[str], scope: Scope) -> dict[str, UnitHead]:
         where, args = self._scope(scope)
         out: dict[str, UnitHead] = {}
         for chunk in _chunks(list(dict.fromkeys(ids))):
