@@ -148,3 +148,53 @@ def test_a_unit_of_a_path_with_a_hash_sign_is_told_from_another_files(pair, tmp_
     ix.update()
     assert "patch" in ix.store.faiss_for(ix.repo).meta()
     _alike(ix, ref)
+
+
+class _LoadingEmbedder(HashEmbedder):
+    """An embedder that can load in the background (as LocalMiniLM does), recording when it is asked to and how
+    many files were written by then."""
+
+    def __init__(self, store_of):
+        super().__init__()
+        self.asked: list[int] = []
+        self._store_of = store_of
+
+    def load_in_background(self) -> None:
+        self.asked.append(self._store_of().counts()["files"])
+
+
+def test_the_model_starts_loading_once_the_walk_finds_files_to_parse(tmp_path):
+    """An update with files to parse starts the model's load (``load_in_background``) before they are parsed and
+    written, so the two overlap; an update with nothing to parse never loads it, nor one that embeds nothing."""
+    write_tree(tmp_path / "repo", FILES)
+    holder: dict = {}
+    emb = _LoadingEmbedder(lambda: holder["ix"].store)
+    ix = holder["ix"] = _index(tmp_path, "idx", emb)
+    ix.update()
+    assert emb.asked == [0]  # at the plan: no file written yet
+    ix.update()
+    assert emb.asked == [0]  # a no-op
+    edited = tmp_path / "repo" / "billing" / "invoice.py"
+    edited.write_text(edited.read_text() + "\ndef z():\n    pass\n")
+    seen: list[dict] = []
+    ix.update(embed=False)
+    assert emb.asked == [0]
+    edited.write_text(edited.read_text() + "\ndef y():\n    pass\n")
+    ix.update(progress=seen.append)
+    assert len(emb.asked) == 2 and any(e.get("event") == "plan" for e in seen)  # the caller's progress still sees all
+    ix.close()
+
+
+def test_a_big_update_does_not_load_the_model_while_it_parses(tmp_path, monkeypatch):
+    """Beside many files' parse the model's load costs memory at the parse's peak: only a few files' update
+    starts it early (index.PRELOAD_MAX_FILES)."""
+    import repoctx.index
+
+    monkeypatch.setattr(repoctx.index, "PRELOAD_MAX_FILES", 1)
+    write_tree(tmp_path / "repo", FILES)
+    holder: dict = {}
+    emb = _LoadingEmbedder(lambda: holder["ix"].store)
+    ix = holder["ix"] = _index(tmp_path, "idx", emb)
+    ix.update()
+    assert emb.asked == [] and len(FILES) > 1
+    ix.close()

@@ -101,6 +101,10 @@ class Retrieval:
         return out
 
 
+# an update parsing at most this many files starts loading the embedding model while it parses (Index.update)
+PRELOAD_MAX_FILES = 64
+
+
 class Index:
     """A view of one or more repositories in a store.
 
@@ -222,8 +226,21 @@ class Index:
             notes.append(f"the index at {self.index_dir} had been removed while open; rebuilt it from scratch")
         self.store.register_repo(self.repo, str(self.root))
         writer = self.store.writer(self.repo)
+        emit = progress
+        start = getattr(self.embedder, "load_in_background", None) if embed else None
+        if start is not None:
+
+            def emit(event: dict, start: Callable[[], None] = start) -> None:
+                # a few files to parse: their vectors will be needed, so the model loads (its session mostly outside
+                # the GIL) while they are parsed and written (Django, one file edited: 0.59 -> 0.52 s at idle). Not
+                # for many: beside a cold parse it raised the peak RSS to 416 MiB and slowed it on a busy machine
+                if event.get("event") == "plan" and 0 < event.get("to_parse", 0) <= PRELOAD_MAX_FILES:
+                    start()
+                if progress is not None:
+                    progress(event)
+
         with writer.lock("index", wait=wait):
-            report = update_index(self.root, writer, self.settings, progress, by=by)
+            report = update_index(self.root, writer, self.settings, emit, by=by)
         if report.capsules_written >= RELEASE_AFTER_UNITS:
             release_memory(self.store)
         self._vstates.clear()
