@@ -27,8 +27,7 @@ from pathlib import Path
 
 from repoctx.capsules.fallback import parse_any
 from repoctx.capsules.parse import parse_source, supported
-from repoctx.ingest.languages import GRAMMAR_EXT, language_of
-from repoctx.retrieve.hybrid import is_test_path
+from repoctx.ingest.languages import GRAMMAR_EXT, is_test_path, language_of
 from repoctx.types import DEFS, Capsule
 
 HISTORY_VERSION = 2  # 2: renames recorded

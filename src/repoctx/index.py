@@ -19,15 +19,14 @@ from repoctx.config import (  # re-exported: the settings rule every command fol
     remember_settings as remember_settings,
     resolve_settings as resolve_settings,
 )
-from repoctx.retrieve import rerank as rr
-from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, is_doc_unit, search, to_files
-from repoctx.retrieve.router import reads_as_report
 from repoctx.store.base import EVERYTHING, Scope, StoreError, VectorState
 from repoctx.types import Capsule, Context, Edge, FileHit, Hit, TraceEvent, iterate_in_thread
 from repoctx.vectors import DenseRetriever, EmbedReport, VectorCache, fill_vectors
 
 if TYPE_CHECKING:  # the indexer (tree-sitter, the walk) is imported only by what writes: a search never pays for it
+    # and the retrieval modules only by what searches (their imports and regexes: ~0.02 s of a `repoctx index`)
     from repoctx.indexer import ProgressFn, UpdateReport
+    from repoctx.retrieve.hybrid import SearchOptions
     from repoctx.store.grep import GrepLimits
 
 LEVELS = ("symbol", "file")
@@ -385,6 +384,8 @@ class Index:
         options: SearchOptions | None = None,
     ) -> list[Hit] | list[FileHit]:
         """Standard (hybrid) search: the k best units, or files."""
+        from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, to_files
+
         query = _check_query(query)
         self.check_store()
         scope = self.scope(scope)
@@ -406,6 +407,9 @@ class Index:
     def _stages(
         self, query: str, k: int, level: str, opts: SearchOptions, scope: Scope, dense, stats: dict | None
     ) -> tuple[list[Hit], str]:
+        from repoctx.retrieve import rerank as rr
+        from repoctx.retrieve.hybrid import search
+
         if level == "file":
             return search(self.store, query, opts, dense, scope, stats=stats), ""
         if not (opts.rerank and self.settings.second_stage):
@@ -418,6 +422,8 @@ class Index:
         lane, with the weights fitted for that (``rerank_weights.standard.json``; SWE-bench dev function
         Acc@1 28.1 -> 38.6, Acc@10 57.9 -> 62.3; multi-language questions Acc@1 36.0 -> 45.3); and what was
         done, for the trace. A re-ranker that fails leaves the first stage's order."""
+        from repoctx.retrieve import rerank as rr
+
         if len(hits) < 2:
             return hits, ""
         from repoctx.retrieve.agentic import content_terms  # agentic.py is loaded only when needed
@@ -480,6 +486,7 @@ class Index:
         """Trace events as they happen; the last is ``Result`` with ``data["retrieval"]``. ``options``
         tune the standard search (signals, pool; evaluation runs its configurations through them)."""
         from repoctx.retrieve.agentic import AgenticRetriever
+        from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, search, to_files
         from repoctx.retrieve.router import Route, route
 
         query = _check_query(query)
@@ -941,6 +948,10 @@ def second_stage_keeps(query: str, hits: list[Hit], report: bool | None = None) 
       docstring's own words as the query: its unit first 74 % -> 37 % if the model may move it).
     (``report``: whether the query is an issue report; None: as the router reads it)
     """
+    from repoctx.retrieve import rerank as rr
+    from repoctx.retrieve.hybrid import is_doc_unit
+    from repoctx.retrieve.router import reads_as_report
+
     named = () if (reads_as_report(query) if report is None else report) else ("exact",)
     return {
         h.capsule.id

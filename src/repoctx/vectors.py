@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from repoctx.config import default_cache_dir  # re-exported
-from repoctx.retrieve.hybrid import is_test_path
+from repoctx.ingest.languages import is_test_path
 from repoctx.store.base import EVERYTHING, Scope
 from repoctx.store.faiss_index import dequantize, quantize
 

@@ -2,6 +2,24 @@
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
+
+# a test's path (what a search demotes and the vector fill embeds after code)
+_TEST_PATH = re.compile(
+    r"(^|/)(tests?|testing)/|(^|/)test_[^/]*$|_tests?\.py$|(^|/)conftest\.py$"
+    # other languages' conventions: Go/Rust/C _test files, JS/TS *.test.* / *.spec.* and
+    # __tests__, Ruby specs, Java/Kotlin/C#/Swift *Test(s) classes
+    r"|(^|/)(__tests__|__mocks__)/|_test\.(go|rs|c|cc|cpp|exs?)$|\.(test|spec)\.[cm]?[jt]sx?$"
+    r"|(^|/)spec/.*_spec\.rb$|Tests?\.(java|kt|cs|swift)$"
+)
+
+
+@lru_cache(maxsize=1 << 16)
+def is_test_path(path: str) -> bool:
+    return bool(_TEST_PATH.search(path))
+
+
 GRAMMAR_EXT: dict[str, str] = {
     ".py": "python",
     ".pyi": "python",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol
 
+from repoctx.ingest.languages import is_test_path as is_test_path  # re-exported: its users import it from here
 from repoctx.retrieve.query import mentions, summary_line
 from repoctx.retrieve.router import reads_as_report
 from repoctx.store.base import EVERYTHING, Scope, split_id
@@ -18,13 +19,6 @@ from repoctx.tokens import base_forms, code_tokens
 from repoctx.types import Capsule, FileHit, Hit, UnitHead
 
 RRF_K = 60
-_TEST_PATH = re.compile(
-    r"(^|/)(tests?|testing)/|(^|/)test_[^/]*$|_tests?\.py$|(^|/)conftest\.py$"
-    # other languages' conventions: Go/Rust/C _test files, JS/TS *.test.* / *.spec.* and
-    # __tests__, Ruby specs, Java/Kotlin/C#/Swift *Test(s) classes
-    r"|(^|/)(__tests__|__mocks__)/|_test\.(go|rs|c|cc|cpp|exs?)$|\.(test|spec)\.[cm]?[jt]sx?$"
-    r"|(^|/)spec/.*_spec\.rb$|Tests?\.(java|kt|cs|swift)$"
-)
 _RUST_TEST_MODULE = re.compile(r"(^|\.)tests?\.")  # #[cfg(test)] mod tests { ... } inside a source file
 DOC_LANGUAGES = frozenset({"markdown", "rst", "text", "latex"})
 _DECLARATIONS = re.compile(r"\.d\.[cm]?ts$")  # TypeScript declaration files repeat the code's names
@@ -167,11 +161,6 @@ def names_only(query: str) -> bool:
     m = mentions(query)
     named = set(m.identifiers) | set(m.dotted) | set(m.paths)
     return all(w.strip("`'\"(),:") in named or any(w.strip("`'\"(),:").startswith(n) for n in named) for w in words)
-
-
-@lru_cache(maxsize=1 << 16)
-def is_test_path(path: str) -> bool:
-    return bool(_TEST_PATH.search(path))
 
 
 @lru_cache(maxsize=1 << 16)

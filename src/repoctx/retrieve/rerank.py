@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from repoctx.retrieve.hybrid import is_test_path
+from repoctx.ingest.languages import is_test_path
 from repoctx.store.base import EVERYTHING, Scope
 from repoctx.tokens import name_token_set, split_identifier, term_forms
 from repoctx.types import Hit
