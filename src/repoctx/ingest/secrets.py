@@ -345,14 +345,13 @@ class _Engine:
         self.private_key = by_name["PrivateKeyDetector"]()
         self.keyword = by_name["KeywordDetector"]()
         self.keyword_gate = re.compile(keyword.DENYLIST_REGEX)  # on lower-cased lines
-        tables: dict[int, list] = {}  # the same table object serves several file types
-
-        def table(t: dict) -> list:
-            return tables.setdefault(id(t), self._table(t))
-
-        self.keyword_tables = {ftype: table(t) for ftype, t in keyword.REGEX_BY_FILETYPE.items()}
-        self.keyword_quoted = table(keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP)
-        self.keyword_config = table(keyword.CONFIG_DENYLIST_REGEX_TO_GROUP)
+        # the keyword detector's regex tables by file type (the same table object serves several), each with its
+        # lower-cased forms made on first use: the 63 compiles cost every process that scans a file ~15 ms, and
+        # most files never reach the keyword step or meet one table only
+        self.keyword_tables = keyword.REGEX_BY_FILETYPE
+        self.keyword_quoted = keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP
+        self.keyword_config = keyword.CONFIG_DENYLIST_REGEX_TO_GROUP
+        self._lowered_tables: dict[int, list[tuple[Pattern, Pattern | None, int]]] = {}
         self.config_types = {FileType.YAML, FileType.CONFIG, FileType.INI, FileType.PROPERTIES, FileType.TOML}
         self.other_type = FileType.OTHER
         self.file_type = determine_file_type
@@ -367,9 +366,13 @@ class _Engine:
         ]
         self.gates = [(g, _compiled(g[1], 0), g[0] == "low") for g in dict.fromkeys(every)]
 
-    @staticmethod
-    def _table(table: dict) -> list[tuple[Pattern, Pattern | None, int]]:
-        return [(rx, _lowered(rx), group) for rx, group in table.items()]
+    def table(self, table: dict) -> list[tuple[Pattern, Pattern | None, int]]:
+        """One of the keyword tables as (its regex, the same without IGNORECASE when that can read lower-cased
+        text, its group), made once (threads that race make equal lists; either is kept)."""
+        got = self._lowered_tables.get(id(table))
+        if got is None:
+            got = self._lowered_tables[id(table)] = [(rx, _lowered(rx), group) for rx, group in table.items()]
+        return got
 
 
 _engine: _Engine | None = None
@@ -499,10 +502,10 @@ def _keyword_table(text: str, path: str | None, eng: _Engine) -> tuple[list, boo
     if path:
         ftype = eng.file_type(path)
         if ftype in eng.keyword_tables and ftype not in eng.config_types:
-            return eng.keyword_tables[ftype], False
+            return eng.table(eng.keyword_tables[ftype]), False
     if _looks_like_config(text, path, eng):
-        return eng.keyword_config, True
-    return eng.keyword_quoted, False
+        return eng.table(eng.keyword_config), True
+    return eng.table(eng.keyword_quoted), False
 
 
 # --------------------------------------------------------------------------- helpers
