@@ -273,14 +273,11 @@ class Index:
         update before rewrote or removed and the generation it wrote (``fill_vectors``)."""
         writer = self.store.writer(self.repo)
         model = self.embedder.model_id
-        current = getattr(self.store, "vectors_current", None) or (
-            lambda repo, model: self.store.vector_state(repo, model).current
-        )
-        if current(self.repo, model):
+        if self.store.vectors_current(self.repo, model):
             return None
         try:
             with writer.lock("vectors", wait=True):
-                if current(self.repo, model):
+                if self.store.vectors_current(self.repo, model):
                     return None
                 cache = VectorCache(self.settings.vector_cache)
                 try:

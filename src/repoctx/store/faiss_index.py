@@ -137,11 +137,10 @@ _IDS_MAGIC = b"repoctx-ids 1\n\0\0"
 def pack_ids(ids: Sequence[str]) -> bytes | None:
     """``ids`` as ``PackedIds`` reads them; None when one holds a NUL (then the set keeps them as JSON)."""
     text = "\0".join(ids).encode()
-    if text.count(b"\0") != max(len(ids) - 1, 0):
+    seps = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == 0)  # each id's end but the last's
+    if len(seps) != max(len(ids) - 1, 0) or len(text) >= 2**32:
         return None
-    ends = np.cumsum([len(i.encode()) + 1 for i in ids], dtype=np.int64) - 1 if ids else np.zeros(0, np.int64)
-    if len(text) >= 2**32:
-        return None
+    ends = np.append(seps, len(text)) if ids else seps
     return _IDS_MAGIC + np.int64(len(ids)).tobytes() + ends.astype("<u4").tobytes() + text
 
 
@@ -376,11 +375,15 @@ class FaissIndex:
         if hashes is not None and len(hashes) == len(ids):
             hashes_path.write_text(json.dumps(hashes))
             meta.update(hashes=hashes_path.name, text_version=text_version)
+        old = self.meta()
+        self._swap(meta)
+        self._unlink(_files(old))
+
+    def _swap(self, meta: dict) -> None:
+        """``meta`` becomes the set's vectors.json: readers see the old set or the new, never half."""
         tmp = self.meta_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(meta))
-        old = self.meta()
-        os.replace(tmp, self.meta_path)  # the swap: readers see the old set or the new, never half
-        self._unlink(_files(old))
+        os.replace(tmp, self.meta_path)
 
     def _unlink(self, names: list[str]) -> None:
         for name in names:
@@ -567,12 +570,8 @@ class FaissIndex:
         # the stored rows under "int8", not "npy": a reader that knows no patch finds no set rather than a stale one
         new.update(int8=meta.get("npy") or meta["int8"], count=live, total=live, generation=generation)
         new["patch"] = dict(names, hidden=base_hidden)
-        tmp = self.meta_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(new))
-        os.replace(tmp, self.meta_path)
-        old_patch = meta.get("patch")
-        if old_patch:
-            self._unlink([old_patch[k] for k in ("rows", "scale", "ids", "hashes")])
+        self._swap(new)
+        self._unlink(_files({"patch": meta.get("patch")}))  # the last patch's files; the stored rows stay
 
     def _read_ids(self, name: str) -> list[str] | PackedIds:
         path = self.dir / name
@@ -596,15 +595,12 @@ class FaissIndex:
             index = faiss.read_index(str(self.dir / meta["faiss"]))
         ids = self._read_ids(meta["ids"])
         patch = meta.get("patch")
-        if not packed or patch is not None:
+        if patch is None and not packed:
             ids = list(ids)
         if patch is not None:  # the set's rows a patch replaced or removed keep their places, without an id
-            assert isinstance(ids, list)
             if not isinstance(index, Int8Matrix) or len(ids) != len(index):
                 raise ValueError("a patch of a set that is not int8 rows")
-            for i in patch["hidden"]:
-                ids[i] = ""
-            ids += json.loads((self.dir / patch["ids"]).read_text())
+            ids = self._patched(list(ids), patch, "ids")
             index = PatchedInt8(
                 index, Int8Matrix(np.load(self.dir / patch["rows"]), np.load(self.dir / patch["scale"]))
             )
@@ -616,11 +612,14 @@ class FaissIndex:
         """Per stored position (``_read``'s), the content hash its vector was made from ("" for a hidden row)."""
         hashes = json.loads((self.dir / meta["hashes"]).read_text())
         patch = meta.get("patch")
-        if patch is not None:
-            for i in patch["hidden"]:
-                hashes[i] = ""
-            hashes += json.loads((self.dir / patch["hashes"]).read_text())
-        return hashes
+        return hashes if patch is None else self._patched(hashes, patch, "hashes")
+
+    def _patched(self, values: list[str], patch: dict, key: str) -> list[str]:
+        """Per-position ``values`` (ids or hashes) of the stored rows with ``patch`` applied: the rows it replaced
+        or removed keep their places, emptied; its own rows' values follow."""
+        for i in patch["hidden"]:
+            values[i] = ""
+        return values + json.loads((self.dir / patch[key]).read_text())
 
     def _load(self) -> bool:
         try:

@@ -737,6 +737,9 @@ class PostgresStore(MemoryReads):
     def vector_state(self, repo: str, model: str) -> VectorState:
         return self.vector_states([repo], model)[repo]
 
+    def vectors_current(self, repo: str, model: str) -> bool:
+        return self.vector_state(repo, model).current
+
     def vector_states(self, repos: Sequence[str], model: str) -> dict[str, VectorState]:
         """Each repository's vector state, in one round trip. Its units are the counter the writer keeps with
         them (``n_docs``: every unit kind is embedded, EMBED_KINDS), not a count of its rows: Django's count

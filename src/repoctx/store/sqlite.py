@@ -1503,21 +1503,24 @@ class SQLiteRepoWriter:
             keep_ids, keep = [ids[i] for i in pos], matrix[pos]
         self._carry = _Carry(keep_ids, keep, hashes, EMBED_TEXT_VERSION)
         kept = set(keep_ids)
-        todo = sorted(cid for cid in hashes if cid not in kept)
+        return self._rows_to_embed([cid for cid in hashes if cid not in kept]), True
+
+    def _rows_to_embed(self, ids: list[str]) -> list[EmbedRow]:
+        """The embedding rows of those of ``ids`` that are units of a kind that gets a vector, in id order."""
         rows: list[tuple] = []
-        for chunk in _chunks(todo):
+        for chunk in _chunks(sorted(ids)):
             by_id, id_args = _id_in(chunk)
             rows += with_texts(
                 self.db,
                 self.db.execute(
-                    f"SELECT id, path, qualname, signature, docstring, text, tid, at, span FROM capsules WHERE {units} "
-                    f"AND {by_id}",
-                    kinds + id_args,
+                    "SELECT id, path, qualname, signature, docstring, text, tid, at, span FROM capsules WHERE "
+                    f"{_NOT_BY_REPO}repo=? AND kind IN ({_ph(len(EMBED_KINDS))}) AND {by_id}",
+                    [self.repo, *EMBED_KINDS, *id_args],
                 ).fetchall(),
                 5,
                 (3, 4),
             )
-        return [EmbedRow(*r) for r in sorted(rows)], True
+        return [EmbedRow(*r) for r in sorted(rows)]
 
     def patch_rows(self, model: str, paths: list[str], generation: int) -> list[EmbedRow] | None:
         """``embed_rows`` after an update that rewrote or removed only the files ``paths`` and so moved the repository
@@ -1560,24 +1563,9 @@ class SQLiteRepoWriter:
             for (cid,) in self.db.execute(sql, [self.repo, *id_args]):
                 del maybe[cid]
         hidden += maybe.values()
-        todo = sorted(cid for cid in units if cid not in kept)
-        rows: list[tuple] = []
-        kinds = [self.repo, *EMBED_KINDS]
-        for chunk in _chunks(todo):
-            by_id, id_args = _id_in(chunk)
-            rows += with_texts(
-                self.db,
-                self.db.execute(
-                    "SELECT id, path, qualname, signature, docstring, text, tid, at, span FROM capsules WHERE "
-                    f"{_NOT_BY_REPO}repo=? AND kind IN ({_ph(len(EMBED_KINDS))}) AND {by_id}",
-                    kinds + id_args,
-                ).fetchall(),
-                5,
-                (3, 4),
-            )
         alive = sum(1 for cid in stored.ids if cid) - len(hidden)
         self._carry = _Carry([], np.zeros((0, 0), dtype=np.float32), units, EMBED_TEXT_VERSION, (stored, hidden, alive))
-        return [EmbedRow(*r) for r in sorted(rows)]
+        return self._rows_to_embed([cid for cid in units if cid not in kept])
 
     def vector_sink(self, model: str, dim: int, whole: bool) -> FaissSink:
         carry, self._carry = self._carry, None
