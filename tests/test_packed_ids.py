@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from repoctx.store.faiss_index import FaissIndex, Int8Matrix, PackedIds, pack_ids, quantize
+from repoctx.store.faiss_index import FaissIndex, Int8Matrix, PackedIds, empty_ids, ids_starting, pack_ids, quantize
 
 IDS = ["shop:a.py#f", "", "shop:ü/ñ.py#Klasse.método", "shop:b.py#g", "", "shop:c d.py#<module>"]
 
@@ -25,6 +25,22 @@ def test_packed_ids_read_back_one_by_one_and_whole():
         PackedIds(pack_ids(IDS)[:-3])  # cut short
     with pytest.raises(ValueError):
         PackedIds(b'["a"]')
+
+
+@pytest.mark.parametrize(
+    "prefixes",
+    [("shop:a.py#",), ("shop:ü/ñ.py#",), ("shop:",), ("shop:b.py#g", "shop:b.py#"), ("shop:c d.py#", "shop:a.py#f"),
+     ("a.py",), ("shop:zz.py#",), ("#f",)],
+)
+def test_packed_ids_found_by_prefix_as_a_list_finds_them(prefixes):
+    """A one-file update finds its file's rows by the ids' prefix in the packed text (bytes, UTF-8), as a scan of
+    the decoded list does: the same positions, in order, each once (overlapping prefixes too), none found inside an
+    id or across its end."""
+    ids = IDS + ["shop:a.py#f2", "xshop:a.py#h", "shop:a.py"]
+    packed = PackedIds(pack_ids(ids))
+    assert ids_starting(packed, prefixes) == ids_starting(list(ids), prefixes)
+    assert ids_starting(packed, prefixes) == [i for i, cid in enumerate(ids) if cid.startswith(prefixes)]
+    assert empty_ids(packed) == empty_ids(list(ids)) == [1, 4]
 
 
 def _vectors(n: int) -> np.ndarray:

@@ -198,3 +198,39 @@ def test_a_big_update_does_not_load_the_model_while_it_parses(tmp_path, monkeypa
     ix.update()
     assert emb.asked == [] and len(FILES) > 1
     ix.close()
+
+
+def test_an_update_starts_the_model_at_its_first_change_before_the_walk_ends(tmp_path, monkeypatch):
+    """An index that has files starts the model's load when the walk meets the first changed file, not once the walk
+    has ended (the plan), so the load runs beside the walk's rest too; the caller's progress hears no such event."""
+    import repoctx.indexer
+
+    files = dict(FILES) | {f"zz/more{i}.py": f"def more_{i}():\n    return {i}\n" for i in range(5)}
+    write_tree(tmp_path / "repo", files)
+    walked: list[str] = []
+    real_walk = repoctx.indexer.walk
+
+    def walk(*args, **kwargs):
+        for sf in real_walk(*args, **kwargs):
+            walked.append(sf.path)
+            yield sf
+
+    monkeypatch.setattr(repoctx.indexer, "walk", walk)
+    holder: dict = {}
+    seen: list[dict] = []
+    emb = _LoadingEmbedder(lambda: holder["ix"].store)
+    at_load: list[tuple[int, list[str]]] = []
+    emb.load_in_background = lambda: at_load.append((len(walked), [e["event"] for e in seen]))  # type: ignore[method-assign]
+    ix = holder["ix"] = _index(tmp_path, "idx", emb)
+    ix.update(embed=False)
+    edited = tmp_path / "repo" / "billing" / "invoice.py"
+    edited.write_text(edited.read_text() + "\ndef z():\n    pass\n")
+    walked.clear()
+    ix.update(progress=seen.append)
+    assert len(at_load) == 1
+    n, events = at_load[0]
+    assert walked.index("billing/invoice.py") + 1 == n < len(files) and events == []  # mid-walk, before the plan
+    assert "plan" in [e["event"] for e in seen] and "first_change" not in [e["event"] for e in seen]
+    ix.update(progress=seen.append)
+    assert len(at_load) == 1  # a no-op: not asked again
+    ix.close()

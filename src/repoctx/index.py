@@ -100,7 +100,8 @@ class Retrieval:
         return out
 
 
-# an update parsing at most this many files starts loading the embedding model while it parses (Index.update)
+# a cold index parsing at most this many files starts loading the embedding model while it parses (an update of an
+# index that has files starts it at its first change; Index.update)
 PRELOAD_MAX_FILES = 64
 
 
@@ -225,18 +226,25 @@ class Index:
             notes.append(f"the index at {self.index_dir} had been removed while open; rebuilt it from scratch")
         self.store.register_repo(self.repo, str(self.root))
         writer = self.store.writer(self.repo)
-        emit = progress
         start = getattr(self.embedder, "load_in_background", None) if embed else None
-        if start is not None:
+        started = False
 
-            def emit(event: dict, start: Callable[[], None] = start) -> None:
-                # a few files to parse: their vectors will be needed, so the model loads (its session mostly outside
-                # the GIL) while they are parsed and written (Django, one file edited: 0.59 -> 0.52 s at idle). Not
-                # for many: beside a cold parse it raised the peak RSS to 416 MiB and slowed it on a busy machine
-                if event.get("event") == "plan" and 0 < event.get("to_parse", 0) <= PRELOAD_MAX_FILES:
+        def emit(event: dict) -> None:
+            # an update whose files the vectors will need starts the model's load (its session is made mostly outside
+            # the GIL) beside the walk's rest and the parse: from the first changed file the walk meets (Django, one
+            # file edited: 0.59 -> 0.52 s at idle when it started at the plan), or at the plan of a cold index of a
+            # few files. Not for a cold index of many: beside a cold parse it raised the peak RSS to 416 MiB and
+            # slowed it on a busy machine
+            nonlocal started
+            kind = event.get("event")
+            if kind == "first_change" or (kind == "plan" and 0 < event.get("to_parse", 0) <= PRELOAD_MAX_FILES):
+                if start is not None and not started:
+                    started = True
                     start()
-                if progress is not None:
-                    progress(event)
+                if kind == "first_change":
+                    return  # the index's own business: a caller's progress hears of the plan, as before
+            if progress is not None:
+                progress(event)
 
         with writer.lock("index", wait=wait):
             report = update_index(self.root, writer, self.settings, emit, by=by)

@@ -469,8 +469,6 @@ def update_index(
     report = UpdateReport()
     walk_report = WalkReport()
     emit = progress or (lambda e: None)
-    files = list(walk(root, settings, walk_report))
-    report.files_seen = len(files)
     stored = store.files()
     if stored and (store.meta("tokenizer") != TOKENIZER_VERSION or (store.meta("parser") or "1") != PARSER_VERSION):
         # the lexical index was built with other tokens, or the files were parsed by other rules (other
@@ -480,10 +478,14 @@ def update_index(
         rebuild = True
     else:
         rebuild = False
-    seen_paths = {f.path for f in files}
+    files: list[SourceFile] = []
     to_parse: list[tuple[SourceFile, bytes | None, str]] = []  # the bytes let go once the file is written
     touched: list[SourceFile] = []
-    for sf in files:
+    # each file is compared with its stored record as the walk finds it: an update's first change is known mid-walk
+    # ("first_change", before "plan"), so the caller can start what the change will need (Index.update: the model)
+    first_change = bool(stored)
+    for sf in walk(root, settings, walk_report):
+        files.append(sf)
         try:
             state, data, h = classify(sf, stored.get(sf.path), need_data=True)
         except OSError as e:
@@ -497,10 +499,15 @@ def update_index(
                 walk_report.skip(sf.path, skip)
                 continue
             to_parse.append((sf, data, h))
+            if first_change:
+                first_change = False
+                emit({"event": "first_change", "path": sf.path})
         else:
             report.unchanged += 1
             if state == "touched":
                 touched.append(sf)
+    report.files_seen = len(files)
+    seen_paths = {f.path for f in files}
     deleted = sorted(set(stored) - seen_paths)
     emit({"event": "plan", "files": len(files), "to_parse": len(to_parse), "deleted": len(deleted)})
     report.git_head, report.git_dirty = git_state(root)

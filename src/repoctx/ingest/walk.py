@@ -253,13 +253,17 @@ def _dirs(
 _SECRET_RE = re.compile("|".join(fnmatch.translate(p) for p in SECRET_PATTERNS))
 
 
-def _enters_dir(name: str, path: str, rel: str, stack: _IgnoreStack) -> bool:
-    """Whether the walk goes into the folder ``rel`` (named ``name``, at ``path``)."""
+def _enters_dir(name: str, path: str, rel: str, stack: _IgnoreStack, look_inside: bool = True) -> bool:
+    """Whether the walk goes into the folder ``rel`` (named ``name``, at ``path``). ``look_inside=False``: the
+    caller lists the folder anyway and leaves it when it is a virtualenv (``_VENV_MARK`` among its names)."""
     if _skipped_dir(name, path):
         return False
-    if os.path.exists(os.path.join(path, "pyvenv.cfg")):  # a virtualenv under any name
+    if look_inside and os.path.exists(os.path.join(path, _VENV_MARK)):  # a virtualenv under any name
         return False
     return not (stack.levels and stack.ignored(rel, True))
+
+
+_VENV_MARK = "pyvenv.cfg"
 
 
 def _file_language(name: str, rel: str, stack: _IgnoreStack, settings: Settings, report: WalkReport) -> str | None:
@@ -303,7 +307,10 @@ def _walk_dir(
     except OSError as e:
         report.skip(rel or ".", f"unreadable: {e.strerror}")
         return
-    pushed = _push_ignores(stack, d, rel, {e.name for e in entries})
+    names = {e.name for e in entries}
+    if rel and _VENV_MARK in names:  # a virtualenv under any name (told from its listing: no stat per folder)
+        return
+    pushed = _push_ignores(stack, d, rel, names)
     root_prefix = root + os.sep
     try:
         for entry in entries:
@@ -326,7 +333,7 @@ def _walk_dir(
             except OSError:
                 continue
             if is_dir:
-                if _enters_dir(name, entry.path, child_rel, stack):
+                if _enters_dir(name, entry.path, child_rel, stack, look_inside=False):
                     yield from _walk_dir(root, entry.path, child_rel, stack, settings, report, visited)
                 continue
             language = _file_language(name, child_rel, stack, settings, report)

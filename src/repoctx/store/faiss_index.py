@@ -155,7 +155,8 @@ class PackedIds(Sequence[str]):
         head = len(_IDS_MAGIC)
         n = int(np.frombuffer(data, dtype="<i8", count=1, offset=head)[0])
         self._ends = np.frombuffer(data, dtype="<u4", count=n, offset=head + 8)
-        self._text = memoryview(data)[head + 8 + 4 * n :]
+        self._data, self._base = data, head + 8 + 4 * n
+        self._text = memoryview(data)[self._base :]
         if n and int(self._ends[-1]) != len(self._text):
             raise ValueError("a packed ids file cut short")
         self._all: list[str] | None = None
@@ -191,6 +192,41 @@ class PackedIds(Sequence[str]):
         """Positions of the empty ids."""
         lengths = np.diff(self._ends.astype(np.int64), prepend=-1) - 1
         return np.flatnonzero(lengths == 0)
+
+    def starting(self, prefixes: tuple[str, ...]) -> list[int]:
+        """Positions of the ids that start with one of ``prefixes`` (non-empty), in order: found in the packed text
+        (a search in C) and placed by the ends, nothing decoded (Django's 48k ids: ~0.2 ms, against ~20 ms to
+        decode them all and test each)."""
+        data, base = self._data, self._base  # the text is data[base:]
+        starts: set[int] = set()
+        for prefix in prefixes:
+            pat = prefix.encode()
+            if not pat:
+                raise ValueError("an empty prefix")
+            if data.startswith(pat, base):
+                starts.add(0)
+            at = data.find(b"\0" + pat, base)
+            while at >= 0:
+                starts.add(at + 1 - base)
+                at = data.find(b"\0" + pat, at + 1)
+        if not starts:
+            return []
+        # the id at position i spans ends[i-1]+1 .. ends[i]: its start is the first end at or after it
+        return [int(i) for i in np.searchsorted(self._ends, sorted(starts), side="left")]
+
+
+def ids_starting(ids: Sequence[str], prefixes: tuple[str, ...]) -> list[int]:
+    """Positions of the ids (a set's, packed or a list) that start with one of ``prefixes``, in order."""
+    if isinstance(ids, PackedIds):
+        return ids.starting(prefixes)
+    return [i for i, cid in enumerate(ids) if cid.startswith(prefixes)]
+
+
+def empty_ids(ids: Sequence[str]) -> list[int]:
+    """Positions of a set's empty ids (rows no unit owns: a patch hid them, or a grown set's dead rows)."""
+    if isinstance(ids, PackedIds):
+        return [int(i) for i in ids.empty()]
+    return [i for i, cid in enumerate(ids) if not cid]
 
 
 def _files(meta: dict | None) -> list[str]:
@@ -265,10 +301,11 @@ class PatchedInt8(Int8Matrix):
 @dataclass
 class StoredSet:
     """A stored int8 set as ``FaissIndex.patchable`` read it: its vectors.json, per position its id ("" once a patch
-    hid it) and content hash, how many of the positions are the stored rows' (the rest: its patch's), the rows."""
+    hid it; ``PackedIds`` while no patch is applied: ``ids_starting`` and ``empty_ids`` read them without decoding
+    them all) and content hash, how many of the positions are the stored rows' (the rest: its patch's), the rows."""
 
     meta: dict
-    ids: list[str]
+    ids: Sequence[str]
     hashes: list[str]
     base_rows: int
     index: Int8Matrix
@@ -506,7 +543,7 @@ class FaissIndex:
         ):
             return None
         try:
-            index, ids = self._read(meta)
+            index, ids = self._read(meta, packed=True)
             hashes = self._hashes(meta)
         except (OSError, ValueError, KeyError):
             return None
@@ -534,7 +571,7 @@ class FaissIndex:
         if len(ids) != len(add) or len(ids) != len(hashes):
             raise ValueError("a patch's ids, rows and hashes differ in number")
         nb = stored.base_rows
-        gone = {i for i, cid in enumerate(stored.ids) if not cid} | set(hidden)
+        gone = set(empty_ids(stored.ids)) | set(hidden)
         keep = [i for i in range(nb, len(stored.ids)) if i not in gone]  # the last patch's rows that stay
         rows = stored.index[keep] if keep else Int8Matrix(np.zeros((0, dim), np.int8), np.zeros(0, np.float32))
         q = np.concatenate([np.asarray(rows.q).reshape(-1, dim), np.asarray(add.q).reshape(-1, dim)])
@@ -546,10 +583,11 @@ class FaissIndex:
         if len(patch_ids) + len(base_hidden) > max(PATCH_MIN_ROWS, PATCH_MAX_SHARE * nb):
             alive = [i for i in range(nb) if i not in gone]
             base = stored.index[alive]
+            every = list(stored.ids)  # decoded once (one id at a time from packed ids is ~100x slower)
             self.write(
                 meta["model"],
                 dim,
-                [stored.ids[i] for i in alive] + patch_ids,
+                [every[i] for i in alive] + patch_ids,
                 Int8Matrix(np.concatenate([base.q, q]), np.concatenate([base.scale, scale])),
                 generation,
                 hashes=[stored.hashes[i] for i in alive] + patch_hashes,

@@ -37,7 +37,15 @@ from repoctx.store.base import (
     like_suffix,
     text_key,
 )
-from repoctx.store.faiss_index import HNSW_MIN_VECTORS, FaissIndex, Int8Matrix, StoredSet, quantize
+from repoctx.store.faiss_index import (
+    HNSW_MIN_VECTORS,
+    FaissIndex,
+    Int8Matrix,
+    StoredSet,
+    empty_ids,
+    ids_starting,
+    quantize,
+)
 from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
 from repoctx.types import Capsule, Edge, UnitHead
 
@@ -1548,7 +1556,7 @@ class SQLiteRepoWriter:
         kept: set[str] = set()
         hidden: list[int] = []  # stored positions of those files' units that are gone or changed
         maybe: dict[str, int] = {}  # gone from those files, by the id's look: unless another file has the id
-        for i in [i for i, cid in enumerate(stored.ids) if cid.startswith(starts)]:
+        for i in ids_starting(stored.ids, starts):
             cid = stored.ids[i]
             if cid in units:
                 if stored.hashes[i] and stored.hashes[i] == units[cid] and cid not in kept:
@@ -1563,7 +1571,7 @@ class SQLiteRepoWriter:
             for (cid,) in self.db.execute(sql, [self.repo, *id_args]):
                 del maybe[cid]
         hidden += maybe.values()
-        alive = sum(1 for cid in stored.ids if cid) - len(hidden)
+        alive = len(stored.ids) - len(empty_ids(stored.ids)) - len(hidden)
         self._carry = _Carry([], np.zeros((0, 0), dtype=np.float32), units, EMBED_TEXT_VERSION, (stored, hidden, alive))
         return self._rows_to_embed([cid for cid in units if cid not in kept])
 
