@@ -21,6 +21,7 @@ from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 from repoctx.capsules.fallback import parse_any
 from repoctx.capsules.parse import PARSER_VERSION, ParsedFile, own_text
@@ -114,6 +115,28 @@ def git_state(root: Path) -> tuple[str | None, bool | None]:
         return head.stdout.strip(), bool(dirty.stdout.strip())
     except (OSError, subprocess.SubprocessError):
         return None, None
+
+
+class _Beside:
+    """``fn(*args)`` run in a thread from now on; ``result()`` waits for it and returns it (or raises what it did)."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._out: list[Any] = []
+        self._err: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, args=(fn, args), name="repoctx-beside", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., Any], args: tuple) -> None:
+        try:
+            self._out.append(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
+            self._err.append(e)
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._err:
+            raise self._err[0]
+        return self._out[0]
 
 
 def _git(root: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
@@ -469,6 +492,9 @@ def update_index(
     report = UpdateReport()
     walk_report = WalkReport()
     emit = progress or (lambda e: None)
+    # git's view of the checkout (two child processes: ~20-40 ms in a repository of a few thousand files) is asked
+    # beside the walk, the child's wait outside the GIL
+    git = _Beside(git_state, root)
     stored = store.files()
     if stored and (store.meta("tokenizer") != TOKENIZER_VERSION or (store.meta("parser") or "1") != PARSER_VERSION):
         # the lexical index was built with other tokens, or the files were parsed by other rules (other
@@ -510,7 +536,7 @@ def update_index(
     seen_paths = {f.path for f in files}
     deleted = sorted(set(stored) - seen_paths)
     emit({"event": "plan", "files": len(files), "to_parse": len(to_parse), "deleted": len(deleted)})
-    report.git_head, report.git_dirty = git_state(root)
+    report.git_head, report.git_dirty = git.result()
     backfill = _texts_to_keep(files, stored, {sf.path for sf, _, _ in to_parse}, settings)
     if backfill:
         report.notes.append(
