@@ -45,6 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--packages", default="", help="comma-separated subset of the pinned list (default: all)")
     g.add_argument("--val-packages", default=",".join(VALIDATION), help="held-out packages (default %(default)s)")
     g.add_argument("--max-share", type=float, default=0.08, help="largest share of pairs from one package")
+    g.add_argument(
+        "--release-max-share",
+        type=float,
+        default=0.0,
+        help="largest share of the release-note pairs from one package (0: no cap)",
+    )
     g.add_argument("--val-queries", type=int, default=150, help="validation queries per package")
     g.add_argument("--val-pool", type=int, default=500, help="candidate units per validation package")
     g.add_argument(
@@ -182,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         pins = load_pins() if args.pinned_releases else {}
         if pins:
             mine_all(args.work, list(pins), pins=pins, negatives=args.release_negatives)
-        print_counts(merge(args.work, args.package_list, args.validation, args.max_share, list(pins)))
+        print_counts(
+            merge(args.work, args.package_list, args.validation, args.max_share, list(pins), args.release_max_share)
+        )
     if args.stage in ("train", "all"):
         from embedder.train import train
 

@@ -175,3 +175,58 @@ def test_a_release_unpacks_as_its_wheel_would_and_gold_matches_nested_defs(tmp_p
     assert not (tmp_path / "work" / "evil.py").exists()
     assert gold_match(["demo/core.py:run"], ["demo/core.py:run.inner"])  # a nested def counts as its function
     assert not gold_match(["demo/core.py:runner"], ["demo/core.py:run"])
+
+
+def _pair(package, qualname, query, path="pkg/core.py", release="2.0"):
+    return {"package": package, "version": "1.0", "release": release, "path": path, "qualname": qualname,
+            "query": query, "positive": f"{path} :: {qualname}\ndef {qualname.split('.')[-1]}(): return {query!r}",
+            "neg_bm25": None, "neg_file": None}
+
+
+def test_release_pairs_are_capped_per_package_by_a_fixed_subset():
+    from embedder.mine import cap_release_pairs
+
+    rows = [_pair("big", f"f{i}", f"fix f{i}") for i in range(40)]
+    rows += [_pair(f"small{k}", f"g{i}", f"fix g{i}") for k in range(10) for i in range(6)]
+    capped, cap = cap_release_pairs(rows, 0.1)
+    counts = {}
+    for r in capped:
+        counts[r["package"]] = counts.get(r["package"], 0) + 1
+    assert cap == counts["big"] < 40
+    assert max(counts.values()) <= 0.1 * len(capped)
+    assert all(counts[f"small{k}"] == 6 for k in range(10))
+    again, _ = cap_release_pairs(list(reversed(rows)), 0.1)
+    assert {r["qualname"] for r in again if r["package"] == "big"} == {
+        r["qualname"] for r in capped if r["package"] == "big"}
+    assert cap_release_pairs(rows, 0.0) == (rows, 0)
+
+
+def test_release_pairs_get_negatives_from_their_package_never_a_positive_of_the_same_entry():
+    from embedder.mine import pair_negatives
+
+    rows = [
+        _pair("p", "Client.retry", "Fix Client.retry backoff and Client.send headers"),
+        _pair("p", "Client.send", "Fix Client.retry backoff and Client.send headers"),
+        _pair("p", "Client", "Client keeps its backoff", release="3.0"),
+        _pair("p", "parse_duration", "parse_duration reads backoff strings", path="pkg/util.py"),
+        _pair("p", "Client.retry", "retry backoff again", release="3.0"),
+        _pair("q", "alone", "the only pair of its package"),
+    ]
+    assert pair_negatives(rows) == 5
+    for r in rows[:5]:
+        for neg in (r["neg_bm25"], r["neg_file"]):
+            if neg is None:
+                continue
+            assert neg["qualname"] != r["qualname"] and neg["text"] != r["positive"]
+            assert not neg["qualname"].startswith(r["qualname"] + ".")
+            assert not r["qualname"].startswith(neg["qualname"] + ".")
+    # the two functions one entry names are never each other's negative
+    assert rows[0]["neg_bm25"]["qualname"] not in ("Client.send", "Client", "Client.retry")
+    assert rows[0]["neg_bm25"]["qualname"] == "parse_duration"
+    assert rows[0]["neg_file"] is None  # its file holds only the entry's own units and the class around it
+    assert rows[3]["neg_file"] is None and rows[3]["neg_bm25"] is not None
+    assert rows[5]["neg_bm25"] is None and rows[5]["neg_file"] is None
+    kept = {"path": "x.py", "qualname": "kept", "text": "def kept(): pass"}
+    mined = [dict(_pair("p", "a", "fix a"), neg_file=kept), _pair("p", "b", "fix b")]
+    pair_negatives(mined)
+    assert mined[0]["neg_file"] == kept and mined[0]["neg_bm25"] is None  # the miner's own negatives are kept

@@ -82,7 +82,7 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def export(work: Path, args) -> dict:
     import torch
 
-    from repoctx.providers.embedding import LocalMiniLM
+    from repoctx.providers.embedding import CODE_MODEL_NAME, LocalMiniLM
 
     torch.set_num_threads(args.threads)
     model_dir = work / "train" / "model"
@@ -121,15 +121,17 @@ def export(work: Path, args) -> dict:
     t0 = time.perf_counter()
     tuned_int8 = evaluate(probe.encode, vset)
     shipped = evaluate(LocalMiniLM(threads=args.threads).encode, vset)
+    shipped_code = evaluate(LocalMiniLM(threads=args.threads, model=CODE_MODEL_NAME).encode, vset)
     print(f"[export] validation through LocalMiniLM took {time.perf_counter() - t0:.0f} s", flush=True)
     print(format_metrics("shipped int8 base (LocalMiniLM default)", shipped), flush=True)
+    print(format_metrics("shipped int8 code model (local:code)", shipped_code), flush=True)
     print(format_metrics("fine-tuned int8 (LocalMiniLM model_path)", tuned_int8), flush=True)
 
     result = {"onnx_bytes": int8_path.stat().st_size, "onnx_float_bytes": float_path.stat().st_size,
               "opset": OPSET, "quantization": "dynamic, QInt8 weights, per channel", "cosine_torch_float_onnx": round(cos_float, 5),
               "cosine_float_int8_mean": round(float(cos_int8.mean()), 5),
               "cosine_float_int8_min": round(float(cos_int8.min()), 5), "cosine_texts": len(texts),
-              "shipped_int8": shipped, "tuned_int8": tuned_int8}
+              "shipped_int8": shipped, "shipped_code_int8": shipped_code, "tuned_int8": tuned_int8}
     (out / "metrics.json").write_text(json.dumps(result, indent=1))
     if not args.keep_float:
         float_path.unlink()
@@ -148,15 +150,24 @@ def _row(name: str, m: dict) -> str:
 def _release_data(stats: dict, cfg: dict) -> str:
     if not stats.get("release_train_pairs"):
         return ""
+    cap = stats.get("release_cap_per_package")
+    capped = (f" No package above {stats['release_max_share'] * 100:.1f} % of them (cap {cap}; "
+              f"{stats['release_pairs_before_cap']} before the cap)." if cap else "")
+    filled = stats.get("release_negatives_from_pairs")
+    negs = (f"Pairs mined without hard negatives (`--no-release-negatives`) take them from their package's other "
+            f"pairs (`mine.pair_negatives`: the BM25-best and a same-file unit among the package's changed "
+            f"functions, never one the same entry names): {filled} pairs." if filled else
+            "BM25 and same-file hard negatives from release N−1.")
     return f"""
-Release-note pairs (`bench/embedder/releases.py`, the issue-like part): for each package, its newest sdists
-(PyPI, sha256 checked, nothing run); an entry of release N's changelog section (markup, issue numbers,
-credits and housekeeping entries — docs, tests, CI — removed) paired with the function or method of
-release N−1 whose text changed in N and whose path and name share the most words with the entry (a
-unique best; two shared words when the release changed more than 8 units; releases changing more than 60
-skipped); document = that unit **before the change**, as repoctx embeds it (docstring in). BM25 and
-same-file hard negatives from release N−1. {stats['release_train_pairs']} to train on, {stats.get('release_val_pairs', 0)} from the
-validation packages held out; each batch holds {cfg.get('release_share', 0) * 100:.0f} % release-note pairs.
+Release-note pairs (`bench/embedder/releases.py`, data card `bench/embedder/RELEASE_PAIRS.md`, the issue-like
+part): sdists of PyPI packages in no evaluation set (the pinned versions of `bench/embedder/release_pins.json`
+when mined with `--pinned-releases`, else each package's newest ones; sha256 checked, nothing built or run); an
+entry of release N's changelog section (markup, issue numbers, credits and housekeeping entries removed) paired
+with the function or method of release N−1 whose text changed in N and that the entry names, or whose path and
+name share the most words with it (RELEASE_PAIRS.md lists the rules); document = that unit **before the
+change**, as repoctx embeds it (docstring in). {negs} {stats['release_train_pairs']} to train on,
+{stats.get('release_val_pairs', 0)} from the validation packages held out.{capped} Each batch holds
+{cfg.get('release_share', 0) * 100:.0f} % release-note pairs.
 """
 
 
@@ -226,6 +237,7 @@ onnxruntime {onnxruntime.__version__}, Python {sys.version.split()[0]}.
 {_row('base, float (torch)', tr['base'])}
 {_row('fine-tuned, float (torch)', tr['tuned'])}
 {_row('shipped base, int8 ONNX (LocalMiniLM default)', exp['shipped_int8'])}
+{_row('shipped code model when this was made, int8 ONNX (local:code)', exp['shipped_code_int8']) if 'shipped_code_int8' in exp else ''}
 {_row('fine-tuned, int8 ONNX (this file)', exp['tuned_int8'])}
 
 int8 vs float: mean cosine {exp['cosine_float_int8_mean']:.4f} (min {exp['cosine_float_int8_min']:.4f}) over

@@ -520,9 +520,12 @@ def merge(
     validation: tuple[str, ...] = VALIDATION,
     max_share: float = 0.08,
     release_names: list[str] | None = None,
+    release_max_share: float = 0.0,
 ) -> dict:
     """Per-package pairs → train.jsonl / val.jsonl (+ val_pool.jsonl), deduplicated and capped; the
-    release-note pairs of ``packages`` and of ``release_names`` (the pinned release list) beside them."""
+    release-note pairs of ``packages`` and of ``release_names`` (the pinned release list) beside them, no
+    package above ``release_max_share`` of them (0: no cap), and hard negatives from the package's other
+    pairs where the miner gave none (``pair_negatives``)."""
     names = packages or list(PACKAGES)
     src, dst = work / "mine", work / "pairs"
     dst.mkdir(parents=True, exist_ok=True)
@@ -580,6 +583,9 @@ def merge(
     kinds = Counter(r["query_kind"] for r in train_rows)
     rel_names = list(dict.fromkeys([*names, *(release_names or [])]))
     rel_train, rel_val = _release_pairs(work, rel_names, validation, seen_q)
+    n_rel_mined = len(rel_train)
+    rel_train, rel_cap = cap_release_pairs(rel_train, release_max_share)
+    n_filled = pair_negatives(rel_train)
     write_jsonl(dst / "train_release.jsonl", rel_train)
     write_jsonl(dst / "val_release.jsonl", rel_val)
     summary = {
@@ -588,6 +594,10 @@ def merge(
         "val_pool": len(pool_rows),
         "release_train_pairs": len(rel_train),
         "release_val_pairs": len(rel_val),
+        "release_pairs_before_cap": n_rel_mined,
+        "release_max_share": release_max_share,
+        "release_cap_per_package": rel_cap,
+        "release_negatives_from_pairs": n_filled,
         "cap_per_package": cap,
         "max_share": max_share,
         "query_kinds": dict(kinds),
@@ -622,6 +632,77 @@ def _release_pairs(
     return train_rows, val_rows
 
 
+def cap_release_pairs(rows: list[dict], share: float) -> tuple[list[dict], int]:
+    """``rows`` with no package above ``share`` of them (a fixed subset of a larger package's pairs, by
+    hash), and the per-package cap (0: ``share`` is 0, no cap)."""
+    if share <= 0 or not rows:
+        return rows, 0
+    by_pkg: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_pkg[r["package"]].append(r)
+    cap = share_cap([len(v) for v in by_pkg.values()], share)
+    keep = set()
+    for pkg_rows in by_pkg.values():
+        if len(pkg_rows) > cap:
+            pkg_rows = sorted(
+                pkg_rows,
+                key=lambda r: stable_unit("release", r["package"], r["release"], r["path"], r["qualname"], r["query"]),
+            )[:cap]
+        keep.update(id(r) for r in pkg_rows)
+    return [r for r in rows if id(r) in keep], cap
+
+
+def pair_negatives(rows: list[dict]) -> int:
+    """Fill the missing ``neg_bm25`` / ``neg_file`` of release-note pairs (mined with
+    ``--no-release-negatives``) from the other pairs of the same package, in place: the package's distinct
+    positives are the pool (changed functions of its releases). ``neg_bm25`` is the pool unit BM25 ranks
+    first for the query, ``neg_file`` one of the positive's file (picked by hash); never the same
+    qualified name, a unit inside it or around it, nor a positive of the same entry. Returns how many
+    rows got at least one negative."""
+    by_pkg: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_pkg[r["package"]].append(r)
+    filled = 0
+    for pkg_rows in by_pkg.values():
+        pool_by_text: dict[str, dict] = {}
+        for r in pkg_rows:
+            pool_by_text.setdefault(
+                r["positive"], {"path": r["path"], "qualname": r["qualname"], "text": r["positive"]}
+            )
+        pool = list(pool_by_text.values())
+        if len(pool) < 2:
+            continue
+        bm25 = BM25([code_tokens(u["text"]) for u in pool])
+        by_path: dict[str, list[int]] = defaultdict(list)
+        for i, u in enumerate(pool):
+            by_path[u["path"]].append(i)
+        same_entry: dict[str, set[str]] = defaultdict(set)
+        for r in pkg_rows:
+            same_entry[r["query"]].add(r["qualname"])
+        for r in pkg_rows:
+            if r.get("neg_bm25") or r.get("neg_file"):
+                continue
+            entry = same_entry[r["query"]]
+            top = [pool[j] for j in bm25.top(code_tokens(r["query"], keep_stopwords=False), k=10)]
+            by_bm25 = next((u for u in top if _pair_negative_ok(u, r, entry)), None)
+            near = sorted(
+                (pool[j] for j in by_path[r["path"]] if _pair_negative_ok(pool[j], r, entry)),
+                key=lambda u: stable_unit("neg", r["query"], u["qualname"]),
+            )
+            r["neg_bm25"] = dict(by_bm25) if by_bm25 else None
+            r["neg_file"] = dict(near[0]) if near else None
+            filled += bool(by_bm25 or near)
+    return filled
+
+
+def _pair_negative_ok(unit: dict, row: dict, same_entry: set[str]) -> bool:
+    """``unit`` may be a negative of the release-note pair ``row``: not its function (in any release), not
+    a unit inside it or around it, not another function its entry names (``same_entry``)."""
+    a, b = unit["qualname"], row["qualname"]
+    nested = unit["path"] == row["path"] and (a.startswith(b + ".") or b.startswith(a + "."))
+    return not (a == b or unit["text"] == row["positive"] or a in same_entry or nested)
+
+
 def print_counts(summary: dict) -> None:
     print(f"{'package':<18} {'version':<10} {'split':<5} {'mined':>6} {'kept':>6}")
     for name, s in sorted(summary["packages"].items(), key=lambda kv: (kv[1]["split"], -kv[1]["kept"])):
@@ -635,3 +716,10 @@ def print_counts(summary: dict) -> None:
         f"{summary['val_pool']} units in {', '.join(summary['validation_packages'])}; release-note pairs "
         f"{summary.get('release_train_pairs', 0)} to train on, {summary.get('release_val_pairs', 0)} held out"
     )
+    if summary.get("release_cap_per_package"):
+        print(
+            f"release-note pairs capped at {summary['release_cap_per_package']}/package "
+            f"({summary['release_max_share']:.1%}): {summary['release_pairs_before_cap']} -> "
+            f"{summary['release_train_pairs']}; {summary['release_negatives_from_pairs']} given hard negatives "
+            "from their package's other pairs"
+        )
