@@ -1,0 +1,170 @@
+"""What each stage of an in-process standard search costs, on Django 4.2 (the evaluation's cached index and
+vectors: ``repoctx eval`` builds them).
+
+    python bench/stages.py [--json] [--queries N] [--cross MODEL.onnx]
+
+The questions are the Django issue texts of the SWE-bench dev split (``/work/shared/eval/swebench_lite_dev.jsonl``,
+or ``--dataset``), searched at k=10 after a warm-up. Each search's time is split by wrapping what the first stage
+calls (the search's own code runs unchanged):
+
+- exact: ``exact_hits`` (the identifiers and paths a question names, looked up);
+- lexical: ``query_terms`` and the store's BM25 (the whole question and its title line);
+- dense: the question's vector and the vector search (its title line too);
+- graph: ``expand_graph`` (callers and callees of the top units);
+- fusion: the rest of the first stage (reciprocal-rank fusion, unit heads, demotions, reading the units);
+- linear second stage: ``Index._second_stage`` (rerank.py over the first 30 units);
+- cross-encoder: ``Index._cross_stage`` (retrieve/cross.py over its first 20 units), when a model is there.
+
+Prints p50 / p95 wall milliseconds of each stage and of the whole search (the sum), the p50 of the process's CPU
+milliseconds in it (every thread: what a stage costs whatever else the machine runs), and the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from repoctx.config import Settings
+from repoctx.evaluate.runner import open_corpus_index
+from repoctx.retrieve import hybrid
+from repoctx.retrieve.hybrid import SearchOptions
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from index_speed import _pct  # one percentile for every bench table
+
+DJANGO = {"instance_id": "stages", "corpus": {"pypi": "Django", "version": "4.2", "path_prefix": ""}}
+DATASET = Path("/work/shared/eval/swebench_lite_dev.jsonl")
+STAGES = ("exact", "lexical", "dense", "fusion", "graph", "linear second stage", "cross-encoder")
+
+
+class Clock:
+    """Seconds spent in each stage during one search: wall time, and the process's CPU time (every thread; what
+    a stage costs whatever else the machine runs)."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    def timed(self, stage: str, fn):
+        def run(*a, **kw):
+            t0, c0 = time.perf_counter(), time.process_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.spent[stage] = self.spent.get(stage, 0.0) + time.perf_counter() - t0
+                self.cpu[stage] = self.cpu.get(stage, 0.0) + time.process_time() - c0
+
+        return run
+
+
+class Timed:
+    """``obj`` with its method ``method`` timed as ``stage`` (the store's BM25 reads, the dense index's search)."""
+
+    def __init__(self, obj, method: str, stage: str, clock: Clock) -> None:
+        self._obj = obj
+        setattr(self, method, clock.timed(stage, getattr(obj, method)))
+
+    def __getattr__(self, name):
+        return getattr(self._obj, name)
+
+
+def questions(path: Path, n: int) -> list[str]:
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return [r["query"] for r in rows if r.get("repo") == "django/django"][:n]
+
+
+def run(ix, qs: list[str], cross: bool) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    from repoctx.retrieve import rerank as rr
+
+    clock = Clock()
+    store, dense = Timed(ix.store, "lexical", "lexical", clock), None
+    real = ix.dense_index()
+    if real is not None:
+        dense = Timed(real, "search", "dense", clock)
+    patched = {"exact_hits": hybrid.exact_hits, "query_terms": hybrid.query_terms, "expand_graph": hybrid.expand_graph}
+    hybrid.exact_hits = clock.timed("exact", hybrid.exact_hits)
+    hybrid.query_terms = clock.timed("lexical", hybrid.query_terms)
+    hybrid.expand_graph = clock.timed("graph", hybrid.expand_graph)
+    # the code before the cross-encoder (``--src`` of an older checkout) has no such stage: the rest is timed alike
+    cross_model = ix._cross_encoder() if cross and hasattr(ix, "_cross_encoder") else None
+    out: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
+    cpu: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
+    second_stage = clock.timed("linear second stage", ix._second_stage)
+    cross_stage = clock.timed("cross-encoder", getattr(ix, "_cross_stage", None))
+    opts = SearchOptions(k=10)
+    try:
+        for i, q in enumerate(qs):
+            for warm in (True, False) if i < 2 else (False,):
+                clock.spent, clock.cpu = {}, {}
+                t0, c0 = time.perf_counter(), time.process_time()
+                hits = hybrid.search(store, q, opts, dense, limit=max(10, rr.DEPTH))
+                first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
+                hits, _ = second_stage(q, hits, ix.scope(None), real)
+                if cross_model is not None:
+                    cross_stage(cross_model, q, hits)
+                if warm:
+                    continue
+                named = ("exact", "lexical", "dense", "graph")
+                clock.spent["fusion"] = max(0.0, first - sum(v for k, v in clock.spent.items() if k in named))
+                clock.cpu["fusion"] = max(0.0, first_cpu - sum(v for k, v in clock.cpu.items() if k in named))
+                for s in STAGES:
+                    if s in clock.spent:
+                        out[s].append(clock.spent[s] * 1000)
+                        cpu[s].append(clock.cpu[s] * 1000)
+                out["total"].append(sum(clock.spent.values()) * 1000)
+                cpu["total"].append(sum(clock.cpu.values()) * 1000)
+    finally:
+        for name, fn in patched.items():
+            setattr(hybrid, name, fn)
+    return out, cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--queries", type=int, default=40)
+    ap.add_argument("--dataset", type=Path, default=DATASET)
+    ap.add_argument(
+        "--cross", type=Path, default=None, help="a cross-encoder model file (branch wt-cross's code has the stage)"
+    )
+    args = ap.parse_args(argv)
+    known = {f.name for f in dataclasses.fields(Settings)}
+    wanted = {"cross_encoder": True, "cross_model": args.cross}
+    settings = Settings.from_env(**{k: v for k, v in wanted.items() if k in known})
+    ix = open_corpus_index(DJANGO, False, settings)
+    ix.update()
+    qs = questions(args.dataset, args.queries)
+    times, cpu = run(ix, qs, True)
+    ix.close()
+    load = os.getloadavg()
+    rows = {
+        s: {
+            "p50_ms": round(_pct(v, 0.5), 1),
+            "p95_ms": round(_pct(v, 0.95), 1),
+            "cpu_p50_ms": round(_pct(cpu[s], 0.5), 1),
+            "n": len(v),
+        }
+        for s, v in times.items()
+        if v
+    }
+    if args.json:
+        out = {"load": [round(x, 2) for x in load], "embedder": settings.embedder, "stages": rows}
+        print(json.dumps(out, indent=1))
+        return 0
+    print(
+        f"Django 4.2, {len(qs)} SWE-bench dev issue texts, k=10, embedder {settings.embedder}; "
+        f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores)\n"
+    )
+    print("| stage | p50 ms | p95 ms | CPU p50 ms (all threads) |\n|---|---|---|---|")
+    for s, r in rows.items():
+        print(f"| {s} | {r['p50_ms']} | {r['p95_ms']} | {r['cpu_p50_ms']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
