@@ -7,7 +7,16 @@ import json
 import numpy as np
 import pytest
 
-from repoctx.store.faiss_index import FaissIndex, Int8Matrix, PackedIds, empty_ids, ids_starting, pack_ids, quantize
+from repoctx.store.faiss_index import (
+    FaissIndex,
+    Int8Matrix,
+    PackedIds,
+    PatchedIds,
+    empty_ids,
+    ids_starting,
+    pack_ids,
+    quantize,
+)
 
 IDS = ["shop:a.py#f", "", "shop:ü/ñ.py#Klasse.método", "shop:b.py#g", "", "shop:c d.py#<module>"]
 
@@ -41,6 +50,21 @@ def test_packed_ids_found_by_prefix_as_a_list_finds_them(prefixes):
     assert ids_starting(packed, prefixes) == ids_starting(list(ids), prefixes)
     assert ids_starting(packed, prefixes) == [i for i, cid in enumerate(ids) if cid.startswith(prefixes)]
     assert empty_ids(packed) == empty_ids(list(ids)) == [1, 4]
+
+
+def test_a_patched_sets_ids_read_as_the_list_they_stand_for():
+    """A patched set's ids (stored rows packed, the rows the patch hid empty, the patch's own after them) read as
+    the list FaissIndex built before: one by one, whole, sliced, their empty positions, found by prefix."""
+    hidden, extra = [0, 3], ["shop:a.py#f", "shop:new.py#h", "", "shop:b.py#g2"]
+    want = [("" if i in hidden else cid) for i, cid in enumerate(IDS)] + extra
+    ids = PatchedIds(PackedIds(pack_ids(IDS)), hidden, extra)
+    assert len(ids) == len(want) and [ids[i] for i in range(len(want))] == want and list(ids) == want
+    assert ids[-1] == want[-1] and ids[2:7] == want[2:7] and "shop:new.py#h" in ids and "shop:b.py#g" not in ids
+    assert ids.empty().tolist() == [i for i, cid in enumerate(want) if not cid] == empty_ids(ids)
+    for prefixes in [("shop:a.py#",), ("shop:b.py#",), ("shop:",), ("shop:ü/ñ.py#", "shop:new.py#")]:
+        assert ids_starting(ids, prefixes) == [i for i, cid in enumerate(want) if cid.startswith(prefixes)]
+    with pytest.raises(IndexError):
+        ids[len(want)]
 
 
 def _vectors(n: int) -> np.ndarray:

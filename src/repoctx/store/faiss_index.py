@@ -215,16 +215,70 @@ class PackedIds(Sequence[str]):
         return [int(i) for i in np.searchsorted(self._ends, sorted(starts), side="left")]
 
 
+class PatchedIds(Sequence[str]):
+    """A patched set's ids, per position: the stored rows' (packed: ``PackedIds``), empty where the patch hid a row,
+    then the patch's own rows'. Read as ``PackedIds`` are (one id when asked for, all of them when iterated), so a
+    one-file update or a search over a patched set decodes no more than over a whole one (Django: ~20 ms a
+    process)."""
+
+    def __init__(self, base: PackedIds, hidden: Sequence[int], extra: list[str]) -> None:
+        self._base, self._hidden, self._extra = base, frozenset(hidden), extra
+        self._nb = len(base)
+        self._all: list[str] | None = None
+
+    def __len__(self) -> int:
+        return self._nb + len(self._extra)
+
+    def __getitem__(self, i: Any) -> Any:  # an int: one id; a slice: a list
+        if isinstance(i, slice):
+            return self.decoded()[i]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        if i >= self._nb:
+            return self._extra[i - self._nb]
+        return "" if i in self._hidden else self._base[i]
+
+    def decoded(self) -> list[str]:
+        if self._all is None:
+            values = list(self._base.decoded())
+            for i in self._hidden:
+                values[i] = ""
+            self._all = values + self._extra
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.decoded())
+
+    def __contains__(self, value: object) -> bool:
+        if value == "":
+            return bool(len(self.empty()))
+        return value in self.decoded()
+
+    def empty(self) -> np.ndarray:
+        """Positions of the empty ids: the stored rows' own, those the patch hid, the patch's empty ones."""
+        gone = set(self._base.empty().tolist()) | self._hidden
+        gone.update(self._nb + j for j, cid in enumerate(self._extra) if not cid)
+        return np.array(sorted(gone), dtype=np.int64)
+
+    def starting(self, prefixes: tuple[str, ...]) -> list[int]:
+        """Positions of the ids that start with one of ``prefixes``, in order (``PackedIds.starting``)."""
+        found = [i for i in self._base.starting(prefixes) if i not in self._hidden]
+        return found + [self._nb + j for j, cid in enumerate(self._extra) if cid.startswith(prefixes)]
+
+
 def ids_starting(ids: Sequence[str], prefixes: tuple[str, ...]) -> list[int]:
     """Positions of the ids (a set's, packed or a list) that start with one of ``prefixes``, in order."""
-    if isinstance(ids, PackedIds):
+    if isinstance(ids, (PackedIds, PatchedIds)):
         return ids.starting(prefixes)
     return [i for i, cid in enumerate(ids) if cid.startswith(prefixes)]
 
 
 def empty_ids(ids: Sequence[str]) -> list[int]:
     """Positions of a set's empty ids (rows no unit owns: a patch hid them, or a grown set's dead rows)."""
-    if isinstance(ids, PackedIds):
+    if isinstance(ids, (PackedIds, PatchedIds)):
         return [int(i) for i in ids.empty()]
     return [i for i, cid in enumerate(ids) if not cid]
 
@@ -619,7 +673,7 @@ class FaissIndex:
         """(the stored vectors: an int8 matrix, a float32 one (a set written before int8) or a FAISS index,
         their ids) of the set ``meta`` names. A matrix is memory-mapped: the page cache holds it once for
         every process, and a one-shot search reads only the pages it scans. ``packed``: the ids may come as
-        ``PackedIds`` (a search's), else a list."""
+        ``PackedIds`` or, patched, ``PatchedIds`` (a search's, a patch's), else a list."""
         rows_name = meta.get("npy") or meta.get("int8")
         if rows_name:
             index: Any = np.load(self.dir / rows_name, mmap_mode="r")
@@ -631,14 +685,17 @@ class FaissIndex:
             import faiss
 
             index = faiss.read_index(str(self.dir / meta["faiss"]))
-        ids = self._read_ids(meta["ids"])
+        ids: Sequence[str] = self._read_ids(meta["ids"])
         patch = meta.get("patch")
         if patch is None and not packed:
             ids = list(ids)
         if patch is not None:  # the set's rows a patch replaced or removed keep their places, without an id
             if not isinstance(index, Int8Matrix) or len(ids) != len(index):
                 raise ValueError("a patch of a set that is not int8 rows")
-            ids = self._patched(list(ids), patch, "ids")
+            if packed and isinstance(ids, PackedIds):
+                ids = PatchedIds(ids, patch["hidden"], json.loads((self.dir / patch["ids"]).read_text()))
+            else:
+                ids = self._patched(list(ids), patch, "ids")
             index = PatchedInt8(
                 index, Int8Matrix(np.load(self.dir / patch["rows"]), np.load(self.dir / patch["scale"]))
             )
@@ -675,7 +732,7 @@ class FaissIndex:
             return self._index is not None  # mid-swap: keep what we had
         self._index, self._ids, self._loaded_mtime = index, ids, mtime
         self._pos = None  # a search without a scope never asks (Django: 48k ids, ~10 ms a one-shot search)
-        if isinstance(ids, PackedIds):
+        if isinstance(ids, (PackedIds, PatchedIds)):
             dead = ids.empty().tolist()
         else:
             dead = [i for i, cid in enumerate(ids) if not cid] if "" in ids else []  # the scan in C first: mostly none
