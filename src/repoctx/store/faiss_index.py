@@ -144,7 +144,26 @@ def pack_ids(ids: Sequence[str]) -> bytes | None:
     return _IDS_MAGIC + np.int64(len(ids)).tobytes() + ends.astype("<u4").tobytes() + text
 
 
-class PackedIds(Sequence[str]):
+class _IdsView(Sequence[str]):
+    """What ``PackedIds`` and ``PatchedIds`` share: iterated and searched through all the ids decoded at once, an
+    empty id found from their empty positions."""
+
+    def decoded(self) -> list[str]:
+        raise NotImplementedError
+
+    def empty(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.decoded())
+
+    def __contains__(self, value: object) -> bool:
+        if value == "":
+            return bool(len(self.empty()))
+        return value in self.decoded()
+
+
+class PackedIds(_IdsView):
     """A set's ids as ``pack_ids`` wrote them: one id decoded when asked for (``ids[row]``), all of them by one split
     when iterated (a scoped search's positions); the positions of the empty ones (a grown set's dead rows) from the
     ends alone."""
@@ -180,14 +199,6 @@ class PackedIds(Sequence[str]):
             self._all = bytes(self._text).decode().split("\0") if len(self._ends) else []
         return self._all
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.decoded())
-
-    def __contains__(self, value: object) -> bool:
-        if value == "":
-            return bool(len(self.empty()))
-        return value in self.decoded()
-
     def empty(self) -> np.ndarray:
         """Positions of the empty ids."""
         lengths = np.diff(self._ends.astype(np.int64), prepend=-1) - 1
@@ -215,7 +226,7 @@ class PackedIds(Sequence[str]):
         return [int(i) for i in np.searchsorted(self._ends, sorted(starts), side="left")]
 
 
-class PatchedIds(Sequence[str]):
+class PatchedIds(_IdsView):
     """A patched set's ids, per position: the stored rows' (packed: ``PackedIds``), empty where the patch hid a row,
     then the patch's own rows'. Read as ``PackedIds`` are (one id when asked for, all of them when iterated), so a
     one-file update or a search over a patched set decodes no more than over a whole one (Django: ~20 ms a
@@ -248,14 +259,6 @@ class PatchedIds(Sequence[str]):
                 values[i] = ""
             self._all = values + self._extra
         return self._all
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.decoded())
-
-    def __contains__(self, value: object) -> bool:
-        if value == "":
-            return bool(len(self.empty()))
-        return value in self.decoded()
 
     def empty(self) -> np.ndarray:
         """Positions of the empty ids: the stored rows' own, those the patch hid, the patch's empty ones."""
