@@ -118,7 +118,9 @@ def git_state(root: Path) -> tuple[str | None, bool | None]:
 
 
 class _Beside:
-    """``fn(*args)`` run in a thread from now on; ``result()`` waits for it and returns it (or raises what it did)."""
+    """``fn(*args)`` run in a thread from now on; ``result()`` waits for it and returns it (or raises what it did).
+    What ``ThreadPoolExecutor(1).submit(...).result()`` gives, without importing concurrent.futures (~6 ms a process,
+    on the one-file update's path)."""
 
     def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
         self._out: list[Any] = []

@@ -211,7 +211,8 @@ class Folder:
     def enters(self, name: str) -> bool:
         """Whether the walk would go into a folder named ``name`` here."""
         rel = f"{self.rel}/{name}" if self.rel else name
-        return _enters_dir(name, os.path.join(self.path, name), rel, self._stack())
+        path = os.path.join(self.path, name)
+        return _enters_dir(name, path, rel, self._stack()) and not os.path.exists(os.path.join(path, _VENV_MARK))
 
 
 def walk_dirs(root: Path, settings: Settings | None = None) -> Iterator[Folder]:
@@ -233,7 +234,10 @@ def _dirs(
         entries = sorted(os.scandir(d), key=lambda e: e.name)
     except OSError:
         return
-    pushed = _push_ignores(stack, d, rel, {e.name for e in entries})
+    names = {e.name for e in entries}
+    if rel and _VENV_MARK in names:  # a virtualenv under any name
+        return
+    pushed = _push_ignores(stack, d, rel, names)
     try:
         yield Folder(rel, d, tuple(stack.levels), settings)
         for entry in entries:
@@ -253,12 +257,10 @@ def _dirs(
 _SECRET_RE = re.compile("|".join(fnmatch.translate(p) for p in SECRET_PATTERNS))
 
 
-def _enters_dir(name: str, path: str, rel: str, stack: _IgnoreStack, look_inside: bool = True) -> bool:
-    """Whether the walk goes into the folder ``rel`` (named ``name``, at ``path``). ``look_inside=False``: the
-    caller lists the folder anyway and leaves it when it is a virtualenv (``_VENV_MARK`` among its names)."""
+def _enters_dir(name: str, path: str, rel: str, stack: _IgnoreStack) -> bool:
+    """Whether the walk goes into the folder ``rel`` (named ``name``, at ``path``) by its name and the ignore rules;
+    a virtualenv under any name (``_VENV_MARK`` inside) is left by whoever lists the folder (no stat per folder)."""
     if _skipped_dir(name, path):
-        return False
-    if look_inside and os.path.exists(os.path.join(path, _VENV_MARK)):  # a virtualenv under any name
         return False
     return not (stack.levels and stack.ignored(rel, True))
 
@@ -308,7 +310,7 @@ def _walk_dir(
         report.skip(rel or ".", f"unreadable: {e.strerror}")
         return
     names = {e.name for e in entries}
-    if rel and _VENV_MARK in names:  # a virtualenv under any name (told from its listing: no stat per folder)
+    if rel and _VENV_MARK in names:  # a virtualenv under any name
         return
     pushed = _push_ignores(stack, d, rel, names)
     root_prefix = root + os.sep
@@ -333,7 +335,7 @@ def _walk_dir(
             except OSError:
                 continue
             if is_dir:
-                if _enters_dir(name, entry.path, child_rel, stack, look_inside=False):
+                if _enters_dir(name, entry.path, child_rel, stack):
                     yield from _walk_dir(root, entry.path, child_rel, stack, settings, report, visited)
                 continue
             language = _file_language(name, child_rel, stack, settings, report)

@@ -10,7 +10,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,6 +154,9 @@ class _IdsView(Sequence[str]):
     def empty(self) -> np.ndarray:
         raise NotImplementedError
 
+    def starting(self, prefixes: tuple[str, ...]) -> list[int]:
+        raise NotImplementedError
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.decoded())
 
@@ -254,10 +257,7 @@ class PatchedIds(_IdsView):
 
     def decoded(self) -> list[str]:
         if self._all is None:
-            values = list(self._base.decoded())
-            for i in self._hidden:
-                values[i] = ""
-            self._all = values + self._extra
+            self._all = _hide(list(self._base.decoded()), self._hidden, self._extra)
         return self._all
 
     def empty(self) -> np.ndarray:
@@ -272,16 +272,24 @@ class PatchedIds(_IdsView):
         return found + [self._nb + j for j, cid in enumerate(self._extra) if cid.startswith(prefixes)]
 
 
+def _hide(values: list[str], hidden: Iterable[int], extra: list[str]) -> list[str]:
+    """Per-position values (ids or hashes) of a patched set: the stored rows' ``values`` (changed in place), emptied
+    at the positions the patch hid, then the patch's own ``extra``."""
+    for i in hidden:
+        values[i] = ""
+    return values + extra
+
+
 def ids_starting(ids: Sequence[str], prefixes: tuple[str, ...]) -> list[int]:
     """Positions of the ids (a set's, packed or a list) that start with one of ``prefixes``, in order."""
-    if isinstance(ids, (PackedIds, PatchedIds)):
+    if isinstance(ids, _IdsView):
         return ids.starting(prefixes)
     return [i for i, cid in enumerate(ids) if cid.startswith(prefixes)]
 
 
 def empty_ids(ids: Sequence[str]) -> list[int]:
     """Positions of a set's empty ids (rows no unit owns: a patch hid them, or a grown set's dead rows)."""
-    if isinstance(ids, (PackedIds, PatchedIds)):
+    if isinstance(ids, _IdsView):
         return [int(i) for i in ids.empty()]
     return [i for i, cid in enumerate(ids) if not cid]
 
@@ -715,9 +723,7 @@ class FaissIndex:
     def _patched(self, values: list[str], patch: dict, key: str) -> list[str]:
         """Per-position ``values`` (ids or hashes) of the stored rows with ``patch`` applied: the rows it replaced
         or removed keep their places, emptied; its own rows' values follow."""
-        for i in patch["hidden"]:
-            values[i] = ""
-        return values + json.loads((self.dir / patch[key]).read_text())
+        return _hide(values, patch["hidden"], json.loads((self.dir / patch[key]).read_text()))
 
     def _load(self) -> bool:
         try:
@@ -735,7 +741,7 @@ class FaissIndex:
             return self._index is not None  # mid-swap: keep what we had
         self._index, self._ids, self._loaded_mtime = index, ids, mtime
         self._pos = None  # a search without a scope never asks (Django: 48k ids, ~10 ms a one-shot search)
-        if isinstance(ids, (PackedIds, PatchedIds)):
+        if isinstance(ids, _IdsView):
             dead = ids.empty().tolist()
         else:
             dead = [i for i, cid in enumerate(ids) if not cid] if "" in ids else []  # the scan in C first: mostly none
