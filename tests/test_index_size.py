@@ -7,9 +7,12 @@ import os
 import sqlite3
 from contextlib import contextmanager
 
+import numpy as np
+
 from tests.conftest import write_tree
 
 from repoctx import Index, Settings
+from repoctx.store.postings import lengths_of, read_lengths, stats, unpack_many
 
 BASE = {
     "pkg/__init__.py": "",
@@ -34,7 +37,14 @@ def _state(ix: Index) -> dict:
     st, sc = ix.store, ix.scope()
     caps = st.all_capsules(sc)
     ids = [c.id for c in caps]
-    vocab = sorted(st.db.execute("SELECT term, doc, cnt FROM fts_vocab").fetchall())
+    id_of = dict(st.db.execute("SELECT rowid, id FROM capsules"))
+    rows = st.db.execute("SELECT term, n, p FROM lex WHERE n > 0").fetchall()
+    which, rowids, wtf = unpack_many([r[2] for r in rows], [r[1] for r in rows])
+    # each posting by its unit's id (a unit written again keeps its rowid, a new one takes a new one), with each
+    # unit's length: what BM25 reads
+    vocab = sorted(zip([rows[i][0] for i in which.tolist()], map(id_of.get, rowids.tolist()), wtf.tolist()))
+    units = np.array(sorted(id_of), dtype=np.int64)
+    lengths = sorted(zip(map(id_of.get, units.tolist()), lengths_of(read_lengths(st.db), units).tolist()))
     return {
         "capsules": [(c.id, c.kind, c.qualname, c.start_line, c.end_line, c.text, c.docstring, c.parent) for c in caps],
         "edges": st.all_edges(sc),
@@ -43,7 +53,8 @@ def _state(ix: Index) -> dict:
         "from": sorted(map(repr, st.edges_from(ids, (), sc))),
         "to": sorted(map(repr, st.edges_to(ids, (), sc))),
         "lexical": [st.lexical(q.split(), 10, sc) for q in ("save model", "render", "validate", "slugify text")],
-        "fts_rows": st.db.execute("SELECT count(*) FROM fts").fetchone()[0],
+        "lengths": lengths,
+        "stats": stats(st.db),
     }
 
 
@@ -279,7 +290,7 @@ def test_an_index_of_schema_6_is_rebuilt_never_read(tmp_path):
         Index(root, settings, create=False)
     ix = Index(root, settings)
     try:
-        assert ix.store.meta("schema_version") == str(SCHEMA_VERSION) == "8"
+        assert ix.store.meta("schema_version") == str(SCHEMA_VERSION) == "9"
         assert ix.store.db.execute("PRAGMA freelist_count").fetchone()[0] == 0  # the old tables' pages given back
         assert ix.update().capsules_written > 0
         assert [(m["path"], m["line"]) for m in ix.grep("validate")["matches"]] == [

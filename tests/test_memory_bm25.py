@@ -200,80 +200,37 @@ def test_a_scope_of_some_repositories_reads_its_own_index_in_memory(tmp_path):
     shop.close()
 
 
-def test_postings_read_in_blocks_score_as_a_list_of_them_does():
-    """SQLite's build streams postings in blocks without their terms (the vocabulary gives each term's count);
-    PostgreSQL's passes one list: the same postings give the same index, and a stream that does not follow the
-    vocabulary's counts or order is refused (the store's own queries answer then), never read wrongly."""
-    import numpy as np
-
+def test_postings_of_a_unit_no_longer_listed_are_never_returned():
     units = [(7, "r:a.py#f"), (3, "r:a.py#g"), (9, "r:b.py#h")]
-    # (term, rowid, weighted count, count); rowid 5 is a posting of a unit no longer listed
-    postings = [
-        ("card", 3, 10.0, 1),
-        ("card", 9, 2.0, 2),
-        ("order", 3, 1.0, 1),
-        ("order", 5, 1.0, 1),
-        ("order", 7, 6.0, 3),
-        ("total", 9, 4.0, 1),
-    ]
-    lengths: dict[int, int] = {}
-    for _, rid, _, n in postings:
-        lengths[rid] = lengths.get(rid, 0) + n
-    avgdl = sum(lengths.values()) / 4
+    # (term, rowid, weighted count); rowid 5 is a posting of a unit no longer listed
+    postings = [("card", 3, 10.0), ("card", 9, 2.0), ("order", 3, 1.0), ("order", 5, 1.0), ("order", 7, 6.0)]
     listed = MemoryBM25.from_postings(
-        "k",
-        [p[0] for p in postings],
-        [p[1] for p in postings],
-        [p[2] for p in postings],
-        [lengths[p[1]] for p in postings],
-        4,
-        avgdl,
-        units,
-        0.0,
+        "k", [p[0] for p in postings], [p[1] for p in postings], [p[2] for p in postings], [3] * 5, 4, 3.0, units, 0.0
     )
-
-    def stream(rows, size):
-        for i in range(0, len(rows), size):
-            block = rows[i : i + size]
-            yield [p[1] for p in block], [p[2] for p in block], [p[3] for p in block]
-
-    for size in (1, 2, 6):
-        streamed = MemoryBM25.from_stream(
-            "k", ["card", "order", "total"], [2, 3, 1], stream(postings, size), 4, units, 0.0
-        )
-        assert streamed.rows.dtype == np.int32 and np.array_equal(streamed.rows, listed.rows)
-        assert np.array_equal(streamed.scores, listed.scores) and streamed.terms == listed.terms
-        for q in (["card"], ["order", "card"], ["total", "order"], ["nothing"]):
-            assert streamed.top(q, 3) == listed.top(q, 3)
-        assert streamed.doc_freqs(["order", "card", "x"]) == {"order": 3, "card": 2}
-    assert [cid for cid, _ in listed.top(["order"], 5)] == ["r:a.py#f", "r:a.py#g"]  # rowid 5 never returned
-    no_units = MemoryBM25.from_stream("k", ["card", "order", "total"], [2, 3, 1], stream(postings, 4), 4, [], 0.0)
-    assert no_units.top(["order", "card"], 5) == [] and no_units.size == 0  # units gone meanwhile: nothing returned
-    with pytest.raises(ValueError):  # one posting more than the vocabulary counts
-        MemoryBM25.from_stream("k", ["card", "order", "total"], [2, 2, 1], stream(postings, 2), 4, units, 0.0)
-    with pytest.raises(ValueError):  # one fewer
-        MemoryBM25.from_stream("k", ["card", "order", "total"], [2, 3, 2], stream(postings, 2), 4, units, 0.0)
-    with pytest.raises(ValueError):  # the counts of another order of terms: a term's rowids would go backwards
-        MemoryBM25.from_stream("k", ["card", "order", "total"], [3, 2, 1], stream(postings, 2), 4, units, 0.0)
+    assert [cid for cid, _ in listed.top(["order"], 5)] == ["r:a.py#f", "r:a.py#g"]
+    assert listed.doc_freqs(["order", "card", "x"]) == {"order": 3, "card": 2}
+    empty = MemoryBM25.from_postings("k", ["card"], [3], [1.0], [3], 4, 3.0, [], 0.0)
+    assert empty.top(["card"], 5) == [] and empty.size == 0  # units gone meanwhile: nothing returned
 
 
 def test_a_refused_build_leaves_the_store_answering(tmp_path, monkeypatch):
-    """A build whose postings do not follow the vocabulary raises: the store's own queries keep answering, the same
+    """A build that meets postings it cannot read raises: the store's own queries keep answering, the same
     connection reads on (its read transaction ended), and a later build succeeds."""
     root = write_tree(tmp_path / "shop", {**SHOP, **MORE})
     settings = Settings(index_dir=tmp_path / "ix", embedder="none", vector_cache=tmp_path / "vec.sqlite")
     ix = Index(root, settings)
     ix.update()
-    real = MemoryBM25.from_stream
+    from repoctx.store.postings import CorruptPostings
 
-    def refuse(key, terms, df, postings, *rest):
-        next(iter(postings))  # midway through the grouped postings
-        raise ValueError("postings not grouped by term as the vocabulary lists them")
+    real = MemoryBM25._dense
 
-    monkeypatch.setattr(MemoryBM25, "from_stream", staticmethod(refuse))
+    def refuse(all_rowids, post_rowids):
+        raise CorruptPostings("postings end inside a varint")
+
+    monkeypatch.setattr(MemoryBM25, "_dense", staticmethod(refuse))
     memory = open_store(settings, root, create=False, long_lived=True)
     try:
-        assert not memory.warm_lexical(wait=True) and "ValueError" in (memory._bm25.error or "")
+        assert not memory.warm_lexical(wait=True) and "CorruptPostings" in (memory._bm25.error or "")
         scope = Scope(repos=(ix.repo,))
         want = ranked(ix.store.lexical(["order", "card"], 10, scope))
         assert ranked(memory.lexical(["order", "card"], 10, scope)) == want
@@ -281,7 +238,7 @@ def test_a_refused_build_leaves_the_store_answering(tmp_path, monkeypatch):
             memory._build_memory_bm25()
         assert memory.db.in_transaction is False
         assert ranked(memory.lexical(["refund"], 5, scope)) == ranked(ix.store.lexical(["refund"], 5, scope))
-        monkeypatch.setattr(MemoryBM25, "from_stream", real)
+        monkeypatch.setattr(MemoryBM25, "_dense", real)
         memory._bm25 = type(memory._bm25)(memory._build_memory_bm25)  # as a new content key would start over
         assert memory.warm_lexical(wait=True)
         assert ranked(memory.lexical(["order", "card"], 10, scope)) == want

@@ -6,7 +6,6 @@ update redoes what was lost. Only one indexer writes at a time (a lock file); re
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import hashlib
 import json
@@ -26,6 +25,7 @@ from typing import Any
 from repoctx.capsules.fallback import parse_any
 from repoctx.capsules.parse import PARSER_VERSION, ParsedFile, own_text
 from repoctx.config import Settings
+from repoctx.heap import trim
 from repoctx.graph import (
     Cand,
     Resolver,
@@ -277,15 +277,15 @@ def parse_stream(
     to_parse: list[tuple[SourceFile, bytes | None, str]],
     settings: Settings,
     repo: str,
-    fts_rows: Callable[[list, dict], list] | None = None,
+    lex_rows: Callable[[list, dict], list] | None = None,
 ) -> Generator[tuple[ParsedFile | None, str, dict], None, None]:
     """``_parse_one`` of each file, in order: in a worker process for a large update where one can be forked, else
     here. The caller may drop each file's bytes from ``to_parse`` once its result is yielded. A worker that dies or
     fails leaves the files it did not return to be parsed here: the results are the same either way. A worker also
-    makes the store's tokens of each file's units (``fts_rows``, flag ``fts``), so the writer only writes them."""
+    makes the store's tokens of each file's units (``lex_rows``, flag ``lex``), so the writer only writes them."""
     start = 0
     if len(to_parse) >= PIPELINE_MIN_FILES and _can_fork():
-        for item in _parse_in_worker(to_parse, settings, repo, fts_rows):
+        for item in _parse_in_worker(to_parse, settings, repo, lex_rows):
             start += 1
             yield item
     for sf, data, _h in to_parse[start:]:
@@ -303,7 +303,7 @@ def _parse_worker(
     to_parse: list[tuple[SourceFile, bytes | None, str]],
     settings: Settings,
     repo: str,
-    fts_rows: Callable[[list, dict], list] | None,
+    lex_rows: Callable[[list, dict], list] | None,
     conn,
     consumed,
 ) -> None:
@@ -320,14 +320,14 @@ def _parse_worker(
             to_parse[produced] = None  # type: ignore[call-overload]  # this copy's bytes go once parsed
             pf, note, flags = _parse_one(sf, data, settings, repo)
             del data
-            if pf is not None and fts_rows is not None and produced - consumed.value > _TOKENIZE_BEHIND:
-                flags["fts"] = fts_rows(pf.capsules, flags["bodies"])
+            if pf is not None and lex_rows is not None and produced - consumed.value > _TOKENIZE_BEHIND:
+                flags["lex"] = lex_rows(pf.capsules, flags["bodies"])
             batch.append((_pack(pf) if pf is not None else None, note, flags))
             if len(batch) >= _BATCH_FILES:
                 conn.send_bytes(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL))
                 batch = []
                 if produced % _TRIM_FILES < _BATCH_FILES:
-                    _trim()
+                    trim()
         if batch:
             conn.send_bytes(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL))
     except BaseException as e:  # noqa: BLE001 - the parent parses what is left itself
@@ -340,7 +340,7 @@ def _parse_in_worker(
     to_parse: list[tuple[SourceFile, bytes | None, str]],
     settings: Settings,
     repo: str,
-    fts_rows: Callable[[list, dict], list] | None,
+    lex_rows: Callable[[list, dict], list] | None,
 ) -> Iterator[tuple[ParsedFile | None, str, dict]]:
     """Results from a forked worker for a prefix of ``to_parse`` (all of it unless the worker died). A thread reads
     the pipe ahead (its reads release the GIL) so the worker never waits on the writer for long."""
@@ -352,7 +352,7 @@ def _parse_in_worker(
     recv, send = ctx.Pipe(duplex=False)
     consumed = ctx.Value("q", 0, lock=False)  # one writer (here), one reader (the worker): no lock needed
     try:
-        proc = ctx.Process(target=_parse_worker, args=(to_parse, settings, repo, fts_rows, send, consumed), daemon=True)
+        proc = ctx.Process(target=_parse_worker, args=(to_parse, settings, repo, lex_rows, send, consumed), daemon=True)
         proc.start()
     except OSError as e:  # no fork (memory, process limits): parse here
         log.debug("no parse worker: %r", e)
@@ -592,7 +592,7 @@ def update_index(
         # each file is written as soon as it is parsed, and its bytes and texts let go: linking reads names only
         # (holding every file's until all were parsed made Django's cold peak RSS 385 MiB)
         # an error while writing stops the worker at once
-        with closing(parse_stream(to_parse, settings, store.repo, getattr(store, "fts_rows", None))) as stream:
+        with closing(parse_stream(to_parse, settings, store.repo, getattr(store, "lex_rows", None))) as stream:
             for i, (pf, note, flags) in enumerate(stream):
                 sf, _, h = to_parse[i]
                 to_parse[i] = (sf, None, h)
@@ -623,7 +623,7 @@ def update_index(
                         pf.capsules,
                         flags["bodies"],
                         flags.get("text"),
-                        flags.get("fts"),
+                        flags.get("lex"),
                     )
                     report.capsules_written += len(pf.capsules)
                     for c in pf.capsules:
@@ -632,11 +632,12 @@ def update_index(
                 if done % 50 == 0 or done == len(to_parse):
                     emit({"event": "parse", "done": done, "total": len(to_parse)})
                 if done % _TRIM_FILES == 0 and len(to_parse) >= PIPELINE_MIN_FILES:
-                    _trim()
+                    trim()
         for sf in touched:
             store.touch_file(sf.path, sf.size, sf.mtime_ns)
         for path, text in backfill:
             store.put_text(path, text)
+        store.files_written()
         emit({"event": "link", "files": len(parsed)})
         memory = None
         if cold:
@@ -688,15 +689,7 @@ def release_memory(store: Store) -> None:
     cache) and the heap the update freed (glibc keeps it otherwise). A fill that follows in the same process then
     starts near where a fresh one would (Django's cold update: 270 -> 188 MiB)."""
     store.release_memory()
-    _trim()
-
-
-def _trim() -> None:
-    """The heap's free pages given back to the system (glibc keeps them otherwise)."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim this way
-        pass
+    trim()
 
 
 @contextmanager

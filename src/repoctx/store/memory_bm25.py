@@ -161,62 +161,6 @@ class MemoryBM25:
             key, names, starts, rows, wtf_a, dl_a.__getitem__, n_docs, avgdl, all_rowids, ids, started, fold_case
         )
 
-    @classmethod
-    def from_stream(
-        cls,
-        key: Hashable,
-        terms: Sequence[str],
-        df: Sequence[int],
-        postings: Iterable[tuple[Sequence[int], Sequence[float], Sequence[int]]],
-        n_docs: float,
-        units: Sequence[tuple[int, str]],
-        started: float,
-    ) -> MemoryBM25:
-        """Built from blocks of postings as a cursor yields them, never holding them as Python objects (a
-        store of 221k units has ~9M postings: as tuples, 4 GiB). ``terms`` and ``df``: every term in the order
-        the postings come, with its number of postings; each block of ``postings``: the units' rowids, the
-        column-weighted counts of the term in them and the plain counts (the lengths are summed from these).
-        Raises ValueError when the postings do not follow ``df`` (the store's own queries answer then)."""
-        all_rowids, ids = cls._units(units)
-        starts = np.zeros(len(df) + 1, dtype=np.int64)
-        np.cumsum(np.asarray(df, dtype=np.int64), out=starts[1:])
-        total = int(starts[-1])
-        rows = np.empty(total, dtype=np.int32)
-        wtf = np.empty(total, dtype=np.float64)
-        docs_ok = np.ones(total, dtype=bool)  # within a term, rowids strictly increase
-        lengths = np.zeros(len(ids) + 1, dtype=np.int64)  # the last slot: units the id list lacks
-        total_len = 0
-        filled, last = 0, -1
-        for doc_b, wtf_b, count_b in postings:
-            m = len(doc_b)
-            if filled + m > total:
-                raise ValueError("more postings than the vocabulary counts")
-            docs = np.asarray(doc_b, dtype=np.int64)
-            counts = np.asarray(count_b, dtype=np.int64)
-            dense = cls._dense(all_rowids, docs)
-            rows[filled : filled + m] = dense
-            wtf[filled : filled + m] = wtf_b
-            docs_ok[filled : filled + m] = np.diff(docs, prepend=last) > 0
-            slot = np.where(dense < 0, len(ids), dense)
-            lengths += np.bincount(slot, weights=counts, minlength=len(ids) + 1).astype(np.int64)
-            total_len += int(counts.sum())
-            filled += m
-            last = int(docs[-1]) if m else last
-        if filled != total:
-            raise ValueError(f"{filled} postings, the vocabulary counts {total}")
-        docs_ok[starts[:-1][np.diff(starts) > 0]] = True  # a term's first posting may follow any rowid
-        if not docs_ok.all():
-            raise ValueError("postings not grouped by term as the vocabulary lists them")
-        del docs_ok
-        dl = lengths.astype(np.float64)  # by dense number, then the slot of units the id list lacks
-        avgdl = total_len / n_docs if n_docs else 1.0
-
-        def block_dl(b: slice) -> np.ndarray:
-            r = rows[b]
-            return dl[np.where(r < 0, len(ids), r)]
-
-        return cls._scored(key, list(terms), starts, rows, wtf, block_dl, n_docs, avgdl, all_rowids, ids, started, True)
-
     def _span(self, i: int) -> tuple[int, int]:
         return int(self.starts[i]), int(self.starts[i + 1])
 

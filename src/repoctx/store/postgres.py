@@ -995,7 +995,7 @@ class PostgresRepoWriter:
         capsules: list[Capsule],
         lexical_bodies: dict[str, str],
         text: str | None = None,
-        fts: list[tuple[str, ...]] | None = None,  # a writer's own tokens of the units, made ahead (SQLite's fts_rows)
+        fts: list[tuple] | None = None,  # a writer's own postings of the units, made ahead (SQLite's lex_rows)
     ) -> None:
         if not self._cold:
             self.delete_file(rec.path)
@@ -1061,6 +1061,9 @@ class PostgresRepoWriter:
                 "repoctx_files f WHERE f.repo=%s AND f.text_hash=%s)",
                 (self.repo, key, self.repo, key),
             )
+
+    def files_written(self) -> None:  # postings are written with their units
+        pass
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
         with self._c() as conn:

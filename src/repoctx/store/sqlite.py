@@ -46,14 +46,16 @@ from repoctx.store.faiss_index import (
     ids_starting,
     quantize,
 )
-from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
+from repoctx.heap import trim
+from repoctx.store import postings
+from repoctx.store.memory_bm25 import B, K1, MemoryBM25, MemoryReads
 from repoctx.types import Capsule, Edge, UnitHead
 
 if TYPE_CHECKING:
     from repoctx.store.grep import GrepPlan
 
 # BM25 column weights: name, qualname, path, signature, docstring, body
-BM25_WEIGHTS = (10.0, 6.0, 3.0, 4.0, 2.0, 1.0)
+BM25_WEIGHTS = tuple(map(float, postings.WEIGHTS))
 
 # grep's texts (schema 4): each indexed file's text once per repository and content, and a contentless FTS5
 # trigram index over it (detail=none: which texts hold a trigram, not where; the regular expression confirms).
@@ -168,14 +170,13 @@ CREATE TABLE IF NOT EXISTS edges(
 """
     + "\n".join(f"{stmt};" for stmt in _EDGE_INDEXES.values())
     + """
-CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
-  name, qualname, path, signature, docstring, body, content='', tokenize = "unicode61 tokenchars '_'");
-CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, 'row');
 """
-    + "\n".join(f"{stmt};" for stmt in _TEXT_SCHEMA)
+    + "\n".join(f"{stmt};" for stmt in postings.SCHEMA + _TEXT_SCHEMA)
 )
 
-SCHEMA_VERSION = 8  # this file's layout (base.SCHEMA_VERSION was 4: grep's texts); an older index is rebuilt
+# this file's layout (base.SCHEMA_VERSION was 4: grep's texts); an older index is rebuilt. Schema 9: the lexical
+# index is postings.py's, not FTS5's (Django's index 50.1 -> ~40 MiB)
+SCHEMA_VERSION = 9
 
 # an edge's kind by its position: alphabetical, so ordering by the stored integer orders by the name
 EDGE_KINDS = ("calls", "contains", "imports", "inherits")
@@ -687,17 +688,12 @@ class SQLiteStore(MemoryReads):
         ]
 
     def doc_freqs(self, terms: list[str], scope: Scope = EVERYTHING) -> dict[str, int]:
-        """Over the whole file (FTS5 keeps one vocabulary): a store of one repository, as each repository's
+        """Over the whole file (the postings are the store's): a store of one repository, as each repository's
         default index is, gives that repository's own statistics."""
-        remembered = self._memory_doc_freqs(terms, scope)  # (the vocabulary table scans for an IN list)
+        remembered = self._memory_doc_freqs(terms, scope)
         if remembered is not None:
             return remembered
-        out: dict[str, int] = {}
-        for chunk in _chunks(list(dict.fromkeys(terms))):
-            out.update(
-                self.db.execute(f"SELECT term, doc FROM fts_vocab WHERE term IN ({_ph(len(chunk))})", chunk).fetchall()
-            )
-        return out
+        return {t: row.n for t, row in postings.read_terms(self.db, terms, blobs=False).items() if row.n}
 
     def n_capsules(self, scope: Scope = EVERYTHING) -> int:
         return self.db.execute("SELECT count(*) FROM units").fetchone()[0]
@@ -705,27 +701,92 @@ class SQLiteStore(MemoryReads):
     def lexical(self, terms: list[str], k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]:
         """BM25 over code tokens; terms are already tokenised. Higher score is better."""
         terms = [t for t in dict.fromkeys(terms) if t]
-        if not terms:
+        if not terms or k <= 0:
             return []
         remembered = self._memory_lexical(terms, k, scope)
         if remembered is not None:
             return remembered
-        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        w = ", ".join(map(str, BM25_WEIGHTS))
-        if self._admits_whole_file(scope):
-            # nothing to filter: FTS5 ranks alone and only the k best rows are joined (joining every match
-            # before the sort cost as much as the ranking itself)
-            sql = (
-                f"SELECT c.id, f.s FROM (SELECT rowid AS r, -bm25(fts, {w}) AS s FROM fts WHERE fts MATCH ? "
-                f"ORDER BY s DESC LIMIT ?) f JOIN capsules c ON c.rowid = f.r ORDER BY f.s DESC"
-            )
-            return [(r[0], r[1]) for r in self.db.execute(sql, [match, k])]
+        db = self.db
+        db.execute("BEGIN")  # one snapshot: the postings, the lengths and the totals agree
+        try:
+            rowids, scores = self._score_postings(db, postings.query_terms(terms))
+            if not len(rowids):
+                return []
+            order = np.lexsort((rowids, -scores))  # best first, ties by rowid
+            if self._admits_whole_file(scope):
+                top = order[:k]
+            else:
+                top = self._first_admitted(rowids, order, k, scope)
+            ids = self._ids_of_rowids(rowids[top].tolist())
+        finally:
+            db.execute("COMMIT")
+        return [(ids[r], s) for r, s in zip(rowids[top].tolist(), scores[top].tolist(), strict=True) if r in ids]
+
+    @staticmethod
+    def _score_postings(db: sqlite3.Connection, asked: list[tuple[str, tuple[str, ...]]]) -> tuple[np.ndarray, np.ndarray]:
+        """(rowids, scores) of the units matching any asked term: FTS5's bm25() (fts5_aux.c), term by term in
+        the order asked, each (idf, weighted count, unit length) as it computes them. A term of several words
+        (which FTS5 read as a phrase) matches the units holding all of them, counted as its rarest word."""
+        found = postings.read_terms(db, {w for _, words in asked for w in words})
+        held = [w for w, row in found.items() if row.n]
+        if not held:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        which, rowids, wtf = postings.unpack_many([found[w].p or b"" for w in held], [found[w].n for w in held])
+        spans = np.searchsorted(which, np.arange(len(held) + 1))
+        by_word = {w: (rowids[spans[i] : spans[i + 1]], wtf[spans[i] : spans[i + 1]]) for i, w in enumerate(held)}
+        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        for _, words in asked:
+            if any(w not in by_word for w in words):
+                continue
+            r, f = by_word[words[0]]
+            for w in words[1:]:  # every word's units, the least count
+                r2, f2 = by_word[w]
+                common, i1, i2 = np.intersect1d(r, r2, assume_unique=True, return_indices=True)
+                r, f = common, np.minimum(f[i1], f2[i2])
+            if len(r):
+                parts.append((r, f.astype(np.float64)))
+        if not parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        n_docs, n_tokens = postings.stats(db)
+        avgdl = n_tokens / n_docs if n_docs else 1.0
+        every = np.concatenate([r for r, _ in parts])
+        units, at = np.unique(every, return_inverse=True)
+        dl = postings.lengths_of(postings.read_lengths(db, units), units)[at]
+        scores = np.empty(len(every))
+        pos = 0
+        for r, f in parts:
+            df = len(r)
+            idf = max(float(np.log((n_docs - df + 0.5) / (df + 0.5))), 1e-6)
+            d = dl[pos : pos + df]
+            scores[pos : pos + df] = idf * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * d / avgdl)))
+            pos += df
+        return units, np.bincount(at, weights=scores, minlength=len(units))
+
+    def _first_admitted(self, rowids: np.ndarray, order: np.ndarray, k: int, scope: Scope) -> np.ndarray:
+        """The first ``k`` positions of ``order`` whose units ``scope`` admits (its WHERE clause, a chunk at a time)."""
         where, args = self._scope(scope)
-        sql = (
-            f"SELECT c.id, -bm25(fts, {w}) AS s FROM fts JOIN capsules c ON c.rowid = fts.rowid "
-            f"WHERE fts MATCH ? AND {where} ORDER BY bm25(fts, {w}) LIMIT ?"
-        )
-        return [(r[0], r[1]) for r in self.db.execute(sql, [match] + args + [k])]
+        kept: list[int] = []
+        pos, size = 0, max(4 * k, 256)
+        while len(kept) < k and pos < len(order):
+            chunk = order[pos : pos + size]
+            pos += len(chunk)
+            ok: set[int] = set()
+            for part in _chunks(rowids[chunk].tolist()):
+                ok.update(
+                    r[0]
+                    for r in self.db.execute(
+                        f"SELECT c.rowid FROM capsules c WHERE c.rowid IN ({_ph(len(part))}) AND {where}", part + args
+                    )
+                )
+            kept += [int(i) for i in chunk if int(rowids[i]) in ok]
+            size *= 4
+        return np.asarray(kept[:k], dtype=np.int64)
+
+    def _ids_of_rowids(self, rowids: list[int]) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for part in _chunks(rowids):
+            out.update(self.db.execute(f"SELECT c.rowid, c.id FROM capsules c WHERE c.rowid IN ({_ph(len(part))})", part))
+        return out
 
     # ---- BM25 in memory (long-lived processes): an accelerator, never the source of truth
     def _content_key(self) -> tuple:
@@ -747,42 +808,44 @@ class SQLiteStore(MemoryReads):
         return key
 
     def _build_memory_bm25(self) -> MemoryBM25:
-        """From the FTS table's own token instances (the same tokens, the same case folding), grouped by
-        term and row in SQL, in one read snapshot with the content key. The vocabulary gives each term and its
-        number of rows in the order the grouped postings come, so the postings are read without their term
-        (9M strings at 221k units) and go into arrays a block at a time."""
+        """From the postings as stored, read in one snapshot with the content key, decoded a block of terms at a
+        time into the index's own arrays (a store of 221k units holds ~9M postings)."""
         db = self.db  # the building thread's own connection
-        # GROUP BY sorts ~25M token instances at 221k units: in files (their pages the OS's cache), not in this
-        # process's heap as temp_store=MEMORY would (1.5 GiB more RSS). (Setting it drops temp tables: first.)
-        db.execute("PRAGMA temp_store=FILE")
-        db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_instances USING fts5vocab(main, 'fts', 'instance')")
         started = time.perf_counter()
-        cols = ("name", "qualname", "path", "signature", "docstring", "body")
-        case = " ".join(f"WHEN '{c}' THEN {w!r}" for c, w in zip(cols, map(float, BM25_WEIGHTS), strict=True))
-        cur = None
         db.execute("BEGIN")
         try:
             key = self._content_key()
-            n_rows = db.execute("SELECT count(*) FROM fts").fetchone()[0]
             units = db.execute("SELECT rowid, id FROM capsules").fetchall()
-            vocab = db.execute("SELECT term, doc FROM fts_vocab WHERE doc > 0 ORDER BY term").fetchall()
-            cur = db.execute(
-                f"SELECT doc, sum(CASE col {case} ELSE 0 END), count(*) FROM temp.fts_instances "
-                "GROUP BY term, doc ORDER BY term, doc"
-            )
-
-            def blocks() -> Iterator[tuple[Sequence[int], Sequence[float], Sequence[int]]]:
-                while rows := cur.fetchmany(1 << 16):
-                    docs, wtf, counts = zip(*rows, strict=True)
-                    yield docs, wtf, counts
-
-            terms, df = zip(*vocab, strict=True) if vocab else ((), ())
-            return MemoryBM25.from_stream(key, terms, df, blocks(), n_rows, units, started)
+            n_docs, n_tokens = postings.stats(db)
+            blocks = postings.read_lengths(db)
+            rows = db.execute("SELECT term, n, p FROM lex WHERE n > 0").fetchall()
         finally:
-            if cur is not None:  # a build refused midway: the sort and its temp files go now
-                cur.close()
             db.execute("COMMIT")
-            db.execute("PRAGMA temp_store=MEMORY")
+        all_rowids, ids = MemoryBM25._units(units)
+        counts = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+        starts = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(counts, out=starts[1:])
+        dense = np.empty(int(starts[-1]), dtype=np.int32)
+        wtf = np.empty(int(starts[-1]), dtype=np.float64)
+        a = 0
+        while a < len(rows):  # about a million postings a block
+            b = int(np.searchsorted(starts, starts[a] + (1 << 20), side="right"))
+            b = max(b - 1, a + 1)
+            _, rowids, w = postings.unpack_many([r[2] for r in rows[a:b]], counts[a:b].tolist())
+            dense[starts[a] : starts[b]] = MemoryBM25._dense(all_rowids, rowids)
+            wtf[starts[a] : starts[b]] = w
+            a = b
+        terms = [r[0] for r in rows]
+        del rows
+        lengths = postings.lengths_of(blocks, all_rowids)
+        avgdl = n_tokens / n_docs if n_docs else 1.0
+
+        def block_dl(block: slice) -> np.ndarray:
+            return lengths[np.maximum(dense[block], 0)] if len(lengths) else np.zeros(block.stop - block.start)
+
+        return MemoryBM25._scored(
+            key, terms, starts, dense, wtf, block_dl, float(n_docs), avgdl, all_rowids, ids, started, True
+        )
 
     def _rowids_where(self, scope: Scope) -> list[int]:
         where, args = self._scope(scope)
@@ -1045,31 +1108,8 @@ def file_lock(path: Path, wait: bool = True) -> Iterator[None]:
         os.close(fd)
 
 
-def fts_rows(capsules: list[Capsule], lexical_bodies: dict[str, str]) -> list[tuple[str, ...]]:
-    """The tokens FTS5 keeps of each unit: name, qualname, path, signature, docstring and body (a class's own lines,
-    ``lexical_bodies``, else its text). Pure, so a parse worker can make them while the writer writes."""
-    from repoctx.tokens import fts_text
-
-    tokens: dict[str, str] = {}  # a file's units share their path, often names and signatures
-
-    def tok(value: str) -> str:
-        got = tokens.get(value)
-        if got is None:
-            got = tokens[value] = fts_text(value)
-        return got
-
-    out: list[tuple[str, ...]] = []
-    for c in capsules:
-        lex = lexical_bodies.get(c.id)
-        body = lex if lex is not None and lex != c.text else c.text
-        out.append(
-            (tok(c.name), tok(c.qualname), tok(c.path), tok(c.signature), tok(c.docstring), fts_text(body[:200_000]))
-        )
-    return out
-
-
 class SQLiteRepoWriter:
-    fts_rows = staticmethod(fts_rows)  # what put_file's ``fts`` takes, for a caller that makes it elsewhere
+    lex_rows = staticmethod(postings.lex_rows)  # what put_file's ``fts`` takes, for a caller that makes it elsewhere
 
     def __init__(self, store: SQLiteStore, repo: str):
         self.store = store
@@ -1087,6 +1127,7 @@ class SQLiteRepoWriter:
         self._next_seq: int | None = None  # the last edge's seq, once read in this transaction
         self._edges_seen = False  # put_edges asked once whether the file held any edge before
         self._edge_indexes_dropped = False  # it did not: the indexes are built at commit (_EDGE_INDEXES)
+        self._lex = postings.Pending()  # the lexical index's changes, written before the commit
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -1101,6 +1142,7 @@ class SQLiteRepoWriter:
             self._begin()
             try:
                 yield
+                self._lex.flush(db)
                 if self._edge_indexes_dropped:
                     for stmt in _EDGE_INDEXES.values():
                         db.execute(stmt)
@@ -1143,10 +1185,12 @@ class SQLiteRepoWriter:
         self.db.execute("DELETE FROM units WHERE fid IN (SELECT fid FROM files WHERE repo=?)", (self.repo,))
         self.db.execute("DELETE FROM files WHERE repo=?", (self.repo,))
         # the lexical index is emptied whole and the other repositories' units given to it again: a clear is a
-        # rebuild, often for other tokens, and a contentless row can only leave by the tokens it was given
-        self.db.execute("INSERT INTO fts(fts) VALUES('delete-all')")
+        # rebuild, often for other tokens (what this transaction had collected is in the units: made again)
+        self._lex = postings.Pending()
+        for table in ("lex", "lexdl", "lexstat"):
+            self.db.execute(f"DELETE FROM {table}")
         if others:
-            self._fts_rows("1=1", [], delete=False)
+            self._lex_units("1=1", [], delete=False)
         else:
             self.db.execute("DELETE FROM names")
         if self.db.execute("SELECT EXISTS (SELECT 1 FROM texts WHERE repo != ?)", (self.repo,)).fetchone()[0]:
@@ -1211,10 +1255,10 @@ class SQLiteRepoWriter:
             self.db.execute("UPDATE files SET text_hash=? WHERE repo=? AND path=?", (key, self.repo, path))
             self._release_text(old[0])
 
-    def _fts_rows(self, where: str, args: list, delete: bool) -> None:
+    def _lex_units(self, where: str, args: list, delete: bool) -> None:
         """Give the units ``where`` selects to the lexical index, or (``delete``) take them out of it: with the
-        tokens put_file gave them, made again from what the units hold."""
-        from repoctx.tokens import fts_text
+        postings put_file gave them, made again from what the units hold."""
+        from repoctx.tokens import code_tokens
 
         rows = with_texts(
             self.db,
@@ -1226,27 +1270,20 @@ class SQLiteRepoWriter:
             6,
             (4, 5),
         )
-        sql = (
-            "INSERT INTO fts(fts, rowid, name, qualname, path, signature, docstring, body) "
-            "VALUES('delete',?,?,?,?,?,?,?)"
-            if delete
-            else "INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) VALUES(?,?,?,?,?,?,?)"
-        )
-        self.db.executemany(
-            sql,
-            (
-                (
-                    r[0],
-                    fts_text(r[1]),
-                    fts_text(r[2]),
-                    fts_text(r[3]),
-                    fts_text(r[4]),
-                    fts_text(r[5]),
-                    fts_text((unlines(r[7], r[6]) if r[7] is not None else r[6])[:200_000]),
-                )
-                for r in rows
-            ),
-        )
+        put = self._lex.drop_unit if delete else self._lex.add_unit
+        seen: dict[str, list[str]] = {}
+
+        def tok(value: str | None) -> list[str]:
+            value = value or ""
+            got = seen.get(value)
+            if got is None:
+                got = seen[value] = code_tokens(value)
+            return got
+
+        for r in rows:
+            body = unlines(r[7], r[6]) if r[7] is not None else r[6]
+            cols = (tok(r[1]), tok(r[2]), tok(r[3]), tok(r[4]), tok(r[5]))
+            put(r[0], postings.unit_postings((*cols, code_tokens((body or "")[: postings.BODY_CHARS]))))
 
     def put_file(
         self,
@@ -1254,9 +1291,9 @@ class SQLiteRepoWriter:
         capsules: list[Capsule],
         lexical_bodies: dict[str, str],
         text: str | None = None,
-        fts: list[tuple[str, ...]] | None = None,
+        fts: list[tuple] | None = None,
     ) -> None:
-        """``fts``: ``fts_rows(capsules, lexical_bodies)`` when the caller made them already (a parse worker does)."""
+        """``fts``: ``lex_rows(capsules, lexical_bodies)`` when the caller made them already (a parse worker does)."""
         self.delete_file(rec.path)
         key, tid = self._keep_text(text) if text is not None else (None, None)
         slices = text_slices(text, capsules) if text is not None else [None] * len(capsules)
@@ -1315,15 +1352,15 @@ class SQLiteRepoWriter:
             rows,
         )
         rowids = self._rowid_map([c.id for c in capsules])
-        self.db.executemany(
-            "INSERT INTO fts(rowid, name, qualname, path, signature, docstring, body) VALUES(?,?,?,?,?,?,?)",
-            [
-                (rowids[c.id], *cols)
-                for c, cols in zip(
-                    capsules, fts if fts is not None else fts_rows(capsules, lexical_bodies), strict=True
-                )
-            ],
-        )
+        add = self._lex.add_unit
+        for c, unit in zip(capsules, fts if fts is not None else postings.lex_rows(capsules, lexical_bodies), strict=True):
+            add(rowids[c.id], unit)
+        if self._lex.full():
+            self._lex.flush(self.db, final=False)
+
+    def files_written(self) -> None:
+        self._lex.flush(self.db)
+        trim()
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
         self.db.execute(
@@ -1335,7 +1372,7 @@ class SQLiteRepoWriter:
         old = self.db.execute("SELECT text_hash FROM files WHERE repo=? AND path=?", args).fetchone()
         units = self.db.execute(f"SELECT id, rowid FROM capsules WHERE {_OF_FILE}", args).fetchall()
         if units:
-            self._fts_rows(_OF_FILE, list(args), delete=True)
+            self._lex_units(_OF_FILE, list(args), delete=True)
             self.db.execute(f"DELETE FROM edges WHERE src IN (SELECT rowid FROM capsules WHERE {_OF_FILE})", args)
             self.db.execute(f"DELETE FROM units WHERE {_OF_FILE}", args)
             for cid, rowid in units:
