@@ -25,7 +25,6 @@ from typing import Any
 from repoctx.capsules.fallback import parse_any
 from repoctx.capsules.parse import PARSER_VERSION, ParsedFile, own_text
 from repoctx.config import Settings
-from repoctx.heap import trim
 from repoctx.graph import (
     Cand,
     Resolver,
@@ -37,6 +36,7 @@ from repoctx.graph import (
     ref_key,
     resolve_file,
 )
+from repoctx.heap import trim
 from repoctx.ingest.walk import SourceFile, WalkReport, load_text, walk
 from repoctx.store.base import FileRecord, IndexBusy, RepoWriter, Store, capsule_id  # noqa: F401 (IndexBusy re-exported)
 from repoctx.tokens import TOKENIZER_VERSION

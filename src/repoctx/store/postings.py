@@ -4,23 +4,25 @@ FTS5 kept every token's position (detail=full: 15.8 MiB of Django's 50 MiB index
 ever asks, per term and unit, the column-weighted count BM25 scores (``bm25(fts, 10, 6, 3, 4, 2, 1)``: the
 terms are OR-ed, never a phrase) and each unit's token count. So the index keeps exactly those:
 
-* ``lex(key INTEGER PRIMARY KEY, term, n, last, p)``: a term's ``n`` postings, ``p`` the varints (LEB128) of
-  (rowid gap, weighted count) pairs in rowid order, ``last`` its last rowid (postings of newer units are
-  appended to ``p`` without reading it: a cold index writes its postings as it goes). ``key`` is the term's CRC-32 (``id_hash``), the next
-  free key on a collision (open addressing: a term with no postings left keeps its row, ``n`` 0, so that a
-  probe goes on past it). No index of terms: the table is its own.
+* ``lex(key INTEGER PRIMARY KEY, term, n, last, p)``: a term's ``n`` postings, ``p`` the varints (LEB128)
+  of (rowid gap, weighted count) pairs in rowid order, ``last`` its last rowid (postings of newer units are
+  appended to ``p`` without reading it). ``key`` is the term's CRC-32 (``term_key``), the next free key on a
+  collision (open addressing: a term with no postings left keeps its row, ``n`` 0, so that a probe goes on
+  past it). No index of terms: the table is its own.
 * ``lexdl(block INTEGER PRIMARY KEY, d)``: units' token counts + 1 (0: no unit), 4,096 rowids a block, a
   zstd-compressed uint32 array; ``lexstat``: the number of units and of tokens (BM25's N and average length).
 
-A writer collects postings (:class:`Pending`: flat arrays, one entry a posting) and writes them before its
-commit, or when ``FLUSH_POSTINGS`` are waiting; a unit written again with the same tokens (most of a changed
-file's) costs no row.
+A writer collects postings (:class:`Pending`) a window of ``FLUSH_POSTINGS`` at a time; postings that come
+after a term's last (a cold index's every one) are packed into runs kept in memory and written once, when
+every file is written (``files_written``) or at the commit; a unit written again with the same tokens (most
+of a changed file's) changes no row.
 Scores are computed as FTS5's ``fts5_aux.c`` does, in the same order (see memory_bm25.py): the same ranks.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import zlib
 from array import array
 from collections import Counter
@@ -167,8 +169,14 @@ def lex_rows(capsules: list[Capsule], lexical_bodies: dict[str, str]) -> list[tu
         body = lex if lex is not None and lex != c.text else c.text
         out.append(
             unit_postings(
-                (tok(c.name), tok(c.qualname), tok(c.path), tok(c.signature), tok(c.docstring),
-                 code_tokens((body or "")[:BODY_CHARS]))
+                (
+                    tok(c.name),
+                    tok(c.qualname),
+                    tok(c.path),
+                    tok(c.signature),
+                    tok(c.docstring),
+                    code_tokens((body or "")[:BODY_CHARS]),
+                )
             )
         )
     return out
@@ -177,7 +185,7 @@ def lex_rows(capsules: list[Capsule], lexical_bodies: dict[str, str]) -> list[tu
 def query_terms(terms: Iterable[str]) -> list[tuple[str, tuple[str, ...]]]:
     """Each asked term, case-folded, with the indexed terms it stands for: itself when plain, else its words
     (a term FTS5 would have read as a phrase matches the units holding every one of its words)."""
-    out = []
+    out: list[tuple[str, tuple[str, ...]]] = []
     for t in dict.fromkeys(t.lower() for t in terms if t):  # (FTS5 would have counted "Foo" and "foo" twice)
         if _PLAIN.fullmatch(t):
             out.append((t, (t,)))
@@ -190,7 +198,7 @@ def query_terms(terms: Iterable[str]) -> list[tuple[str, tuple[str, ...]]]:
 
 # ------------------------------------------------------------------------------------ reading
 def term_key(term: str) -> int:
-    """A term's home key: the CRC-32 ``sqlite.id_hash`` gives ids and names (signed, as SQLite stores it)."""
+    """A term's home key: its CRC-32, signed as SQLite stores it (``sqlite.id_hash`` of ids and names is this)."""
     h = zlib.crc32(term.encode("utf-8", "surrogatepass"))
     return h - (1 << 32) if h >= 1 << 31 else h
 
@@ -304,6 +312,26 @@ class _Side:
         return terms, rowids, wtf
 
 
+class _NeedsStore(Exception):
+    """A window packed behind the writer would have to read or write a row: it is packed again by the writer."""
+
+
+class _Job:
+    """A window packed by a thread of its own (:meth:`Pending.flush`)."""
+
+    def __init__(self, pending: Pending, add: _Side, drop: _Side) -> None:
+        self.add, self.drop = add, drop
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(pending,), name="repoctx-postings", daemon=True)
+        self.thread.start()
+
+    def _run(self, pending: Pending) -> None:
+        try:
+            pending._pack(None, self.add, self.drop)
+        except BaseException as e:  # noqa: BLE001 - raised in the writer's thread when it waits
+            self.error = e
+
+
 class Pending:
     """A transaction's lexical changes: postings added and taken away and units' token counts, a window of
     ``FLUSH_POSTINGS`` at a time (:meth:`flush`). Postings of units newer than a term's last (a cold index's
@@ -320,6 +348,7 @@ class Pending:
         self.pieces: list[tuple[np.ndarray, bytes, np.ndarray]] = []
         self.row_key = np.zeros(0, dtype=np.int64)  # the term's stored row: its key, NO_ROW, or UNKNOWN
         self.row_last = np.zeros(0, dtype=np.int64)  # that row's last rowid
+        self._job: _Job | None = None  # a window being packed behind the writer
         self._window()
 
     def _window(self) -> None:
@@ -344,18 +373,42 @@ class Pending:
         self.lengths[rowid] = -1  # (a unit written again is dropped first, then added)
 
     def flush(self, db: sqlite3.Connection, final: bool = True) -> None:
+        """Write the window (``final``: and every run). A cold index's windows (the index held no term, nothing
+        is taken away) are packed by a thread while the writer goes on: they read and write no row, and the
+        writer spends much of its time in SQLite's C code, where it holds no GIL."""
         if self:
             if self.stored_empty is None:
                 self.stored_empty = bool(db.execute("SELECT NOT EXISTS (SELECT 1 FROM lex)").fetchone()[0])
-            added, dropped = self.add.arrays(self.vocab), self.drop.arrays(self.vocab)
-            self._grow()
             self._flush_lengths(db)
-            self._flush_postings(db, added, dropped)
+            add, drop = self.add, self.drop
             self._window()
-            trim()  # the window's temporaries (medium-sized arrays stay in glibc's heap: +20 MiB a window)
+            self._wait(db)  # one window at a time
+            if self.stored_empty and not drop.size and not final:
+                self._job = _Job(self, add, drop)
+            else:
+                self._pack(db, add, drop)
         if final:
+            self._wait(db)
             self._spill(db)
             self.__init__()  # type: ignore[misc]
+
+    def _pack(self, db: sqlite3.Connection | None, add: _Side, drop: _Side) -> None:
+        """A window's postings into runs, or merged into their rows (``db`` None: behind the writer, where a
+        window that would read or write a row raises :class:`_NeedsStore` before it changes anything)."""
+        added, dropped = add.arrays(self.vocab), drop.arrays(self.vocab)
+        self._grow()
+        self._flush_postings(db, added, dropped)
+        trim()  # the window's temporaries (medium-sized arrays stay in glibc's heap: +20 MiB a window)
+
+    def _wait(self, db: sqlite3.Connection) -> None:
+        job, self._job = self._job, None
+        if job is None:
+            return
+        job.thread.join()
+        if isinstance(job.error, _NeedsStore):
+            self._pack(db, job.add, job.drop)
+        elif job.error is not None:
+            raise job.error
 
     def _grow(self) -> None:
         n = len(self.vocab.terms)
@@ -390,12 +443,14 @@ class Pending:
         db.execute("INSERT OR REPLACE INTO lexstat(id, units, tokens) VALUES(0,?,?)", (units, tokens))
 
     # -- the postings
-    def _flush_postings(self, db: sqlite3.Connection, added: tuple, dropped: tuple) -> None:
+    def _flush_postings(self, db: sqlite3.Connection | None, added: tuple, dropped: tuple) -> None:
         terms = self.vocab.terms
         at, ar, aw = added
         dt, dr, dw = dropped
         if len(dt):  # a posting taken away and given back the same (a unit written again unchanged) is no change
-            both = np.concatenate([np.stack([at, ar, aw, np.ones_like(at)]), np.stack([dt, dr, dw, -np.ones_like(dt)])], 1)
+            both = np.concatenate(
+                [np.stack([at, ar, aw, np.ones_like(at)]), np.stack([dt, dr, dw, -np.ones_like(dt)])], 1
+            )
             order = np.lexsort((both[3], both[2], both[1], both[0]))
             both = both[:, order]
             same = np.all(both[:3, 1:] == both[:3, :-1], axis=0) & (both[3, 1:] != both[3, :-1])
@@ -436,6 +491,8 @@ class Pending:
         appended = (d_count[touched] == 0) & (first_added[touched] > last)
         rest = touched[~appended]
         if len(rest):
+            if db is None:  # (nothing was changed yet but what a redo changes the same way)
+                raise _NeedsStore
             self._merge(db, rest, (a_start, a_count, order, ar, aw), (d_count, dr, dt))
         new = touched[appended]
         after = np.maximum(last[appended], 0)
@@ -450,13 +507,15 @@ class Pending:
             self.run_last[block] = lasts
             a = b
 
-    def _look_up(self, db: sqlite3.Connection, ids: np.ndarray) -> None:
+    def _look_up(self, db: sqlite3.Connection | None, ids: np.ndarray) -> None:
         """Learn which of these terms the index holds, with their keys and last rowids."""
         if not len(ids):
             return
         if self.stored_empty:
             self.row_key[ids] = NO_ROW
             return
+        if db is None:
+            raise _NeedsStore
         terms = self.vocab.terms
         rows = read_terms(db, [terms[i] for i in ids.tolist()], blobs=False)
         for i in ids.tolist():
@@ -518,6 +577,7 @@ class Pending:
         ids, starts, lengths = ids[by_term], starts[by_term], lengths[by_term]
         done = np.cumsum(lengths)
         names = self.vocab.terms
+        insert: list[tuple[int | None, str, int, int, bytes]] = []  # written together, in key order
         a = 0
         while a < len(ids):  # ~1 MB of postings at a time, whole terms (the gather's indexes: 8 bytes a byte)
             b = max(int(np.searchsorted(done, (done[a - 1] if a else 0) + (1 << 20), side="right")), a + 1)
@@ -528,11 +588,15 @@ class Pending:
             joined = data[np.repeat(starts[a:b] - firsts, n) + np.arange(int(n.sum()))].tobytes()
             terms = np.unique(ids[a:b])
             ends = np.cumsum(np.bincount(ids[a:b] - terms[0], weights=n)[terms - terms[0]].astype(np.int64)).tolist()
-            update, insert = [], []
+            update: list[tuple] = []
             at = 0
             for i, k, count, last, e in zip(
-                terms.tolist(), self.row_key[terms].tolist(), self.run_n[terms].tolist(),
-                self.run_last[terms].tolist(), ends, strict=True
+                terms.tolist(),
+                self.row_key[terms].tolist(),
+                self.run_n[terms].tolist(),
+                self.run_last[terms].tolist(),
+                ends,
+                strict=True,
             ):
                 if k > NO_ROW:
                     update.append((count, last, joined[at:e], k))
@@ -542,10 +606,10 @@ class Pending:
             db.executemany(  # (a blob concatenated is text: cast back, byte for byte)
                 "UPDATE lex SET n = n + ?, last = ?, p = CAST(p || ? AS BLOB) WHERE key = ?", update
             )
-            self._write(db, insert)
             self.run_n[terms] = 0
             self.row_key[terms] = UNKNOWN
             a = b
+        self._write(db, insert)
         self.stored_empty = False
 
     @staticmethod
@@ -571,7 +635,8 @@ class Pending:
     def _write(db: sqlite3.Connection, writes: list[tuple[int | None, str, int, int, bytes]]) -> None:
         """Rows with a key replace theirs; a new term's (key None) takes its home key's first free place."""
         db.executemany(
-            "UPDATE lex SET n = ?, last = ?, p = ? WHERE key = ?", [(n, last, p, key) for key, _t, n, last, p in writes if key is not None]
+            "UPDATE lex SET n = ?, last = ?, p = ? WHERE key = ?",
+            [(n, last, p, key) for key, _t, n, last, p in writes if key is not None],
         )
         new = [(t, n, last, p) for key, t, n, last, p in writes if key is None]
         if not new:
@@ -581,13 +646,18 @@ class Pending:
         keys = sorted(set(want.values())) if db.execute("SELECT EXISTS (SELECT 1 FROM lex)").fetchone()[0] else []
         for i in range(0, len(keys), 900):
             chunk = keys[i : i + 900]
-            taken.update(r[0] for r in db.execute(f"SELECT key FROM lex WHERE key IN ({','.join('?' * len(chunk))})", chunk))
+            taken.update(
+                r[0] for r in db.execute(f"SELECT key FROM lex WHERE key IN ({','.join('?' * len(chunk))})", chunk)
+            )
         rows = []
         for t, n, last, p in new:
             k = want[t]
-            while k in taken or (k != want[t] and keys and db.execute("SELECT 1 FROM lex WHERE key = ?", (k,)).fetchone()):
+            while k in taken or (
+                k != want[t] and keys and db.execute("SELECT 1 FROM lex WHERE key = ?", (k,)).fetchone()
+            ):
                 taken.add(k)
                 k += 1
             taken.add(k)
             rows.append((k, t, n, last, p))
+        rows.sort()  # in key order: pages fill one after another (in hash order, splits left them ~70% full)
         db.executemany("INSERT INTO lex(key, term, n, last, p) VALUES(?,?,?,?,?)", rows)

@@ -10,7 +10,6 @@ import os
 import sqlite3
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from repoctx.heap import trim
+from repoctx.store import postings
 from repoctx.store.base import (
     EMBED_KINDS,
     EVERYTHING,
@@ -46,9 +47,7 @@ from repoctx.store.faiss_index import (
     ids_starting,
     quantize,
 )
-from repoctx.heap import trim
-from repoctx.store import postings
-from repoctx.store.memory_bm25 import B, K1, MemoryBM25, MemoryReads
+from repoctx.store.memory_bm25 import K1, B, MemoryBM25, MemoryReads
 from repoctx.types import Capsule, Edge, UnitHead
 
 if TYPE_CHECKING:
@@ -122,6 +121,19 @@ def _unit_kind(u: str) -> str:
     return f"CASE typeof({u}.kind) WHEN 'integer' THEN CASE {u}.kind {whens} END ELSE {u}.kind END"
 
 
+def _unit_name(u: str) -> str:
+    """A unit's name: stored as the length of the qualname's tail it is (schema 9: most are; Django's names took
+    0.8 MiB), else as text."""
+    return (
+        f"CASE typeof({u}.name) WHEN 'integer' THEN substr({u}.qualname, length({u}.qualname) - {u}.name + 1) "
+        f"ELSE {u}.name END"
+    )
+
+
+def _name_code(name: str, qualname: str) -> str | int:
+    return len(name) if name and qualname.endswith(name) else name
+
+
 def _unit_parent(u: str, f: str) -> str:
     return (
         f"coalesce({u}.parent_whole, {f}.repo || ':' || {f}.path || '#' || CASE WHEN typeof({u}.parent_tail) = "
@@ -138,7 +150,7 @@ CREATE TABLE IF NOT EXISTS files(
   hash TEXT, module TEXT, imports TEXT, method TEXT, note TEXT, text_hash TEXT, UNIQUE(repo, path));
 CREATE TABLE IF NOT EXISTS units(
   rowid INTEGER PRIMARY KEY AUTOINCREMENT, fid INTEGER NOT NULL, language TEXT,
-  kind, name TEXT, qualname TEXT, signature, params TEXT, returns TEXT, docstring, decorators TEXT,
+  kind, name, qualname TEXT, signature, params TEXT, returns TEXT, docstring, decorators TEXT,
   start_line INTEGER, end_line INTEGER, text TEXT, content_hash TEXT, lex TEXT,
   tid INTEGER, at INTEGER, span INTEGER, id_tail TEXT, id_whole TEXT, parent_tail, parent_whole TEXT,
   idh INTEGER NOT NULL, nh INTEGER NOT NULL, qh INTEGER NOT NULL);
@@ -149,7 +161,9 @@ CREATE INDEX IF NOT EXISTS capsules_qualname ON units(qh);
 CREATE VIEW IF NOT EXISTS capsules AS SELECT u.rowid AS rowid, f.repo AS repo, f.path AS path, u.fid AS fid,
   coalesce(u.language, f.language) AS language, """
     + _unit_kind("u")
-    + """ AS kind, u.name AS name, u.qualname AS qualname,
+    + """ AS kind, """
+    + _unit_name("u")
+    + """ AS name, u.qualname AS qualname,
   u.signature AS signature, u.params AS params, u.returns AS returns, u.docstring AS docstring,
   u.decorators AS decorators, u.start_line AS start_line, u.end_line AS end_line, u.text AS text,
   u.content_hash AS content_hash, f.module AS module, u.lex AS lex, u.tid AS tid, u.at AS at, u.span AS span,
@@ -378,9 +392,9 @@ def hash_text(stored: str | bytes | None) -> str | None:
 def id_hash(value: str | None) -> int:
     """``capsules.idh``, ``nh``, ``qh``: a signed 32-bit hash of a unit's id, name or qualname (CRC-32: stable across
     processes, unlike ``hash``, and four bytes in a row and in its index, where the strings took 4.8 MiB (ids), 2.4
-    (qualnames) and 1.3 (names) of Django's index). A lookup tests the value too: a collision costs a row read."""
-    h = zlib.crc32((value or "").encode("utf-8", "surrogatepass"))
-    return h - (1 << 32) if h >= 1 << 31 else h
+    (qualnames) and 1.3 (names) of Django's index). A lookup tests the value too: a collision costs a row read.
+    The lexical index keys its terms by the same hash (``postings.term_key``)."""
+    return postings.term_key(value or "")
 
 
 def _id_in(ids: list[str], alias: str = "", col: str = "id", hashed: str = "idh") -> tuple[str, list]:
@@ -723,7 +737,9 @@ class SQLiteStore(MemoryReads):
         return [(ids[r], s) for r, s in zip(rowids[top].tolist(), scores[top].tolist(), strict=True) if r in ids]
 
     @staticmethod
-    def _score_postings(db: sqlite3.Connection, asked: list[tuple[str, tuple[str, ...]]]) -> tuple[np.ndarray, np.ndarray]:
+    def _score_postings(
+        db: sqlite3.Connection, asked: list[tuple[str, tuple[str, ...]]]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(rowids, scores) of the units matching any asked term: FTS5's bm25() (fts5_aux.c), term by term in
         the order asked, each (idf, weighted count, unit length) as it computes them. A term of several words
         (which FTS5 read as a phrase) matches the units holding all of them, counted as its rarest word."""
@@ -785,7 +801,9 @@ class SQLiteStore(MemoryReads):
     def _ids_of_rowids(self, rowids: list[int]) -> dict[int, str]:
         out: dict[int, str] = {}
         for part in _chunks(rowids):
-            out.update(self.db.execute(f"SELECT c.rowid, c.id FROM capsules c WHERE c.rowid IN ({_ph(len(part))})", part))
+            out.update(
+                self.db.execute(f"SELECT c.rowid, c.id FROM capsules c WHERE c.rowid IN ({_ph(len(part))})", part)
+            )
         return out
 
     # ---- BM25 in memory (long-lived processes): an accelerator, never the source of truth
@@ -1323,7 +1341,8 @@ class SQLiteRepoWriter:
                     self._freed.pop(c.id, None),
                     None if cols[1] == rec.language else cols[1],  # the view reads the file's
                     _UNIT_KIND.get(cols[2], cols[2]),
-                    *cols[3:5],
+                    _name_code(cols[3], cols[4]),
+                    cols[4],
                     slice_code(cols[5], c.text) if cols[5] else cols[5],
                     None if cols[6] == "[]" else cols[6],
                     cols[7],
@@ -1353,7 +1372,9 @@ class SQLiteRepoWriter:
         )
         rowids = self._rowid_map([c.id for c in capsules])
         add = self._lex.add_unit
-        for c, unit in zip(capsules, fts if fts is not None else postings.lex_rows(capsules, lexical_bodies), strict=True):
+        for c, unit in zip(
+            capsules, fts if fts is not None else postings.lex_rows(capsules, lexical_bodies), strict=True
+        ):
             add(rowids[c.id], unit)
         if self._lex.full():
             self._lex.flush(self.db, final=False)
@@ -1437,6 +1458,7 @@ class SQLiteRepoWriter:
                     rowids.get(e.dst) if e.dst is not None else None,
                 )
             )
+        rows.sort()  # by (src, seq), the table's key: its pages fill in order (in write order, splits left ~12% empty)
         self.db.executemany("INSERT INTO edges(src, seq, kind, name, dst) VALUES(?,?,?,?,?)", rows)
         if rows:
             self._next_seq = seq
