@@ -40,7 +40,7 @@ from repoctx.heap import trim
 from repoctx.ingest.walk import SourceFile, WalkReport, load_text, walk
 from repoctx.store.base import FileRecord, IndexBusy, RepoWriter, Store, capsule_id  # noqa: F401 (IndexBusy re-exported)
 from repoctx.tokens import TOKENIZER_VERSION
-from repoctx.types import Capsule, Ref
+from repoctx.types import Capsule, Edge, Ref
 
 ProgressFn = Callable[[dict], None]
 log = logging.getLogger("repoctx.indexer")
@@ -273,24 +273,44 @@ _TOKENIZE_BEHIND = 2 * _BATCH_FILES
 _TRIM_FILES = 8 * _BATCH_FILES
 
 
+# what parse_stream yields after every file's result; after it, edges a worker resolved ({path: [Edge]}, a few
+# files at a time) and LINKED once every parsed file's were given
+PARSED_ALL = object()
+LINKED = object()
+
+
 def parse_stream(
     to_parse: list[tuple[SourceFile, bytes | None, str]],
     settings: Settings,
     repo: str,
     lex_rows: Callable[[list, dict], list] | None = None,
-) -> Generator[tuple[ParsedFile | None, str, dict], None, None]:
+    link: bool = False,
+) -> Generator[Any, None, None]:
     """``_parse_one`` of each file, in order: in a worker process for a large update where one can be forked, else
     here. The caller may drop each file's bytes from ``to_parse`` once its result is yielded. A worker that dies or
     fails leaves the files it did not return to be parsed here: the results are the same either way. A worker also
-    makes the store's tokens of each file's units (``lex_rows``, flag ``lex``), so the writer only writes them."""
+    makes the store's tokens of each file's units (``lex_rows``, flag ``lex``), so the writer only writes them.
+    After the results comes ``PARSED_ALL``; then, with ``link`` (a cold update: every unit is among these files)
+    and a worker that parsed them all, each file's edges as it resolved them over those files (while the writer
+    writes its last files), {path: [Edge, ...]} a few files at a time in their order, and ``LINKED`` after the last.
+    Whatever files the worker did not link (none, or it died) the caller resolves itself."""
     start = 0
+    said_all = False
     if len(to_parse) >= PIPELINE_MIN_FILES and _can_fork():
-        for item in _parse_in_worker(to_parse, settings, repo, lex_rows):
-            start += 1
-            yield item
-    for sf, data, _h in to_parse[start:]:
+        for item in _parse_in_worker(to_parse, settings, repo, lex_rows, link):
+            if item is PARSED_ALL:
+                said_all = True
+                yield PARSED_ALL
+            elif item is LINKED or isinstance(item, dict):  # edges, after PARSED_ALL
+                yield item
+            else:
+                start += 1
+                yield item
+    for sf, data, _h in to_parse[start:]:  # what no worker parsed (none, or one that died)
         assert data is not None
         yield _parse_one(sf, data, settings, repo)
+    if not said_all:
+        yield PARSED_ALL
 
 
 def _can_fork() -> bool:
@@ -304,6 +324,7 @@ def _parse_worker(
     settings: Settings,
     repo: str,
     lex_rows: Callable[[list, dict], list] | None,
+    link: bool,
     conn,
     consumed,
 ) -> None:
@@ -314,7 +335,10 @@ def _parse_worker(
 
     gc.disable()  # a short-lived process: its garbage goes with it
     batch: list = []
+    kept: list[ParsedFile] = []  # with ``link``: every file's units and references, their texts let go once sent
+
     try:
+        sent_upto = 0
         for produced, (sf, data, _h) in enumerate(to_parse):
             assert data is not None
             to_parse[produced] = None  # type: ignore[call-overload]  # this copy's bytes go once parsed
@@ -323,17 +347,64 @@ def _parse_worker(
             if pf is not None and lex_rows is not None and produced - consumed.value > _TOKENIZE_BEHIND:
                 flags["lex"] = lex_rows(pf.capsules, flags["bodies"])
             batch.append((_pack(pf) if pf is not None else None, note, flags))
+            if pf is not None and link:
+                kept.append(pf)
             if len(batch) >= _BATCH_FILES:
                 conn.send_bytes(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL))
                 batch = []
+                sent_upto = _let_texts_go(kept, sent_upto)
                 if produced % _TRIM_FILES < _BATCH_FILES:
                     trim()
         if batch:
             conn.send_bytes(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL))
+            batch = []
+            _let_texts_go(kept, sent_upto)
+        conn.send_bytes(pickle.dumps(("parsed",), pickle.HIGHEST_PROTOCOL))
+        if link:
+            for chunk in _link(kept):
+                conn.send_bytes(pickle.dumps(("edges", chunk), pickle.HIGHEST_PROTOCOL))
+            conn.send_bytes(pickle.dumps(("linked",), pickle.HIGHEST_PROTOCOL))
     except BaseException as e:  # noqa: BLE001 - the parent parses what is left itself
         log.debug("parse worker stopped: %r", e)
     finally:
         conn.close()
+
+
+def _let_texts_go(kept: list[ParsedFile], start: int) -> int:
+    """The sent files' unit texts and docstrings dropped (linking reads names only); returns how many are done."""
+    for pf in kept[start:]:
+        for c in pf.capsules:
+            c.text = c.docstring = ""
+    return len(kept)
+
+
+_EDGE_FIELDS = attrgetter(*(f.name for f in fields(Edge)))
+
+
+_LINK_FILES = 256  # files whose edges go in one message from the worker
+
+
+def _link(parsed: list[ParsedFile]) -> Iterator[dict[str, list[tuple]]]:
+    """Each file's edges, resolved over these files alone (a cold update: they are every unit there is), as the
+    writer would resolve them: base classes first over every file, then each file's calls, imports and
+    containment. As tuples (``Edge(*t)``), ``_LINK_FILES`` files at a time, in their order."""
+    from repoctx.graph import MemoryLookup
+
+    memory = MemoryLookup([c for pf in parsed for c in pf.capsules], {pf.path: pf.module for pf in parsed})
+    resolver = Resolver(memory)
+    bases: dict[str, list] = {}
+    for pf in parsed:
+        bases.update(file_bases(resolver, pf.capsules, pf.refs, pf.imports, pf.module))
+    memory.add_bases(bases)
+    for a in range(0, len(parsed), _LINK_FILES):
+        yield {
+            pf.path: [
+                _EDGE_FIELDS(e)
+                for e in contains_edges(pf.capsules)
+                + resolve_file(resolver, pf.capsules, pf.refs, pf.imports, pf.module, bases)
+            ]
+            for pf in parsed[a : a + _LINK_FILES]
+        }
 
 
 def _parse_in_worker(
@@ -341,7 +412,8 @@ def _parse_in_worker(
     settings: Settings,
     repo: str,
     lex_rows: Callable[[list, dict], list] | None,
-) -> Iterator[tuple[ParsedFile | None, str, dict]]:
+    link: bool = False,
+) -> Iterator[Any]:
     """Results from a forked worker for a prefix of ``to_parse`` (all of it unless the worker died). A thread reads
     the pipe ahead (its reads release the GIL) so the worker never waits on the writer for long."""
     import multiprocessing
@@ -352,7 +424,9 @@ def _parse_in_worker(
     recv, send = ctx.Pipe(duplex=False)
     consumed = ctx.Value("q", 0, lock=False)  # one writer (here), one reader (the worker): no lock needed
     try:
-        proc = ctx.Process(target=_parse_worker, args=(to_parse, settings, repo, lex_rows, send, consumed), daemon=True)
+        proc = ctx.Process(
+            target=_parse_worker, args=(to_parse, settings, repo, lex_rows, link, send, consumed), daemon=True
+        )
         proc.start()
     except OSError as e:  # no fork (memory, process limits): parse here
         log.debug("no parse worker: %r", e)
@@ -375,7 +449,16 @@ def _parse_in_worker(
     reader.start()
     try:
         while (msg := ahead.get()) is not None:
-            for packed, note, flags in pickle.loads(msg):
+            got = pickle.loads(msg)
+            if isinstance(got, tuple):  # ("parsed",), then ("edges", {path: [edge fields]}) ..., ("linked",)
+                if got[0] == "parsed":
+                    yield PARSED_ALL
+                elif got[0] == "edges":
+                    yield {p: [Edge(*t) for t in es] for p, es in got[1].items()}
+                else:
+                    yield LINKED
+                continue
+            for packed, note, flags in got:
                 consumed.value += 1
                 yield (_unpack(packed) if packed is not None else None), note, flags
     finally:
@@ -592,8 +675,13 @@ def update_index(
         # each file is written as soon as it is parsed, and its bytes and texts let go: linking reads names only
         # (holding every file's until all were parsed made Django's cold peak RSS 385 MiB)
         # an error while writing stops the worker at once
-        with closing(parse_stream(to_parse, settings, store.repo, getattr(store, "lex_rows", None))) as stream:
-            for i, (pf, note, flags) in enumerate(stream):
+        stream = parse_stream(to_parse, settings, store.repo, getattr(store, "lex_rows", None), link=cold)
+        with closing(stream):
+            for item in stream:
+                if item is PARSED_ALL:
+                    break
+                pf, note, flags = item
+                i = done
                 sf, _, h = to_parse[i]
                 to_parse[i] = (sf, None, h)
                 done += 1
@@ -633,33 +721,49 @@ def update_index(
                     emit({"event": "parse", "done": done, "total": len(to_parse)})
                 if done % _TRIM_FILES == 0 and len(to_parse) >= PIPELINE_MIN_FILES:
                     trim()
-        for sf in touched:
-            store.touch_file(sf.path, sf.size, sf.mtime_ns)
-        for path, text in backfill:
-            store.put_text(path, text)
-        store.files_written()
-        emit({"event": "link", "files": len(parsed)})
-        memory = None
-        if cold:
-            from repoctx.graph import MemoryLookup
-
-            memory = MemoryLookup(
-                [c for _, _, pf in parsed for c in pf.capsules], {pf.path: pf.module for _, _, pf in parsed}
-            )
-            resolver = Resolver(memory)
-        else:
-            resolver = Resolver(StoreLookup(store))
-        # base classes first, over every parsed file, so a call through a class parsed later in this update resolves
+            # while the worker (if one parsed them all) resolves the edges of a cold update
+            for sf in touched:
+                store.touch_file(sf.path, sf.size, sf.mtime_ns)
+            for path, text in backfill:
+                store.put_text(path, text)
+            store.files_written()
+            emit({"event": "link", "files": len(parsed)})
+            linked: set[str] = set()  # files whose edges a worker resolved: written in the parsed files' order
+            at = 0
+            for chunk in stream:
+                if chunk is LINKED:
+                    break
+                for path, edges in chunk.items():
+                    while at < len(parsed) and parsed[at][2].path != path:
+                        at += 1
+                    if at == len(parsed):
+                        raise RuntimeError(f"the parse worker linked {path}, which was not parsed in this order")
+                    store.put_edges(((e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges), path)
+                    linked.add(path)
         bases: dict[str, list] = {}
-        for _sf, _h, pf in parsed:
-            bases.update(file_bases(resolver, pf.capsules, pf.refs, pf.imports, pf.module))
-        if memory is not None:
-            memory.add_bases(bases)
-        for sf, _h, pf in parsed:
-            edges = contains_edges(pf.capsules) + resolve_file(
-                resolver, pf.capsules, pf.refs, pf.imports, pf.module, bases
-            )
-            store.put_edges(((e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges), sf.path)
+        unlinked = [(sf, h, pf) for sf, h, pf in parsed if pf.path not in linked]
+        if unlinked:
+            if cold:
+                from repoctx.graph import MemoryLookup
+
+                memory = MemoryLookup(
+                    [c for _, _, pf in parsed for c in pf.capsules], {pf.path: pf.module for _, _, pf in parsed}
+                )
+                resolver = Resolver(memory)
+            else:
+                memory = None
+                resolver = Resolver(StoreLookup(store))
+            # base classes first, over every parsed file, so a call through a class parsed later in this update
+            # resolves
+            for _sf, _h, pf in parsed:
+                bases.update(file_bases(resolver, pf.capsules, pf.refs, pf.imports, pf.module))
+            if memory is not None:
+                memory.add_bases(bases)
+            for sf, _h, pf in unlinked:
+                edges = contains_edges(pf.capsules) + resolve_file(
+                    resolver, pf.capsules, pf.refs, pf.imports, pf.module, bases
+                )
+                store.put_edges(((e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges), sf.path)
         if not cold:
             names = {d[0] for d in old_defs ^ new_defs}
             # a class whose bases changed: calls elsewhere through it may now reach another ancestor's method

@@ -22,7 +22,6 @@ Scores are computed as FTS5's ``fts5_aux.c`` does, in the same order (see memory
 from __future__ import annotations
 
 import re
-import threading
 import zlib
 from array import array
 from collections import Counter
@@ -54,6 +53,7 @@ _BLOCK_BITS = 12
 # Pending.row_key when not a key (keys are signed 32-bit, a probe may pass 2**31): not looked up yet; no row
 UNKNOWN, NO_ROW = -(1 << 41), -(1 << 40)
 FLUSH_POSTINGS = 1 << 18  # a writer writes what it collected once this many postings wait (memory: 8 bytes each)
+_PACK_POSTINGS = 1 << 16  # packed into varints this many at a time (~20 arrays of 8 bytes a posting meanwhile)
 _PLAIN = re.compile(r"[A-Za-z0-9_]+")
 
 
@@ -312,26 +312,6 @@ class _Side:
         return terms, rowids, wtf
 
 
-class _NeedsStore(Exception):
-    """A window packed behind the writer would have to read or write a row: it is packed again by the writer."""
-
-
-class _Job:
-    """A window packed by a thread of its own (:meth:`Pending.flush`)."""
-
-    def __init__(self, pending: Pending, add: _Side, drop: _Side) -> None:
-        self.add, self.drop = add, drop
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(pending,), name="repoctx-postings", daemon=True)
-        self.thread.start()
-
-    def _run(self, pending: Pending) -> None:
-        try:
-            pending._pack(None, self.add, self.drop)
-        except BaseException as e:  # noqa: BLE001 - raised in the writer's thread when it waits
-            self.error = e
-
-
 class Pending:
     """A transaction's lexical changes: postings added and taken away and units' token counts, a window of
     ``FLUSH_POSTINGS`` at a time (:meth:`flush`). Postings of units newer than a term's last (a cold index's
@@ -348,7 +328,6 @@ class Pending:
         self.pieces: list[tuple[np.ndarray, bytes, np.ndarray]] = []
         self.row_key = np.zeros(0, dtype=np.int64)  # the term's stored row: its key, NO_ROW, or UNKNOWN
         self.row_last = np.zeros(0, dtype=np.int64)  # that row's last rowid
-        self._job: _Job | None = None  # a window being packed behind the writer
         self._window()
 
     def _window(self) -> None:
@@ -373,42 +352,20 @@ class Pending:
         self.lengths[rowid] = -1  # (a unit written again is dropped first, then added)
 
     def flush(self, db: sqlite3.Connection, final: bool = True) -> None:
-        """Write the window (``final``: and every run). A cold index's windows (the index held no term, nothing
-        is taken away) are packed by a thread while the writer goes on: they read and write no row, and the
-        writer spends much of its time in SQLite's C code, where it holds no GIL."""
+        """Write the window (``final``: and every run)."""
         if self:
             if self.stored_empty is None:
                 self.stored_empty = bool(db.execute("SELECT NOT EXISTS (SELECT 1 FROM lex)").fetchone()[0])
             self._flush_lengths(db)
-            add, drop = self.add, self.drop
+            added, dropped = self.add.arrays(self.vocab), self.drop.arrays(self.vocab)
             self._window()
-            self._wait(db)  # one window at a time
-            if self.stored_empty and not drop.size and not final:
-                self._job = _Job(self, add, drop)
-            else:
-                self._pack(db, add, drop)
+            self._grow()
+            self._flush_postings(db, added, dropped)
+            del added, dropped
+            trim()  # the window's temporaries (medium-sized arrays stay in glibc's heap otherwise)
         if final:
-            self._wait(db)
             self._spill(db)
             self.__init__()  # type: ignore[misc]
-
-    def _pack(self, db: sqlite3.Connection | None, add: _Side, drop: _Side) -> None:
-        """A window's postings into runs, or merged into their rows (``db`` None: behind the writer, where a
-        window that would read or write a row raises :class:`_NeedsStore` before it changes anything)."""
-        added, dropped = add.arrays(self.vocab), drop.arrays(self.vocab)
-        self._grow()
-        self._flush_postings(db, added, dropped)
-        trim()  # the window's temporaries (medium-sized arrays stay in glibc's heap: +20 MiB a window)
-
-    def _wait(self, db: sqlite3.Connection) -> None:
-        job, self._job = self._job, None
-        if job is None:
-            return
-        job.thread.join()
-        if isinstance(job.error, _NeedsStore):
-            self._pack(db, job.add, job.drop)
-        elif job.error is not None:
-            raise job.error
 
     def _grow(self) -> None:
         n = len(self.vocab.terms)
@@ -443,7 +400,7 @@ class Pending:
         db.execute("INSERT OR REPLACE INTO lexstat(id, units, tokens) VALUES(0,?,?)", (units, tokens))
 
     # -- the postings
-    def _flush_postings(self, db: sqlite3.Connection | None, added: tuple, dropped: tuple) -> None:
+    def _flush_postings(self, db: sqlite3.Connection, added: tuple, dropped: tuple) -> None:
         terms = self.vocab.terms
         at, ar, aw = added
         dt, dr, dw = dropped
@@ -491,15 +448,13 @@ class Pending:
         appended = (d_count[touched] == 0) & (first_added[touched] > last)
         rest = touched[~appended]
         if len(rest):
-            if db is None:  # (nothing was changed yet but what a redo changes the same way)
-                raise _NeedsStore
             self._merge(db, rest, (a_start, a_count, order, ar, aw), (d_count, dr, dt))
         new = touched[appended]
         after = np.maximum(last[appended], 0)
         ends = np.cumsum(a_count[new])
         a = 0
-        while a < len(new):  # appended postings packed together, ~FLUSH_POSTINGS at a time
-            b = max(int(np.searchsorted(ends, (ends[a - 1] if a else 0) + FLUSH_POSTINGS, side="right")), a + 1)
+        while a < len(new):  # appended postings packed together, ~_PACK_POSTINGS at a time
+            b = max(int(np.searchsorted(ends, (ends[a - 1] if a else 0) + _PACK_POSTINGS, side="right")), a + 1)
             block = new[a:b]
             counts, lasts, data, offs = self._pack_runs(block, after[a:b], a_start, a_count, order, ar, aw)
             self.pieces.append((block.astype(np.int32), data, offs))
@@ -507,15 +462,13 @@ class Pending:
             self.run_last[block] = lasts
             a = b
 
-    def _look_up(self, db: sqlite3.Connection | None, ids: np.ndarray) -> None:
+    def _look_up(self, db: sqlite3.Connection, ids: np.ndarray) -> None:
         """Learn which of these terms the index holds, with their keys and last rowids."""
         if not len(ids):
             return
         if self.stored_empty:
             self.row_key[ids] = NO_ROW
             return
-        if db is None:
-            raise _NeedsStore
         terms = self.vocab.terms
         rows = read_terms(db, [terms[i] for i in ids.tolist()], blobs=False)
         for i in ids.tolist():
@@ -562,8 +515,8 @@ class Pending:
         self.stored_empty = False
 
     def _spill(self, db: sqlite3.Connection) -> None:
-        """Write every run: each term's pieces joined in the order they came, appended to its stored row or
-        as a new row."""
+        """Write every run: each term's pieces joined in the order they came (one buffer for them all), appended
+        to its stored row, or as a new row in key order; rows are made as SQLite takes them, never listed."""
         if not self.pieces:
             return
         ids = np.concatenate([t for t, _, _ in self.pieces])
@@ -575,42 +528,79 @@ class Pending:
         self.pieces = []
         by_term = np.argsort(ids, kind="stable")  # a term's pieces stay in the order they came
         ids, starts, lengths = ids[by_term], starts[by_term], lengths[by_term]
+        parts = []
         done = np.cumsum(lengths)
-        names = self.vocab.terms
-        insert: list[tuple[int | None, str, int, int, bytes]] = []  # written together, in key order
         a = 0
-        while a < len(ids):  # ~1 MB of postings at a time, whole terms (the gather's indexes: 8 bytes a byte)
-            b = max(int(np.searchsorted(done, (done[a - 1] if a else 0) + (1 << 20), side="right")), a + 1)
-            while b < len(ids) and ids[b] == ids[b - 1]:
-                b += 1
+        while a < len(ids):  # gathered ~256 KB at a time (the gather's indexes take 8 bytes a byte)
+            b = max(int(np.searchsorted(done, (done[a - 1] if a else 0) + (1 << 18), side="right")), a + 1)
             n = lengths[a:b]
             firsts = np.cumsum(n) - n
-            joined = data[np.repeat(starts[a:b] - firsts, n) + np.arange(int(n.sum()))].tobytes()
-            terms = np.unique(ids[a:b])
-            ends = np.cumsum(np.bincount(ids[a:b] - terms[0], weights=n)[terms - terms[0]].astype(np.int64)).tolist()
-            update: list[tuple] = []
-            at = 0
-            for i, k, count, last, e in zip(
-                terms.tolist(),
-                self.row_key[terms].tolist(),
-                self.run_n[terms].tolist(),
-                self.run_last[terms].tolist(),
-                ends,
-                strict=True,
-            ):
-                if k > NO_ROW:
-                    update.append((count, last, joined[at:e], k))
-                else:
-                    insert.append((None, names[i], count, last, joined[at:e]))
-                at = e
-            db.executemany(  # (a blob concatenated is text: cast back, byte for byte)
-                "UPDATE lex SET n = n + ?, last = ?, p = CAST(p || ? AS BLOB) WHERE key = ?", update
-            )
-            self.run_n[terms] = 0
-            self.row_key[terms] = UNKNOWN
+            parts.append(data[np.repeat(starts[a:b] - firsts, n) + np.arange(int(n.sum()))].tobytes())
             a = b
-        self._write(db, insert)
+        joined = b"".join(parts)
+        del data, parts, starts
+        terms = np.unique(ids)  # each term's bytes: joined[ends[j - 1]:ends[j]]
+        sizes = np.bincount(ids, weights=lengths, minlength=len(self.run_n))[terms].astype(np.int64)
+        ends = np.cumsum(sizes)
+        begins = ends - sizes
+        keys = self.row_key[terms]
+        stored = keys > NO_ROW
+        db.executemany(  # (a blob concatenated is text: cast back, byte for byte)
+            "UPDATE lex SET n = n + ?, last = ?, p = CAST(p || ? AS BLOB) WHERE key = ?",
+            (
+                (int(self.run_n[i]), int(self.run_last[i]), joined[int(a0) : int(a1)], int(k))
+                for i, k, a0, a1 in zip(terms[stored], keys[stored], begins[stored], ends[stored], strict=True)
+            ),
+        )
+        new = np.flatnonzero(~stored)
+        names = self.vocab.terms
+        homes = self._places(db, [names[i] for i in terms[new].tolist()])
+        order = np.argsort(homes, kind="stable")  # in key order: pages fill one after another (~70% full else)
+        db.executemany(
+            "INSERT INTO lex(key, term, n, last, p) VALUES(?,?,?,?,?)",
+            (
+                (
+                    int(homes[j]),
+                    names[i],
+                    int(self.run_n[i]),
+                    int(self.run_last[i]),
+                    joined[int(begins[x]) : int(ends[x])],
+                )
+                for j in order.tolist()
+                for x in (int(new[j]),)
+                for i in (int(terms[x]),)
+            ),
+        )
+        self.run_n[terms] = 0
+        self.row_key[terms] = UNKNOWN
         self.stored_empty = False
+
+    @staticmethod
+    def _places(db: sqlite3.Connection, terms: list[str]) -> np.ndarray:
+        """Keys for new terms' rows: each its home key (``term_key``), or the next free one after it."""
+        homes = [term_key(t) for t in terms]
+        taken: set[int] = set()
+        if db.execute("SELECT EXISTS (SELECT 1 FROM lex)").fetchone()[0]:
+            keys = sorted(set(homes))
+            for i in range(0, len(keys), 900):
+                chunk = keys[i : i + 900]
+                taken.update(
+                    r[0] for r in db.execute(f"SELECT key FROM lex WHERE key IN ({','.join('?' * len(chunk))})", chunk)
+                )
+            probe = True
+        else:
+            probe = False
+        out = np.empty(len(homes), dtype=np.int64)
+        for j, home in enumerate(homes):
+            k = home
+            while k in taken or (
+                probe and k != home and db.execute("SELECT 1 FROM lex WHERE key = ?", (k,)).fetchone()
+            ):
+                taken.add(k)
+                k += 1
+            taken.add(k)
+            out[j] = k
+        return out
 
     @staticmethod
     def _pack_runs(new, after, a_start, a_count, order, ar, aw) -> tuple[np.ndarray, np.ndarray, bytes, np.ndarray]:
@@ -641,23 +631,6 @@ class Pending:
         new = [(t, n, last, p) for key, t, n, last, p in writes if key is None]
         if not new:
             return
-        want = {t: term_key(t) for t, *_ in new}
-        taken: set[int] = set()
-        keys = sorted(set(want.values())) if db.execute("SELECT EXISTS (SELECT 1 FROM lex)").fetchone()[0] else []
-        for i in range(0, len(keys), 900):
-            chunk = keys[i : i + 900]
-            taken.update(
-                r[0] for r in db.execute(f"SELECT key FROM lex WHERE key IN ({','.join('?' * len(chunk))})", chunk)
-            )
-        rows = []
-        for t, n, last, p in new:
-            k = want[t]
-            while k in taken or (
-                k != want[t] and keys and db.execute("SELECT 1 FROM lex WHERE key = ?", (k,)).fetchone()
-            ):
-                taken.add(k)
-                k += 1
-            taken.add(k)
-            rows.append((k, t, n, last, p))
-        rows.sort()  # in key order: pages fill one after another (in hash order, splits left them ~70% full)
+        keys = Pending._places(db, [t for t, *_ in new])
+        rows = sorted((int(k), t, n, last, p) for k, (t, n, last, p) in zip(keys, new, strict=True))
         db.executemany("INSERT INTO lex(key, term, n, last, p) VALUES(?,?,?,?,?)", rows)
