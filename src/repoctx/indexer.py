@@ -283,13 +283,14 @@ def parse_stream(
     to_parse: list[tuple[SourceFile, bytes | None, str]],
     settings: Settings,
     repo: str,
-    lex_rows: Callable[[list, dict], list] | None = None,
+    ahead: Callable[[list, dict, str | None, bool], dict] | None = None,
     link: bool = False,
 ) -> Generator[Any, None, None]:
     """``_parse_one`` of each file, in order: in a worker process for a large update where one can be forked, else
     here. The caller may drop each file's bytes from ``to_parse`` once its result is yielded. A worker that dies or
     fails leaves the files it did not return to be parsed here: the results are the same either way. A worker also
-    makes the store's tokens of each file's units (``lex_rows``, flag ``lex``), so the writer only writes them.
+    makes what the store's writer would make of each file (``ahead``, flag ``ahead``: SQLite's compressed text, and
+    its units' postings when the writer is behind), so the writer only writes them.
     After the results comes ``PARSED_ALL``; then, with ``link`` (a cold update: every unit is among these files)
     and a worker that parsed them all, each file's edges as it resolved them over those files (while the writer
     writes its last files), {path: [Edge, ...]} a few files at a time in their order, and ``LINKED`` after the last.
@@ -297,7 +298,7 @@ def parse_stream(
     start = 0
     said_all = False
     if len(to_parse) >= PIPELINE_MIN_FILES and _can_fork():
-        for item in _parse_in_worker(to_parse, settings, repo, lex_rows, link):
+        for item in _parse_in_worker(to_parse, settings, repo, ahead, link):
             if item is PARSED_ALL:
                 said_all = True
                 yield PARSED_ALL
@@ -323,7 +324,7 @@ def _parse_worker(
     to_parse: list[tuple[SourceFile, bytes | None, str]],
     settings: Settings,
     repo: str,
-    lex_rows: Callable[[list, dict], list] | None,
+    ahead: Callable[[list, dict, str | None, bool], dict] | None,
     link: bool,
     conn,
     consumed,
@@ -344,8 +345,10 @@ def _parse_worker(
             to_parse[produced] = None  # type: ignore[call-overload]  # this copy's bytes go once parsed
             pf, note, flags = _parse_one(sf, data, settings, repo)
             del data
-            if pf is not None and lex_rows is not None and produced - consumed.value > _TOKENIZE_BEHIND:
-                flags["lex"] = lex_rows(pf.capsules, flags["bodies"])
+            if pf is not None and ahead is not None:
+                flags["ahead"] = ahead(
+                    pf.capsules, flags["bodies"], flags.get("text"), produced - consumed.value > _TOKENIZE_BEHIND
+                )
             batch.append((_pack(pf) if pf is not None else None, note, flags))
             if pf is not None and link:
                 kept.append(pf)
@@ -411,7 +414,7 @@ def _parse_in_worker(
     to_parse: list[tuple[SourceFile, bytes | None, str]],
     settings: Settings,
     repo: str,
-    lex_rows: Callable[[list, dict], list] | None,
+    ahead: Callable[[list, dict, str | None, bool], dict] | None,
     link: bool = False,
 ) -> Iterator[Any]:
     """Results from a forked worker for a prefix of ``to_parse`` (all of it unless the worker died). A thread reads
@@ -425,7 +428,7 @@ def _parse_in_worker(
     consumed = ctx.Value("q", 0, lock=False)  # one writer (here), one reader (the worker): no lock needed
     try:
         proc = ctx.Process(
-            target=_parse_worker, args=(to_parse, settings, repo, lex_rows, link, send, consumed), daemon=True
+            target=_parse_worker, args=(to_parse, settings, repo, ahead, link, send, consumed), daemon=True
         )
         proc.start()
     except OSError as e:  # no fork (memory, process limits): parse here
@@ -434,21 +437,21 @@ def _parse_in_worker(
         send.close()
         return
     send.close()
-    ahead: queue.Queue[bytes | None] = queue.Queue(maxsize=_AHEAD)
+    inbox: queue.Queue[bytes | None] = queue.Queue(maxsize=_AHEAD)
 
     def pump() -> None:
         try:
             while True:
-                ahead.put(recv.recv_bytes())
+                inbox.put(recv.recv_bytes())
         except (EOFError, OSError):
             pass
         finally:
-            ahead.put(None)
+            inbox.put(None)
 
     reader = threading.Thread(target=pump, name="repoctx-parse-pipe", daemon=True)
     reader.start()
     try:
-        while (msg := ahead.get()) is not None:
+        while (msg := inbox.get()) is not None:
             got = pickle.loads(msg)
             if isinstance(got, tuple):  # ("parsed",), then ("edges", {path: [edge fields]}) ..., ("linked",)
                 if got[0] == "parsed":
@@ -466,7 +469,7 @@ def _parse_in_worker(
             proc.kill()
         while reader.is_alive():  # let the reader see EOF (the queue may be full)
             try:
-                ahead.get(timeout=0.1)
+                inbox.get(timeout=0.1)
             except queue.Empty:
                 pass
         proc.join()
@@ -675,7 +678,7 @@ def update_index(
         # each file is written as soon as it is parsed, and its bytes and texts let go: linking reads names only
         # (holding every file's until all were parsed made Django's cold peak RSS 385 MiB)
         # an error while writing stops the worker at once
-        stream = parse_stream(to_parse, settings, store.repo, getattr(store, "lex_rows", None), link=cold)
+        stream = parse_stream(to_parse, settings, store.repo, getattr(store, "ahead", None), link=cold)
         with closing(stream):
             for item in stream:
                 if item is PARSED_ALL:
@@ -711,7 +714,7 @@ def update_index(
                         pf.capsules,
                         flags["bodies"],
                         flags.get("text"),
-                        flags.get("lex"),
+                        ahead=flags.get("ahead"),
                     )
                     report.capsules_written += len(pf.capsules)
                     for c in pf.capsules:

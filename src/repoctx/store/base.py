@@ -386,7 +386,7 @@ class RepoWriter(Protocol):
         capsules: list[Capsule],
         lexical_bodies: dict[str, str],
         text: str | None = None,
-        fts: list[tuple] | None = None,  # a writer's own postings of the units, made ahead (SQLite's lex_rows)
+        ahead: dict | None = None,  # what the writer's ``ahead`` made of the file in a parse worker (SQLite's)
     ) -> None: ...
     def put_text(self, path: str, text: str) -> None: ...  # the text of a file indexed before texts were kept
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None: ...

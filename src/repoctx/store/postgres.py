@@ -995,7 +995,7 @@ class PostgresRepoWriter:
         capsules: list[Capsule],
         lexical_bodies: dict[str, str],
         text: str | None = None,
-        fts: list[tuple] | None = None,  # a writer's own postings of the units, made ahead (SQLite's lex_rows)
+        ahead: dict | None = None,  # what the writer's ``ahead`` made of the file in a parse worker (SQLite's)
     ) -> None:
         if not self._cold:
             self.delete_file(rec.path)

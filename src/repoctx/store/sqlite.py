@@ -62,7 +62,7 @@ BM25_WEIGHTS = tuple(map(float, postings.WEIGHTS))
 # Contentless, so the text is not stored twice; a row leaves it by 'delete' with its text. Schema 7 (issue 39)
 # keeps the text zstd-compressed (``z``, level 3, UTF-8 inside): Django's 22.0 MiB of texts take 5.7 MiB, and
 # inflating all of them costs a full-scan grep ~0.07 s (zlib, tried in schema 4, cost 0.17 s of a ~0.5 s scan).
-_ZSTD_LEVEL = 3
+_ZSTD_LEVEL = 5  # (schema 9: a parse worker compresses; Django's texts 5.74 -> 5.42 MiB)
 # the edges' indexes: a transaction that writes the first edges of the file builds them once at its end, after
 # its inserts (Django's 234k edges: 0.57 -> 0.40 s), instead of keeping them up to date row by row
 _EDGE_INDEXES = {
@@ -122,6 +122,11 @@ def _unit_kind(u: str) -> str:
     return f"CASE typeof({u}.kind) WHEN 'integer' THEN CASE {u}.kind {whens} END ELSE {u}.kind END"
 
 
+# a name's key (what resolves it: its last parts) is the name's tail: kept as that tail's length (schema 9: Django's
+# names table 1.2 -> 0.9 MiB), indexed as the expression
+_NAME_KEY = "(CASE typeof(key) WHEN 'integer' THEN substr(name, length(name) - key + 1) ELSE key END)"
+
+
 def _unit_name(u: str) -> str:
     """A unit's name: stored as the length of the qualname's tail it is (schema 9: most are; Django's names took
     0.8 MiB), else as text."""
@@ -131,8 +136,9 @@ def _unit_name(u: str) -> str:
     )
 
 
-def _name_code(name: str, qualname: str) -> str | int:
-    return len(name) if name and qualname.endswith(name) else name
+def _tail_code(whole: str, tail: str) -> str | int:
+    """``tail`` as stored beside ``whole``: its length when it ends ``whole`` (``_unit_name``, ``_NAME_KEY``)."""
+    return len(tail) if whole.endswith(tail) else tail
 
 
 def _unit_parent(u: str, f: str) -> str:
@@ -176,9 +182,11 @@ CREATE VIEW IF NOT EXISTS capsules AS SELECT u.rowid AS rowid, f.repo AS repo, f
     + _unit_parent("u", "f")
     + """ AS parent
   FROM units u JOIN files f ON f.fid = u.fid;
-CREATE TABLE IF NOT EXISTS names(id INTEGER PRIMARY KEY, name TEXT NOT NULL, key TEXT NOT NULL, h INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS names(id INTEGER PRIMARY KEY, name TEXT NOT NULL, key NOT NULL, h INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS names_h ON names(h);
-CREATE INDEX IF NOT EXISTS names_key ON names(key);
+CREATE INDEX IF NOT EXISTS names_key ON names("""
+    + _NAME_KEY
+    + """);
 CREATE TABLE IF NOT EXISTS edges(
   src INTEGER NOT NULL, seq INTEGER NOT NULL, kind INTEGER NOT NULL, name INTEGER, dst INTEGER, PRIMARY KEY(src, seq)
 ) WITHOUT ROWID;
@@ -1129,8 +1137,25 @@ def file_lock(path: Path, wait: bool = True) -> Iterator[None]:
         os.close(fd)
 
 
+_worker_deflate: Callable[[str], bytes] | None = None  # a parse worker's own compressor (made once in it)
+
+
+def made_ahead(capsules: list[Capsule], lexical_bodies: dict[str, str], text: str | None, tokens: bool) -> dict:
+    """What a parse worker makes of a file for put_file while the writer writes: its text compressed as ``texts.z``
+    keeps it, and (``tokens``: when the writer is behind) its units' postings (``postings.lex_rows``)."""
+    global _worker_deflate
+    out: dict = {}
+    if text is not None:
+        if _worker_deflate is None:
+            _worker_deflate = deflater()
+        out["z"] = _worker_deflate(text)
+    if tokens:
+        out["lex"] = postings.lex_rows(capsules, lexical_bodies)
+    return out
+
+
 class SQLiteRepoWriter:
-    lex_rows = staticmethod(postings.lex_rows)  # what put_file's ``fts`` takes, for a caller that makes it elsewhere
+    ahead = staticmethod(made_ahead)  # what put_file's ``ahead`` takes, made by a parse worker
 
     def __init__(self, store: SQLiteStore, repo: str):
         self.store = store
@@ -1223,15 +1248,17 @@ class SQLiteRepoWriter:
         self.db.execute("DELETE FROM texts WHERE repo=?", (self.repo,))
 
     # ---- texts (grep): one row per repository and content, referenced by files.text_hash
-    def _keep_text(self, text: str) -> tuple[str, int]:
-        """The text's key and its row's id."""
+    def _keep_text(self, text: str, z: bytes | None = None) -> tuple[str, int]:
+        """The text's key and its row's id (``z``: the text compressed already, by a parse worker)."""
         key = text_key(text)
         row = self.db.execute("SELECT id FROM texts WHERE repo=? AND hash=?", (self.repo, key)).fetchone()
         if row is not None:  # stored already: not compressed again
             return key, row[0]
-        if self._deflate is None:
-            self._deflate = deflater()
-        cur = self.db.execute("INSERT INTO texts(repo, hash, z) VALUES(?,?,?)", (self.repo, key, self._deflate(text)))
+        if z is None:
+            if self._deflate is None:
+                self._deflate = deflater()
+            z = self._deflate(text)
+        cur = self.db.execute("INSERT INTO texts(repo, hash, z) VALUES(?,?,?)", (self.repo, key, z))
         tid = cur.lastrowid
         assert tid is not None  # set by every successful INSERT
         self.db.execute("INSERT INTO text_fts(rowid, text) VALUES(?,?)", (tid, text))
@@ -1312,11 +1339,12 @@ class SQLiteRepoWriter:
         capsules: list[Capsule],
         lexical_bodies: dict[str, str],
         text: str | None = None,
-        fts: list[tuple] | None = None,
+        ahead: dict | None = None,
     ) -> None:
-        """``fts``: ``lex_rows(capsules, lexical_bodies)`` when the caller made them already (a parse worker does)."""
+        """``ahead``: what ``made_ahead`` made of the file in a parse worker (its postings, its text compressed)."""
+        ahead = ahead or {}
         self.delete_file(rec.path)
-        key, tid = self._keep_text(text) if text is not None else (None, None)
+        key, tid = self._keep_text(text, ahead.get("z")) if text is not None else (None, None)
         slices = text_slices(text, capsules) if text is not None else [None] * len(capsules)
         fid = self.db.execute(
             "INSERT INTO files(repo, path, language, size, mtime_ns, hash, module, imports, method, note, "
@@ -1344,7 +1372,7 @@ class SQLiteRepoWriter:
                     self._freed.pop(c.id, None),
                     None if cols[1] == rec.language else cols[1],  # the view reads the file's
                     _UNIT_KIND.get(cols[2], cols[2]),
-                    _name_code(cols[3], cols[4]),
+                    _tail_code(cols[4], cols[3]) if cols[3] else cols[3],
                     cols[4],
                     slice_code(cols[5], c.text) if cols[5] else cols[5],
                     None if cols[6] == "[]" else cols[6],
@@ -1385,9 +1413,7 @@ class SQLiteRepoWriter:
             self._rowids.update(given)
         rowids = self._rowid_map([c.id for c in capsules])  # (those not known above are read)
         add = self._lex.add_unit
-        for c, unit in zip(
-            capsules, fts if fts is not None else postings.lex_rows(capsules, lexical_bodies), strict=True
-        ):
+        for c, unit in zip(capsules, ahead.get("lex") or postings.lex_rows(capsules, lexical_bodies), strict=True):
             add(rowids[c.id], unit)
         if self._lex.full():
             self._lex.flush(self.db, final=False)
@@ -1433,7 +1459,8 @@ class SQLiteRepoWriter:
             self._read_name_ids(want)
             new = [n for n in want if n not in self._name_ids]
             self.db.executemany(
-                "INSERT INTO names(name, key, h) VALUES(?,?,?)", ((n, pairs[n], id_hash(n)) for n in new)
+                "INSERT INTO names(name, key, h) VALUES(?,?,?)",
+                ((n, _tail_code(n, pairs[n]), id_hash(n)) for n in new),
             )
             self._read_name_ids(new)
         return self._name_ids
@@ -1527,7 +1554,7 @@ class SQLiteRepoWriter:
             f"AND e.kind != {_CONTAINS} AND "
         )
         for where, values in (
-            ("e.name IN (SELECT id FROM names WHERE key IN ({}))", sorted(keys)),
+            (f"e.name IN (SELECT id FROM names WHERE {_NAME_KEY} IN ({{}}))", sorted(keys)),
             ("e.dst IN ({})", dst_rowids),
         ):
             for chunk in _chunks(values):
