@@ -283,14 +283,14 @@ def parse_stream(
     to_parse: list[tuple[SourceFile, bytes | None, str]],
     settings: Settings,
     repo: str,
-    ahead: Callable[[list, dict, str | None, bool], dict] | None = None,
+    ahead: Callable[[list, dict, str | None], dict] | None = None,
     link: bool = False,
 ) -> Generator[Any, None, None]:
     """``_parse_one`` of each file, in order: in a worker process for a large update where one can be forked, else
     here. The caller may drop each file's bytes from ``to_parse`` once its result is yielded. A worker that dies or
     fails leaves the files it did not return to be parsed here: the results are the same either way. A worker also
-    makes what the store's writer would make of each file (``ahead``, flag ``ahead``: SQLite's compressed text, and
-    its units' postings when the writer is behind), so the writer only writes them.
+    makes what the store's writer would make of each file when the writer is behind (``ahead``, flag ``ahead``:
+    SQLite's compressed text and its units' postings), so the writer only writes them.
     After the results comes ``PARSED_ALL``; then, with ``link`` (a cold update: every unit is among these files)
     and a worker that parsed them all, each file's edges as it resolved them over those files (while the writer
     writes its last files), {path: [Edge, ...]} a few files at a time in their order, and ``LINKED`` after the last.
@@ -324,7 +324,7 @@ def _parse_worker(
     to_parse: list[tuple[SourceFile, bytes | None, str]],
     settings: Settings,
     repo: str,
-    ahead: Callable[[list, dict, str | None, bool], dict] | None,
+    ahead: Callable[[list, dict, str | None], dict] | None,
     link: bool,
     conn,
     consumed,
@@ -345,10 +345,8 @@ def _parse_worker(
             to_parse[produced] = None  # type: ignore[call-overload]  # this copy's bytes go once parsed
             pf, note, flags = _parse_one(sf, data, settings, repo)
             del data
-            if pf is not None and ahead is not None:
-                flags["ahead"] = ahead(
-                    pf.capsules, flags["bodies"], flags.get("text"), produced - consumed.value > _TOKENIZE_BEHIND
-                )
+            if pf is not None and ahead is not None and produced - consumed.value > _TOKENIZE_BEHIND:
+                flags["ahead"] = ahead(pf.capsules, flags["bodies"], flags.get("text"))
             batch.append((_pack(pf) if pf is not None else None, note, flags))
             if pf is not None and link:
                 kept.append(pf)
@@ -414,7 +412,7 @@ def _parse_in_worker(
     to_parse: list[tuple[SourceFile, bytes | None, str]],
     settings: Settings,
     repo: str,
-    ahead: Callable[[list, dict, str | None, bool], dict] | None,
+    ahead: Callable[[list, dict, str | None], dict] | None,
     link: bool = False,
 ) -> Iterator[Any]:
     """Results from a forked worker for a prefix of ``to_parse`` (all of it unless the worker died). A thread reads

@@ -62,7 +62,7 @@ BM25_WEIGHTS = tuple(map(float, postings.WEIGHTS))
 # Contentless, so the text is not stored twice; a row leaves it by 'delete' with its text. Schema 7 (issue 39)
 # keeps the text zstd-compressed (``z``, level 3, UTF-8 inside): Django's 22.0 MiB of texts take 5.7 MiB, and
 # inflating all of them costs a full-scan grep ~0.07 s (zlib, tried in schema 4, cost 0.17 s of a ~0.5 s scan).
-_ZSTD_LEVEL = 5  # (schema 9: a parse worker compresses; Django's texts 5.74 -> 5.42 MiB)
+_ZSTD_LEVEL = 5  # (schema 9: Django's texts 5.74 -> 5.42 MiB; a parse worker compresses when the writer is behind)
 # the edges' indexes: a transaction that writes the first edges of the file builds them once at its end, after
 # its inserts (Django's 234k edges: 0.57 -> 0.40 s), instead of keeping them up to date row by row
 _EDGE_INDEXES = {
@@ -1140,17 +1140,15 @@ def file_lock(path: Path, wait: bool = True) -> Iterator[None]:
 _worker_deflate: Callable[[str], bytes] | None = None  # a parse worker's own compressor (made once in it)
 
 
-def made_ahead(capsules: list[Capsule], lexical_bodies: dict[str, str], text: str | None, tokens: bool) -> dict:
-    """What a parse worker makes of a file for put_file while the writer writes: its text compressed as ``texts.z``
-    keeps it, and (``tokens``: when the writer is behind) its units' postings (``postings.lex_rows``)."""
+def made_ahead(capsules: list[Capsule], lexical_bodies: dict[str, str], text: str | None) -> dict:
+    """What a parse worker makes of a file for put_file when the writer is behind: its text compressed as
+    ``texts.z`` keeps it, and its units' postings (``postings.lex_rows``)."""
     global _worker_deflate
-    out: dict = {}
+    out: dict = {"lex": postings.lex_rows(capsules, lexical_bodies)}
     if text is not None:
         if _worker_deflate is None:
             _worker_deflate = deflater()
         out["z"] = _worker_deflate(text)
-    if tokens:
-        out["lex"] = postings.lex_rows(capsules, lexical_bodies)
     return out
 
 
