@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 # ``repoctx.store.sqlite``); the longest name that matches wins. ``repoctx`` alone (the package's
 # ``__init__``, which re-exports ``Index``) sits with ``index``. Every ``__main__`` and the CLI are the top.
 FLOORS: list[tuple[str, ...]] = [
-    ("repoctx.types", "repoctx.config", "repoctx.tokens"),
+    ("repoctx.types", "repoctx.config", "repoctx.tokens", "repoctx.heap"),
     ("repoctx.providers",),
     ("repoctx.ingest", "repoctx.capsules"),
     ("repoctx.graph", "repoctx.store"),

@@ -104,3 +104,43 @@ def test_an_update_from_a_thread_parses_in_process(tmp_path, root, monkeypatch):
     t.join()
     assert not forked
     assert out and out[0][0]["counts"] == _index(tmp_path, root, "here", monkeypatch, 10**9)[0]["counts"]
+
+
+def test_a_worker_that_dies_while_linking_leaves_the_rest_to_this_process(tmp_path, root, monkeypatch):
+    """A cold update's edges come from the worker a few files at a time; should it die midway, the files it did not
+    link are resolved here, over every parsed file: the same edges, in the same order."""
+    here = _index(tmp_path, root, "here", monkeypatch, 10**9)
+    real_link, real_resolve = indexer._link, indexer.resolve_file
+    resolved_here = [0]
+
+    def dies_after_one_message(parsed):
+        chunks = real_link(parsed)
+        yield next(chunks)
+        os._exit(3)
+
+    def counted(*a, **k):
+        resolved_here[0] += 1  # (in the worker, its own copy of the count)
+        return real_resolve(*a, **k)
+
+    monkeypatch.setattr(indexer, "_link", dies_after_one_message)
+    monkeypatch.setattr(indexer, "_LINK_FILES", 3)
+    monkeypatch.setattr(indexer, "resolve_file", counted)
+    worker = _index(tmp_path, root, "worker", monkeypatch, 1)
+    assert worker == here
+    assert 0 < resolved_here[0] <= here[0]["counts"]["files"] - 3  # the three files of its one message stood
+
+
+def test_a_cold_update_is_linked_by_its_worker(tmp_path, root, monkeypatch):
+    resolved_here = [0]
+    real_resolve = indexer.resolve_file
+
+    def counted(*a, **k):
+        resolved_here[0] += 1
+        return real_resolve(*a, **k)
+
+    monkeypatch.setattr(indexer, "resolve_file", counted)
+    here = _index(tmp_path, root, "here", monkeypatch, 10**9)
+    assert resolved_here[0] > 0
+    resolved_here[0] = 0
+    assert _index(tmp_path, root, "worker", monkeypatch, 1) == here
+    assert resolved_here[0] == 0  # every file's edges came from the worker

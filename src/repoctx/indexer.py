@@ -743,17 +743,17 @@ def update_index(
                     linked.add(path)
         bases: dict[str, list] = {}
         unlinked = [(sf, h, pf) for sf, h, pf in parsed if pf.path not in linked]
-        if unlinked:
-            if cold:
-                from repoctx.graph import MemoryLookup
+        memory = None
+        if cold and unlinked:
+            from repoctx.graph import MemoryLookup
 
-                memory = MemoryLookup(
-                    [c for _, _, pf in parsed for c in pf.capsules], {pf.path: pf.module for _, _, pf in parsed}
-                )
-                resolver = Resolver(memory)
-            else:
-                memory = None
-                resolver = Resolver(StoreLookup(store))
+            memory = MemoryLookup(
+                [c for _, _, pf in parsed for c in pf.capsules], {pf.path: pf.module for _, _, pf in parsed}
+            )
+            resolver = Resolver(memory)
+        else:
+            resolver = Resolver(StoreLookup(store))
+        if unlinked:
             # base classes first, over every parsed file, so a call through a class parsed later in this update
             # resolves
             for _sf, _h, pf in parsed:
