@@ -149,9 +149,8 @@ def unit_postings(columns: Sequence[Sequence[str]]) -> tuple[tuple[str, ...], tu
     return tuple(counts), tuple(counts.values()), sum(map(len, columns))
 
 
-def lex_rows(capsules: list[Capsule], lexical_bodies: dict[str, str]) -> list[tuple]:
-    """Each unit's postings (:func:`unit_postings`) from its name, qualname, path, signature, docstring and
-    body (a class's own lines, ``lexical_bodies``, else its text). Pure, so a parse worker can make them."""
+def units_postings(units: Iterable[tuple[str | None, ...]]) -> list[tuple]:
+    """Each unit's postings (:func:`unit_postings`) from its (name, qualname, path, signature, docstring, body)."""
     from repoctx.tokens import code_tokens
 
     seen: dict[str, list[str]] = {}  # a file's units share their path, often names and signatures
@@ -163,23 +162,21 @@ def lex_rows(capsules: list[Capsule], lexical_bodies: dict[str, str]) -> list[tu
             got = seen[value] = code_tokens(value)
         return got
 
-    out = []
-    for c in capsules:
+    return [
+        unit_postings((tok(n), tok(q), tok(p), tok(s), tok(d), code_tokens((body or "")[:BODY_CHARS])))
+        for n, q, p, s, d, body in units
+    ]
+
+
+def lex_rows(capsules: list[Capsule], lexical_bodies: dict[str, str]) -> list[tuple]:
+    """Each unit's postings, its body being a class's own lines (``lexical_bodies``) or its text. Pure, so a
+    parse worker can make them."""
+
+    def body(c: Capsule) -> str:
         lex = lexical_bodies.get(c.id)
-        body = lex if lex is not None and lex != c.text else c.text
-        out.append(
-            unit_postings(
-                (
-                    tok(c.name),
-                    tok(c.qualname),
-                    tok(c.path),
-                    tok(c.signature),
-                    tok(c.docstring),
-                    code_tokens((body or "")[:BODY_CHARS]),
-                )
-            )
-        )
-    return out
+        return lex if lex is not None and lex != c.text else c.text
+
+    return units_postings((c.name, c.qualname, c.path, c.signature, c.docstring, body(c)) for c in capsules)
 
 
 def query_terms(terms: Iterable[str]) -> list[tuple[str, tuple[str, ...]]]:

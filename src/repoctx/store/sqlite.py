@@ -1304,8 +1304,6 @@ class SQLiteRepoWriter:
     def _lex_units(self, where: str, args: list, delete: bool) -> None:
         """Give the units ``where`` selects to the lexical index, or (``delete``) take them out of it: with the
         postings put_file gave them, made again from what the units hold."""
-        from repoctx.tokens import code_tokens
-
         rows = with_texts(
             self.db,
             self.db.execute(
@@ -1317,19 +1315,9 @@ class SQLiteRepoWriter:
             (4, 5),
         )
         put = self._lex.drop_unit if delete else self._lex.add_unit
-        seen: dict[str, list[str]] = {}
-
-        def tok(value: str | None) -> list[str]:
-            value = value or ""
-            got = seen.get(value)
-            if got is None:
-                got = seen[value] = code_tokens(value)
-            return got
-
-        for r in rows:
-            body = unlines(r[7], r[6]) if r[7] is not None else r[6]
-            cols = (tok(r[1]), tok(r[2]), tok(r[3]), tok(r[4]), tok(r[5]))
-            put(r[0], postings.unit_postings((*cols, code_tokens((body or "")[: postings.BODY_CHARS]))))
+        units = ((*r[1:6], unlines(r[7], r[6]) if r[7] is not None else r[6]) for r in rows)
+        for r, unit in zip(rows, postings.units_postings(units), strict=True):
+            put(r[0], unit)
 
     def put_file(
         self,
