@@ -194,10 +194,20 @@ def query_terms(terms: Iterable[str]) -> list[tuple[str, tuple[str, ...]]]:
 
 
 # ------------------------------------------------------------------------------------ reading
-def term_key(term: str) -> int:
-    """A term's home key: its CRC-32, signed as SQLite stores it (``sqlite.id_hash`` of ids and names is this)."""
-    h = zlib.crc32(term.encode("utf-8", "surrogatepass"))
+def term_key(term: str | None) -> int:
+    """A term's home key: its CRC-32, signed as SQLite stores it (``sqlite.id_hash``, the hash of units' ids,
+    names and qualnames, is this function)."""
+    h = zlib.crc32((term or "").encode("utf-8", "surrogatepass"))
     return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _rows_in(db: sqlite3.Connection, sql: str, values: list) -> list[tuple]:
+    """``sql`` (its ``{}``: an IN list's placeholders) run on ``values`` 900 at a time."""
+    out: list[tuple] = []
+    for i in range(0, len(values), 900):
+        chunk = values[i : i + 900]
+        out += db.execute(sql.format(",".join("?" * len(chunk))), chunk)
+    return out
 
 
 class Row(NamedTuple):
@@ -214,13 +224,7 @@ def read_terms(db: sqlite3.Connection, terms: Iterable[str], blobs: bool = True)
     cols = "key, term, n, last, p" if blobs else "key, term, n, last, NULL"
     while pending:
         keys = sorted(set(pending.values()))
-        rows: dict[int, tuple] = {}
-        for i in range(0, len(keys), 900):
-            chunk = keys[i : i + 900]
-            rows.update(
-                (r[0], r[1:])
-                for r in db.execute(f"SELECT {cols} FROM lex WHERE key IN ({','.join('?' * len(chunk))})", chunk)
-            )
+        rows = {r[0]: r[1:] for r in _rows_in(db, f"SELECT {cols} FROM lex WHERE key IN ({{}})", keys)}
         probe: dict[str, int] = {}
         for t, k in pending.items():
             row = rows.get(k)
@@ -241,10 +245,7 @@ def read_lengths(db: sqlite3.Connection, rowids: np.ndarray | None = None) -> di
         rows = db.execute("SELECT block, d FROM lexdl").fetchall()
     else:
         blocks = np.unique(np.asarray(rowids, dtype=np.int64) >> _BLOCK_BITS).tolist()
-        rows = []
-        for i in range(0, len(blocks), 900):
-            chunk = blocks[i : i + 900]
-            rows += db.execute(f"SELECT block, d FROM lexdl WHERE block IN ({','.join('?' * len(chunk))})", chunk)
+        rows = _rows_in(db, "SELECT block, d FROM lexdl WHERE block IN ({})", blocks)
     return {b: np.frombuffer(inflate(d), dtype=np.uint32) for b, d in rows}
 
 
@@ -578,12 +579,7 @@ class Pending:
         homes = [term_key(t) for t in terms]
         taken: set[int] = set()
         if db.execute("SELECT EXISTS (SELECT 1 FROM lex)").fetchone()[0]:
-            keys = sorted(set(homes))
-            for i in range(0, len(keys), 900):
-                chunk = keys[i : i + 900]
-                taken.update(
-                    r[0] for r in db.execute(f"SELECT key FROM lex WHERE key IN ({','.join('?' * len(chunk))})", chunk)
-                )
+            taken.update(r[0] for r in _rows_in(db, "SELECT key FROM lex WHERE key IN ({})", sorted(set(homes))))
             probe = True
         else:
             probe = False

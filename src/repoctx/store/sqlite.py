@@ -10,7 +10,6 @@ import os
 import sqlite3
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -398,14 +397,11 @@ def hash_text(stored: str | bytes | None) -> str | None:
     return stored.hex() if isinstance(stored, bytes) else stored
 
 
-def id_hash(value: str | None) -> int:
-    """``capsules.idh``, ``nh``, ``qh``: a signed 32-bit hash of a unit's id, name or qualname (CRC-32: stable across
-    processes, unlike ``hash``, and four bytes in a row and in its index, where the strings took 4.8 MiB (ids), 2.4
-    (qualnames) and 1.3 (names) of Django's index). A lookup tests the value too: a collision costs a row read.
-    The lexical index keys its terms so too (``postings.term_key``: the same two lines, a call less here, where
-    a cold index of Django asks 150k of them)."""
-    h = zlib.crc32((value or "").encode("utf-8", "surrogatepass"))
-    return h - (1 << 32) if h >= 1 << 31 else h
+# ``capsules.idh``, ``nh``, ``qh``: a signed 32-bit hash of a unit's id, name or qualname (CRC-32: stable across
+# processes, unlike ``hash``, and four bytes in a row and in its index, where the strings took 4.8 MiB (ids), 2.4
+# (qualnames) and 1.3 (names) of Django's index). A lookup tests the value too: a collision costs a row read. The
+# lexical index keys its terms by the same hash.
+id_hash = postings.term_key
 
 
 def _id_in(ids: list[str], alias: str = "", col: str = "id", hashed: str = "idh") -> tuple[str, list]:
@@ -732,7 +728,9 @@ class SQLiteStore(MemoryReads):
         if remembered is not None:
             return remembered
         db = self.db
-        db.execute("BEGIN")  # one snapshot: the postings, the lengths and the totals agree
+        own = not db.in_transaction  # (a caller's transaction is the snapshot already)
+        if own:
+            db.execute("BEGIN")  # one snapshot: the postings, the lengths and the totals agree
         try:
             rowids, scores = self._score_postings(db, postings.query_terms(terms))
             if not len(rowids):
@@ -744,7 +742,8 @@ class SQLiteStore(MemoryReads):
                 top = self._first_admitted(rowids, order, k, scope)
             ids = self._ids_of_rowids(rowids[top].tolist())
         finally:
-            db.execute("COMMIT")
+            if own:
+                db.execute("COMMIT")
         return [(ids[r], s) for r, s in zip(rowids[top].tolist(), scores[top].tolist(), strict=True) if r in ids]
 
     @staticmethod
