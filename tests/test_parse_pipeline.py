@@ -144,3 +144,72 @@ def test_a_cold_update_is_linked_by_its_worker(tmp_path, root, monkeypatch):
     resolved_here[0] = 0
     assert _index(tmp_path, root, "worker", monkeypatch, 1) == here
     assert resolved_here[0] == 0  # every file's edges came from the worker
+
+
+def _trigram_hits(ix, needles: list[str]) -> dict[str, list[int]]:
+    """The texts grep's trigram index gives for each needle (a contentless FTS5 table: only its index answers)."""
+    db = ix.store.db
+
+    def match(n: str) -> str:  # every trigram of the needle (detail=none reads no phrase)
+        return " AND ".join(dict.fromkeys('"' + n[i : i + 3].replace('"', '""') + '"' for i in range(len(n) - 2)))
+
+    return {
+        n: [r[0] for r in db.execute("SELECT rowid FROM text_fts WHERE text_fts MATCH ? ORDER BY rowid", (match(n),))]
+        for n in needles
+    }
+
+
+def test_trigrams_given_while_the_writer_waits_index_what_direct_inserts_do(tmp_path, root, monkeypatch):
+    """A cold update gives its texts to grep's trigram index while it waits for the worker, a few at a time, the
+    oldest at once past a bound: the index answers as when every text went in as it was written."""
+    import repoctx.store.sqlite as sq
+
+    needles = ["Model().save", "make_7", "return x(a)", "AWS_SECRET", "Notes", "caf", "zzz-nowhere"]
+    direct: dict | None = None
+    indexed_hits: dict | None = None
+    real = sq.SQLiteRepoWriter.idle
+    for label, deferred, step in (("direct", 0, 0), ("idle", 200, 40)):
+        monkeypatch.setattr(sq, "_TRIGRAM_DEFERRED", deferred)
+        monkeypatch.setattr(sq, "_TRIGRAM_STEP", step)
+        idles: list[bool] = []
+        monkeypatch.setattr(sq.SQLiteRepoWriter, "idle", lambda self, got=idles: got.append(real(self)) or got[-1])
+        monkeypatch.setattr(indexer, "PIPELINE_MIN_FILES", 5)
+        monkeypatch.setattr(indexer, "_can_fork", lambda: True)
+        ix = Index(root, Settings(index_dir=tmp_path / label, embedder="none"))
+        try:
+            ix.update()
+            ix.store.db.execute("INSERT INTO text_fts(text_fts, rank) VALUES('integrity-check', 1)")
+            hits = _trigram_hits(ix, needles)
+        finally:
+            ix.close()
+        if label == "direct":
+            direct = hits
+            assert all(hits[n] for n in needles[:-1]) and not hits["zzz-nowhere"]
+        else:
+            indexed_hits = hits
+            assert False in idles  # it waited with nothing left to index (the worker's messages were late)
+    assert indexed_hits == direct
+
+
+def test_a_text_let_go_before_its_trigrams_were_indexed_leaves_no_trace(tmp_path, root):
+    """A text kept and let go in one transaction (its file written twice) never reaches the trigram index: a
+    'delete' of a row a contentless FTS5 table never had would corrupt it."""
+    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    try:
+        ix.update()
+        w = ix.store.writer(ix.repo)
+        rec = w.files()["notes/README.md"]
+        with w.transaction():
+            w.put_file(rec, [], {}, "first version mentions aardvark\n")
+            w.put_file(rec, [], {}, "second version mentions zebra\n")
+            assert w._trigrams  # not indexed yet
+        assert not w._trigrams
+        ix.store.db.execute("INSERT INTO text_fts(text_fts, rank) VALUES('integrity-check', 1)")
+        last = ix.store.db.execute("SELECT max(id) FROM texts").fetchone()[0]
+        assert _trigram_hits(ix, ["aardvark", "zebra"]) == {"aardvark": [], "zebra": [last]}
+        with pytest.raises(RuntimeError), w.transaction():  # a rolled-back transaction's texts are forgotten
+            w.put_file(rec, [], {}, "third version mentions okapi\n")
+            raise RuntimeError("stop")
+        assert not w._trigrams and _trigram_hits(ix, ["okapi"]) == {"okapi": []}
+    finally:
+        ix.close()

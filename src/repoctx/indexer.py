@@ -285,6 +285,7 @@ def parse_stream(
     repo: str,
     ahead: Callable[[list, dict, str | None], dict] | None = None,
     link: bool = False,
+    idle: Callable[[], bool] | None = None,
 ) -> Generator[Any, None, None]:
     """``_parse_one`` of each file, in order: in a worker process for a large update where one can be forked, else
     here. The caller may drop each file's bytes from ``to_parse`` once its result is yielded. A worker that dies or
@@ -294,11 +295,12 @@ def parse_stream(
     After the results comes ``PARSED_ALL``; then, with ``link`` (a cold update: every unit is among these files)
     and a worker that parsed them all, each file's edges as it resolved them over those files (while the writer
     writes its last files), {path: [Edge, ...]} a few files at a time in their order, and ``LINKED`` after the last.
-    Whatever files the worker did not link (none, or it died) the caller resolves itself."""
+    Whatever files the worker did not link (none, or it died) the caller resolves itself. While nothing from a
+    worker is there to give, ``idle()`` is called (the writer's work that can wait; it says whether it did any)."""
     start = 0
     said_all = False
     if len(to_parse) >= PIPELINE_MIN_FILES and _can_fork():
-        for item in _parse_in_worker(to_parse, settings, repo, ahead, link):
+        for item in _parse_in_worker(to_parse, settings, repo, ahead, link, idle):
             if item is PARSED_ALL:
                 said_all = True
                 yield PARSED_ALL
@@ -414,6 +416,7 @@ def _parse_in_worker(
     repo: str,
     ahead: Callable[[list, dict, str | None], dict] | None,
     link: bool = False,
+    idle: Callable[[], bool] | None = None,
 ) -> Iterator[Any]:
     """Results from a forked worker for a prefix of ``to_parse`` (all of it unless the worker died). A thread reads
     the pipe ahead (its reads release the GIL) so the worker never waits on the writer for long."""
@@ -448,8 +451,18 @@ def _parse_in_worker(
 
     reader = threading.Thread(target=pump, name="repoctx-parse-pipe", daemon=True)
     reader.start()
+
+    def receive() -> bytes | None:
+        while idle is not None:
+            try:
+                return inbox.get_nowait()
+            except queue.Empty:
+                if not idle():
+                    break
+        return inbox.get()
+
     try:
-        while (msg := inbox.get()) is not None:
+        while (msg := receive()) is not None:
             got = pickle.loads(msg)
             if isinstance(got, tuple):  # ("parsed",), then ("edges", {path: [edge fields]}) ..., ("linked",)
                 if got[0] == "parsed":
@@ -676,7 +689,9 @@ def update_index(
         # each file is written as soon as it is parsed, and its bytes and texts let go: linking reads names only
         # (holding every file's until all were parsed made Django's cold peak RSS 385 MiB)
         # an error while writing stops the worker at once
-        stream = parse_stream(to_parse, settings, store.repo, getattr(store, "ahead", None), link=cold)
+        stream = parse_stream(
+            to_parse, settings, store.repo, getattr(store, "ahead", None), link=cold, idle=getattr(store, "idle", None)
+        )
         with closing(stream):
             for item in stream:
                 if item is PARSED_ALL:
