@@ -147,3 +147,12 @@ def test_a_term_of_several_words_matches_the_units_holding_all_of_them(tmp_path)
         assert got == both
         assert ix.store.lexical(["nowhere.price"], 10, ix.scope()) == []
         assert ix.store.doc_freqs(["order", "nowhere"], ix.scope()) == {"order": ix.store.doc_freqs(["order"])["order"]}
+
+
+def test_unique_is_numpys_without_its_masked_array_import():
+    rng = np.random.default_rng(7)
+    for a in [rng.integers(-5, 50, n) for n in (0, 1, 2, 9, 500)] + [np.array([3, 3, 3]), np.array([5, 1, 5, 1])]:
+        want, want_at = np.unique(a, return_inverse=True)
+        got, (got2, at) = postings.unique(a), postings.unique_inverse(a)
+        assert got.dtype == want.dtype and got.tolist() == want.tolist() == got2.tolist()
+        assert at.tolist() == want_at.ravel().tolist()

@@ -238,13 +238,39 @@ def read_terms(db: sqlite3.Connection, terms: Iterable[str], blobs: bool = True)
     return found
 
 
+def unique(a: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``a``, as numpy's unique gives them, without the import of numpy.ma that
+    its first call makes (~8 ms of every one-shot command that reads postings)."""
+    s = np.sort(np.asarray(a), kind="stable")
+    if len(s) < 2:
+        return s
+    keep = np.empty(len(s), dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`unique`, and each element's index among those values (numpy's ``return_inverse``)."""
+    a = np.asarray(a)
+    order = np.argsort(a, kind="stable")
+    s = a[order]
+    first = np.empty(len(s), dtype=bool)
+    if len(s):
+        first[0] = True
+        np.not_equal(s[1:], s[:-1], out=first[1:])
+    inverse = np.empty(len(s), dtype=np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return s[first], inverse
+
+
 def read_lengths(db: sqlite3.Connection, rowids: np.ndarray | None = None) -> dict[int, np.ndarray]:
     """Blocks of units' token counts + 1 (uint32, 0 where no unit is), the blocks holding ``rowids`` or all."""
     inflate = zstandard.ZstdDecompressor().decompress
     if rowids is None:
         rows = db.execute("SELECT block, d FROM lexdl").fetchall()
     else:
-        blocks = np.unique(np.asarray(rowids, dtype=np.int64) >> _BLOCK_BITS).tolist()
+        blocks = unique(np.asarray(rowids, dtype=np.int64) >> _BLOCK_BITS).tolist()
         rows = _rows_in(db, "SELECT block, d FROM lexdl WHERE block IN ({})", blocks)
     return {b: np.frombuffer(inflate(d), dtype=np.uint32) for b, d in rows}
 
@@ -256,7 +282,7 @@ def lengths_of(blocks: dict[int, np.ndarray], rowids: np.ndarray) -> np.ndarray:
         return out
     block = rowids >> _BLOCK_BITS
     at = rowids & ((1 << _BLOCK_BITS) - 1)
-    for b in np.unique(block).tolist():
+    for b in unique(block).tolist():
         m = block == b
         arr = blocks.get(int(b))
         if arr is not None:
@@ -382,7 +408,7 @@ class Pending:
         blocks = read_lengths(db, rowids)
         units, tokens = stats(db)
         size = 1 << _BLOCK_BITS
-        for b in np.unique(rowids >> _BLOCK_BITS).tolist():
+        for b in unique(rowids >> _BLOCK_BITS).tolist():
             m = (rowids >> _BLOCK_BITS) == b
             arr = blocks[b].copy() if b in blocks else np.zeros(size, dtype=np.uint32)
             at = rowids[m] & (size - 1)
@@ -537,7 +563,7 @@ class Pending:
             a = b
         joined = b"".join(parts)
         del data, parts, starts
-        terms = np.unique(ids)  # each term's bytes: joined[ends[j - 1]:ends[j]]
+        terms = unique(ids)  # each term's bytes: joined[ends[j - 1]:ends[j]]
         sizes = np.bincount(ids, weights=lengths, minlength=len(self.run_n))[terms].astype(np.int64)
         ends = np.cumsum(sizes)
         begins = ends - sizes

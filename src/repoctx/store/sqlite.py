@@ -783,7 +783,7 @@ class SQLiteStore(MemoryReads):
         n_docs, n_tokens = postings.stats(db)
         avgdl = n_tokens / n_docs if n_docs else 1.0
         every = np.concatenate([r for r, _ in parts])
-        units, at = np.unique(every, return_inverse=True)
+        units, at = postings.unique_inverse(every)
         dl = postings.lengths_of(postings.read_lengths(db, units), units)[at]
         scores = np.empty(len(every))
         pos = 0
