@@ -4,6 +4,7 @@ read from their file's. Whatever was updated incrementally reads exactly as a fr
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from contextlib import contextmanager
 
@@ -441,7 +442,13 @@ def test_a_files_units_are_found_by_its_row_not_a_scan(tmp_path):
             assert w.capsule_rows("pkg/models.py") and w.module_cand("pkg/views.py")
             (root / "pkg" / "util.py").write_text("def slugify(text):\n    return text.strip()\n")
             ix.update()
-        lookups = [q for q in seen if "fid = (SELECT fid FROM files" in q]
+        # by the path's row (a read) or by the row's id already read (a rewrite: put_file, delete_file)
+        lookups = [
+            q
+            for q in seen
+            if "fid = (SELECT fid FROM files" in q
+            or (("FROM capsules" in q or "FROM units" in q) and re.search(r"\bfid=\d+\)?$", q))
+        ]
         assert len(lookups) >= 5
         for q in lookups:
             plan = _plan(db, q)

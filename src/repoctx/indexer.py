@@ -682,9 +682,6 @@ def update_index(
         for path in deleted:
             store.delete_file(path)
         report.deleted = deleted
-        for sf, _, _ in to_parse:  # files that became binary/minified leave the index too
-            if sf.path in stored:
-                store.delete_file(sf.path)
         new_defs: set[tuple] = set()
         # each file is written as soon as it is parsed, and its bytes and texts let go: linking reads names only
         # (holding every file's until all were parsed made Django's cold peak RSS 385 MiB)
@@ -703,7 +700,9 @@ def update_index(
                 done += 1
                 if pf is None:
                     walk_report.skip(sf.path, note)
-                else:
+                    if sf.path in stored:  # a file that became binary or minified leaves the index
+                        store.delete_file(sf.path)
+                else:  # (a file written before is rewritten in place: its units keep their rows)
                     if flags.get("invalid_utf8"):
                         report.invalid_utf8.append(sf.path)
                     if flags.get("redactions"):

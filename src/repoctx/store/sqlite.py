@@ -221,6 +221,15 @@ _EDGE_COLS = f"s.id, e.kind, coalesce(n.name, d.qualname), {_D_ID}"
 
 # a file's units, by their file's row (``?``: the repository, the path)
 _OF_FILE = "fid = (SELECT fid FROM files WHERE repo=? AND path=?)"
+_UNITS_SEQ = "SELECT seq FROM sqlite_sequence WHERE name = 'units'"
+# what put_file rewrites of a unit kept in place: every column but those the indexes read (idh, fid, nh, qh)
+_UNIT_SET = ", ".join(
+    f"{c}=?"
+    for c in (
+        "language kind name qualname signature params returns docstring decorators start_line end_line text "
+        "content_hash lex tid at span id_tail id_whole parent_tail parent_whole"
+    ).split()
+)
 # before ``repo=?`` in a query that also names units by id (``_id_in``): SQLite's planner otherwise walks every unit of
 # the repository's files (Django: 25-35 ms a query, three in a one-file update) rather than the few ids' (0.1 ms)
 _NOT_BY_REPO = "+"
@@ -1178,6 +1187,7 @@ class SQLiteRepoWriter:
         self._edges_seen = False  # put_edges asked once whether the file held any edge before
         self._edge_indexes_dropped = False  # it did not: the indexes are built at commit (_EDGE_INDEXES)
         self._lex = postings.Pending()  # the lexical index's changes, written before the commit
+        self._kept_rowids: set[int] = set()  # the rows of the file put_file is rewriting (_let_file_go)
         # texts kept for grep's trigram index and not yet given to it (_TRIGRAM_DEFERRED): {texts.id: text}
         self._trigrams: dict[int, str] = {}
         self._trigram_chars = 0
@@ -1366,20 +1376,29 @@ class SQLiteRepoWriter:
         text: str | None = None,
         ahead: dict | None = None,
     ) -> None:
-        """``ahead``: what ``made_ahead`` made of the file in a parse worker (its postings, its text compressed)."""
+        """``ahead``: what ``made_ahead`` made of the file in a parse worker (its postings, its text compressed).
+        A file written before keeps its row, and each of its units still there keeps its row, rewritten in place
+        without the columns its indexes read (by id, name, qualname, file): an edited file's units were deleted and
+        inserted again, every entry of four indexes with them (Django's query.py, 3 functions added: 302 of the 601
+        pages the update wrote, and each page is written again when the log is copied into the database)."""
         ahead = ahead or {}
-        self.delete_file(rec.path)
+        old_rows, fid, old_key = self._let_file_go(rec.path)
         key, tid = self._keep_text(text, ahead.get("z")) if text is not None else (None, None)
         slices = text_slices(text, capsules) if text is not None else [None] * len(capsules)
-        fid = self.db.execute(
-            "INSERT INTO files(repo, path, language, size, mtime_ns, hash, module, imports, method, note, "
-            "text_hash) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                self.repo,
-                *file_columns(rec),
-                key,
-            ),
-        ).lastrowid
+        if fid is None:
+            fid = self.db.execute(
+                "INSERT INTO files(repo, path, language, size, mtime_ns, hash, module, imports, method, note, "
+                "text_hash) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                (self.repo, *file_columns(rec), key),
+            ).lastrowid
+        else:
+            self.db.execute(
+                "UPDATE files SET path=?, language=?, size=?, mtime_ns=?, hash=?, module=?, imports=?, method=?, "
+                "note=?, text_hash=? WHERE fid=?",
+                (*file_columns(rec), key, fid),
+            )
+            if old_key != key:
+                self._release_text(old_key)
         rows = []
         for c, where in zip(capsules, slices, strict=True):
             lex = lexical_bodies.get(c.id)
@@ -1394,7 +1413,7 @@ class SQLiteRepoWriter:
             parent_tail, parent_whole = _tail(c.parent, prefix) if c.parent is not None else (None, None)
             rows.append(
                 (
-                    self._freed.pop(c.id, None),
+                    old_rows.pop(c.id, None) or self._freed.pop(c.id, None),
                     None if cols[1] == rec.language else cols[1],  # the view reads the file's
                     _UNIT_KIND.get(cols[2], cols[2]),
                     _tail_code(cols[4], cols[3]) if cols[3] else cols[3],
@@ -1420,21 +1439,41 @@ class SQLiteRepoWriter:
                     id_hash(c.qualname),
                 )
             )
+        if old_rows:  # units the file no longer has
+            gone = list(old_rows.items())
+            self.db.executemany("DELETE FROM units WHERE rowid=?", [(r,) for _, r in gone])
+            for cid, rowid in gone:
+                self._freed[cid] = rowid
+        in_place = {row[0] for row in rows if row[0] is not None and row[0] in self._kept_rowids}
+        if in_place:
+            self.db.executemany(
+                f"UPDATE units SET {_UNIT_SET} WHERE rowid=?",
+                [(*row[1:22], row[0]) for row in rows if row[0] in in_place],
+            )
+            # a name or qualname hash that changed with the same id (a rename within a file keeps no id: rare)
+            self.db.executemany(
+                "UPDATE units SET nh=?, qh=? WHERE rowid=? AND (nh IS NOT ? OR qh IS NOT ?)",
+                [(row[24], row[25], row[0], row[24], row[25]) for row in rows if row[0] in in_place],
+            )
+        added = [row for row in rows if row[0] not in in_place]
         # a unit given no rowid takes the next after the largest ever given (AUTOINCREMENT), in the order written:
         # known without reading them back (Django's cold index: 3,917 reads by id)
-        seq = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'units'").fetchone()
-        cur = self.db.executemany(
+        # (a rowid given again is one that was: below the sequence, which it leaves as it is); checked by the sequence
+        # after the inserts (executemany leaves ``lastrowid`` unset)
+        seq = self.db.execute(_UNITS_SEQ).fetchone()
+        self.db.executemany(
             "INSERT INTO units(rowid, language, kind, name, qualname, signature, params, returns, "
             "docstring, decorators, start_line, end_line, text, content_hash, lex, tid, at, span, "
             f"id_tail, id_whole, parent_tail, parent_whole, idh, fid, nh, qh) VALUES({_ph(26)})",
-            rows,
+            added,
         )
-        given, nxt = {}, seq[0] if seq else 0
+        given, nxt, last = {}, seq[0] if seq else 0, None
         for c, row in zip(capsules, rows, strict=True):
             if row[0] is None:
                 nxt += 1
+                last = nxt
             given[c.id] = row[0] if row[0] is not None else nxt
-        if rows and cur.lastrowid == given[capsules[-1].id]:
+        if last is None or self.db.execute(_UNITS_SEQ).fetchone()[0] == last:
             self._rowids.update(given)
         rowids = self._rowid_map([c.id for c in capsules])  # (those not known above are read)
         add = self._lex.add_unit
@@ -1453,19 +1492,29 @@ class SQLiteRepoWriter:
         )
 
     def delete_file(self, path: str) -> None:
-        args = (self.repo, path)
-        old = self.db.execute("SELECT text_hash FROM files WHERE repo=? AND path=?", args).fetchone()
-        units = self.db.execute(f"SELECT id, rowid FROM capsules WHERE {_OF_FILE}", args).fetchall()
+        kept, fid, old_key = self._let_file_go(path)
+        if kept:
+            self.db.executemany("DELETE FROM units WHERE rowid=?", [(r,) for r in kept.values()])
+            self._freed.update(kept)
+        if fid is not None:
+            self.db.execute("DELETE FROM files WHERE fid=?", (fid,))
+            self._release_text(old_key)
+
+    def _let_file_go(self, path: str) -> tuple[dict[str, int], int | None, str | None]:
+        """Take a file's units out of the lexical index and its edges out of the graph; its units' rowids by id
+        (their rows stay, for the caller to rewrite or delete), its row's id and its text's key."""
+        self._kept_rowids = set()
+        old = self.db.execute("SELECT fid, text_hash FROM files WHERE repo=? AND path=?", (self.repo, path)).fetchone()
+        if old is None:
+            return {}, None, None
+        units = dict(self.db.execute("SELECT id, rowid FROM capsules WHERE fid=?", (old[0],)).fetchall())
         if units:
-            self._lex_units(_OF_FILE, list(args), delete=True)
-            self.db.execute(f"DELETE FROM edges WHERE src IN (SELECT rowid FROM capsules WHERE {_OF_FILE})", args)
-            self.db.execute(f"DELETE FROM units WHERE {_OF_FILE}", args)
-            for cid, rowid in units:
-                self._freed[cid] = rowid
+            self._lex_units("fid=?", [old[0]], delete=True)
+            self.db.execute("DELETE FROM edges WHERE src IN (SELECT rowid FROM units WHERE fid=?)", (old[0],))
+            for cid in units:
                 self._rowids.pop(cid, None)
-        self.db.execute("DELETE FROM files WHERE repo=? AND path=?", args)
-        if old is not None:
-            self._release_text(old[0])
+        self._kept_rowids = set(units.values())
+        return units, old[0], old[1]
 
     def _rowid_map(self, ids: Iterable[str | None]) -> dict[str, int]:
         """Units' rowids by id: those this transaction wrote from memory, the rest read."""
