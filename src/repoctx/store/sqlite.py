@@ -1188,6 +1188,8 @@ class SQLiteRepoWriter:
         self._edge_indexes_dropped = False  # it did not: the indexes are built at commit (_EDGE_INDEXES)
         self._lex = postings.Pending()  # the lexical index's changes, written before the commit
         self._kept_rowids: set[int] = set()  # the rows of the file put_file is rewriting (_let_file_go)
+        # a rewritten file's edges as they were, {path: {src rowid: [(kind, name, dst), ...]}}, until put_edges
+        self._old_edges: dict[str, dict[int, list[tuple]]] = {}
         # texts kept for grep's trigram index and not yet given to it (_TRIGRAM_DEFERRED): {texts.id: text}
         self._trigrams: dict[int, str] = {}
         self._trigram_chars = 0
@@ -1205,6 +1207,8 @@ class SQLiteRepoWriter:
             self._begin()
             try:
                 yield
+                for path in list(self._old_edges):  # files put again whose edges were not (none in an update)
+                    self._drop_old_edges(path)
                 self._index_trigrams()
                 self._lex.flush(db)
                 if self._edge_indexes_dropped:
@@ -1382,7 +1386,7 @@ class SQLiteRepoWriter:
         inserted again, every entry of four indexes with them (Django's query.py, 3 functions added: 302 of the 601
         pages the update wrote, and each page is written again when the log is copied into the database)."""
         ahead = ahead or {}
-        old_rows, fid, old_key = self._let_file_go(rec.path)
+        old_rows, fid, old_key = self._let_file_go(rec.path, keep_edges=True)
         key, tid = self._keep_text(text, ahead.get("z")) if text is not None else (None, None)
         slices = text_slices(text, capsules) if text is not None else [None] * len(capsules)
         if fid is None:
@@ -1439,11 +1443,14 @@ class SQLiteRepoWriter:
                     id_hash(c.qualname),
                 )
             )
-        if old_rows:  # units the file no longer has
+        if old_rows:  # units the file no longer has, and their edges
             gone = list(old_rows.items())
+            self.db.executemany("DELETE FROM edges WHERE src=?", [(r,) for _, r in gone])
             self.db.executemany("DELETE FROM units WHERE rowid=?", [(r,) for _, r in gone])
+            old_edges = self._old_edges.get(rec.path, {})
             for cid, rowid in gone:
                 self._freed[cid] = rowid
+                old_edges.pop(rowid, None)
         in_place = {row[0] for row in rows if row[0] is not None and row[0] in self._kept_rowids}
         if in_place:
             self.db.executemany(
@@ -1500,9 +1507,11 @@ class SQLiteRepoWriter:
             self.db.execute("DELETE FROM files WHERE fid=?", (fid,))
             self._release_text(old_key)
 
-    def _let_file_go(self, path: str) -> tuple[dict[str, int], int | None, str | None]:
+    def _let_file_go(self, path: str, keep_edges: bool = False) -> tuple[dict[str, int], int | None, str | None]:
         """Take a file's units out of the lexical index and its edges out of the graph; its units' rowids by id
-        (their rows stay, for the caller to rewrite or delete), its row's id and its text's key."""
+        (their rows stay, for the caller to rewrite or delete), its row's id and its text's key. ``keep_edges``: the
+        edges stay until put_edges gives the file's again (each unit's kept when they are the same), read here."""
+        self._drop_old_edges(path)
         self._kept_rowids = set()
         old = self.db.execute("SELECT fid, text_hash FROM files WHERE repo=? AND path=?", (self.repo, path)).fetchone()
         if old is None:
@@ -1510,7 +1519,17 @@ class SQLiteRepoWriter:
         units = dict(self.db.execute("SELECT id, rowid FROM capsules WHERE fid=?", (old[0],)).fetchall())
         if units:
             self._lex_units("fid=?", [old[0]], delete=True)
-            self.db.execute("DELETE FROM edges WHERE src IN (SELECT rowid FROM units WHERE fid=?)", (old[0],))
+            if keep_edges:
+                by_src: dict[int, list[tuple]] = {}
+                for src, *edge in self.db.execute(
+                    "SELECT src, kind, name, dst FROM edges WHERE src IN (SELECT rowid FROM units WHERE fid=?) "
+                    "ORDER BY src, seq",
+                    (old[0],),
+                ):
+                    by_src.setdefault(src, []).append(tuple(edge))
+                self._old_edges[path] = by_src
+            else:
+                self.db.execute("DELETE FROM edges WHERE src IN (SELECT rowid FROM units WHERE fid=?)", (old[0],))
             for cid in units:
                 self._rowids.pop(cid, None)
         self._kept_rowids = set(units.values())
@@ -1555,27 +1574,48 @@ class SQLiteRepoWriter:
                 self._edge_indexes_dropped = True
         rowids = self._rowid_map([e.src for e, _ in edges] + [e.dst for e, _ in edges])
         names = self._name_map({e.dst_name: key or "" for e, key in edges if e.kind != "contains"})
-        rows = []
-        seq = self._edge_seq()
+        given: list[tuple[int, tuple]] = []
         for e, _key in edges:
             src = rowids.get(e.src)
             if src is None:
                 raise StoreError(f"an edge from {e.src}, which {src_path} does not define")
             contains = e.kind == "contains"
-            seq += 1
-            rows.append(
+            given.append(
                 (
                     src,
-                    seq,
-                    _KIND[e.kind],
-                    None if contains else names[e.dst_name],
-                    rowids.get(e.dst) if e.dst is not None else None,
+                    (
+                        _KIND[e.kind],
+                        None if contains else names[e.dst_name],
+                        rowids.get(e.dst) if e.dst is not None else None,
+                    ),
                 )
             )
+        old = self._old_edges.pop(src_path, None)
+        if old is not None:
+            # a unit whose edges are the ones it had keeps their rows (and their index entries); one whose edges
+            # changed has them written again, numbered after every other (as a rewritten file's all were)
+            new: dict[int, list[tuple]] = {}
+            for src, edge in given:
+                new.setdefault(src, []).append(edge)
+            same = {src for src, got in new.items() if old.get(src) == got}
+            stale = [(src,) for src in old if src not in same]
+            self.db.executemany("DELETE FROM edges WHERE src=?", stale)
+            given = [(src, edge) for src, edge in given if src not in same]
+        rows = []
+        seq = self._edge_seq()
+        for src, edge in given:
+            seq += 1
+            rows.append((src, seq, *edge))
         self.db.executemany("INSERT INTO edges(src, seq, kind, name, dst) VALUES(?,?,?,?,?)", rows)
         if rows:
             self._next_seq = seq
             self.db.execute("INSERT OR REPLACE INTO meta VALUES('', 'edge_seq', ?)", (str(seq),))
+
+    def _drop_old_edges(self, path: str) -> None:
+        """Delete the edges a rewritten file had, if put_edges did not take them over."""
+        old = self._old_edges.pop(path, None)
+        if old:
+            self.db.executemany("DELETE FROM edges WHERE src=?", [(src,) for src in old])
 
     def _edge_seq(self) -> int:
         """The last edge's ``seq``: edges are numbered in the order they are written, across the file (the order
