@@ -213,3 +213,58 @@ def test_a_text_let_go_before_its_trigrams_were_indexed_leaves_no_trace(tmp_path
         assert not w._trigrams and _trigram_hits(ix, ["okapi"]) == {"okapi": []}
     finally:
         ix.close()
+
+
+def _pg_state(ix) -> dict:
+    st, sc = ix.store, ix.scope()
+    caps = st.all_capsules(sc)
+    ids = [c.id for c in caps]
+    return {
+        "capsules": [(c.id, c.kind, c.qualname, c.start_line, c.end_line, c.text) for c in caps],
+        "edges": st.all_edges(sc),
+        "counts": st.counts(sc),
+        "to": sorted(map(repr, st.edges_to(ids, (), sc))),
+        "lexical": [st.lexical(q.split(), 10, sc) for q in ("save model", "render", "make model", "slugify text")],
+        "grep": sorted((m["path"], m["line"]) for m in ix.grep("Model", limit=1000)["matches"]),
+    }
+
+
+def test_postgres_writes_a_large_update_from_a_thread_as_it_would_at_the_end(tmp_path, root, monkeypatch):
+    """A large update hands its buffered rows to a thread to write while it goes on (the server writes while the
+    indexer parses): the store holds what one flush at the end would have written; a write that fails there fails
+    the update, and the transaction leaves nothing behind."""
+    import repoctx.store.postgres as pgs
+    from tests.pg import fresh_database
+
+    states = []
+    real = pgs.PostgresRepoWriter._hand_off
+    for lines in (10**9, 7):  # one flush at the end; a hand-off every few units
+        monkeypatch.setattr(pgs, "_BEHIND_LINES", lines)
+        monkeypatch.setattr(pgs, "_RIDS_AHEAD", 3)
+        handed: list[int] = []
+        monkeypatch.setattr(pgs.PostgresRepoWriter, "_hand_off", lambda self, got=handed: got.append(1) or real(self))
+        url = fresh_database()
+        pgs.migrate(url)
+        ix = Index(root, Settings(database_url=url, embedder="none"))
+        try:
+            ix.update()
+            states.append(_pg_state(ix))
+        finally:
+            ix.close()
+        assert bool(handed) == (lines == 7)
+    assert states[0] == states[1] and states[0]["capsules"] and states[0]["grep"]
+
+    def broken(self, conn, taken):
+        raise RuntimeError("the server went away")
+
+    url = fresh_database()
+    pgs.migrate(url)
+    monkeypatch.setattr(pgs.PostgresRepoWriter, "_write", broken)
+    ix = Index(root, Settings(database_url=url, embedder="none"))
+    try:
+        with pytest.raises(RuntimeError, match="server went away"):
+            ix.update()
+        monkeypatch.undo()
+        assert ix.store.counts(ix.scope())["capsules"] == 0  # rolled back whole
+    finally:
+        ix.close()
