@@ -240,6 +240,7 @@ def test_postgres_writes_a_large_update_from_a_thread_as_it_would_at_the_end(tmp
     real = pgs.PostgresRepoWriter._hand_off
     for lines in (10**9, 7):  # one flush at the end; a hand-off every few units
         monkeypatch.setattr(pgs, "_BEHIND_LINES", lines)
+        monkeypatch.setattr(pgs, "_BEHIND_EDGES", lines)  # (edges are handed off too, counts applied once at the end)
         monkeypatch.setattr(pgs, "_RIDS_AHEAD", 3)
         handed: list[int] = []
         monkeypatch.setattr(pgs.PostgresRepoWriter, "_hand_off", lambda self, got=handed: got.append(1) or real(self))

@@ -135,6 +135,7 @@ MAX_POSTED_TERM = 512
 # a large update's buffered rows are handed to a thread to write once this many postings wait (~5k units), with this
 # many unit ids taken ahead, so the server writes while the indexer parses and tokenizes
 _BEHIND_LINES = 250_000
+_BEHIND_EDGES = 50_000
 _RIDS_AHEAD = 20_000
 
 # one row per repository of a scope: what :meth:`PostgresStore._scoped_content_key` compares
@@ -896,13 +897,17 @@ class PostgresRepoWriter:
         if self.conn is not None:
             self._write(self.conn, self._take())
 
-    def _take(self) -> tuple:
-        """The buffered rows and counts, the buffers emptied."""
-        out = (self._texts, self._files, self._caps, self._post, self._edges, self._df, self._docs, self._len)
+    def _take(self, counts: bool = True) -> tuple:
+        """The buffered rows, and with ``counts`` the terms' document counts and the lengths, the buffers emptied.
+        (A hand-off leaves the counts to add up: each flush's upsert of them touched every term it met again.)"""
+        out = (self._texts, self._files, self._caps, self._post, self._edges)
         self._written += len(self._caps)
         self._texts, self._caps, self._post, self._files, self._edges = {}, [], [], [], []
+        if not counts:
+            return (*out, Counter(), 0, 0.0)
+        got = (*out, self._df, self._docs, self._len)
         self._df, self._docs, self._len = Counter(), 0, 0.0
-        return out
+        return got
 
     def _hand_off(self) -> None:
         """Write what is buffered from a thread while the update goes on (a cold index of Django wrote every row
@@ -917,7 +922,7 @@ class PostgresRepoWriter:
                 "SELECT nextval('repoctx_capsules_rid_seq') FROM generate_series(1, %s)", (_RIDS_AHEAD,)
             ).fetchall()
             self._rids = [r[0] for r in rows][::-1] + self._rids
-        taken = self._take()
+        taken = self._take(counts=False)
 
         def run() -> None:
             try:
@@ -1163,6 +1168,8 @@ class PostgresRepoWriter:
 
     def put_edges(self, edges: Iterable[tuple[Edge, str | None]], src_path: str) -> None:
         self._edges.extend((self.repo, e.src, e.kind, e.dst_name, key, e.dst, src_path) for e, key in edges)
+        if len(self._edges) >= _BEHIND_EDGES:  # a cold update's edges come last, a few files at a time
+            self._hand_off()
 
     def set_edge_dst(self, edge_key, dst: str | None) -> None:
         with self._c() as conn:
