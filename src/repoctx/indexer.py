@@ -303,12 +303,9 @@ def parse_stream(
         for item in _parse_in_worker(to_parse, settings, repo, ahead, link, idle):
             if item is PARSED_ALL:
                 said_all = True
-                yield PARSED_ALL
-            elif item is LINKED or isinstance(item, dict):  # edges, after PARSED_ALL
-                yield item
-            else:
+            elif item is not LINKED and not isinstance(item, dict):  # a file's result (edges come after PARSED_ALL)
                 start += 1
-                yield item
+            yield item
     for sf, data, _h in to_parse[start:]:  # what no worker parsed (none, or one that died)
         assert data is not None
         yield _parse_one(sf, data, settings, repo)
@@ -389,25 +386,42 @@ _LINK_FILES = 256  # files whose edges go in one message from the worker
 
 def _link(parsed: list[ParsedFile]) -> Iterator[dict[str, list[tuple]]]:
     """Each file's edges, resolved over these files alone (a cold update: they are every unit there is), as the
-    writer would resolve them: base classes first over every file, then each file's calls, imports and
-    containment. As tuples (``Edge(*t)``), ``_LINK_FILES`` files at a time, in their order."""
+    writer resolves them (``_all_bases``, ``_file_edges``). As tuples (``Edge(*t)``), ``_LINK_FILES`` files at a
+    time, in their order."""
+    resolver, memory = _memory_resolver(parsed)
+    bases = _all_bases(resolver, parsed, memory)
+    for a in range(0, len(parsed), _LINK_FILES):
+        yield {
+            pf.path: [_EDGE_FIELDS(e) for e in _file_edges(resolver, pf, bases)] for pf in parsed[a : a + _LINK_FILES]
+        }
+
+
+def _memory_resolver(parsed: list[ParsedFile]) -> tuple[Resolver, Any]:
+    """A resolver over these files' units alone (a cold update's), and its lookup."""
     from repoctx.graph import MemoryLookup
 
     memory = MemoryLookup([c for pf in parsed for c in pf.capsules], {pf.path: pf.module for pf in parsed})
-    resolver = Resolver(memory)
+    return Resolver(memory), memory
+
+
+def _all_bases(resolver: Resolver, parsed: list[ParsedFile], memory: Any = None) -> dict[str, list]:
+    """The base classes of every parsed file's classes, resolved first, so a call through a class parsed later in
+    the update resolves (given to ``memory``, a MemoryLookup, for its inherited-method lookups)."""
     bases: dict[str, list] = {}
     for pf in parsed:
         bases.update(file_bases(resolver, pf.capsules, pf.refs, pf.imports, pf.module))
-    memory.add_bases(bases)
-    for a in range(0, len(parsed), _LINK_FILES):
-        yield {
-            pf.path: [
-                _EDGE_FIELDS(e)
-                for e in contains_edges(pf.capsules)
-                + resolve_file(resolver, pf.capsules, pf.refs, pf.imports, pf.module, bases)
-            ]
-            for pf in parsed[a : a + _LINK_FILES]
-        }
+    if memory is not None:
+        memory.add_bases(bases)
+    return bases
+
+
+def _file_edges(resolver: Resolver, pf: ParsedFile, bases: dict[str, list]) -> list[Edge]:
+    """One file's edges: containment, then its calls, imports and inheritance as resolved."""
+    return contains_edges(pf.capsules) + resolve_file(resolver, pf.capsules, pf.refs, pf.imports, pf.module, bases)
+
+
+def _put_edges(store: RepoWriter, edges: list[Edge], path: str) -> None:
+    store.put_edges(((e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges), path)
 
 
 def _parse_in_worker(
@@ -753,32 +767,19 @@ def update_index(
                         at += 1
                     if at == len(parsed):
                         raise RuntimeError(f"the parse worker linked {path}, which was not parsed in this order")
-                    store.put_edges(((e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges), path)
+                    _put_edges(store, edges, path)
                     linked.add(path)
         bases: dict[str, list] = {}
-        unlinked = [(sf, h, pf) for sf, h, pf in parsed if pf.path not in linked]
-        memory = None
+        unlinked = [pf for _, _, pf in parsed if pf.path not in linked]
+        parsed_files = [pf for _, _, pf in parsed]
         if cold and unlinked:
-            from repoctx.graph import MemoryLookup
-
-            memory = MemoryLookup(
-                [c for _, _, pf in parsed for c in pf.capsules], {pf.path: pf.module for _, _, pf in parsed}
-            )
-            resolver = Resolver(memory)
+            resolver, memory = _memory_resolver(parsed_files)
         else:
-            resolver = Resolver(StoreLookup(store))
+            resolver, memory = Resolver(StoreLookup(store)), None
         if unlinked:
-            # base classes first, over every parsed file, so a call through a class parsed later in this update
-            # resolves
-            for _sf, _h, pf in parsed:
-                bases.update(file_bases(resolver, pf.capsules, pf.refs, pf.imports, pf.module))
-            if memory is not None:
-                memory.add_bases(bases)
-            for sf, _h, pf in unlinked:
-                edges = contains_edges(pf.capsules) + resolve_file(
-                    resolver, pf.capsules, pf.refs, pf.imports, pf.module, bases
-                )
-                store.put_edges(((e, ref_key(e.dst_name) if e.kind != "contains" else None) for e in edges), sf.path)
+            bases = _all_bases(resolver, parsed_files, memory)
+            for pf in unlinked:
+                _put_edges(store, _file_edges(resolver, pf, bases), pf.path)
         if not cold:
             names = {d[0] for d in old_defs ^ new_defs}
             # a class whose bases changed: calls elsewhere through it may now reach another ancestor's method

@@ -201,12 +201,12 @@ def term_key(term: str | None) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-def _rows_in(db: sqlite3.Connection, sql: str, values: list) -> list[tuple]:
-    """``sql`` (its ``{}``: an IN list's placeholders) run on ``values`` 900 at a time."""
+def rows_in(db: sqlite3.Connection, sql: str, values: list, args: Sequence = ()) -> list[tuple]:
+    """``sql`` (its ``{}``: an IN list's placeholders, then ``args``' own) run on ``values`` 900 at a time."""
     out: list[tuple] = []
     for i in range(0, len(values), 900):
         chunk = values[i : i + 900]
-        out += db.execute(sql.format(",".join("?" * len(chunk))), chunk)
+        out += db.execute(sql.format(",".join("?" * len(chunk))), [*chunk, *args])
     return out
 
 
@@ -224,7 +224,7 @@ def read_terms(db: sqlite3.Connection, terms: Iterable[str], blobs: bool = True)
     cols = "key, term, n, last, p" if blobs else "key, term, n, last, NULL"
     while pending:
         keys = sorted(set(pending.values()))
-        rows = {r[0]: r[1:] for r in _rows_in(db, f"SELECT {cols} FROM lex WHERE key IN ({{}})", keys)}
+        rows = {r[0]: r[1:] for r in rows_in(db, f"SELECT {cols} FROM lex WHERE key IN ({{}})", keys)}
         probe: dict[str, int] = {}
         for t, k in pending.items():
             row = rows.get(k)
@@ -271,7 +271,7 @@ def read_lengths(db: sqlite3.Connection, rowids: np.ndarray | None = None) -> di
         rows = db.execute("SELECT block, d FROM lexdl").fetchall()
     else:
         blocks = unique(np.asarray(rowids, dtype=np.int64) >> _BLOCK_BITS).tolist()
-        rows = _rows_in(db, "SELECT block, d FROM lexdl WHERE block IN ({})", blocks)
+        rows = rows_in(db, "SELECT block, d FROM lexdl WHERE block IN ({})", blocks)
     return {b: np.frombuffer(inflate(d), dtype=np.uint32) for b, d in rows}
 
 
@@ -605,7 +605,7 @@ class Pending:
         homes = [term_key(t) for t in terms]
         taken: set[int] = set()
         if db.execute("SELECT EXISTS (SELECT 1 FROM lex)").fetchone()[0]:
-            taken.update(r[0] for r in _rows_in(db, "SELECT key FROM lex WHERE key IN ({})", sorted(set(homes))))
+            taken.update(r[0] for r in rows_in(db, "SELECT key FROM lex WHERE key IN ({})", sorted(set(homes))))
             probe = True
         else:
             probe = False

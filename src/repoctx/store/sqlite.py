@@ -812,25 +812,14 @@ class SQLiteStore(MemoryReads):
         while len(kept) < k and pos < len(order):
             chunk = order[pos : pos + size]
             pos += len(chunk)
-            ok: set[int] = set()
-            for part in _chunks(rowids[chunk].tolist()):
-                ok.update(
-                    r[0]
-                    for r in self.db.execute(
-                        f"SELECT c.rowid FROM capsules c WHERE c.rowid IN ({_ph(len(part))}) AND {where}", part + args
-                    )
-                )
+            sql = f"SELECT c.rowid FROM capsules c WHERE c.rowid IN ({{}}) AND {where}"
+            ok = {r[0] for r in postings.rows_in(self.db, sql, rowids[chunk].tolist(), args)}
             kept += [int(i) for i in chunk if int(rowids[i]) in ok]
             size *= 4
         return np.asarray(kept[:k], dtype=np.int64)
 
     def _ids_of_rowids(self, rowids: list[int]) -> dict[int, str]:
-        out: dict[int, str] = {}
-        for part in _chunks(rowids):
-            out.update(
-                self.db.execute(f"SELECT c.rowid, c.id FROM capsules c WHERE c.rowid IN ({_ph(len(part))})", part)
-            )
-        return out
+        return dict(postings.rows_in(self.db, "SELECT c.rowid, c.id FROM capsules c WHERE c.rowid IN ({})", rowids))
 
     # ---- BM25 in memory (long-lived processes): an accelerator, never the source of truth
     def _content_key(self) -> tuple:
@@ -1187,7 +1176,6 @@ class SQLiteRepoWriter:
         self._edges_seen = False  # put_edges asked once whether the file held any edge before
         self._edge_indexes_dropped = False  # it did not: the indexes are built at commit (_EDGE_INDEXES)
         self._lex = postings.Pending()  # the lexical index's changes, written before the commit
-        self._kept_rowids: set[int] = set()  # the rows of the file put_file is rewriting (_let_file_go)
         # a rewritten file's edges as they were, {path: {src rowid: [(kind, name, dst), ...]}}, until put_edges
         self._old_edges: dict[str, dict[int, list[tuple]]] = {}
         # texts kept for grep's trigram index and not yet given to it (_TRIGRAM_DEFERRED): {texts.id: text}
@@ -1387,6 +1375,7 @@ class SQLiteRepoWriter:
         pages the update wrote, and each page is written again when the log is copied into the database)."""
         ahead = ahead or {}
         old_rows, fid, old_key = self._let_file_go(rec.path, keep_edges=True)
+        kept = set(old_rows.values())  # (old_rows loses each unit that is still there)
         key, tid = self._keep_text(text, ahead.get("z")) if text is not None else (None, None)
         slices = text_slices(text, capsules) if text is not None else [None] * len(capsules)
         if fid is None:
@@ -1406,7 +1395,7 @@ class SQLiteRepoWriter:
         rows = []
         for c, where in zip(capsules, slices, strict=True):
             lex = lexical_bodies.get(c.id)
-            kept = lines_code(lex, c.text) if lex is not None and lex != c.text else None
+            own_lines = lines_code(lex, c.text) if lex is not None and lex != c.text else None
             if c.path != rec.path:  # a unit's path is its file's row's (the view ``capsules`` reads it there)
                 raise StoreError(f"a unit of {c.path} given with the file {rec.path}")
             prefix = f"{self.repo}:{c.path}#"
@@ -1430,7 +1419,7 @@ class SQLiteRepoWriter:
                     *cols[10:],
                     c.text if where is None else None,
                     pack_hash(c.content_hash),
-                    kept,
+                    own_lines,
                     None if where is None else tid,
                     *(where or (None, None)),
                     id_tail,
@@ -1451,7 +1440,7 @@ class SQLiteRepoWriter:
             for cid, rowid in gone:
                 self._freed[cid] = rowid
                 old_edges.pop(rowid, None)
-        in_place = {row[0] for row in rows if row[0] is not None and row[0] in self._kept_rowids}
+        in_place = {row[0] for row in rows if row[0] in kept}
         if in_place:
             self.db.executemany(
                 f"UPDATE units SET {_UNIT_SET} WHERE rowid=?",
@@ -1512,7 +1501,6 @@ class SQLiteRepoWriter:
         (their rows stay, for the caller to rewrite or delete), its row's id and its text's key. ``keep_edges``: the
         edges stay until put_edges gives the file's again (each unit's kept when they are the same), read here."""
         self._drop_old_edges(path)
-        self._kept_rowids = set()
         old = self.db.execute("SELECT fid, text_hash FROM files WHERE repo=? AND path=?", (self.repo, path)).fetchone()
         if old is None:
             return {}, None, None
@@ -1532,7 +1520,6 @@ class SQLiteRepoWriter:
                 self.db.execute("DELETE FROM edges WHERE src IN (SELECT rowid FROM units WHERE fid=?)", (old[0],))
             for cid in units:
                 self._rowids.pop(cid, None)
-        self._kept_rowids = set(units.values())
         return units, old[0], old[1]
 
     def _rowid_map(self, ids: Iterable[str | None]) -> dict[str, int]:
