@@ -323,9 +323,7 @@ def store_counts(url: str) -> dict:
         repos = [r[0] for r in conn.execute("SELECT DISTINCT repo FROM repoctx_capsules ORDER BY repo")]
         units = conn.execute("SELECT count(*) FROM repoctx_capsules").fetchone()[0]
         files = conn.execute("SELECT count(*) FROM repoctx_files").fetchone()[0]
-        postings = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = 'repoctx_postings'").fetchone()[
-            0
-        ]
+        postings = conn.execute("SELECT coalesce(sum(n), 0) FROM repoctx_lex").fetchone()[0]
         vectors = dict(conn.execute("SELECT repo, count(*) FROM repoctx_vectors GROUP BY repo").fetchall())
         size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
     return {
@@ -654,7 +652,7 @@ def markdown(res: dict) -> str:
     for c in res["checkpoints"]:
         lines.append(
             f"- {c['phase']}: {c['units']:,} units, {c['files']:,} files, {c['n_repos']} repositories, "
-            f"{'~' + format(c['postings_est'], ',') if c['postings_est'] >= 0 else 'not yet counted'} postings rows, "
+            f"{c['postings_est']:,} postings, "
             f"database {c['db_mib']:,} MiB; indexing to here "
             f"{c['index_s']:.0f} s of wall time in total (load {c['load']})"
         )

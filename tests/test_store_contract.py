@@ -129,8 +129,57 @@ def test_incremental_equals_cold(backend, tmp_path):
     assert [i.split(":", 1)[1] for i, _ in a] == [i.split(":", 1)[1] for i, _ in b]
 
 
+def _pg_lexical_rows(url: str, repo: str) -> dict[str, list[tuple]]:
+    """PostgreSQL's lexical rows of ``repo``, each posting as (unit id without the repository, count, length)."""
+    import psycopg
+
+    from repoctx.store import postings
+
+    with psycopg.connect(url) as conn:
+        ids = dict(conn.execute("SELECT rid, id FROM repoctx_capsules WHERE repo=%s", (repo,)).fetchall())
+        out = {}
+        for term, n, last, p in conn.execute("SELECT term, n, last, p FROM repoctx_lex WHERE repo=%s", (repo,)):
+            _, rids, wtf, dl = postings.unpack_many([p], [n], 3)
+            assert n == len(rids) > 0 and last == rids[-1] and (np.diff(rids) > 0).all(), term
+            out[term] = sorted((ids[r].split(":", 1)[1], w, d) for r, w, d in zip(rids.tolist(), wtf.tolist(),
+                                                                                  dl.tolist(), strict=True))
+    return out
+
+
+def test_postgres_lexical_rows_after_updates_are_a_cold_index_s(tmp_path):
+    """Files edited, deleted and added, a class losing a method: every term's row holds
+    exactly the postings (unit, count, length) a cold index of the same tree writes, no row is left empty, and a
+    token too long for an index key gets no row."""
+    import shutil
+
+    from repoctx.store.postgres import migrate
+    from tests.pg import fresh_database
+
+    url = fresh_database()
+    migrate(url)
+    settings = Settings(database_url=url, embedder="none")
+    root = write_tree(tmp_path / "shop", SHOP)
+    ix = index_repo(settings, root, dense=False)
+    huge = "z" * 600
+    (root / "shop/models.py").write_text(SHOP["shop/models.py"].replace("    def validate(self):\n        return True\n\n", "")
+                                         .replace("sum_lines", "add_lines"))
+    (root / "docs/notes.md").unlink()
+    (root / "shop/extra.py").write_text(f"def refund(order):\n    return '{huge}'\n")
+    ix.update()
+    (root / "secret/vault.py").write_text(SHOP["secret/vault.py"] + "\ndef rotate(key):\n    return key\n")
+    (root / "shop/extra.py").write_text("def refund(order, amount):\n    return amount\n")
+    ix.update()
+    shutil.copytree(root, tmp_path / "again" / "shop")
+    cold = index_repo(settings, tmp_path / "again" / "shop", name="cold", dense=False)
+    got, want = _pg_lexical_rows(url, "shop"), _pg_lexical_rows(url, "cold")
+    assert got == want and "rotate" in got and "validate" in got and huge not in got
+    assert [p[0] for p in got["add"]] == ["shop/models.py#Order.total", "shop/models.py#add_lines"] and "sum" not in got
+    ix.close()
+    cold.close()
+
+
 def test_bm25_matches_sqlite_fts5(tmp_path):
-    """PostgreSQL's postings scored in SQL give FTS5's bm25() scores (same order, same numbers)."""
+    """PostgreSQL's lexical rows give FTS5's bm25() scores (same order, same numbers)."""
     from repoctx.store.postgres import migrate
     from tests.pg import fresh_database
 
@@ -264,6 +313,49 @@ def test_postgres_needs_migrate(tmp_path):
         PostgresStore(fresh_database())
 
 
+def test_a_schema_4_store_migrates_to_the_lexical_rows_an_index_writes(tmp_path):
+    """Schema 5 packs each term's postings into one row a repository: a store of schema 4 (a row a posting, with the
+    terms' document counts beside) migrates to the rows a fresh index writes, byte for byte, and searches alike;
+    the old tables are gone."""
+    import psycopg
+
+    from repoctx.store import postings
+    from repoctx.store.postgres import PostgresStore, migrate
+    from tests.pg import fresh_database
+
+    fresh = fresh_database()
+    migrate(fresh)
+    root = write_tree(tmp_path / "shop", SHOP)
+    ix = index_repo(Settings(database_url=fresh, embedder="none"), root, dense=False)
+    ix.close()
+    old = fresh_database()
+    assert migrate(old, to=4)["version"] == 4
+    with psycopg.connect(fresh) as src, psycopg.connect(old) as dst:
+        for table in ("repoctx_repos", "repoctx_capsules", "repoctx_files"):
+            rows = src.execute(f"SELECT * FROM {table}").fetchall()
+            with dst.cursor().copy(f"COPY {table} FROM STDIN") as cp:
+                for r in rows:
+                    cp.write_row(r)
+        lex = src.execute("SELECT repo, term, n, last, p FROM repoctx_lex ORDER BY repo, term").fetchall()
+        for repo, term, n, _last, p in lex:  # each posting a row, as schema 4 kept them
+            _, rids, wtf, dl = postings.unpack_many([p], [n], 3)
+            for r, w, d in zip(rids.tolist(), wtf.tolist(), dl.tolist(), strict=True):
+                dst.execute("INSERT INTO repoctx_postings VALUES(%s,%s,%s,%s,%s)", (term, r, repo, float(w), float(d)))
+            dst.execute("INSERT INTO repoctx_term_df VALUES(%s,%s,%s)", (repo, term, n))
+    with pytest.raises(StoreError, match="repoctx db migrate"):
+        PostgresStore(old)
+    assert migrate(old) == {"version": 5, "from": 4}
+    with psycopg.connect(old) as conn:
+        assert conn.execute("SELECT repo, term, n, last, p FROM repoctx_lex ORDER BY repo, term").fetchall() == lex
+        assert conn.execute("SELECT to_regclass('repoctx_postings'), to_regclass('repoctx_term_df')").fetchone() == (
+            None, None)
+    a, b = PostgresStore(fresh), PostgresStore(old)
+    for terms in (["order"], ["vault", "key"], ["checkout", "cart", "card"]):
+        assert a.lexical(terms, 10) == b.lexical(terms, 10) != []
+    a.close()
+    b.close()
+
+
 def test_old_sqlite_schema_is_named_then_rebuilt(tmp_path):
     root = write_tree(tmp_path / "r", {"a.py": "def f():\n    return 1\n"})
     (tmp_path / "ix").mkdir()
@@ -318,7 +410,7 @@ def test_a_large_write_leaves_postgres_statistics_fresh(tmp_path, pg_url):
         with psycopg.connect(pg_url, autocommit=True) as conn:
             return dict(conn.execute(
                 "SELECT relname, analyze_count FROM pg_stat_user_tables WHERE relname IN "
-                "('repoctx_capsules', 'repoctx_postings', 'repoctx_term_df', 'repoctx_edges', 'repoctx_files')"
+                "('repoctx_capsules', 'repoctx_lex', 'repoctx_edges', 'repoctx_files')"
             ).fetchall())
 
     before = analyzed()

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from repoctx.store import postings
 from repoctx.store.base import EVERYTHING, Scope
+from repoctx.store.postings import K1, B
 from repoctx.types import Capsule, Edge, UnitHead
 
-K1, B = 1.2, 0.75
 # indexes kept for scopes of some repositories (memory: ~12 bytes a posting; Django's sdist holds ~1.8M postings)
 SCOPED_MAX = 32
 SCOPED_POSTINGS = 12_000_000
@@ -62,10 +63,8 @@ class MemoryBM25:
         rowids: np.ndarray,
         ids: list[str],
         seconds: float,
-        fold_case: bool = True,
     ):
         self.key = key
-        self.fold_case = fold_case  # FTS5 folds a query's case; PostgreSQL's postings match terms as given
         self.terms = terms  # term -> its number: its span is starts[i]:starts[i + 1]
         self.starts = starts
         self.rows = rows  # dense unit number per posting (int32)
@@ -108,7 +107,6 @@ class MemoryBM25:
         rowids: np.ndarray,
         ids: list[str],
         started: float,
-        fold_case: bool,
     ) -> MemoryBM25:
         """``wtf`` (float64, one per posting, spans by ``starts``) becomes the scores in place, a block at a
         time (no posting-sized temporaries); ``dl(block)``: the unit lengths of a block's postings. A posting
@@ -127,7 +125,7 @@ class MemoryBM25:
             w[unknown] = 0.0
             rows[block][unknown] = 0
         spans = {t: i for i, t in enumerate(terms)}
-        return cls(key, spans, starts, rows, wtf, rowids, ids, time.perf_counter() - started, fold_case)
+        return cls(key, spans, starts, rows, wtf, rowids, ids, time.perf_counter() - started)
 
     @classmethod
     def from_postings(
@@ -141,7 +139,6 @@ class MemoryBM25:
         avgdl: float,
         units: Sequence[tuple[int, str]],
         started: float,
-        fold_case: bool = True,
     ) -> MemoryBM25:
         """``terms``/``rowids``/``wtf``/``dl``: one posting each (grouped by term): the unit's rowid, the
         column-weighted count of the term in it and the unit's length. ``units``: (rowid, capsule id)."""
@@ -157,9 +154,53 @@ class MemoryBM25:
                 names.append(terms[bounds[-1]])
                 bounds.append(i)
         starts = np.asarray(bounds if n else [0], dtype=np.int64)
-        return cls._scored(
-            key, names, starts, rows, wtf_a, dl_a.__getitem__, n_docs, avgdl, all_rowids, ids, started, fold_case
-        )
+        return cls._scored(key, names, starts, rows, wtf_a, dl_a.__getitem__, n_docs, avgdl, all_rowids, ids, started)
+
+    @classmethod
+    def from_packed(
+        cls,
+        key: Hashable,
+        rows: Sequence[tuple[str, int, bytes]],
+        units: Sequence[tuple[int, str]],
+        n_docs: float,
+        avgdl: float,
+        started: float,
+        lengths: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> MemoryBM25:
+        """From postings as the stores keep them (postings.py): rows of (term, n, packed postings) in term order, a
+        term in one row (SQLite's, whose units' lengths ``lengths(rowids)`` gives) or in several, one a repository
+        (PostgreSQL's, each posting carrying its unit's length). Decoded about a million postings at a time into
+        the index's own arrays (a store of 221k units holds ~9M postings)."""
+        width = 2 if lengths is not None else 3
+        all_rowids, ids = cls._units(units)
+        counts = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+        starts = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(counts, out=starts[1:])
+        dense = np.empty(int(starts[-1]), dtype=np.int32)
+        wtf = np.empty(int(starts[-1]), dtype=np.float64)
+        dl = np.empty(int(starts[-1]) if width == 3 else 0, dtype=np.float64)
+        a = 0
+        while a < len(rows):
+            b = int(np.searchsorted(starts, starts[a] + (1 << 20), side="right"))
+            b = max(b - 1, a + 1)
+            _, rowids, w, *rest = postings.unpack_many([r[2] for r in rows[a:b]], counts[a:b].tolist(), width)
+            dense[starts[a] : starts[b]] = cls._dense(all_rowids, rowids)
+            wtf[starts[a] : starts[b]] = w
+            if rest:
+                dl[starts[a] : starts[b]] = rest[0]
+            a = b
+        firsts = [i for i in range(len(rows)) if i == 0 or rows[i][0] != rows[i - 1][0]]
+        terms = [rows[i][0] for i in firsts]
+        term_starts = starts[np.asarray([*firsts, len(rows)], dtype=np.int64)] if rows else np.zeros(1, np.int64)
+        if lengths is None:
+            block_dl: Callable[[slice], np.ndarray] = dl.__getitem__
+        else:
+            by_unit = lengths(all_rowids)
+
+            def block_dl(block: slice) -> np.ndarray:
+                return by_unit[np.maximum(dense[block], 0)] if len(by_unit) else np.zeros(block.stop - block.start)
+
+        return cls._scored(key, terms, term_starts, dense, wtf, block_dl, n_docs, avgdl, all_rowids, ids, started)
 
     def _span(self, i: int) -> tuple[int, int]:
         return int(self.starts[i]), int(self.starts[i + 1])
@@ -171,7 +212,7 @@ class MemoryBM25:
 
     def top(self, terms: Sequence[str], k: int, admitted: np.ndarray | None = None) -> list[tuple[str, float]]:
         """The ``k`` best (capsule id, score) for an OR of ``terms``; ``admitted``: a mask by dense number."""
-        wanted = dict.fromkeys(t.lower() for t in terms) if self.fold_case else dict.fromkeys(terms)
+        wanted = dict.fromkeys(t.lower() for t in terms)  # (a query's case is folded, as the stores' own search does)
         spans = [self._span(self.terms[t]) for t in wanted if t in self.terms]
         if not spans or k <= 0:
             return []

@@ -25,7 +25,7 @@ import re
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -50,6 +50,7 @@ SCHEMA = (
 WEIGHTS = (10, 6, 3, 4, 2, 1)
 BODY_CHARS = 200_000  # a unit's body is cut here before its tokens are counted
 _BLOCK_BITS = 12
+K1, B = 1.2, 0.75  # BM25's, as FTS5's bm25() sets them
 # Pending.row_key when not a key (keys are signed 32-bit, a probe may pass 2**31): not looked up yet; no row
 UNKNOWN, NO_ROW = -(1 << 41), -(1 << 40)
 FLUSH_POSTINGS = 1 << 18  # a writer writes what it collected once this many postings wait (memory: 8 bytes each)
@@ -110,24 +111,48 @@ def decode_varints(buf: bytes) -> np.ndarray:
     return out
 
 
-def pack(rowids: np.ndarray, wtf: np.ndarray) -> bytes:
-    """One term's postings (rowids strictly increasing) as its row's ``p``."""
+def _interleave(first: np.ndarray, cols: Sequence[np.ndarray]) -> np.ndarray:
+    """``first`` and each of ``cols`` taken in turn: a0 b0 c0 a1 b1 c1 ..."""
+    width = 1 + len(cols)
+    out = np.empty(width * len(first), dtype=np.int64)
+    out[0::width] = first
+    for j, col in enumerate(cols, 1):
+        out[j::width] = col
+    return out
+
+
+def pack(rowids: np.ndarray, wtf: np.ndarray, dl: np.ndarray | None = None) -> bytes:
+    """One term's postings (rowids strictly increasing) as its row's ``p``: (rowid gap, weighted count) pairs,
+    or with ``dl`` (PostgreSQL's rows, which carry each unit's token count) (gap, count, length) triples."""
     gaps = np.diff(np.asarray(rowids, dtype=np.int64), prepend=0)
-    pairs = np.empty(2 * len(gaps), dtype=np.int64)
-    pairs[0::2] = gaps
-    pairs[1::2] = wtf
-    return encode_varints(pairs)
+    return encode_varints(_interleave(gaps, [wtf] if dl is None else [wtf, dl]))
 
 
-def unpack_many(blobs: Sequence[bytes], counts: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Several terms' postings at once: (the term's position in ``blobs`` per posting, rowids, weighted counts)."""
+def pack_runs(
+    counts: np.ndarray, rowids: np.ndarray, cols: Sequence[np.ndarray], after: np.ndarray
+) -> tuple[bytes, np.ndarray]:
+    """Several terms' postings in one pass: ``rowids`` (and ``cols``, the values each posting carries) grouped by
+    term, ``counts`` a term (each > 0), in rowid order within a term, each term's first gap taken from ``after``
+    (its stored last rowid, or 0). The bytes, and each term's offsets in them (``len(counts) + 1``)."""
+    rowids = np.asarray(rowids, dtype=np.int64)
+    firsts = np.cumsum(counts) - counts
+    gaps = np.diff(rowids, prepend=0)
+    gaps[firsts] = rowids[firsts] - after
+    values = _interleave(gaps, cols)
+    per_term = np.add.reduceat(_varint_sizes(values), (1 + len(cols)) * firsts)
+    return encode_varints(values), np.concatenate([[0], np.cumsum(per_term)])
+
+
+def unpack_many(blobs: Sequence[bytes], counts: Sequence[int], width: int = 2) -> tuple[np.ndarray, ...]:
+    """Several terms' postings at once: (the term's position in ``blobs`` per posting, rowids, weighted counts,
+    and with ``width`` 3 the units' lengths)."""
     values = decode_varints(b"".join(blobs))
     counts_a = np.asarray(counts, dtype=np.int64)
     total = int(counts_a.sum())
-    if len(values) != 2 * total:
-        raise CorruptPostings(f"{len(values)} varints where {2 * total} were counted")
+    if len(values) != width * total:
+        raise CorruptPostings(f"{len(values)} varints where {width * total} were counted")
     which = np.repeat(np.arange(len(counts_a)), counts_a)
-    gaps, wtf = values[0::2], values[1::2]
+    gaps = values[0::width]
     rowids = np.cumsum(gaps)
     if total:  # each term's first gap is its first rowid: take away what the terms before it summed to
         firsts = np.cumsum(counts_a) - counts_a
@@ -135,7 +160,7 @@ def unpack_many(blobs: Sequence[bytes], counts: Sequence[int]) -> tuple[np.ndarr
         has = counts_a > 0
         before[has] = rowids[firsts[has]] - gaps[firsts[has]]
         rowids -= before[which]
-    return which, rowids, wtf
+    return (which, rowids, *(values[j::width] for j in range(1, width)))
 
 
 # ------------------------------------------------------------------------------------ a unit's postings
@@ -149,8 +174,9 @@ def unit_postings(columns: Sequence[Sequence[str]]) -> tuple[tuple[str, ...], tu
     return tuple(counts), tuple(counts.values()), sum(map(len, columns))
 
 
-def units_postings(units: Iterable[tuple[str | None, ...]]) -> list[tuple]:
-    """Each unit's postings (:func:`unit_postings`) from its (name, qualname, path, signature, docstring, body)."""
+def units_postings(units: Iterable[tuple[str | None, ...]], cut: int | None = BODY_CHARS) -> list[tuple]:
+    """Each unit's postings (:func:`unit_postings`) from its (name, qualname, path, signature, docstring, body),
+    the body cut at ``cut`` characters (None: whole)."""
     from repoctx.tokens import code_tokens
 
     seen: dict[str, list[str]] = {}  # a file's units share their path, often names and signatures
@@ -163,7 +189,7 @@ def units_postings(units: Iterable[tuple[str | None, ...]]) -> list[tuple]:
         return got
 
     return [
-        unit_postings((tok(n), tok(q), tok(p), tok(s), tok(d), code_tokens((body or "")[:BODY_CHARS])))
+        unit_postings((tok(n), tok(q), tok(p), tok(s), tok(d), code_tokens((body or "")[:cut])))
         for n, q, p, s, d, body in units
     ]
 
@@ -264,6 +290,60 @@ def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return s[first], inverse
 
 
+def score(
+    asked: list[tuple[str, tuple[str, ...]]],
+    by_word: dict[str, tuple[np.ndarray, np.ndarray]],
+    n_docs: float,
+    avgdl: float,
+    lengths: Callable[[np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rowids, scores) of the units matching any asked term (:func:`query_terms`): FTS5's bm25() (fts5_aux.c),
+    term by term in the order asked, each (idf, weighted count, unit length) as it computes them. ``by_word``: each
+    held word's (rowids, weighted counts); ``lengths(units)``: the token counts of sorted distinct rowids. A term of
+    several words (which FTS5 read as a phrase) matches the units holding all of them, counted as its rarest word."""
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+    for _, words in asked:
+        if any(w not in by_word for w in words):
+            continue
+        r, f = by_word[words[0]]
+        for w in words[1:]:  # every word's units, the least count
+            r2, f2 = by_word[w]
+            common, i1, i2 = np.intersect1d(r, r2, assume_unique=True, return_indices=True)
+            r, f = common, np.minimum(f[i1], f2[i2])
+        if len(r):
+            parts.append((r, f.astype(np.float64)))
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    every = np.concatenate([r for r, _ in parts])
+    units, at = unique_inverse(every)
+    dl = lengths(units)[at]
+    scores = np.empty(len(every))
+    pos = 0
+    for r, f in parts:
+        df = len(r)
+        idf = max(float(np.log((n_docs - df + 0.5) / (df + 0.5))), 1e-6)
+        d = dl[pos : pos + df]
+        scores[pos : pos + df] = idf * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * d / avgdl)))
+        pos += df
+    return units, np.bincount(at, weights=scores, minlength=len(units))
+
+
+def first_admitted(
+    rowids: np.ndarray, order: np.ndarray, k: int, admitted: Callable[[list[int]], set[int]]
+) -> np.ndarray:
+    """The first ``k`` positions of ``order`` whose units ``admitted`` keeps (a scope's WHERE clause, asked of a
+    chunk of rowids at a time, each chunk four times the last)."""
+    kept: list[int] = []
+    pos, size = 0, max(4 * k, 256)
+    while len(kept) < k and pos < len(order):
+        chunk = order[pos : pos + size]
+        pos += len(chunk)
+        ok = admitted(rowids[chunk].tolist())
+        kept += [int(i) for i in chunk if int(rowids[i]) in ok]
+        size *= 4
+    return np.asarray(kept[:k], dtype=np.int64)
+
+
 def read_lengths(db: sqlite3.Connection, rowids: np.ndarray | None = None) -> dict[int, np.ndarray]:
     """Blocks of units' token counts + 1 (uint32, 0 where no unit is), the blocks holding ``rowids`` or all."""
     inflate = zstandard.ZstdDecompressor().decompress
@@ -296,7 +376,7 @@ def stats(db: sqlite3.Connection) -> tuple[int, int]:
 
 
 # ------------------------------------------------------------------------------------ writing
-class _Vocab(dict):
+class Vocab(dict):
     """term -> its number in this transaction; a new term takes the next."""
 
     def __init__(self) -> None:
@@ -309,31 +389,37 @@ class _Vocab(dict):
         return i
 
 
-class _Side:
-    """Postings a unit at a time: each unit's rowid and its (terms, weighted counts) as given, numbered by the
-    vocabulary only when the window is flushed (one pass over them all)."""
+class Side:
+    """Postings a unit at a time: each unit's rowid (and length) and its (terms, weighted counts) as given, numbered
+    by the vocabulary only when the window is flushed (one pass over them all)."""
 
-    def __init__(self) -> None:
-        self.units, self.sizes = array("i"), array("i")
+    def __init__(self, typecode: str = "i") -> None:
+        self.typecode = typecode
+        self.units, self.sizes, self.lengths = array(typecode), array("i"), array("q")
         self.term_lists: list[Sequence[str]] = []
         self.wtf_lists: list[Sequence[int]] = []
         self.size = 0
 
-    def put(self, rowid: int, terms: Sequence[str], wtf: Sequence[int]) -> None:
+    def put(self, rowid: int, terms: Sequence[str], wtf: Sequence[int], dl: int = 0) -> None:
         self.units.append(rowid)
         self.sizes.append(len(terms))
+        self.lengths.append(dl)
         self.term_lists.append(terms)
         self.wtf_lists.append(wtf)
         self.size += len(terms)
 
-    def arrays(self, vocab: _Vocab) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def arrays(self, vocab: Vocab) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(term numbers, rowids, weighted counts), one a posting."""
         if not self.size:
-            return np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32)
+            return np.zeros(0, np.int32), np.zeros(0, self.typecode), np.zeros(0, np.int32)
         terms = np.frombuffer(array("i", map(vocab.__getitem__, chain.from_iterable(self.term_lists))), dtype=np.int32)
         wtf = np.frombuffer(array("i", chain.from_iterable(self.wtf_lists)), dtype=np.int32)
-        rowids = np.repeat(np.frombuffer(self.units, dtype=np.int32), np.frombuffer(self.sizes, dtype=np.int32))
+        rowids = np.repeat(np.frombuffer(self.units, dtype=self.typecode), np.frombuffer(self.sizes, dtype=np.int32))
         return terms, rowids, wtf
+
+    def posting_lengths(self) -> np.ndarray:
+        """Each posting's unit length (what :meth:`put` was given), in :meth:`arrays`' order."""
+        return np.repeat(np.frombuffer(self.lengths, dtype=np.int64), np.frombuffer(self.sizes, dtype=np.int32))
 
 
 class Pending:
@@ -344,7 +430,7 @@ class Pending:
     (``vocab``); what is known of each is kept in arrays by that number."""
 
     def __init__(self) -> None:
-        self.vocab = _Vocab()
+        self.vocab = Vocab()
         self.stored_empty: bool | None = None  # the index held no term when the transaction began
         self.run_n = np.zeros(0, dtype=np.int64)  # postings in the term's run (0: none)
         self.run_last = np.zeros(0, dtype=np.int64)  # the run's last rowid
@@ -355,8 +441,8 @@ class Pending:
         self._window()
 
     def _window(self) -> None:
-        self.add = _Side()
-        self.drop = _Side()
+        self.add = Side()
+        self.drop = Side()
         self.lengths: dict[int, int] = {}  # rowid -> token count (-1: the unit is gone)
 
     def __bool__(self) -> bool:
@@ -626,19 +712,12 @@ class Pending:
         """Each term's added postings as varints, its first gap from ``after`` (its last rowid, or 0), packed
         in one pass: (counts, last rowids, the bytes, each term's offsets in them)."""
         counts = a_count[new]
-        total = int(counts.sum())
         firsts = np.cumsum(counts) - counts
-        run = np.arange(total) - np.repeat(firsts, counts)  # a term's run: its start in ``order`` + 0, 1, ...
+        run = np.arange(int(counts.sum())) - np.repeat(firsts, counts)  # a term's run: its start in ``order`` + 0, 1..
         idx = order[np.repeat(a_start[new], counts) + run]
         rowids = ar[idx].astype(np.int64)
-        gaps = np.diff(rowids, prepend=0)
-        gaps[firsts] = rowids[firsts] - after
-        pairs = np.empty(2 * total, dtype=np.int64)
-        pairs[0::2] = gaps
-        pairs[1::2] = aw[idx]
-        per_term = np.add.reduceat(_varint_sizes(pairs), 2 * firsts)
-        offs = np.concatenate([[0], np.cumsum(per_term)])
-        return counts, rowids[firsts + counts - 1], encode_varints(pairs), offs
+        data, offs = pack_runs(counts, rowids, [aw[idx]], after)
+        return counts, rowids[firsts + counts - 1], data, offs
 
     @staticmethod
     def _write(db: sqlite3.Connection, writes: list[tuple[int | None, str, int, int, bytes]]) -> None:

@@ -48,7 +48,7 @@ from repoctx.store.faiss_index import (
     ids_starting,
     quantize,
 )
-from repoctx.store.memory_bm25 import K1, B, MemoryBM25, MemoryReads
+from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
 from repoctx.types import Capsule, Edge, UnitHead
 
 if TYPE_CHECKING:
@@ -766,9 +766,7 @@ class SQLiteStore(MemoryReads):
     def _score_postings(
         db: sqlite3.Connection, asked: list[tuple[str, tuple[str, ...]]]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(rowids, scores) of the units matching any asked term: FTS5's bm25() (fts5_aux.c), term by term in
-        the order asked, each (idf, weighted count, unit length) as it computes them. A term of several words
-        (which FTS5 read as a phrase) matches the units holding all of them, counted as its rarest word."""
+        """(rowids, scores) of the units matching any asked term (``postings.score``)."""
         found = postings.read_terms(db, {w for _, words in asked for w in words})
         held = [w for w, row in found.items() if row.n]
         if not held:
@@ -776,47 +774,22 @@ class SQLiteStore(MemoryReads):
         which, rowids, wtf = postings.unpack_many([found[w].p or b"" for w in held], [found[w].n for w in held])
         spans = np.searchsorted(which, np.arange(len(held) + 1))
         by_word = {w: (rowids[spans[i] : spans[i + 1]], wtf[spans[i] : spans[i + 1]]) for i, w in enumerate(held)}
-        parts: list[tuple[np.ndarray, np.ndarray]] = []
-        for _, words in asked:
-            if any(w not in by_word for w in words):
-                continue
-            r, f = by_word[words[0]]
-            for w in words[1:]:  # every word's units, the least count
-                r2, f2 = by_word[w]
-                common, i1, i2 = np.intersect1d(r, r2, assume_unique=True, return_indices=True)
-                r, f = common, np.minimum(f[i1], f2[i2])
-            if len(r):
-                parts.append((r, f.astype(np.float64)))
-        if not parts:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
         n_docs, n_tokens = postings.stats(db)
-        avgdl = n_tokens / n_docs if n_docs else 1.0
-        every = np.concatenate([r for r, _ in parts])
-        units, at = postings.unique_inverse(every)
-        dl = postings.lengths_of(postings.read_lengths(db, units), units)[at]
-        scores = np.empty(len(every))
-        pos = 0
-        for r, f in parts:
-            df = len(r)
-            idf = max(float(np.log((n_docs - df + 0.5) / (df + 0.5))), 1e-6)
-            d = dl[pos : pos + df]
-            scores[pos : pos + df] = idf * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * d / avgdl)))
-            pos += df
-        return units, np.bincount(at, weights=scores, minlength=len(units))
+        return postings.score(
+            asked,
+            by_word,
+            n_docs,
+            n_tokens / n_docs if n_docs else 1.0,
+            lambda units: postings.lengths_of(postings.read_lengths(db, units), units),
+        )
 
     def _first_admitted(self, rowids: np.ndarray, order: np.ndarray, k: int, scope: Scope) -> np.ndarray:
-        """The first ``k`` positions of ``order`` whose units ``scope`` admits (its WHERE clause, a chunk at a time)."""
+        """The first ``k`` positions of ``order`` whose units ``scope`` admits (its WHERE clause)."""
         where, args = self._scope(scope)
-        kept: list[int] = []
-        pos, size = 0, max(4 * k, 256)
-        while len(kept) < k and pos < len(order):
-            chunk = order[pos : pos + size]
-            pos += len(chunk)
-            sql = f"SELECT c.rowid FROM capsules c WHERE c.rowid IN ({{}}) AND {where}"
-            ok = {r[0] for r in postings.rows_in(self.db, sql, rowids[chunk].tolist(), args)}
-            kept += [int(i) for i in chunk if int(rowids[i]) in ok]
-            size *= 4
-        return np.asarray(kept[:k], dtype=np.int64)
+        sql = f"SELECT c.rowid FROM capsules c WHERE c.rowid IN ({{}}) AND {where}"
+        return postings.first_admitted(
+            rowids, order, k, lambda chunk: {r[0] for r in postings.rows_in(self.db, sql, chunk, args)}
+        )
 
     def _ids_of_rowids(self, rowids: list[int]) -> dict[int, str]:
         return dict(postings.rows_in(self.db, "SELECT c.rowid, c.id FROM capsules c WHERE c.rowid IN ({})", rowids))
@@ -854,30 +827,14 @@ class SQLiteStore(MemoryReads):
             rows = db.execute("SELECT term, n, p FROM lex WHERE n > 0").fetchall()
         finally:
             db.execute("COMMIT")
-        all_rowids, ids = MemoryBM25._units(units)
-        counts = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
-        starts = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(counts, out=starts[1:])
-        dense = np.empty(int(starts[-1]), dtype=np.int32)
-        wtf = np.empty(int(starts[-1]), dtype=np.float64)
-        a = 0
-        while a < len(rows):  # about a million postings a block
-            b = int(np.searchsorted(starts, starts[a] + (1 << 20), side="right"))
-            b = max(b - 1, a + 1)
-            _, rowids, w = postings.unpack_many([r[2] for r in rows[a:b]], counts[a:b].tolist())
-            dense[starts[a] : starts[b]] = MemoryBM25._dense(all_rowids, rowids)
-            wtf[starts[a] : starts[b]] = w
-            a = b
-        terms = [r[0] for r in rows]
-        del rows
-        lengths = postings.lengths_of(blocks, all_rowids)
-        avgdl = n_tokens / n_docs if n_docs else 1.0
-
-        def block_dl(block: slice) -> np.ndarray:
-            return lengths[np.maximum(dense[block], 0)] if len(lengths) else np.zeros(block.stop - block.start)
-
-        return MemoryBM25._scored(
-            key, terms, starts, dense, wtf, block_dl, float(n_docs), avgdl, all_rowids, ids, started, True
+        return MemoryBM25.from_packed(
+            key,
+            rows,
+            units,
+            float(n_docs),
+            n_tokens / n_docs if n_docs else 1.0,
+            started,
+            lengths=lambda rowids: postings.lengths_of(blocks, rowids),
         )
 
     def _rowids_where(self, scope: Scope) -> list[int]:
