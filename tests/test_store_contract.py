@@ -146,15 +146,17 @@ def _pg_lexical_rows(url: str, repo: str) -> dict[str, list[tuple]]:
     return out
 
 
-def test_postgres_lexical_rows_after_updates_are_a_cold_index_s(tmp_path):
-    """Files edited, deleted and added, a class losing a method: every term's row holds
-    exactly the postings (unit, count, length) a cold index of the same tree writes, no row is left empty, and a
-    token too long for an index key gets no row."""
+def test_postgres_lexical_rows_after_updates_are_a_cold_index_s(tmp_path, monkeypatch):
+    """Files edited, deleted and added, a class losing a method, the postings taken a few at a time: every term's row
+    holds exactly the postings (unit, count, length) a cold index of the same tree writes, no row is left empty, and
+    a token too long for an index key gets no row."""
     import shutil
 
+    from repoctx.store import postings
     from repoctx.store.postgres import migrate
     from tests.pg import fresh_database
 
+    monkeypatch.setattr(postings, "FLUSH_POSTINGS", 7)  # (the cold index below takes them all at once)
     url = fresh_database()
     migrate(url)
     settings = Settings(database_url=url, embedder="none")
@@ -170,6 +172,7 @@ def test_postgres_lexical_rows_after_updates_are_a_cold_index_s(tmp_path):
     (root / "shop/extra.py").write_text("def refund(order, amount):\n    return amount\n")
     ix.update()
     shutil.copytree(root, tmp_path / "again" / "shop")
+    monkeypatch.undo()
     cold = index_repo(settings, tmp_path / "again" / "shop", name="cold", dense=False)
     got, want = _pg_lexical_rows(url, "shop"), _pg_lexical_rows(url, "cold")
     assert got == want and "rotate" in got and "validate" in got and huge not in got

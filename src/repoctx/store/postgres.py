@@ -868,31 +868,55 @@ class _LexChanges:
     """A transaction's changes to a repository's lexical rows: the postings of units added (with their lengths) and
     of units taken away, written at its end (:meth:`write`). A term's postings after its row's last unit (a cold
     index's every one) are appended to the row; a term that loses postings has its row read, changed and written
-    whole. Terms longer than ``MAX_POSTED_TERM`` get no row."""
+    whole. Terms longer than ``MAX_POSTED_TERM`` get no row. Units' postings are numbered by the vocabulary a window
+    of ``postings.FLUSH_POSTINGS`` at a time, kept as arrays (20 bytes a posting: a cold index of Django held 592
+    MiB while each unit's terms stayed strings until the end)."""
 
     def __init__(self) -> None:
         self.vocab = postings.Vocab()
+        self.added: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (terms, rids, wtf, dl)
+        self.dropped: list[tuple[np.ndarray, np.ndarray]] = []  # (terms, rids)
+        self._window()
+
+    def _window(self) -> None:
         self.add = postings.Side("q")
         self.drop = postings.Side("q")
 
+    def _close_window(self) -> None:
+        if self.add.size:
+            at, ar, aw = self.add.arrays(self.vocab)
+            self.added.append((at, ar, aw, self.add.posting_lengths().astype(np.int32)))
+        if self.drop.size:
+            dt, dr, _ = self.drop.arrays(self.vocab)
+            self.dropped.append((dt, dr))
+        self._window()
+
     def __bool__(self) -> bool:
-        return bool(self.add.size or self.drop.size)
+        return bool(self.add.size or self.drop.size or self.added or self.dropped)
 
     def add_unit(self, rid: int, unit: tuple) -> None:
         terms, wtf, dl = unit
         self.add.put(rid, terms, wtf, dl)
+        if self.add.size + self.drop.size >= postings.FLUSH_POSTINGS:
+            self._close_window()
 
     def drop_unit(self, rid: int, unit: tuple) -> None:
         self.drop.put(rid, unit[0], unit[1])
+        if self.add.size + self.drop.size >= postings.FLUSH_POSTINGS:
+            self._close_window()
 
     def write(self, conn: psycopg.Connection, repo: str, cold: bool) -> None:
         """Write the changes (``cold``: the repository held no row when the transaction began) and forget them."""
         if not self:
             return
+        self._close_window()
         names = self.vocab.terms
-        at, ar, aw = self.add.arrays(self.vocab)
-        ad = self.add.posting_lengths()
-        dt, dr, _ = self.drop.arrays(self.vocab)
+
+        def joined(parts: list, j: int, dtype) -> np.ndarray:
+            return np.concatenate([p[j] for p in parts]) if parts else np.zeros(0, dtype)
+
+        at, ar, aw, ad = (joined(self.added, j, t) for j, t in enumerate((np.int32, np.int64, np.int32, np.int32)))
+        dt, dr = joined(self.dropped, 0, np.int32), joined(self.dropped, 1, np.int64)
         self.__init__()  # type: ignore[misc]
         posted = np.fromiter((len(t) <= MAX_POSTED_TERM for t in names), dtype=bool, count=len(names))
         if not posted.all():
@@ -936,14 +960,14 @@ class _LexChanges:
 
     @staticmethod
     def _append(conn, repo, names, new, after, stored, added, inserts) -> None:
-        """Terms whose postings all come after their row's last unit: packed ~a million postings at a time, new
+        """Terms whose postings all come after their row's last unit: packed ~260k postings at a time, new
         rows to ``inserts``, stored ones appended to."""
         a_start, a_count, order, ar, aw, ad = added
         updates: list[tuple] = []
         ends = np.cumsum(a_count[new])
         a = 0
         while a < len(new):
-            b = max(int(np.searchsorted(ends, (ends[a - 1] if a else 0) + (1 << 20), side="right")), a + 1)
+            b = max(int(np.searchsorted(ends, (ends[a - 1] if a else 0) + (1 << 18), side="right")), a + 1)
             block = new[a:b]
             counts = a_count[block]
             firsts = np.cumsum(counts) - counts
