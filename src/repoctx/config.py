@@ -112,6 +112,12 @@ class Settings:
     # REPOCTX_WATCH=0 turns it off; a tree with more folders than REPOCTX_WATCH_MAX_DIRS is not watched
     watch: bool = True
     watch_max_dirs: int = 10_000
+    # the tree's own git history (repoctx/history.py): each update of a git checkout mines the commits after the last
+    # one it saw, newest first, files and messages only, for at most ``history_budget`` seconds (REPOCTX_HISTORY_BUDGET;
+    # older ones past it are left out), and a file-level search moves up the files that the past commits most like
+    # the question changed. REPOCTX_HISTORY=0 turns it off
+    history: bool = True
+    history_budget: float = 3.0
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -126,6 +132,8 @@ class Settings:
             cache_vectors=_bool_env("REPOCTX_CACHE_VECTORS") is True,
             watch=_bool_env("REPOCTX_WATCH") is not False,
             watch_max_dirs=_int_env("REPOCTX_WATCH_MAX_DIRS", 10_000),
+            history=_bool_env("REPOCTX_HISTORY") is not False,
+            history_budget=float_env("REPOCTX_HISTORY_BUDGET", 3.0),
         )
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 

@@ -146,6 +146,8 @@ class Index:
         self._dense: DenseRetriever | None = None
         self._bg: threading.Thread | None = None
         self._vstates: dict[tuple[str, str], tuple[float, VectorState]] = {}  # (repo, model) -> (until, state)
+        self._history: tuple[tuple, Any] | None = None  # (the mined file's stamp, its SimilarCommits), read once
+        self.last_history: Any = None  # the last update's HistoryUpdate (repoctx.history), None when none was mined
         self._vstates_lock = threading.Lock()
         self._names: tuple[float, tuple[str, ...]] | None = None  # (until, the store's repository names)
         self.last_embed: EmbedReport | None = None
@@ -253,6 +255,9 @@ class Index:
         self._vstates.clear()
         self._names = None
         report.notes += notes
+        note = self._update_history()
+        if note:
+            report.notes.append(note)
         if embed and self.embedder is not None:
             # what this update changed, when it moved the generation (else the set may lack another's changes)
             changed = (report.written, report.generation) if report.changed and report.generation else None
@@ -262,6 +267,71 @@ class Index:
             else:
                 self._fill(progress, changed)
         return report
+
+    # ---- the tree's own git history: past commits like a question vote for the files they changed
+    def _git_top(self) -> Path | None:
+        """The indexed root when it is a git work tree's top (a folder inside one, as an unpacked tree under a cache
+        that lives in a checkout, is not: the enclosing project's history is not its own), else None."""
+        if self.root is None or not self.settings.history or not (self.root / ".git").exists():
+            return None
+        return self.root
+
+    def history_path(self) -> Path:
+        """Where the mined history of this tree is kept (beside the vector cache: one file per indexed root)."""
+        from repoctx.config import default_cache_dir
+
+        key = hashlib.blake2b(str(self.root).encode(), digest_size=5).hexdigest()
+        return default_cache_dir() / "history" / f"{self.repo}-{key}.jsonl"
+
+    def _update_history(self) -> str | None:
+        """Mine the commits after the last one seen (files and messages, ``history_budget`` seconds at most, newest
+        first). A failure (no git, a broken repository) is a note; the index is never the worse for it."""
+        from repoctx.history import update_history
+
+        if self._git_top() is None or self.root is None:
+            return None
+        try:
+            self.last_history = update_history(
+                self.root, self.history_path(), time_budget=self.settings.history_budget, symbols=False
+            )
+        except Exception as e:  # noqa: BLE001 - git missing or failing: the search goes on without the history
+            return f"the git history was not read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        return None
+
+    def _history_votes(self, query: str) -> list[str]:
+        """This tree's files that the past commits most like ``query`` changed, best first; none without a mined
+        history."""
+        from repoctx.history import History, SimilarCommits
+
+        if self._git_top() is None:
+            return []
+        path = self.history_path()
+        try:
+            st = path.stat()
+        except OSError:
+            return []
+        stamp = (st.st_mtime_ns, st.st_size)
+        if self._history is None or self._history[0] != stamp:
+            hist = History.load(path)
+            self._history = (stamp, SimilarCommits(hist.commits, by="files") if hist else None)
+        similar = self._history[1]
+        return [p for p, _ in similar.rank(query)] if similar is not None else []
+
+    def _with_history(self, query: str, files: list[FileHit]) -> tuple[list[FileHit], int]:
+        """``files`` re-ordered by the history's votes (weighted reciprocal ranks, ``history.FILE_WEIGHT``; only this
+        tree's files move, and only among those the search found), and how many moved."""
+        from repoctx.history import FILE_WEIGHT, fuse
+
+        votes = self._history_votes(query) if len(files) > 1 else []
+        if not votes:
+            return files, 0
+        own = {f.path for f in files if f.capsules and f.capsules[0].capsule.repo == self.repo}
+        found = [p for p in votes if p in own]
+        if not found:
+            return files, 0
+        order = {p: i for i, p in enumerate(fuse([f.path for f in files], found, FILE_WEIGHT))}
+        out = sorted(files, key=lambda f: order[f.path])
+        return out, sum(a.path != b.path for a, b in zip(out, files, strict=True))
 
     @property
     def embedder(self):
@@ -397,7 +467,7 @@ class Index:
         opts = options or SearchOptions(k=k, level=level)
         hits, _ = self._standard(query, k, level, opts, scope, self.dense_index(scope))
         if level == "file":
-            return to_files(hits, file_aggregation(opts.file_agg, query))[:k]
+            return self._with_history(query, to_files(hits, file_aggregation(opts.file_agg, query)))[0][:k]
         return hits[:k]
 
     def _standard(
@@ -558,6 +628,11 @@ class Index:
                 seen = {f.path for f in files}
                 more = search(self.store, query, SearchOptions(k=depth, level=level), self.dense_index(scope), scope)
                 files += [f for f in to_files(more, agg) if f.path not in seen]
+            files, moved = self._with_history(query, files)
+            if moved:
+                ev = TraceEvent("History", "SUCCEEDED", f"{moved} files moved by the past commits most like it", query)
+                events.append(ev)
+                yield ev
             files = files[:k]
             hits = [h for f in files for h in f.capsules]
         else:

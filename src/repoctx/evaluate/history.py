@@ -18,14 +18,13 @@ import math
 import re
 import subprocess
 import tarfile
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from repoctx.config import Settings
 from repoctx.evaluate.metrics import function_key, rank_metrics
-from repoctx.history import MinedCommit, clean_message, named_now
+from repoctx.history import HistoryRanker, MinedCommit, SimilarCommits, clean_message, fuse, named_now
 from repoctx.index import Index
 from repoctx.retrieve.hybrid import SearchOptions, file_aggregation, is_test_path, to_files
 from repoctx.tokens import code_tokens
@@ -76,46 +75,6 @@ def history_field(
                 toks = code_tokens(clean_message(c.message), keep_stopwords=False)
             out.setdefault(key, []).extend(toks)
     return out
-
-
-class HistoryRanker:
-    """BM25 (k1 1.2, b 0.75) over one history field."""
-
-    def __init__(self, docs: dict[str, list[str]], k1: float = 1.2, b: float = 0.75):
-        self.k1, self.b = k1, b
-        self.postings: dict[str, list[tuple[str, int]]] = {}
-        self.length = {k: len(v) for k, v in docs.items()}
-        self.avg = sum(self.length.values()) / len(docs) if docs else 1.0
-        for key, toks in docs.items():
-            for term, tf in Counter(toks).items():
-                self.postings.setdefault(term, []).append((key, tf))
-        self.n = len(docs)
-
-    def rank(self, query: str, limit: int = 100) -> list[tuple[str, float]]:
-        scores: dict[str, float] = {}
-        for term in dict.fromkeys(code_tokens(query, keep_stopwords=False)):
-            post = self.postings.get(term)
-            if not post:
-                continue
-            idf = math.log(1 + (self.n - len(post) + 0.5) / (len(post) + 0.5))
-            for key, tf in post:
-                norm = tf + self.k1 * (1 - self.b + self.b * self.length[key] / self.avg)
-                scores[key] = scores.get(key, 0.0) + idf * tf * (self.k1 + 1) / norm
-        return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
-
-
-def fuse(base: Sequence[str], hist: Sequence[str], weight: float, k: int = 60) -> list[str]:
-    """Weighted reciprocal-rank fusion: ``1/(k + rank in base) + weight/(k + rank in hist)``. Weight 0 keeps the
-    base order; a key only the history ranks joins the list."""
-    if weight <= 0 or not hist:
-        return list(dict.fromkeys(base))
-    score: dict[str, float] = {}
-    for i, key in enumerate(dict.fromkeys(base), 1):
-        score[key] = 1.0 / (k + i)
-    for i, key in enumerate(dict.fromkeys(hist), 1):
-        score[key] = score.get(key, 0.0) + weight / (k + i)
-    order = {key: i for i, key in enumerate(dict.fromkeys([*base, *hist]))}
-    return sorted(score, key=lambda key: (-score[key], order[key]))
 
 
 # ---- the time split on one repository
@@ -231,41 +190,6 @@ def index_keys(ix: Index) -> tuple[set[str], set[str], set[str]]:
         elif c.kind == "class":
             classes.add(function_key(c.path, c.qualname))
     return funcs, classes, files
-
-
-class SimilarCommits:
-    """The other way to read the same history: the past commits whose messages are most like the query (BM25 over
-    one document per commit) vote for the units they changed, each vote the commit's score relative to the best one,
-    shared out by the square root of the number of units it changed (the similar-report score of BugLocator, Zhou
-    et al., ICSE 2012, at function level)."""
-
-    def __init__(
-        self, commits: Iterable[MinedCommit], keep: set[str] | None = None, by: str = "symbols", depth: int = 20
-    ):
-        self.depth = depth
-        self.changed: dict[str, list[str]] = {}
-        docs: dict[str, list[str]] = {}
-        for c, symbols, files in named_now(commits):
-            if c.sweep:
-                continue
-            keys = [
-                k
-                for k in dict.fromkeys(symbols if by == "symbols" else files)
-                if (keep is None or k in keep) and not is_test_path(k.split(":", 1)[0])
-            ]
-            if keys:
-                self.changed[c.sha] = keys
-                docs[c.sha] = code_tokens(clean_message(c.message), keep_stopwords=False)
-        self.commits = HistoryRanker(docs)
-
-    def rank(self, query: str, limit: int = 100) -> list[tuple[str, float]]:
-        hits = self.commits.rank(query, limit=self.depth)
-        votes: dict[str, float] = {}
-        for sha, s in hits:
-            keys = self.changed[sha]
-            for key in keys:
-                votes[key] = votes.get(key, 0.0) + (s / hits[0][1]) / math.sqrt(len(keys))
-        return sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
 
 
 SIGNALS = ("field", "similar")  # HistoryRanker over history_field; SimilarCommits

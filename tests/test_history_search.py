@@ -1,0 +1,93 @@
+"""The tree's own history in a file-level search: an update of a git checkout mines its commits (files and
+messages, incrementally), and the files that the past commits most like the question changed move up."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from repoctx import Index, Settings
+from repoctx.store.base import Scope
+from tests.test_history import _commit, _git
+
+TREE = {
+    "shop/upload_form.py": "def upload_form(request):\n    \"\"\"The page for uploading files.\"\"\"\n"
+                           "    return render(request, 'upload.html')\n",
+    "shop/transfer.py": "def send_chunks(files, size=65536):\n    for f in files:\n        yield f.read(size)\n",
+    "shop/cart.py": "def add_item(cart, item):\n    cart.append(item)\n    return cart\n",
+}
+QUESTION = "timeout when uploading big files"
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    root = tmp_path / "shop-repo"
+    root.mkdir()
+    _git(root, "init", "-q")
+    _commit(root, TREE, "Start the shop")
+    # what the project learned: uploads that time out were fixed in the transfer code, never in the form
+    for i, message in enumerate(["Fix a timeout when uploading large files", "Raise the chunk size: big uploads timed "
+                                 "out", "Fix the timeout of slow uploads"]):
+        _commit(root, {"shop/transfer.py": TREE["shop/transfer.py"] + f"\n# {i}\n"}, message)
+    _commit(root, {"shop/cart.py": TREE["shop/cart.py"] + "\n# x\n"}, "Let the cart hold twice the same item")
+    return root
+
+
+def _files(ix: Index, **kw) -> list[str]:
+    return [f.path for f in ix.retrieve(QUESTION, k=3, level="file", mode="standard", **kw).files]
+
+
+def test_the_files_past_commits_changed_move_up(repo, tmp_path):
+    without = Index(repo, Settings(index_dir=tmp_path / "a", embedder="none", history=False))
+    without.update()
+    base = _files(without)
+    assert base[0] == "shop/upload_form.py" and "shop/transfer.py" in base  # the question's words are the form's
+    assert without.last_history is None and not without.history_path().exists()
+
+    ix = Index(repo, Settings(index_dir=tmp_path / "b", embedder="none"))
+    ix.update()
+    assert ix.last_history.mined == 4 and ix.last_history.history.complete  # (the first commit adds, changes nothing)
+    got = ix.retrieve(QUESTION, k=3, level="file", mode="standard")
+    assert [f.path for f in got.files][0] == "shop/transfer.py"
+    assert any(e.step == "History" for e in got.events)
+    assert [f.path for f in ix.search(QUESTION, k=3, level="file")][0] == "shop/transfer.py"
+    assert ix.retrieve("add an item to the cart", k=3, level="file", mode="standard").files[0].path == "shop/cart.py"
+    # a scope that hides the transfer code: the history never brings back a file the search did not find
+    hidden = _files(ix, scope=Scope(exclude=("shop/transfer.py",)))
+    assert "shop/transfer.py" not in hidden and hidden[0] == "shop/upload_form.py"
+
+
+def test_the_history_is_mined_incrementally_within_its_budget(repo, tmp_path):
+    ix = Index(repo, Settings(index_dir=tmp_path / "ix", embedder="none"))
+    ix.update()
+    assert ix.last_history.mined == 4
+    ix.update()  # nothing new: the head is the one it saw
+    assert ix.last_history.mined == 0
+    _commit(repo, {"shop/cart.py": TREE["shop/cart.py"] + "\n# y\n"}, "Fix the cart when uploading big files times out")
+    ix.update()
+    assert ix.last_history.mined == 1 and ix.last_history.incremental
+    # a budget spent at once: the newest commits only, the history marked incomplete, the index whole
+    ix.history_path().unlink()  # (the mined history is the tree's, whichever index reads it: start again)
+    other = Index(repo, Settings(index_dir=tmp_path / "ix2", embedder="none", history_budget=1e-9))
+    report = other.update()
+    assert not other.last_history.history.complete and other.store.n_capsules() == ix.store.n_capsules()
+    assert not report.notes
+
+
+def test_no_history_outside_a_git_checkout_and_no_git_is_a_note(repo, tmp_path, monkeypatch):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.py").write_text(TREE["shop/transfer.py"])
+    ix = Index(plain, Settings(index_dir=tmp_path / "p", embedder="none"))
+    ix.update()
+    assert ix.last_history is None and not ix.history_path().exists()
+    # a folder inside a checkout is not the checkout's: its history is the enclosing project's, not the folder's
+    inner = Index(repo / "shop", Settings(index_dir=tmp_path / "inner", embedder="none"))
+    inner.update()
+    assert inner.last_history is None
+    # no git on the machine: the index is whole, the note says why the history was not read
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    broken = Index(repo, Settings(index_dir=tmp_path / "b", embedder="none"))
+    report = broken.update()
+    assert broken.store.n_capsules() >= 3 and any("git history was not read" in n for n in report.notes)
+    assert _files(broken)[0] == "shop/upload_form.py"
