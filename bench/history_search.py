@@ -75,7 +75,7 @@ def run_project(name: str, bundles: Path, work: Path, budget: float, fixes_only:
     vote_ms = []
     for r in rows:  # the history's own stage: the similar commits' vote (its BM25 over the messages)
         t2 = time.perf_counter()
-        ix._history_votes(r.query)
+        ix._history_votes(r.query, name)
         vote_ms.append(1000 * (time.perf_counter() - t2))
     vote_ms.sort()
     ix.close()

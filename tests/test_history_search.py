@@ -57,6 +57,27 @@ def test_the_files_past_commits_changed_move_up(repo, tmp_path):
     assert "shop/transfer.py" not in hidden and hidden[0] == "shop/upload_form.py"
 
 
+def test_a_store_wide_index_reads_the_history_its_repository_s_update_mined(repo, tmp_path):
+    """The service and a multi-repository MCP server search a store, not a root: the history mined by the update of
+    a registered checkout (in the same cache) moves its files there too; another repository's files do not move."""
+    settings = Settings(index_dir=tmp_path / "store", embedder="none")
+    Index(repo, settings).update()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "uploads.py").write_text("def timeout_uploading(files):\n    return 'uploading big files timeout'\n")
+    Index(other, settings).update()
+    wide = Index(settings=settings, repos=("shop-repo", "other"))
+    got = [(f.capsules[0].capsule.repo, f.path) for f in
+           wide.retrieve(QUESTION, k=5, level="file", mode="standard").files]
+    assert ("other", "uploads.py") in got and got.index(("shop-repo", "shop/transfer.py")) < got.index(
+        ("shop-repo", "shop/upload_form.py"))
+    plain = Index(settings=Settings(index_dir=tmp_path / "store", embedder="none", history=False),
+                  repos=("shop-repo", "other"))
+    base = [(f.capsules[0].capsule.repo, f.path) for f in
+            plain.retrieve(QUESTION, k=5, level="file", mode="standard").files]
+    assert base.index(("shop-repo", "shop/upload_form.py")) < base.index(("shop-repo", "shop/transfer.py"))
+
+
 def test_the_history_is_mined_incrementally_within_its_budget(repo, tmp_path):
     ix = Index(repo, Settings(index_dir=tmp_path / "ix", embedder="none"))
     ix.update()

@@ -146,7 +146,8 @@ class Index:
         self._dense: DenseRetriever | None = None
         self._bg: threading.Thread | None = None
         self._vstates: dict[tuple[str, str], tuple[float, VectorState]] = {}  # (repo, model) -> (until, state)
-        self._history: tuple[tuple, Any] | None = None  # (the mined file's stamp, its SimilarCommits), read once
+        self._history: dict[str, tuple[tuple, Any]] = {}  # repo -> (its mined file's stamp, its SimilarCommits)
+        self._history_roots: dict[str, tuple[float, Path | None]] = {}  # repo -> (until, its registered root)
         self.last_history: Any = None  # the last update's HistoryUpdate (repoctx.history), None when none was mined
         self._vstates_lock = threading.Lock()
         self._names: tuple[float, tuple[str, ...]] | None = None  # (until, the store's repository names)
@@ -269,19 +270,30 @@ class Index:
         return report
 
     # ---- the tree's own git history: past commits like a question vote for the files they changed
-    def _git_top(self) -> Path | None:
-        """The indexed root when it is a git work tree's top (a folder inside one, as an unpacked tree under a cache
-        that lives in a checkout, is not: the enclosing project's history is not its own), else None."""
-        if self.root is None or not self.settings.history or not (self.root / ".git").exists():
+    def _git_top(self, repo: str | None = None) -> Path | None:
+        """The root of ``repo`` (this index's own by default; another's as the store registered it) when it is a git
+        work tree's top, else None. A folder inside a checkout is not one (an unpacked tree under a cache that lives
+        in a checkout: the enclosing project's history is not its own)."""
+        if not self.settings.history:
             return None
-        return self.root
+        if repo is None or (repo == self.repo and self.root is not None):
+            root = self.root
+        else:  # a store-wide index (the service, the MCP server over several): the root the store records
+            now = time.monotonic()
+            known = self._history_roots.get(repo)
+            if known is None or known[0] < now:
+                rec = self.store.repo(repo)
+                known = self._history_roots[repo] = (now + 60.0, Path(rec.root) if rec and rec.root else None)
+            root = known[1]
+        return root if root is not None and (root / ".git").exists() else None
 
-    def history_path(self) -> Path:
-        """Where the mined history of this tree is kept (beside the vector cache: one file per indexed root)."""
+    def history_path(self, repo: str | None = None, root: Path | None = None) -> Path:
+        """Where the mined history of an indexed root is kept (beside the vector cache: one file per repository
+        and root): this index's own by default."""
         from repoctx.config import default_cache_dir
 
-        key = hashlib.blake2b(str(self.root).encode(), digest_size=5).hexdigest()
-        return default_cache_dir() / "history" / f"{self.repo}-{key}.jsonl"
+        key = hashlib.blake2b(str(root or self.root).encode(), digest_size=5).hexdigest()
+        return default_cache_dir() / "history" / f"{repo or self.repo}-{key}.jsonl"
 
     def _update_history(self) -> str | None:
         """Mine the commits after the last one seen (files and messages, ``history_budget`` seconds at most, newest
@@ -298,39 +310,52 @@ class Index:
             return f"the git history was not read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         return None
 
-    def _history_votes(self, query: str) -> list[str]:
-        """This tree's files that the past commits most like ``query`` changed, best first; none without a mined
-        history."""
+    def _history_votes(self, query: str, repo: str) -> list[str]:
+        """The files of ``repo`` that the past commits most like ``query`` changed, best first; none without a mined
+        history (one that another process mined is read too, when it shares this one's cache)."""
         from repoctx.history import History, SimilarCommits
 
-        if self._git_top() is None:
+        root = self._git_top(repo)
+        if root is None:
             return []
-        path = self.history_path()
+        path = self.history_path(repo, root)
         try:
             st = path.stat()
         except OSError:
             return []
         stamp = (st.st_mtime_ns, st.st_size)
-        if self._history is None or self._history[0] != stamp:
+        known = self._history.get(repo)
+        if known is None or known[0] != stamp:
             hist = History.load(path)
-            self._history = (stamp, SimilarCommits(hist.commits, by="files") if hist else None)
-        similar = self._history[1]
+            known = self._history[repo] = (stamp, SimilarCommits(hist.commits, by="files") if hist else None)
+        similar = known[1]
         return [p for p, _ in similar.rank(query)] if similar is not None else []
 
     def _with_history(self, query: str, files: list[FileHit]) -> tuple[list[FileHit], int]:
-        """``files`` re-ordered by the history's votes (weighted reciprocal ranks, ``history.FILE_WEIGHT``; only this
-        tree's files move, and only among those the search found), and how many moved."""
-        from repoctx.history import FILE_WEIGHT, fuse
+        """``files`` re-ordered by their repositories' history votes, weighted reciprocal ranks (as ``history.fuse`` at
+        ``history.FILE_WEIGHT``, each repository's votes ranked among its files the search found: a file it did not
+        find, as one the scope hides, never joins), and how many moved."""
+        from repoctx.history import FILE_WEIGHT
 
-        votes = self._history_votes(query) if len(files) > 1 else []
-        if not votes:
+        if len(files) < 2 or not self.settings.history:
             return files, 0
-        own = {f.path for f in files if f.capsules and f.capsules[0].capsule.repo == self.repo}
-        found = [p for p in votes if p in own]
-        if not found:
+        found: dict[str, set[str]] = {}
+        for f in files:
+            if f.capsules:
+                found.setdefault(f.capsules[0].capsule.repo, set()).add(f.path)
+        rank: dict[tuple[str, str], int] = {}
+        for repo, paths in found.items():
+            votes = [p for p in self._history_votes(query, repo) if p in paths]
+            rank.update({(repo, p): i for i, p in enumerate(votes, 1)})
+        if not rank:
             return files, 0
-        order = {p: i for i, p in enumerate(fuse([f.path for f in files], found, FILE_WEIGHT))}
-        out = sorted(files, key=lambda f: order[f.path])
+
+        def fused(i: int, f: FileHit) -> float:
+            r = rank.get((f.capsules[0].capsule.repo, f.path)) if f.capsules else None
+            return 1.0 / (60 + i) + (FILE_WEIGHT / (60 + r) if r else 0.0)
+
+        scored = sorted((-fused(i, f), i, f) for i, f in enumerate(files, 1))
+        out = [f for _, _, f in scored]
         return out, sum(a.path != b.path for a, b in zip(out, files, strict=True))
 
     @property
