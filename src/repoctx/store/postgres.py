@@ -983,18 +983,19 @@ class _LexChanges:
                 else:
                     inserts.append((repo, term, int(counts[j]), lasts[j], piece))
             a = b
-        if updates:
-            conn.execute(
-                "UPDATE repoctx_lex l SET n = l.n + x.n, last = x.last, p = l.p || x.p FROM unnest(%s::text[], "
-                "%s::int4[], %s::int8[], %s::bytea[]) AS x(term, n, last, p) WHERE l.repo = %s AND l.term = x.term",
-                (
-                    [u[0] for u in updates],
-                    [u[1] for u in updates],
-                    [u[2] for u in updates],
-                    [u[3] for u in updates],
-                    repo,
-                ),
-            )
+        _LexChanges._update(conn, repo, updates, append=True)
+
+    @staticmethod
+    def _update(conn, repo: str, rows: list[tuple], append: bool) -> None:
+        """Stored rows given (term, n, last, p): their postings appended to (``append``), or replaced."""
+        if not rows:
+            return
+        sets = "n = l.n + x.n, last = x.last, p = l.p || x.p" if append else "n = x.n, last = x.last, p = x.p"
+        conn.execute(
+            f"UPDATE repoctx_lex l SET {sets} FROM unnest(%s::text[], %s::int4[], %s::int8[], %s::bytea[]) "
+            "AS x(term, n, last, p) WHERE l.repo = %s AND l.term = x.term",
+            ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows], repo),
+        )
 
     @staticmethod
     def _merge(conn, repo, names, ids, added, dropped, inserts) -> None:
@@ -1037,18 +1038,7 @@ class _LexChanges:
                 inserts.append((repo, *got))
             else:
                 updates.append(got)
-        if updates:
-            conn.execute(
-                "UPDATE repoctx_lex l SET n = x.n, last = x.last, p = x.p FROM unnest(%s::text[], %s::int4[], "
-                "%s::int8[], %s::bytea[]) AS x(term, n, last, p) WHERE l.repo = %s AND l.term = x.term",
-                (
-                    [u[0] for u in updates],
-                    [u[1] for u in updates],
-                    [u[2] for u in updates],
-                    [u[3] for u in updates],
-                    repo,
-                ),
-            )
+        _LexChanges._update(conn, repo, updates, append=False)
         if deletes:
             conn.execute("DELETE FROM repoctx_lex WHERE repo=%s AND term = ANY(%s)", (repo, deletes))
 
