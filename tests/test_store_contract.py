@@ -168,9 +168,19 @@ def test_postgres_lexical_rows_after_updates_are_a_cold_index_s(tmp_path, monkey
     (root / "docs/notes.md").unlink()
     (root / "shop/extra.py").write_text(f"def refund(order):\n    return '{huge}'\n")
     ix.update()
+    import psycopg
+
+    def rids() -> dict[str, int]:
+        with psycopg.connect(url) as conn:
+            return dict(conn.execute("SELECT id, rid FROM repoctx_capsules WHERE repo='shop'").fetchall())
+
+    before = rids()
     (root / "secret/vault.py").write_text(SHOP["secret/vault.py"] + "\ndef rotate(key):\n    return key\n")
     (root / "shop/extra.py").write_text("def refund(order, amount):\n    return amount\n")
     ix.update()
+    after = rids()  # a unit written again takes its rid back (unchanged, its postings change no row)
+    assert after["shop:secret/vault.py#open_vault"] == before["shop:secret/vault.py#open_vault"]
+    assert after["shop:secret/vault.py#rotate"] > max(before.values())
     shutil.copytree(root, tmp_path / "again" / "shop")
     monkeypatch.undo()
     cold = index_repo(settings, tmp_path / "again" / "shop", name="cold", dense=False)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from repoctx.capsules.fallback import parse_any
-from repoctx.capsules.parse import PARSER_VERSION, ParsedFile, own_text
+from repoctx.capsules.parse import PARSER_VERSION, ParsedFile, lexical_bodies
 from repoctx.config import Settings
 from repoctx.graph import (
     Cand,
@@ -584,15 +584,6 @@ def namespaced(pf: ParsedFile, repo: str) -> ParsedFile:
     for r in pf.refs:
         r.src = store_wide(r.src)
     return pf
-
-
-def lexical_bodies(capsules: list) -> dict[str, str]:
-    """What BM25 reads as a class's body: its own lines, not its methods' (they are indexed themselves)."""
-    children: dict[str, list] = {}
-    for c in capsules:
-        if c.parent:
-            children.setdefault(c.parent, []).append(c)
-    return {c.id: own_text(c, children.get(c.id, [])) for c in capsules if c.kind == "class"}
 
 
 def update_index(

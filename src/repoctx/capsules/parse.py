@@ -866,3 +866,12 @@ def own_text(capsule: Capsule, children: list[Capsule]) -> str:
             if 0 <= i < len(lines):
                 drop[i] = True
     return "\n".join(ln for ln, d in zip(lines, drop, strict=True) if not d)
+
+
+def lexical_bodies(capsules: list[Capsule]) -> dict[str, str]:
+    """What BM25 reads as a class's body: its own lines, not its methods' (they are indexed themselves)."""
+    children: dict[str, list[Capsule]] = {}
+    for c in capsules:
+        if c.parent:
+            children.setdefault(c.parent, []).append(c)
+    return {c.id: own_text(c, children.get(c.id, [])) for c in capsules if c.kind == "class"}

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, get_args
 
 import numpy as np
 
+from repoctx.capsules.parse import lexical_bodies
 from repoctx.store import postings
 from repoctx.store.base import (
     EMBED_KINDS,
@@ -875,7 +876,7 @@ class _LexChanges:
     def __init__(self) -> None:
         self.vocab = postings.Vocab()
         self.added: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (terms, rids, wtf, dl)
-        self.dropped: list[tuple[np.ndarray, np.ndarray]] = []  # (terms, rids)
+        self.dropped: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (terms, rids, wtf, dl)
         self._window()
 
     def _window(self) -> None:
@@ -887,8 +888,8 @@ class _LexChanges:
             at, ar, aw = self.add.arrays(self.vocab)
             self.added.append((at, ar, aw, self.add.posting_lengths().astype(np.int32)))
         if self.drop.size:
-            dt, dr, _ = self.drop.arrays(self.vocab)
-            self.dropped.append((dt, dr))
+            dt, dr, dw = self.drop.arrays(self.vocab)
+            self.dropped.append((dt, dr, dw, self.drop.posting_lengths().astype(np.int32)))
         self._window()
 
     def __bool__(self) -> bool:
@@ -901,7 +902,8 @@ class _LexChanges:
             self._close_window()
 
     def drop_unit(self, rid: int, unit: tuple) -> None:
-        self.drop.put(rid, unit[0], unit[1])
+        terms, wtf, dl = unit
+        self.drop.put(rid, terms, wtf, dl)
         if self.add.size + self.drop.size >= postings.FLUSH_POSTINGS:
             self._close_window()
 
@@ -915,19 +917,31 @@ class _LexChanges:
         def joined(parts: list, j: int, dtype) -> np.ndarray:
             return np.concatenate([p[j] for p in parts]) if parts else np.zeros(0, dtype)
 
-        at, ar, aw, ad = (joined(self.added, j, t) for j, t in enumerate((np.int32, np.int64, np.int32, np.int32)))
-        dt, dr = joined(self.dropped, 0, np.int32), joined(self.dropped, 1, np.int64)
+        types = (np.int32, np.int64, np.int32, np.int32)
+        at, ar, aw, ad = (joined(self.added, j, t) for j, t in enumerate(types))
+        dt, dr, dw, dd = (joined(self.dropped, j, t) for j, t in enumerate(types))
         self.__init__()  # type: ignore[misc]
         posted = np.fromiter((len(t) <= MAX_POSTED_TERM for t in names), dtype=bool, count=len(names))
         if not posted.all():
             keep = posted[at]
             at, ar, aw, ad = at[keep], ar[keep], aw[keep], ad[keep]
             keep = posted[dt]
-            dt, dr = dt[keep], dr[keep]
-        if len(dr) and len(ar):  # a unit added and taken away in this transaction never reaches the rows
-            gone, born = np.isin(ar, dr), np.isin(dr, ar)
-            at, ar, aw, ad = at[~gone], ar[~gone], aw[~gone], ad[~gone]
-            dt, dr = dt[~born], dr[~born]
+            dt, dr, dw, dd = dt[keep], dr[keep], dw[keep], dd[keep]
+        if len(dr) and len(ar):
+            # a posting taken away and given back the same is no change: a unit written again unchanged keeps its rid
+            # (put_file), and one added and taken away in the transaction never reaches the rows
+            both = np.concatenate(
+                [np.stack([at, ar, aw, ad, np.ones_like(ar)]), np.stack([dt, dr, dw, dd, -np.ones_like(dr)])], 1
+            )
+            both = both[:, np.lexsort(both[::-1])]
+            same = np.all(both[:4, 1:] == both[:4, :-1], axis=0) & (both[4, 1:] != both[4, :-1])
+            gone = np.zeros(both.shape[1], dtype=bool)
+            gone[1:] |= same
+            gone[:-1] |= same
+            both = both[:, ~gone]
+            add = both[4] > 0
+            at, ar, aw, ad = both[0][add], both[1][add], both[2][add], both[3][add]
+            dt, dr = both[0][~add], both[1][~add]
         a_count = np.bincount(at, minlength=len(names))
         d_count = np.bincount(dt, minlength=len(names))
         touched = np.flatnonzero((a_count > 0) | (d_count > 0))
@@ -1058,6 +1072,7 @@ class PostgresRepoWriter:
         self._texts: dict[str, str] = {}  # grep's texts to write, by key
         self._edges: list[tuple] = []
         self._lex = _LexChanges()
+        self._freed: dict[str, int] = {}  # units deleted in this transaction: id -> rid, taken back if written again
         self._since = 0  # postings made since the last hand-off
         self._docs = 0
         self._len = 0.0
@@ -1131,7 +1146,7 @@ class PostgresRepoWriter:
     def _reset(self) -> None:
         self._caps, self._files, self._edges, self._texts = [], [], [], {}
         self._docs, self._len, self._rids, self._since = 0, 0.0, [], 0
-        self._lex = _LexChanges()
+        self._lex, self._freed = _LexChanges(), {}
 
     @contextmanager
     def _c(self):
@@ -1278,7 +1293,7 @@ class PostgresRepoWriter:
             for table in ("repoctx_lex", "repoctx_capsules", "repoctx_edges", "repoctx_files", "repoctx_texts"):
                 conn.execute(f"DELETE FROM {table} WHERE repo=%s", (self.repo,))
             conn.execute("UPDATE repoctx_repos SET n_docs = 0, total_len = 0 WHERE name=%s", (self.repo,))
-        self._lex = _LexChanges()  # (what was taken away or added before is gone with the rows)
+        self._lex, self._freed = _LexChanges(), {}  # (what was taken away or added before is gone with the rows)
         self._cold = True
 
     def put_file(
@@ -1304,7 +1319,9 @@ class PostgresRepoWriter:
         )
         lex = (ahead or {}).get("lex") or postings.lex_rows(capsules, lexical_bodies)
         for c, unit in zip(capsules, lex, strict=True):
-            rid = self._next_rid()
+            rid = self._freed.pop(c.id, None)
+            if rid is None:  # (a unit written again takes its rid back: unchanged, its postings change nothing)
+                rid = self._next_rid()
             dl = unit[2]
             self._caps.append(
                 (
@@ -1369,9 +1386,7 @@ class PostgresRepoWriter:
             "SELECT text_hash FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path)
         ).fetchone()
         gone = conn.execute(
-            "SELECT rid, name, qualname, path, signature, docstring, text, dl FROM repoctx_capsules "
-            "WHERE repo=%s AND path=%s",
-            (self.repo, path),
+            f"SELECT c.rid, c.dl, {_COLS} FROM repoctx_capsules c WHERE c.repo=%s AND c.path=%s", (self.repo, path)
         ).fetchall()
         if not gone:
             conn.execute("DELETE FROM repoctx_edges WHERE repo=%s AND src_path=%s", (self.repo, path))
@@ -1379,16 +1394,17 @@ class PostgresRepoWriter:
             if old is not None:
                 self._release_text(conn, old[0])
             return
-        # the units' postings taken away: their terms made again from what each unit holds, its whole text (a
-        # class's lexical body is some of its text's lines: its terms are among the text's)
-        for r, unit in zip(gone, postings.units_postings((r[1:7] for r in gone), cut=None), strict=True):
+        # the units' postings taken away, made again as put_file made them (a class's body: its own lines)
+        units = [_row_to_capsule(r[2:]) for r in gone]
+        for r, c, unit in zip(gone, units, postings.lex_rows(units, lexical_bodies(units)), strict=True):
             self._lex.drop_unit(r[0], unit)
+            self._freed[c.id] = r[0]
         conn.execute("DELETE FROM repoctx_capsules WHERE repo=%s AND path=%s", (self.repo, path))
         conn.execute("DELETE FROM repoctx_edges WHERE repo=%s AND src_path=%s", (self.repo, path))
         conn.execute("DELETE FROM repoctx_files WHERE repo=%s AND path=%s", (self.repo, path))
         if old is not None:
             self._release_text(conn, old[0])
-        self._apply_counts(conn, -len(gone), -sum(float(r[7]) for r in gone))
+        self._apply_counts(conn, -len(gone), -sum(float(r[1]) for r in gone))
 
     def put_edges(self, edges: Iterable[tuple[Edge, str | None]], src_path: str) -> None:
         self._edges.extend((self.repo, e.src, e.kind, e.dst_name, key, e.dst, src_path) for e, key in edges)

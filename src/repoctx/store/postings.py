@@ -174,9 +174,8 @@ def unit_postings(columns: Sequence[Sequence[str]]) -> tuple[tuple[str, ...], tu
     return tuple(counts), tuple(counts.values()), sum(map(len, columns))
 
 
-def units_postings(units: Iterable[tuple[str | None, ...]], cut: int | None = BODY_CHARS) -> list[tuple]:
-    """Each unit's postings (:func:`unit_postings`) from its (name, qualname, path, signature, docstring, body),
-    the body cut at ``cut`` characters (None: whole)."""
+def units_postings(units: Iterable[tuple[str | None, ...]]) -> list[tuple]:
+    """Each unit's postings (:func:`unit_postings`) from its (name, qualname, path, signature, docstring, body)."""
     from repoctx.tokens import code_tokens
 
     seen: dict[str, list[str]] = {}  # a file's units share their path, often names and signatures
@@ -189,7 +188,7 @@ def units_postings(units: Iterable[tuple[str | None, ...]], cut: int | None = BO
         return got
 
     return [
-        unit_postings((tok(n), tok(q), tok(p), tok(s), tok(d), code_tokens((body or "")[:cut])))
+        unit_postings((tok(n), tok(q), tok(p), tok(s), tok(d), code_tokens((body or "")[:BODY_CHARS])))
         for n, q, p, s, d, body in units
     ]
 
