@@ -930,18 +930,7 @@ class _LexChanges:
         if len(dr) and len(ar):
             # a posting taken away and given back the same is no change: a unit written again unchanged keeps its rid
             # (put_file), and one added and taken away in the transaction never reaches the rows
-            both = np.concatenate(
-                [np.stack([at, ar, aw, ad, np.ones_like(ar)]), np.stack([dt, dr, dw, dd, -np.ones_like(dr)])], 1
-            )
-            both = both[:, np.lexsort(both[::-1])]
-            same = np.all(both[:4, 1:] == both[:4, :-1], axis=0) & (both[4, 1:] != both[4, :-1])
-            gone = np.zeros(both.shape[1], dtype=bool)
-            gone[1:] |= same
-            gone[:-1] |= same
-            both = both[:, ~gone]
-            add = both[4] > 0
-            at, ar, aw, ad = both[0][add], both[1][add], both[2][add], both[3][add]
-            dt, dr = both[0][~add], both[1][~add]
+            (at, ar, aw, ad), (dt, dr, _, _) = postings.cancel((at, ar, aw, ad), (dt, dr, dw, dd))
         a_count = np.bincount(at, minlength=len(names))
         d_count = np.bincount(dt, minlength=len(names))
         touched = np.flatnonzero((a_count > 0) | (d_count > 0))

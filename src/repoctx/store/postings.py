@@ -421,6 +421,23 @@ class Side:
         return np.repeat(np.frombuffer(self.lengths, dtype=np.int64), np.frombuffer(self.sizes, dtype=np.int32))
 
 
+def cancel(added: Sequence[np.ndarray], dropped: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Postings added and taken away, each as parallel arrays (term, rowid, then what a posting carries), without
+    the pairs of one added and one taken away that are the same in every array: no change to any row."""
+    width = len(added)
+    both = np.concatenate(
+        [np.stack([*added, np.ones_like(added[0])]), np.stack([*dropped, -np.ones_like(dropped[0])])], 1
+    )
+    both = both[:, np.lexsort(both[::-1])]
+    same = np.all(both[:width, 1:] == both[:width, :-1], axis=0) & (both[width, 1:] != both[width, :-1])
+    gone = np.zeros(both.shape[1], dtype=bool)
+    gone[1:] |= same
+    gone[:-1] |= same
+    both = both[:, ~gone]
+    add = both[width] > 0
+    return [row[add] for row in both[:width]], [row[~add] for row in both[:width]]
+
+
 class Pending:
     """A transaction's lexical changes: postings added and taken away and units' token counts, a window of
     ``FLUSH_POSTINGS`` at a time (:meth:`flush`). Postings of units newer than a term's last (a cold index's
@@ -514,19 +531,7 @@ class Pending:
         at, ar, aw = added
         dt, dr, dw = dropped
         if len(dt):  # a posting taken away and given back the same (a unit written again unchanged) is no change
-            both = np.concatenate(
-                [np.stack([at, ar, aw, np.ones_like(at)]), np.stack([dt, dr, dw, -np.ones_like(dt)])], 1
-            )
-            order = np.lexsort((both[3], both[2], both[1], both[0]))
-            both = both[:, order]
-            same = np.all(both[:3, 1:] == both[:3, :-1], axis=0) & (both[3, 1:] != both[3, :-1])
-            gone = np.zeros(both.shape[1], dtype=bool)
-            gone[1:] |= same
-            gone[:-1] |= same
-            both = both[:, ~gone]
-            is_add = both[3] > 0
-            at, ar, aw = both[0][is_add], both[1][is_add], both[2][is_add]
-            dt, dr = both[0][~is_add], both[1][~is_add]
+            (at, ar, aw), (dt, dr, _) = cancel((at, ar, aw), (dt, dr, dw))
         n_terms = len(terms)
         a_count = np.bincount(at, minlength=n_terms)
         d_count = np.bincount(dt, minlength=n_terms)
