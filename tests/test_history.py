@@ -207,3 +207,31 @@ def _mc(sha, message, symbols, sweep=False):
     from repoctx.history import MinedCommit
 
     return MinedCommit(sha, [], 0, message, symbols, sorted({s.split(":")[0] for s in symbols}), sweep)
+
+
+def test_files_only_mining_lists_what_the_patch_path_lists(tmp_path):
+    """``mine(symbols=False)`` reads ``git log --raw`` instead of the patches: the same commits, files (paths at the
+    parent), renames and sweeps, edits, a rename with and without changes, a deletion and an empty file filled."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(30))
+    _commit(repo, {"a.py": body, "b.py": body.replace("f", "g"), "c.py": "", "n.md": "notes"}, "Start")
+    _commit(repo, {"a.py": body + "def h():\n    pass\n"}, "Add h")
+    _git(repo, "mv", "b.py", "pkg_b.py")
+    _commit(repo, {}, "Move b")
+    _git(repo, "mv", "pkg_b.py", "b2.py")
+    _commit(repo, {"b2.py": body.replace("f", "g") + "def k():\n    pass\n"}, "Move b again, and add k")
+    _commit(repo, {"c.py": "def filled():\n    return 1\n"}, "Fill c")
+    _git(repo, "rm", "-q", "a.py")
+    _commit(repo, {}, "Drop a")
+    _commit(repo, {f"m{i}.py": f"def m{i}():\n    pass\n" for i in range(3)}, "Add three")
+    _commit(repo, {f"m{i}.py": f"def m{i}():\n    return {i}\n" for i in range(3)}, "Touch three")
+    full, files_only = mine(repo), mine(repo, symbols=False, max_files=2)
+    patch_small = mine(repo, max_files=2)
+    assert [c.sha for c in files_only.commits] == [c.sha for c in full.commits]
+    for a, b, s in zip(full.commits, files_only.commits, patch_small.commits, strict=True):
+        assert (a.files, a.renames) == (b.files, b.renames) and b.sweep == s.sweep and not b.symbols
+    assert {c.message: c.files for c in files_only.commits}["Fill c"] == ["c.py"]
+    assert {c.message: c.renames for c in files_only.commits}["Move b"] == [("b.py", "pkg_b.py")]
+    assert any(c.sweep for c in files_only.commits)

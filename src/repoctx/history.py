@@ -161,6 +161,28 @@ def parse_diff(lines: Iterable[str]) -> list[FileDiff]:
     return out
 
 
+def parse_raw(lines: Iterable[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """What one commit's part of ``git log --raw --no-abbrev`` says of the files :func:`parse_diff` lists, without a
+    diff: the files whose content changed (paths at the parent; an added one has none), and the renames (path at the
+    parent, path after)."""
+    files: list[str] = []
+    renames: list[tuple[str, str]] = []
+    for line in lines:
+        if not line.startswith(":"):
+            continue
+        meta, _, names = line.partition("\t")
+        fields = meta.split()
+        if len(fields) < 5:
+            continue
+        old_blob, new_blob, status = fields[2], fields[3], fields[4]
+        paths = [_unquote(n) for n in names.split("\t")]
+        if status.startswith("R") and len(paths) == 2:
+            renames.append((paths[0], paths[1]))
+        if old_blob != new_blob and not _EMPTY_BLOB.match(old_blob) and paths:
+            files.append(paths[0])
+    return files, renames
+
+
 def _owners(capsules: list[Capsule], n_lines: int) -> list[Capsule | None]:
     """Line (1-based) → the innermost function, method or class capsule holding it (None: module level)."""
     owner: list[Capsule | None] = [None] * (n_lines + 2)
@@ -330,8 +352,11 @@ def _pathspecs() -> list[str]:
     return [f"*{ext}" for ext in sorted(GRAMMAR_EXT)]
 
 
-def _log_commits(repo: Path, rev_range: list[str], max_commits: int | None) -> Iterator[tuple[list[str], list[str]]]:
-    """(header fields + message lines, diff lines) per commit, newest first, streamed from one git log."""
+def _log_commits(
+    repo: Path, rev_range: list[str], max_commits: int | None, patch: bool = True
+) -> Iterator[tuple[list[str], list[str]]]:
+    """(header fields + message lines, diff lines) per commit, newest first, streamed from one git log; without
+    ``patch``, its ``--raw`` lines instead of the diff (the files only: several times faster)."""
     args = [
         "git",
         "-C",
@@ -340,9 +365,7 @@ def _log_commits(repo: Path, rev_range: list[str], max_commits: int | None) -> I
         "core.quotePath=false",
         "log",
         "--no-merges",
-        "-p",
-        "-U0",
-        "--full-index",
+        *(("-p", "-U0", "--full-index") if patch else ("--raw", "--no-abbrev")),
         "-M",
         "--no-color",
         "--no-ext-diff",
@@ -406,24 +429,23 @@ def mine(
     complete = True
     parsed = 0
     try:
-        for header, diff in _log_commits(repo, rev_range, max_commits):
+        for header, diff in _log_commits(repo, rev_range, max_commits, patch=symbols):
             if time_budget is not None and time.perf_counter() - t0 > time_budget:
                 complete = False
                 break
             fields = header[0].split()
             sha, ctime, parents = fields[0], int(fields[1]), fields[2:]
             message = "\n".join(header[1:]).strip()
-            diffs = parse_diff(diff)
-            files = [f for f in diffs if f.hunks]
-            mc = MinedCommit(
-                sha,
-                parents,
-                ctime,
-                message,
-                files=[f.old_path for f in files],
-                renames=[(f.old_path, f.new_path) for f in diffs if f.new_path],
-            )
-            if len(files) > max_files:
+            if symbols:
+                diffs = parse_diff(diff)
+                files = [f for f in diffs if f.hunks]
+                changed = [f.old_path for f in files]
+                renames = [(f.old_path, f.new_path) for f in diffs if f.new_path]
+            else:
+                files = []
+                changed, renames = parse_raw(diff)
+            mc = MinedCommit(sha, parents, ctime, message, files=changed, renames=renames)
+            if len(changed) > max_files:
                 mc.sweep = True
             elif symbols:
                 for fd in files:
