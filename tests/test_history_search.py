@@ -82,8 +82,9 @@ def test_the_history_is_mined_incrementally_within_its_budget(repo, tmp_path):
     ix = Index(repo, Settings(index_dir=tmp_path / "ix", embedder="none"))
     ix.update()
     assert ix.last_history.mined == 4
-    ix.update()  # nothing new: the head is the one it saw
-    assert ix.last_history.mined == 0
+    ix.update()  # nothing new: the head is the one it saw, and only the kept history's first line is read
+    assert ix.last_history.mined == 0 and ix.last_history.history.commits == [] and ix.last_history.history.complete
+    assert ix.retrieve(QUESTION, k=3, level="file", mode="standard").files[0].path == "shop/transfer.py"
     _commit(repo, {"shop/cart.py": TREE["shop/cart.py"] + "\n# y\n"}, "Fix the cart when uploading big files times out")
     ix.update()
     assert ix.last_history.mined == 1 and ix.last_history.incremental

@@ -499,6 +499,16 @@ class History:
                 f.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
         os.replace(tmp, path)
 
+    @staticmethod
+    def meta(path: str | Path) -> dict:
+        """The first line of a kept history (its version, head, completeness, seconds), or {}."""
+        try:
+            with Path(path).open(encoding="utf-8") as f:
+                meta = json.loads(f.readline() or "{}")
+        except (OSError, ValueError):
+            return {}
+        return meta if isinstance(meta, dict) else {}
+
     @classmethod
     def load(cls, path: str | Path) -> History | None:
         try:
@@ -528,13 +538,20 @@ def update_history(
     max_files: int = MAX_FILES,
     tests: bool = False,
     symbols: bool = True,
+    load: bool = True,
 ) -> HistoryUpdate:
     """Bring the mined history at ``path`` up to the repository's HEAD: only the commits after the head it
     records are mined (all of them, within the bounds, when there is no file or the head is no longer an
-    ancestor, as after a force push)."""
+    ancestor, as after a force push). ``load=False``: when the head is the one recorded, the history's first line
+    is all that is read, and the update's history lists no commit (an index's refresh after each save)."""
     t0 = time.perf_counter()
-    old = History.load(path)
     head = head_commit(repo)
+    if not load and head is not None:
+        meta = History.meta(path)
+        if meta.get("version") == HISTORY_VERSION and meta.get("head") == head:
+            hist = History(head, [], bool(meta.get("complete", True)), float(meta.get("seconds") or 0.0))
+            return HistoryUpdate(hist, 0, time.perf_counter() - t0, True)
+    old = History.load(path)
     if head is None:
         hist = History(None, [])
         hist.save(path)

@@ -304,7 +304,7 @@ class Index:
             return None
         try:
             self.last_history = update_history(
-                self.root, self.history_path(), time_budget=self.settings.history_budget, symbols=False
+                self.root, self.history_path(), time_budget=self.settings.history_budget, symbols=False, load=False
             )
         except Exception as e:  # noqa: BLE001 - git missing or failing: the search goes on without the history
             return f"the git history was not read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
