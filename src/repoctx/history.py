@@ -539,13 +539,15 @@ def update_history(
     tests: bool = False,
     symbols: bool = True,
     load: bool = True,
+    head: str | None = None,
 ) -> HistoryUpdate:
     """Bring the mined history at ``path`` up to the repository's HEAD: only the commits after the head it
     records are mined (all of them, within the bounds, when there is no file or the head is no longer an
     ancestor, as after a force push). ``load=False``: when the head is the one recorded, the history's first line
-    is all that is read, and the update's history lists no commit (an index's refresh after each save)."""
+    is all that is read, and the update's history lists no commit (an index's refresh after each save). ``head``:
+    the repository's HEAD when the caller has read it already (an index update has)."""
     t0 = time.perf_counter()
-    head = head_commit(repo)
+    head = head or head_commit(repo)
     if not load and head is not None:
         meta = History.meta(path)
         if meta.get("version") == HISTORY_VERSION and meta.get("head") == head:

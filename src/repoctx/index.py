@@ -256,7 +256,7 @@ class Index:
         self._vstates.clear()
         self._names = None
         report.notes += notes
-        note = self._update_history()
+        note = self._update_history(report.git_head)
         if note:
             report.notes.append(note)
         if embed and self.embedder is not None:
@@ -295,16 +295,22 @@ class Index:
         key = hashlib.blake2b(str(root or self.root).encode(), digest_size=5).hexdigest()
         return default_cache_dir() / "history" / f"{repo or self.repo}-{key}.jsonl"
 
-    def _update_history(self) -> str | None:
+    def _update_history(self, head: str | None) -> str | None:
         """Mine the commits after the last one seen (files and messages, ``history_budget`` seconds at most, newest
-        first). A failure (no git, a broken repository) is a note; the index is never the worse for it."""
+        first); ``head``: the HEAD the update read (None: asked again). A failure (no git, a broken repository) is a
+        note; the index is never the worse for it."""
         from repoctx.history import update_history
 
         if self._git_top() is None or self.root is None:
             return None
         try:
             self.last_history = update_history(
-                self.root, self.history_path(), time_budget=self.settings.history_budget, symbols=False, load=False
+                self.root,
+                self.history_path(),
+                time_budget=self.settings.history_budget,
+                symbols=False,
+                load=False,
+                head=head,
             )
         except Exception as e:  # noqa: BLE001 - git missing or failing: the search goes on without the history
             return f"the git history was not read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
