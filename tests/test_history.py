@@ -235,3 +235,81 @@ def test_files_only_mining_lists_what_the_patch_path_lists(tmp_path):
     assert {c.message: c.files for c in files_only.commits}["Fill c"] == ["c.py"]
     assert {c.message: c.renames for c in files_only.commits}["Move b"] == [("b.py", "pkg_b.py")]
     assert any(c.sweep for c in files_only.commits)
+
+
+def test_files_only_mining_reads_the_whole_log_and_keeps_the_code_commits(tmp_path):
+    """The files-only log is read without pathspecs (git matches them against every entry of every tree it compares)
+    and filtered here: a commit touching docs only, or only a file's mode, is not listed; a code file renamed to a
+    name no grammar reads counts as deleted; ``max_commits`` counts code commits. A commit on a branch whose merge
+    left the code as the main line had it, which a log limited by pathspecs simplifies away, is listed too."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _commit(repo, {"a.py": "def a():\n    return 1\n", "b.py": "def b():\n    return 2\n", "n.md": "notes"}, "Start")
+    _commit(repo, {"n.md": "more notes"}, "Docs only")
+    (repo / "a.py").chmod(0o755)
+    _commit(repo, {}, "Mode only")
+    _git(repo, "mv", "b.py", "b.txt")
+    _commit(repo, {}, "Park b as text")
+    _git(repo, "checkout", "-q", "-b", "side")
+    side = _commit(repo, {"a.py": "def a():\n    return 10\n"}, "Fix a on the side")
+    _git(repo, "checkout", "-q", "main")
+    _commit(repo, {"a.py": "def a():\n    return 10\n"}, "Fix a on main too")
+    _git(repo, "merge", "-q", "--no-edit", "side")
+    _commit(repo, {"a.py": "def a():\n    return 11\n"}, "Last")
+    got = mine(repo, symbols=False)
+    by_message = {c.message: c for c in got.commits}
+    assert set(by_message) == {"Park b as text", "Fix a on the side", "Fix a on main too", "Last"}  # Start: additions
+    assert by_message["Park b as text"].files == ["b.py"] and by_message["Park b as text"].renames == []
+    assert by_message["Fix a on the side"].sha == side and by_message["Fix a on the side"].files == ["a.py"]
+    assert got.complete
+    two = mine(repo, symbols=False, max_commits=2)
+    assert [c.message for c in two.commits] == [c.message for c in got.commits][:2] and not two.complete
+    every = mine(repo, symbols=False, max_commits=len(got.commits))
+    assert len(every.commits) == len(got.commits) and every.complete
+
+
+@pytest.mark.parametrize("symbols", [False, True])
+def test_a_history_cut_by_its_bound_goes_back_to_older_commits_update_by_update(tmp_path, symbols):
+    """A bound (here ``max_commits``, in the product the time budget) leaves the oldest commits out; each later
+    update takes up to its bound of them, after any new commit, until the log ends: then the history lists what one
+    unbounded mine lists, in the same order. ``backfill=False`` (a watched save's refresh) leaves it as it is."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _commit(repo, {"a.py": "def a():\n    return 0\n", "n.md": "0"}, "Start")
+    for i in range(1, 8):
+        _commit(repo, {"a.py": f"def a():\n    return {i}\n"} if i != 4 else {"n.md": "docs"}, f"Change {i}")
+    path = tmp_path / "history.jsonl"
+    first = update_history(repo, path, max_commits=2, symbols=symbols)
+    assert first.mined == 2 and not first.history.complete and first.backfilled == 0
+    assert History.meta(path)["tail"][1] == 2
+    assert update_history(repo, path, max_commits=2, symbols=symbols, load=False, backfill=False).mined == 0
+    second = update_history(repo, path, max_commits=2, symbols=symbols, load=False)
+    assert second.backfilled == 2 and not second.history.complete
+    newest = _commit(repo, {"a.py": "def a():\n    return 8\n"}, "Change 8")
+    third = update_history(repo, path, max_commits=2, symbols=symbols)
+    assert (third.mined, third.backfilled) == (2, 1)  # the new commit, then one older (2 a run)
+    while not (hist := History.load(path)).complete:
+        assert update_history(repo, path, max_commits=2, symbols=symbols, load=False).backfilled > 0
+    assert "tail" not in History.meta(path)
+    whole = mine(repo, symbols=symbols)
+    assert [c.sha for c in hist.commits] == [c.sha for c in whole.commits] and hist.head == newest
+    assert [c.message for c in hist.commits] == [f"Change {i}" for i in (8, 7, 6, 5, 3, 2, 1)]
+
+
+def test_a_cut_history_whose_log_is_gone_stays_as_it_is(tmp_path):
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    for i in range(4):
+        _commit(repo, {"a.py": f"def a():\n    return {i}\n"}, f"Change {i}")
+    path = tmp_path / "history.jsonl"
+    update_history(repo, path, max_commits=1, symbols=False)
+    hist = History.load(path)
+    assert hist is not None and hist.tail is not None
+    hist.tail = ("0" * 40, hist.tail[1])  # a commit the repository does not have (a rewritten, pruned history)
+    hist.save(path)
+    again = update_history(repo, path, max_commits=1, symbols=False)
+    assert again.backfilled == 0 and not again.history.complete and again.history.tail is None
+    assert len(History.load(path).commits) == 1

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from repoctx import Index, Settings
+from repoctx.history import History
 from repoctx.store.base import Scope
 from tests.test_history import _commit, _git
 
@@ -94,6 +95,13 @@ def test_the_history_is_mined_incrementally_within_its_budget(repo, tmp_path):
     report = other.update()
     assert not other.last_history.history.complete and other.store.n_capsules() == ix.store.n_capsules()
     assert not report.notes
+    # later updates with time to spare go back for what the budget left out; a save's refresh does not
+    again = Index(repo, Settings(index_dir=tmp_path / "ix2", embedder="none"))
+    again.update(history_backfill=False)
+    assert again.last_history.mined == 0 and not again.last_history.history.complete
+    again.update()
+    assert again.last_history.backfilled == 5 and again.last_history.history.complete
+    assert len(History.load(again.history_path()).commits) == 5
 
 
 def test_no_history_outside_a_git_checkout_and_no_git_is_a_note(repo, tmp_path, monkeypatch):

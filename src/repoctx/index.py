@@ -211,10 +211,13 @@ class Index:
         embed: bool = True,
         background: bool = False,
         by: str = "index update",
+        history_backfill: bool = True,
     ) -> UpdateReport:
         """Refresh the lexical index and graph (one transaction), then fill dense vectors for what
         changed. With ``background=True`` vectors fill in a thread while lexical search already answers.
-        ``by`` names the updater in the store's record of the change (``UpdateReport.previous_change``)."""
+        ``by`` names the updater in the store's record of the change (``UpdateReport.previous_change``).
+        ``history_backfill=False``: a git history that its time budget left incomplete is not taken further back by
+        this update (a watched save's refresh, which should end within its second or two)."""
         from repoctx.indexer import RELEASE_AFTER_UNITS, release_memory, update_index
 
         if self.root is None:
@@ -256,7 +259,7 @@ class Index:
         self._vstates.clear()
         self._names = None
         report.notes += notes
-        note = self._update_history(report.git_head)
+        note = self._update_history(report.git_head, history_backfill)
         if note:
             report.notes.append(note)
         if embed and self.embedder is not None:
@@ -295,10 +298,11 @@ class Index:
         key = hashlib.blake2b(str(root or self.root).encode(), digest_size=5).hexdigest()
         return default_cache_dir() / "history" / f"{repo or self.repo}-{key}.jsonl"
 
-    def _update_history(self, head: str | None) -> str | None:
+    def _update_history(self, head: str | None, backfill: bool = True) -> str | None:
         """Mine the commits after the last one seen (files and messages, ``history_budget`` seconds at most, newest
-        first); ``head``: the HEAD the update read (None: asked again). A failure (no git, a broken repository) is a
-        note; the index is never the worse for it."""
+        first), then, with ``backfill`` and time left, older ones that an earlier budget left out; ``head``: the HEAD
+        the update read (None: asked again). A failure (no git, a broken repository) is a note; the index is never
+        the worse for it."""
         from repoctx.history import update_history
 
         if self._git_top() is None or self.root is None:
@@ -311,6 +315,7 @@ class Index:
                 symbols=False,
                 load=False,
                 head=head,
+                backfill=backfill,
             )
         except Exception as e:  # noqa: BLE001 - git missing or failing: the search goes on without the history
             return f"the git history was not read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"

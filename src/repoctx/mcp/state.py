@@ -344,6 +344,8 @@ class RepoctxMCP:
                         embed=first or self._model_loaded(r),
                         background=True,
                         by="background refresh of the MCP server",
+                        # a cut git history goes further back at the server's start, not on a save's refresh
+                        history_backfill=first or reason == "start",
                     )
                     r.building = False
                     if rep.changed or first:  # a save that changed no content keeps the last update's record
