@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from repoctx.evaluate.history import HistoryRanker, fuse, history_field, is_fix, mcnemar
-from repoctx.history import History, changed_symbols, clean_message, mine, parse_diff, update_history
+from repoctx.history import (
+    History,
+    _log_commits,
+    changed_symbols,
+    clean_message,
+    mine,
+    parse_diff,
+    partial_clone,
+    update_history,
+)
 
 DIFF = """\
 diff --git a/pkg/core.py b/pkg/core.py
@@ -313,3 +322,40 @@ def test_a_cut_history_whose_log_is_gone_stays_as_it_is(tmp_path):
     again = update_history(repo, path, max_commits=1, symbols=False)
     assert again.backfilled == 0 and not again.history.complete and again.history.tail is None
     assert len(History.load(path).commits) == 1
+
+
+def test_a_partial_clone_is_mined_without_fetching_a_blob(tmp_path):
+    """The service's clones of git URLs are partial (``--filter=blob:none``): rename detection by content would fetch
+    the blobs of every added and deleted pair from the remote while the update waits. There a rename is a blob that
+    moved unchanged; a file renamed with edits reads as its old path changed. No object is fetched."""
+    src = tmp_path / "src"
+    src.mkdir()
+    _git(src, "init", "-q", "-b", "main")
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(20))
+    _commit(src, {"a.py": body, "c.py": body.replace("f", "g")}, "Start")
+    _git(src, "mv", "a.py", "b.py")
+    _commit(src, {"b.py": body + "def h():\n    pass\n"}, "Move a to b and add h")
+    _git(src, "mv", "c.py", "d.py")
+    _commit(src, {}, "Move c to d")
+    _commit(src, {"d.py": body.replace("f", "k")}, "Rename the g functions")
+    _git(src, "config", "uploadpack.allowFilter", "true")
+    bare = tmp_path / "clone.git"
+    _git(tmp_path, "clone", "-q", "--bare", "--filter=blob:none", f"file://{src}", str(bare))
+    _git(bare, "worktree", "add", "-q", str(tmp_path / "wt"), "main")
+    objects = _git(bare, "count-objects", "-v")
+    got = mine(tmp_path / "wt", symbols=False)
+    assert _git(bare, "count-objects", "-v") == objects  # nothing fetched
+    assert partial_clone(tmp_path / "wt") and not partial_clone(src)
+    by_message = {c.message: (c.files, c.renames) for c in got.commits}
+    assert by_message == {
+        "Move a to b and add h": (["a.py"], []),
+        "Move c to d": ([], [("c.py", "d.py")]),
+        "Rename the g functions": (["d.py"], []),
+    }
+    full = {c.message: (c.files, c.renames) for c in mine(src, symbols=False).commits}
+    assert full["Move a to b and add h"] == (["a.py"], [("a.py", "b.py")])  # a full clone compares contents
+
+
+def test_a_log_git_fails_is_an_error_not_a_shorter_history(repo):
+    with pytest.raises(RuntimeError, match="git log failed"):
+        list(_log_commits(repo, ["no-such-revision"], None, patch=False))

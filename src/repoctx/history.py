@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -318,8 +319,9 @@ def _git(repo: Path, *args: str, check: bool = True) -> str:
     return proc.stdout.decode("utf-8", "replace")
 
 
-def head_commit(repo: str | Path) -> str | None:
-    out = _git(Path(repo), "rev-parse", "--verify", "-q", "HEAD^{commit}", check=False).strip()
+def head_commit(repo: str | Path, rev: str = "HEAD") -> str | None:
+    """The commit ``rev`` names in ``repo`` (its HEAD by default), or None when it names none."""
+    out = _git(Path(repo), "rev-parse", "--verify", "-q", f"{rev}^{{commit}}", check=False).strip()
     return out or None
 
 
@@ -372,15 +374,30 @@ def _pathspecs() -> list[str]:
     return [f"*{ext}" for ext in sorted(GRAMMAR_EXT)]
 
 
+def partial_clone(repo: str | Path) -> bool:
+    """Whether ``repo`` is a partial clone (blobs fetched from a promisor remote when first needed, as the service's
+    clones of git URLs are): there, rename detection by content would fetch the blobs of every added or deleted
+    file's pair, one by one, with no credentials and while an index update waits."""
+    out = _git(Path(repo), "config", "--get-regexp", r"^(remote\..*\.promisor|extensions\.partialclone)$", check=False)
+    return any(line.split(None, 1)[-1].strip().lower() not in ("false", "") for line in out.splitlines() if " " in line)
+
+
 def _log_commits(
-    repo: Path, rev_range: list[str], max_commits: int | None, patch: bool = True, skip: int = 0
+    repo: Path,
+    rev_range: list[str],
+    max_commits: int | None,
+    patch: bool = True,
+    skip: int = 0,
+    exact_renames: bool = False,
 ) -> Iterator[tuple[list[str], list[str]]]:
     """(header fields + message lines, diff lines) per commit, newest first, streamed from one git log; without
     ``patch``, its ``--raw`` lines instead of the diff (the files only: several times faster), of every file: the
     caller keeps the code files (``parse_raw(keep=is_code_path)``). Thirty wildcard pathspecs make git match every
     entry of every tree it compares instead of skipping the unchanged subtrees: 30,000 synthetic commits over 400
     files, 8,000 of them in 3.6 s with them against 0.4 s without. A patch is limited by them still (a diff of every
-    file would print the docs' and data's changes too)."""
+    file would print the docs' and data's changes too). ``exact_renames``: a rename is a path whose blob moved
+    unchanged (what needs no blob's content: a partial clone's). A log that git ends with an error raises
+    RuntimeError, its last commit not given (it may be cut short)."""
     args = [
         "git",
         "-C",
@@ -390,7 +407,7 @@ def _log_commits(
         "log",
         "--no-merges",
         *(("-p", "-U0", "--full-index") if patch else ("--raw", "--no-abbrev")),
-        "-M",
+        "-M100%" if exact_renames else "-M",
         "--no-color",
         "--no-ext-diff",
         "--diff-filter=MDR",
@@ -401,32 +418,37 @@ def _log_commits(
     if skip:
         args.append(f"--skip={skip}")
     args += [*rev_range, "--", *(_pathspecs() if patch else ())]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_git_env())
-    assert proc.stdout is not None
-    head: list[str] | None = None
-    diff: list[str] = []
-    in_message = False
-    try:
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            if line.startswith(_MARK):
-                if head is not None:
-                    yield head, diff
-                head, diff, in_message = [line[len(_MARK) :]], [], True
-            elif in_message:
-                if line.endswith(_END):
-                    head.append(line[: -len(_END)])  # type: ignore[union-attr]
-                    in_message = False
+    with tempfile.TemporaryFile() as err:  # git's message when it fails (a pipe unread could fill)
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, env=_git_env())
+        assert proc.stdout is not None
+        head: list[str] | None = None
+        diff: list[str] = []
+        in_message = False
+        try:
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                if line.startswith(_MARK):
+                    if head is not None:
+                        yield head, diff
+                    head, diff, in_message = [line[len(_MARK) :]], [], True
+                elif in_message:
+                    if line.endswith(_END):
+                        head.append(line[: -len(_END)])  # type: ignore[union-attr]
+                        in_message = False
+                    else:
+                        head.append(line)  # type: ignore[union-attr]
                 else:
-                    head.append(line)  # type: ignore[union-attr]
-            else:
-                diff.append(line)
-        if head is not None:
-            yield head, diff
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+                    diff.append(line)
+            if proc.wait() != 0:
+                err.seek(0)
+                message = err.read().decode("utf-8", "replace").strip()[:300]
+                raise RuntimeError(f"git log failed: {message or f'exit status {proc.returncode}'}")
+            if head is not None:
+                yield head, diff
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
 
 
 def mine(
@@ -460,7 +482,8 @@ def mine(
     try:
         # without patches the log lists every commit that changed a file, code or not: it is bounded here, by code
         # commits, as a log limited to the code files is by ``-n``
-        for header, diff in _log_commits(repo, rev_range, max_commits if symbols else None, symbols, skip):
+        exact = partial_clone(repo)
+        for header, diff in _log_commits(repo, rev_range, max_commits if symbols else None, symbols, skip, exact):
             if time_budget is not None and time.perf_counter() - t0 > time_budget:
                 complete = False
                 break
@@ -679,10 +702,9 @@ def _go_back(
     if left is not None and left <= 0.05:
         return None
     start, taken = hist.tail
-    try:
-        return mine(repo, until=start, max_commits=max_commits, time_budget=left, skip=taken, **bounds)
-    except RuntimeError:  # a rewritten, pruned history: the commit whose log was cut is no more
+    if head_commit(repo, start) is None:  # a rewritten, pruned history: the commit whose log was cut is no more
         return MineReport([], None, 0.0, False, 0, -1)
+    return mine(repo, until=start, max_commits=max_commits, time_budget=left, skip=taken, **bounds)
 
 
 def _extended(hist: History, older: MineReport) -> History:
