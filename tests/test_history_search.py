@@ -2,6 +2,8 @@
 messages, incrementally), and the files that the past commits most like the question changed move up."""
 from __future__ import annotations
 
+import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,47 @@ def test_no_history_outside_a_git_checkout_and_no_git_is_a_note(repo, tmp_path, 
     report = broken.update()
     assert broken.store.n_capsules() >= 3 and any("git history was not read" in n for n in report.notes)
     assert _files(broken)[0] == "shop/upload_form.py"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared(request, tmp_path) -> Settings:
+    """A store every process of a team's service shares: the embedded one in a folder, or a fresh PostgreSQL one."""
+    if request.param == "sqlite":
+        return Settings(index_dir=tmp_path / "store", embedder="none")
+    from repoctx.store.postgres import migrate
+    from tests.pg import fresh_database
+
+    url = fresh_database()
+    migrate(url)
+    return Settings(database_url=url, embedder="none")
+
+
+def test_the_history_reaches_every_process_of_the_store_through_it(repo, tmp_path, monkeypatch, shared):
+    """A team's API runs where the worker's checkout and cache are not: the history an update mined is kept in the
+    store, and a search on another machine (another cache, no checkout) votes with it. A second worker with an empty
+    cache takes it from the store and mines only the new commits; dropping the repository drops it."""
+    monkeypatch.setenv("REPOCTX_CACHE", str(tmp_path / "worker-a"))
+    first = Index(repo, shared)
+    first.update()
+    assert first.last_history.mined == 4
+    monkeypatch.setenv("REPOCTX_CACHE", str(tmp_path / "api"))
+    away = repo.rename(tmp_path / "elsewhere")  # the API's machine has no checkout
+    api = Index(settings=shared, repos=("shop-repo",))
+    assert _files(api)[0] == "shop/transfer.py"
+    assert _files(Index(settings=replace(shared, history=False), repos=("shop-repo",)))[0] == "shop/upload_form.py"
+    assert not (tmp_path / "api" / "history").exists()
+    away.rename(repo)
+    _commit(repo, {"shop/transfer.py": TREE["shop/transfer.py"] + "\n# again\n"}, "Fix uploads timing out once more")
+    monkeypatch.setenv("REPOCTX_CACHE", str(tmp_path / "worker-b"))
+    second = Index(repo, shared)
+    second.update()
+    assert second.last_history.mined == 1 and second.last_history.incremental
+    kept = second.store.history("shop-repo")
+    assert kept is not None and kept[1] is not None
+    hist = History.parse(zlib.decompress(kept[1]).decode())
+    assert hist is not None and len(hist.commits) == 5 and hist.commits[0].message == "Fix uploads timing out once more"
+    assert second.store.history("shop-repo", known=kept[0]) == (kept[0], None)  # the same stamp: no body sent
+    second.update()  # nothing new: the store is not written again
+    assert second.store.history("shop-repo", known=kept[0]) == (kept[0], None)
+    second.store.drop_repo("shop-repo")
+    assert second.store.history("shop-repo") is None

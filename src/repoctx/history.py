@@ -585,11 +585,23 @@ class History:
     def load(cls, path: str | Path) -> History | None:
         try:
             with Path(path).open(encoding="utf-8") as f:
-                meta = json.loads(f.readline() or "{}")
-                if meta.get("version") != HISTORY_VERSION:
-                    return None
-                commits = [MinedCommit.from_dict(json.loads(line)) for line in f if line.strip()]
-        except (OSError, ValueError, KeyError):
+                return cls._read(f)
+        except OSError:
+            return None
+
+    @classmethod
+    def parse(cls, text: str) -> History | None:
+        """A history from a kept file's text (as the store keeps it), or None when it is not one this version reads."""
+        return cls._read(iter(text.splitlines()))
+
+    @classmethod
+    def _read(cls, lines: Iterator[str]) -> History | None:
+        try:
+            meta = json.loads(next(lines, "") or "{}")
+            if not isinstance(meta, dict) or meta.get("version") != HISTORY_VERSION:
+                return None
+            commits = [MinedCommit.from_dict(json.loads(line)) for line in lines if line.strip()]
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
         return cls(
             meta.get("head"),

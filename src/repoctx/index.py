@@ -5,9 +5,11 @@ view of some of them. ``retrieve`` returns one ``Retrieval`` (sync, streamed, or
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import threading
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -146,8 +148,9 @@ class Index:
         self._dense: DenseRetriever | None = None
         self._bg: threading.Thread | None = None
         self._vstates: dict[tuple[str, str], tuple[float, VectorState]] = {}  # (repo, model) -> (until, state)
-        self._history: dict[str, tuple[tuple, Any]] = {}  # repo -> (its mined file's stamp, its SimilarCommits)
-        self._history_roots: dict[str, tuple[float, Path | None]] = {}  # repo -> (until, its registered root)
+        # repo -> (until, the stamp of its history in the store, its SimilarCommits): the votes a search reads
+        self._history: dict[str, tuple[float, str | None, Any]] = {}
+        self._history_kept: str | None = None  # the stamp of this index's own history in the store, once known
         self.last_history: Any = None  # the last update's HistoryUpdate (repoctx.history), None when none was mined
         self._vstates_lock = threading.Lock()
         self._names: tuple[float, tuple[str, ...]] | None = None  # (until, the store's repository names)
@@ -273,73 +276,96 @@ class Index:
         return report
 
     # ---- the tree's own git history: past commits like a question vote for the files they changed
-    def _git_top(self, repo: str | None = None) -> Path | None:
-        """The root of ``repo`` (this index's own by default; another's as the store registered it) when it is a git
-        work tree's top, else None. A folder inside a checkout is not one (an unpacked tree under a cache that lives
-        in a checkout: the enclosing project's history is not its own)."""
-        if not self.settings.history:
+    def _git_top(self) -> Path | None:
+        """This index's root when it is a git work tree's top, else None. A folder inside a checkout is not one (an
+        unpacked tree under a cache that lives in a checkout: the enclosing project's history is not its own)."""
+        if not self.settings.history or self.root is None:
             return None
-        if repo is None or (repo == self.repo and self.root is not None):
-            root = self.root
-        else:  # a store-wide index (the service, the MCP server over several): the root the store records
-            now = time.monotonic()
-            known = self._history_roots.get(repo)
-            if known is None or known[0] < now:
-                rec = self.store.repo(repo)
-                known = self._history_roots[repo] = (now + 60.0, Path(rec.root) if rec and rec.root else None)
-            root = known[1]
-        return root if root is not None and (root / ".git").exists() else None
+        return self.root if (self.root / ".git").exists() else None
 
-    def history_path(self, repo: str | None = None, root: Path | None = None) -> Path:
-        """Where the mined history of an indexed root is kept (beside the vector cache: one file per repository
-        and root): this index's own by default."""
+    def history_path(self) -> Path:
+        """Where this machine keeps the mined history of this index's root while it mines it (beside the vector
+        cache: one file per repository and root); the store keeps a copy that every process reads."""
         from repoctx.config import default_cache_dir
 
-        key = hashlib.blake2b(str(root or self.root).encode(), digest_size=5).hexdigest()
-        return default_cache_dir() / "history" / f"{repo or self.repo}-{key}.jsonl"
+        key = hashlib.blake2b(str(self.root).encode(), digest_size=5).hexdigest()
+        return default_cache_dir() / "history" / f"{self.repo}-{key}.jsonl"
 
     def _update_history(self, head: str | None, backfill: bool = True) -> str | None:
         """Mine the commits after the last one seen (files and messages, ``history_budget`` seconds at most, newest
         first), then, with ``backfill`` and time left, older ones that an earlier budget left out; ``head``: the HEAD
-        the update read (None: asked again). A failure (no git, a broken repository) is a note; the index is never
-        the worse for it."""
+        the update read (None: asked again). The history is mined in a file on this machine, taken from the store
+        when this machine has none (another worker mined it), and the store is given the file when it changed, so
+        a search in any process of the store votes with it. A failure (no git, a broken repository) is a note; the
+        index is never the worse for it."""
         from repoctx.history import update_history
 
         if self._git_top() is None or self.root is None:
             return None
+        path = self.history_path()
         try:
+            if not path.exists():
+                self._history_from_store(path)
             self.last_history = update_history(
                 self.root,
-                self.history_path(),
+                path,
                 time_budget=self.settings.history_budget,
                 symbols=False,
                 load=False,
                 head=head,
                 backfill=backfill,
             )
+            self._history_to_store(path)
         except Exception as e:  # noqa: BLE001 - git missing or failing: the search goes on without the history
             return f"the git history was not read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         return None
 
+    def _history_from_store(self, path: Path) -> None:
+        """Write the store's copy of this repository's history to ``path`` (none kept: nothing written)."""
+        got = self.store.history(self.repo)
+        if got is None or got[1] is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
+        tmp.write_bytes(zlib.decompress(got[1]))
+        os.replace(tmp, path)
+        self._history_kept = got[0]
+
+    def _history_to_store(self, path: Path) -> None:
+        """Give the store the history at ``path`` when its first line (its stamp: head, completeness, tail, time)
+        is not the one the store keeps. An update that changed nothing reads that line only."""
+        try:
+            with path.open("rb") as f:
+                stamp = f.readline().decode("utf-8", "replace").strip()
+        except OSError:
+            return
+        if not stamp or stamp == self._history_kept:
+            return
+        got = self.store.history(self.repo, known=stamp)
+        if got is None or got[0] != stamp:
+            self.store.put_history(self.repo, stamp, zlib.compress(path.read_bytes(), 1))
+        self._history_kept = stamp
+
     def _history_votes(self, query: str, repo: str) -> list[str]:
         """The files of ``repo`` that the past commits most like ``query`` changed, best first; none without a mined
-        history (one that another process mined is read too, when it shares this one's cache)."""
+        history. The history is the store's copy (whichever process or machine mined it), read again when its stamp
+        moved (checked at most every ``VECTOR_STATE_SECONDS``)."""
         from repoctx.history import History, SimilarCommits
 
-        root = self._git_top(repo)
-        if root is None:
-            return []
-        path = self.history_path(repo, root)
-        try:
-            st = path.stat()
-        except OSError:
-            return []
-        stamp = (st.st_mtime_ns, st.st_size)
+        now = time.monotonic()
         known = self._history.get(repo)
-        if known is None or known[0] != stamp:
-            hist = History.load(path)
-            known = self._history[repo] = (stamp, SimilarCommits(hist.commits, by="files") if hist else None)
-        similar = known[1]
+        if known is None or known[0] < now:
+            got = self.store.history(repo, known=known[1] if known else None)
+            if got is None:
+                known = (now + VECTOR_STATE_SECONDS, None, None)
+            elif got[1] is None and known is not None:  # the stamp it had: the same commits
+                known = (now + VECTOR_STATE_SECONDS, known[1], known[2])
+            else:
+                hist = History.parse(zlib.decompress(got[1] or b"").decode("utf-8", "replace"))
+                similar = SimilarCommits(hist.commits, by="files") if hist is not None else None
+                known = (now + VECTOR_STATE_SECONDS, got[0], similar)
+            self._history[repo] = known
+        similar = known[2]
         return [p for p, _ in similar.rank(query)] if similar is not None else []
 
     def _with_history(self, query: str, files: list[FileHit]) -> tuple[list[FileHit], int]:

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
     from repoctx.store.grep import GrepPlan
 
-PG_SCHEMA_VERSION = 5
+PG_SCHEMA_VERSION = 6
 # every unit kind embedded: a repository's units (n_docs) are then what it embeds
 _EMBEDS_EVERY_KIND = set(EMBED_KINDS) >= set(get_args(CapsuleKind))
 DEFAULT_DIM = 384  # the embedded default model's; other dimensions are searched exactly, without HNSW
@@ -124,6 +124,9 @@ CREATE TABLE IF NOT EXISTS repoctx_lex(repo TEXT NOT NULL, term TEXT NOT NULL, n
 ALTER TABLE repoctx_lex ALTER COLUMN p SET STORAGE EXTERNAL;
 CREATE INDEX IF NOT EXISTS repoctx_lex_term ON repoctx_lex(term);
 """,
+    # each repository's mined git history (repoctx.history), kept where every API process and worker reads it: the
+    # worker that indexes a checkout mines it, a search anywhere votes with it (its stamp: the history's first line)
+    6: "CREATE TABLE IF NOT EXISTS repoctx_history(repo TEXT PRIMARY KEY, stamp TEXT NOT NULL, body BYTEA NOT NULL);",
 }
 # extensions a migration creates: checked first, so a server without one is named, not a driver error
 _EXTENSIONS: dict[int, tuple[tuple[str, str], ...]] = {
@@ -398,6 +401,22 @@ class PostgresStore(MemoryReads):
             w.clear()
             w.tx().execute("DELETE FROM repoctx_meta WHERE repo=%s", (name,))
             w.tx().execute("DELETE FROM repoctx_repos WHERE name=%s", (name,))
+            w.tx().execute("DELETE FROM repoctx_history WHERE repo=%s", (name,))
+
+    def history(self, repo: str, known: str | None = None) -> tuple[str, bytes | None] | None:
+        rows = self._q(
+            "SELECT stamp, CASE WHEN stamp IS NOT DISTINCT FROM %s::text THEN NULL ELSE body END FROM repoctx_history "
+            "WHERE repo=%s",
+            (known, repo),
+        )
+        return (rows[0][0], bytes(rows[0][1]) if rows[0][1] is not None else None) if rows else None
+
+    def put_history(self, repo: str, stamp: str, body: bytes) -> None:
+        self._q(
+            "INSERT INTO repoctx_history(repo, stamp, body) VALUES(%s,%s,%s) "
+            "ON CONFLICT (repo) DO UPDATE SET stamp = EXCLUDED.stamp, body = EXCLUDED.body RETURNING repo",
+            (repo, stamp, body),
+        )
 
     def repo(self, name: str) -> RepoRecord | None:
         rows = self._q("SELECT name, root, created FROM repoctx_repos WHERE name=%s", (name,))

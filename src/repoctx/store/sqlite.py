@@ -154,6 +154,10 @@ def _unit_parent(u: str, f: str) -> str:
     )
 
 
+# a repository's mined git history (repoctx.history): its stamp (the history's first line) and its zlib'd file. Added
+# within schema 9: an index made before has it made when a history is first kept, and reads none until then
+_HISTORY_TABLE = "CREATE TABLE IF NOT EXISTS history(repo TEXT PRIMARY KEY, stamp TEXT NOT NULL, body BLOB NOT NULL)"
+
 _SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS meta(repo TEXT NOT NULL, key TEXT NOT NULL, value TEXT, PRIMARY KEY(repo, key));
@@ -200,7 +204,7 @@ CREATE TABLE IF NOT EXISTS edges(
     + "\n".join(f"{stmt};" for stmt in _EDGE_INDEXES.values())
     + """
 """
-    + "\n".join(f"{stmt};" for stmt in postings.SCHEMA + _TEXT_SCHEMA)
+    + "\n".join(f"{stmt};" for stmt in (*postings.SCHEMA, *_TEXT_SCHEMA, _HISTORY_TABLE))
 )
 
 # this file's layout (base.SCHEMA_VERSION was 4: grep's texts); an older index is rebuilt. Schema 9: the lexical
@@ -614,6 +618,30 @@ class SQLiteStore(MemoryReads):
             w.clear()
             self.db.execute("DELETE FROM meta WHERE repo=?", (name,))
             self.db.execute("DELETE FROM repos WHERE name=?", (name,))
+            self._drop_history(name)
+
+    # ---- the repositories' mined git histories (``_HISTORY_TABLE``)
+    def history(self, repo: str, known: str | None = None) -> tuple[str, bytes | None] | None:
+        try:
+            row = self.db.execute(
+                "SELECT stamp, CASE WHEN stamp IS ? THEN NULL ELSE body END FROM history WHERE repo=?", (known, repo)
+            ).fetchone()
+        except sqlite3.OperationalError as e:
+            if "no such table" in str(e):
+                return None
+            raise
+        return (row[0], row[1]) if row else None
+
+    def put_history(self, repo: str, stamp: str, body: bytes) -> None:
+        self.db.execute(_HISTORY_TABLE)
+        self.db.execute("INSERT OR REPLACE INTO history(repo, stamp, body) VALUES(?,?,?)", (repo, stamp, body))
+
+    def _drop_history(self, repo: str) -> None:
+        try:
+            self.db.execute("DELETE FROM history WHERE repo=?", (repo,))
+        except sqlite3.OperationalError as e:
+            if "no such table" not in str(e):
+                raise
 
     def repo(self, name: str) -> RepoRecord | None:
         row = self.db.execute("SELECT name, root, created FROM repos WHERE name=?", (name,)).fetchone()
