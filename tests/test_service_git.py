@@ -203,6 +203,16 @@ def test_two_apis_two_workers_three_repositories_follow_their_pushes(pg_url, tmp
             assert st["commits"]["lag"]["behind"] is False
         assert max(seen_in.values()) <= VISIBLE_WITHIN, seen_in
 
+        # each worker mined its checkout's git history (a worktree of a partial clone) into the store, where both
+        # APIs' file-level searches read it: its head is the indexed commit
+        def kept_heads() -> dict[str, str]:
+            with psycopg.connect(pg_url) as conn:
+                rows = conn.execute("SELECT repo, stamp FROM repoctx_history").fetchall()
+            return {repo: json.loads(stamp)["head"] for repo, stamp in rows}
+
+        assert wait_for(lambda: all(kept_heads().get(n) == r.head() for n, r in remotes.items()), 30, 0.2), (
+            kept_heads())
+
         # kill -9 of the worker in the middle of a long job: the other worker finishes it
         gamma = remotes["gamma"]
         more = {f"more/{k}": v for k, v in _files("gamma", 3000, version=1).items()}  # a job long enough to kill
