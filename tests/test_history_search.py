@@ -2,6 +2,7 @@
 messages, incrementally), and the files that the past commits most like the question changed move up."""
 from __future__ import annotations
 
+import threading
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -163,6 +164,22 @@ def test_the_history_reaches_every_process_of_the_store_through_it(repo, tmp_pat
     hist = History.parse(zlib.decompress(kept[1]).decode())
     assert hist is not None and len(hist.commits) == 5 and hist.commits[0].message == "Fix uploads timing out once more"
     assert second.store.history("shop-repo", known=kept[0]) == (kept[0], None)  # the same stamp: no body sent
+    # the API sees the newer history once its stamp is checked again; it reads it aside, voting with the last meanwhile
+    import repoctx.index as index_module
+
+    slow, read = threading.Event(), index_module._similar_commits
+    monkeypatch.setattr(index_module, "_similar_commits", lambda body: slow.wait(10) and read(body))
+    before = api._history["shop-repo"]
+    assert before[1] != kept[0]
+    api._history["shop-repo"] = (0.0, before[1], before[2])  # its check is due
+    assert _files(api)[0] == "shop/transfer.py" and api._history["shop-repo"][2] is before[2]  # not waited for
+    aside = api._history_aside["shop-repo"]
+    api._history["shop-repo"] = (0.0, before[1], before[2])  # due again while the read goes on: no second read
+    assert _files(api)[0] == "shop/transfer.py" and api._history_aside["shop-repo"] is aside
+    slow.set()
+    aside.join(10)
+    assert api._history["shop-repo"][1] == kept[0] and api._history["shop-repo"][2] is not before[2]
+    assert not api._history_aside
     second.update()  # nothing new: the store is not written again
     assert second.store.history("shop-repo", known=kept[0]) == (kept[0], None)
     second.store.drop_repo("shop-repo")

@@ -36,6 +36,14 @@ MODES = ("auto", "standard", "agentic")
 VECTOR_STATE_SECONDS = 2.0  # how long a repository's vector state is trusted by searches (fills move it)
 
 
+def _similar_commits(body: bytes) -> Any:
+    """The ``SimilarCommits`` of a history as the store keeps it (zlib'd file), or None when it is not one."""
+    from repoctx.history import History, SimilarCommits
+
+    hist = History.parse(zlib.decompress(body).decode("utf-8", "replace"))
+    return SimilarCommits(hist.commits, by="files") if hist is not None else None
+
+
 class NotIndexed(StoreError):
     pass
 
@@ -151,6 +159,7 @@ class Index:
         # repo -> (until, the stamp of its history in the store, its SimilarCommits): the votes a search reads
         self._history: dict[str, tuple[float, str | None, Any]] = {}
         self._history_kept: str | None = None  # the stamp of this index's own history in the store, once known
+        self._history_aside: dict[str, threading.Thread] = {}  # repo -> the thread reading its newer history
         self.last_history: Any = None  # the last update's HistoryUpdate (repoctx.history), None when none was mined
         self._vstates_lock = threading.Lock()
         self._names: tuple[float, tuple[str, ...]] | None = None  # (until, the store's repository names)
@@ -348,25 +357,37 @@ class Index:
 
     def _history_votes(self, query: str, repo: str) -> list[str]:
         """The files of ``repo`` that the past commits most like ``query`` changed, best first; none without a mined
-        history. The history is the store's copy (whichever process or machine mined it), read again when its stamp
-        moved (checked at most every ``VECTOR_STATE_SECONDS``)."""
-        from repoctx.history import History, SimilarCommits
-
+        history. The history is the store's copy (whichever process or machine mined it), checked at most every
+        ``VECTOR_STATE_SECONDS`` for a newer stamp. A newer one (a push) is read in a thread while the last one
+        votes: a 30,000-commit history takes ~1 s to read and rank, which no search should wait for twice."""
         now = time.monotonic()
         known = self._history.get(repo)
         if known is None or known[0] < now:
             got = self.store.history(repo, known=known[1] if known else None)
             if got is None:
                 known = (now + VECTOR_STATE_SECONDS, None, None)
-            elif got[1] is None and known is not None:  # the stamp it had: the same commits
-                known = (now + VECTOR_STATE_SECONDS, known[1], known[2])
+            elif known is None or known[2] is None:
+                known = (now + VECTOR_STATE_SECONDS, got[0], _similar_commits(got[1]) if got[1] is not None else None)
             else:
-                hist = History.parse(zlib.decompress(got[1] or b"").decode("utf-8", "replace"))
-                similar = SimilarCommits(hist.commits, by="files") if hist is not None else None
-                known = (now + VECTOR_STATE_SECONDS, got[0], similar)
+                if got[1] is not None:
+                    self._read_history_aside(repo, got[0], got[1])
+                known = (now + VECTOR_STATE_SECONDS, known[1], known[2])
             self._history[repo] = known
         similar = known[2]
         return [p for p, _ in similar.rank(query)] if similar is not None else []
+
+    def _read_history_aside(self, repo: str, stamp: str, body: bytes) -> None:
+        if repo in self._history_aside:
+            return
+
+        def read() -> None:
+            try:
+                self._history[repo] = (time.monotonic() + VECTOR_STATE_SECONDS, stamp, _similar_commits(body))
+            finally:
+                self._history_aside.pop(repo, None)
+
+        self._history_aside[repo] = t = threading.Thread(target=read, name="repoctx-history", daemon=True)
+        t.start()
 
     def _with_history(self, query: str, files: list[FileHit]) -> tuple[list[FileHit], int]:
         """``files`` re-ordered by their repositories' history votes, weighted reciprocal ranks (as ``history.fuse`` at
