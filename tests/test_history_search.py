@@ -114,8 +114,12 @@ def test_no_history_outside_a_git_checkout_and_no_git_is_a_note(repo, tmp_path, 
     ix = Index(plain, Settings(index_dir=tmp_path / "p", embedder="none"))
     ix.update()
     assert ix.last_history is None and not ix.history_path().exists()
-    # a folder inside a checkout is not the checkout's: its history is the enclosing project's, not the folder's
-    inner = Index(repo / "shop", Settings(index_dir=tmp_path / "inner", embedder="none"))
+    # a folder inside a checkout that git tracks nothing in (an unpacked tree in a cache or build folder) has no
+    # history of its own: the enclosing project's is not its
+    unpacked = repo / "build" / "unpacked"
+    unpacked.mkdir(parents=True)
+    (unpacked / "a.py").write_text(TREE["shop/transfer.py"])
+    inner = Index(unpacked, Settings(index_dir=tmp_path / "inner", embedder="none"))
     inner.update()
     assert inner.last_history is None
     # no git on the machine: the index is whole, the note says why the history was not read
@@ -184,3 +188,19 @@ def test_the_history_reaches_every_process_of_the_store_through_it(repo, tmp_pat
     assert second.store.history("shop-repo", known=kept[0]) == (kept[0], None)
     second.store.drop_repo("shop-repo")
     assert second.store.history("shop-repo") is None
+
+
+def test_a_folder_of_a_checkout_has_the_history_of_its_files_named_from_it(repo, tmp_path):
+    """A package of a monorepo indexed alone: the commits that changed its files (and only those), its paths named
+    from the folder, as the index names them; the vote moves its files as the checkout's would."""
+    _commit(repo, {"docs/notes.py": "def notes():\n    return 'uploading big files timeout'\n"}, "Fix the timeout notes")
+    ix = Index(repo / "shop", Settings(index_dir=tmp_path / "pkg", embedder="none"))
+    ix.update()
+    hist = ix.last_history.history
+    assert ix.last_history.mined == 4 and hist.complete
+    assert {f for c in hist.commits for f in c.files} == {"transfer.py", "cart.py"}
+    assert "Fix the timeout notes" not in {c.message for c in hist.commits}
+    assert _files(ix)[0] == "transfer.py"
+    plain = Index(repo / "shop", Settings(index_dir=tmp_path / "pkg2", embedder="none", history=False))
+    plain.update()
+    assert _files(plain)[0] == "upload_form.py"

@@ -325,6 +325,27 @@ def head_commit(repo: str | Path, rev: str = "HEAD") -> str | None:
     return out or None
 
 
+def tracked_folder(root: str | Path) -> tuple[Path, str] | None:
+    """(the work tree's top, ``root``'s folder in it) when ``root`` is a folder inside a git work tree that git
+    tracks files in (a package of a monorepo), else None: not in git, or a folder git does not track (an unpacked
+    tree in a cache or build folder inside a checkout: the enclosing project's history is not its own)."""
+    root = Path(root).resolve()
+    top = _git(root, "rev-parse", "--show-toplevel", check=False).strip()
+    if not top:
+        return None
+    rel = Path(os.path.relpath(root, Path(top).resolve())).as_posix()
+    if rel in (".", "") or rel.startswith("../"):
+        return None
+    listed = subprocess.run(
+        ["git", "-C", top, "ls-files", "--error-unmatch", "--", rel],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=_git_env(),
+        timeout=60,
+    )
+    return (Path(top), rel) if listed.returncode == 0 else None
+
+
 def is_ancestor(repo: str | Path, older: str, newer: str) -> bool:
     proc = subprocess.run(
         ["git", "-C", str(repo), "merge-base", "--is-ancestor", older, newer],
@@ -370,8 +391,8 @@ class BlobReader:
                 self.proc.kill()
 
 
-def _pathspecs() -> list[str]:
-    return [f"*{ext}" for ext in sorted(GRAMMAR_EXT)]
+def _pathspecs(under: str | None = None) -> list[str]:
+    return [f"{under}/*{ext}" if under else f"*{ext}" for ext in sorted(GRAMMAR_EXT)]
 
 
 def partial_clone(repo: str | Path) -> bool:
@@ -389,6 +410,7 @@ def _log_commits(
     patch: bool = True,
     skip: int = 0,
     exact_renames: bool = False,
+    under: str | None = None,
 ) -> Iterator[tuple[list[str], list[str]]]:
     """(header fields + message lines, diff lines) per commit, newest first, streamed from one git log; without
     ``patch``, its ``--raw`` lines instead of the diff (the files only: several times faster), of every file: the
@@ -396,8 +418,10 @@ def _log_commits(
     entry of every tree it compares instead of skipping the unchanged subtrees: 30,000 synthetic commits over 400
     files, 8,000 of them in 3.6 s with them against 0.4 s without. A patch is limited by them still (a diff of every
     file would print the docs' and data's changes too). ``exact_renames``: a rename is a path whose blob moved
-    unchanged (what needs no blob's content: a partial clone's). A log that git ends with an error raises
-    RuntimeError, its last commit not given (it may be cut short)."""
+    unchanged (what needs no blob's content: a partial clone's). ``under``: a folder of the repository (no slash at
+    either end): only its files, named from it (``--relative``), every commit that changed one listed (a folder's
+    pathspec prunes the walk cheaply; ``--full-history`` keeps the side branches it would simplify away). A log
+    that git ends with an error raises RuntimeError, its last commit not given (it may be cut short)."""
     args = [
         "git",
         "-C",
@@ -417,7 +441,9 @@ def _log_commits(
         args.append(f"-n{max_commits}")
     if skip:
         args.append(f"--skip={skip}")
-    args += [*rev_range, "--", *(_pathspecs() if patch else ())]
+    if under:
+        args += [f"--relative={under}/", "--full-history"]
+    args += [*rev_range, "--", *(_pathspecs(under) if patch else (under,) if under else ())]
     with tempfile.TemporaryFile() as err:  # git's message when it fails (a pipe unread could fill)
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, env=_git_env())
         assert proc.stdout is not None
@@ -461,10 +487,12 @@ def mine(
     tests: bool = False,
     symbols: bool = True,
     skip: int = 0,
+    under: str | None = None,
 ) -> MineReport:
     """Mine the commits reachable from ``until`` and not from ``since`` (all of them when ``since`` is None),
     newest first, stopping after ``max_commits`` commits or ``time_budget`` seconds; ``skip``: the log's first
-    entries that an earlier run took (its ``read``), to go on where it stopped. Merges and commits that
+    entries that an earlier run took (its ``read``), to go on where it stopped; ``under``: a folder of the repository
+    whose history alone is mined, its files named from it (an index of that folder). Merges and commits that
     change no code file (by the grammar languages' extensions) are not listed. Test files are listed in a
     commit's files but their functions are named only with ``tests=True`` (parsing them is a third of the cost
     on the three bundles measured, and the history signal leaves tests out). ``symbols=False``: the files only, no
@@ -482,8 +510,8 @@ def mine(
     try:
         # without patches the log lists every commit that changed a file, code or not: it is bounded here, by code
         # commits, as a log limited to the code files is by ``-n``
-        exact = partial_clone(repo)
-        for header, diff in _log_commits(repo, rev_range, max_commits if symbols else None, symbols, skip, exact):
+        log = _log_commits(repo, rev_range, max_commits if symbols else None, symbols, skip, partial_clone(repo), under)
+        for header, diff in log:
             if time_budget is not None and time.perf_counter() - t0 > time_budget:
                 complete = False
                 break
@@ -639,6 +667,7 @@ def update_history(
     load: bool = True,
     head: str | None = None,
     backfill: bool = True,
+    under: str | None = None,
 ) -> HistoryUpdate:
     """Bring the mined history at ``path`` up to the repository's HEAD: only the commits after the head it
     records are mined (all of them, within the bounds, when there is no file or the head is no longer an
@@ -647,10 +676,11 @@ def update_history(
     refresh after each save; the kept ones are copied, unread, when older ones are added after them). ``head``:
     the repository's HEAD when the caller has read it already (an index update has). ``backfill``: a history that a
     bound left incomplete goes on back to older commits with what is left of ``time_budget``, one update after
-    another, until its log ends (``max_commits`` bounds what one update mines, not the history)."""
+    another, until its log ends (``max_commits`` bounds what one update mines, not the history). ``under``: a folder
+    of the repository whose history alone is kept (``mine``); one history file keeps one folder's."""
     t0 = time.perf_counter()
     head = head or head_commit(repo)
-    bounds: dict[str, Any] = {"max_files": max_files, "tests": tests, "symbols": symbols}
+    bounds: dict[str, Any] = {"max_files": max_files, "tests": tests, "symbols": symbols, "under": under}
     if not load and head is not None:
         meta = History.meta(path)
         if meta.get("version") == HISTORY_VERSION and meta.get("head") == head:

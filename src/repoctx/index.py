@@ -159,6 +159,7 @@ class Index:
         # repo -> (until, the stamp of its history in the store, its SimilarCommits): the votes a search reads
         self._history: dict[str, tuple[float, str | None, Any]] = {}
         self._history_kept: str | None = None  # the stamp of this index's own history in the store, once known
+        self._history_folder: tuple[Path, str] | tuple[()] | None = None  # history.tracked_folder(root), once asked
         self._history_aside: dict[str, threading.Thread] = {}  # repo -> the thread reading its newer history
         self.last_history: Any = None  # the last update's HistoryUpdate (repoctx.history), None when none was mined
         self._vstates_lock = threading.Lock()
@@ -285,12 +286,21 @@ class Index:
         return report
 
     # ---- the tree's own git history: past commits like a question vote for the files they changed
-    def _git_top(self) -> Path | None:
-        """This index's root when it is a git work tree's top, else None. A folder inside a checkout is not one (an
-        unpacked tree under a cache that lives in a checkout: the enclosing project's history is not its own)."""
+    def _history_source(self, head: str | None) -> tuple[Path, str | None] | None:
+        """Where this index's root's history is mined: (the git work tree's top, the root's folder in it, None for
+        the top itself), or None: history off, not in git (``head``: the HEAD the update read), or a folder inside a
+        checkout that git tracks nothing in (``history.tracked_folder``; asked once per index)."""
         if not self.settings.history or self.root is None:
             return None
-        return self.root if (self.root / ".git").exists() else None
+        if (self.root / ".git").exists():
+            return self.root, None
+        if head is None:
+            return None
+        if self._history_folder is None:
+            from repoctx.history import tracked_folder
+
+            self._history_folder = tracked_folder(self.root) or ()
+        return self._history_folder or None
 
     def history_path(self) -> Path:
         """Where this machine keeps the mined history of this index's root while it mines it (beside the vector
@@ -309,20 +319,22 @@ class Index:
         index is never the worse for it."""
         from repoctx.history import update_history
 
-        if self._git_top() is None or self.root is None:
-            return None
-        path = self.history_path()
         try:
+            source = self._history_source(head)
+            if source is None:
+                return None
+            path = self.history_path()
             if not path.exists():
                 self._history_from_store(path)
             self.last_history = update_history(
-                self.root,
+                source[0],
                 path,
                 time_budget=self.settings.history_budget,
                 symbols=False,
                 load=False,
                 head=head,
                 backfill=backfill,
+                under=source[1],
             )
             self._history_to_store(path)
         except Exception as e:  # noqa: BLE001 - git missing or failing: the search goes on without the history
