@@ -186,6 +186,9 @@ def test_the_history_reaches_every_process_of_the_store_through_it(repo, tmp_pat
     assert not api._history_aside
     second.update()  # nothing new: the store is not written again
     assert second.store.history("shop-repo", known=kept[0]) == (kept[0], None)
+    second.store.put_history("shop-repo", '{"damaged": true}', b"not zlib")  # a damaged copy: no votes, no failure
+    api._history.clear()
+    assert _files(api)[0] == "shop/upload_form.py"
     second.store.drop_repo("shop-repo")
     assert second.store.history("shop-repo") is None
 

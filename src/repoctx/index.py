@@ -40,7 +40,10 @@ def _similar_commits(body: bytes) -> Any:
     """The ``SimilarCommits`` of a history as the store keeps it (zlib'd file), or None when it is not one."""
     from repoctx.history import History, SimilarCommits
 
-    hist = History.parse(zlib.decompress(body).decode("utf-8", "replace"))
+    try:
+        hist = History.parse(zlib.decompress(body).decode("utf-8", "replace"))
+    except zlib.error:  # a damaged copy: no votes, never a failed search
+        return None
     return SimilarCommits(hist.commits, by="files") if hist is not None else None
 
 
