@@ -301,7 +301,7 @@ def test_a_history_cut_by_its_bound_goes_back_to_older_commits_update_by_update(
     assert (third.mined, third.backfilled) == (2, 1)  # the new commit, then one older (2 a run)
     while not (hist := History.load(path)).complete:
         assert update_history(repo, path, max_commits=2, symbols=symbols, load=False).backfilled > 0
-    assert "tail" not in History.meta(path)
+    assert "tail" not in History.meta(path) and History.meta(path)["commits"] == len(hist.commits) == 7
     whole = mine(repo, symbols=symbols)
     assert [c.sha for c in hist.commits] == [c.sha for c in whole.commits] and hist.head == newest
     assert [c.message for c in hist.commits] == [f"Change {i}" for i in (8, 7, 6, 5, 3, 2, 1)]

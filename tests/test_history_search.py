@@ -2,6 +2,7 @@
 messages, incrementally), and the files that the past commits most like the question changed move up."""
 from __future__ import annotations
 
+import json
 import threading
 import zlib
 from dataclasses import replace
@@ -207,3 +208,24 @@ def test_a_folder_of_a_checkout_has_the_history_of_its_files_named_from_it(repo,
     plain = Index(repo / "shop", Settings(index_dir=tmp_path / "pkg2", embedder="none", history=False))
     plain.update()
     assert _files(plain)[0] == "upload_form.py"
+
+
+def test_the_cli_says_what_history_an_index_keeps(repo, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from repoctx.cli import app
+
+    monkeypatch.setenv("REPOCTX_INDEX_DIR", str(tmp_path / "cli"))
+    monkeypatch.setenv("REPOCTX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("REPOCTX_EMBEDDER", "none")
+    runner = CliRunner()
+    got = runner.invoke(app, ["index", str(repo)])
+    assert got.exit_code == 0, got.output
+    assert "git history: 4 commits to" in got.output and "(4 new" in got.output and "back to the first commit" in got.output
+    again = runner.invoke(app, ["index", str(repo), "--json"])
+    history = json.loads(again.output)["history"]
+    assert history["kept"] and history["commits"] == 4 and history["complete"] and history["mined"] == 0
+    status = runner.invoke(app, ["status", str(repo)])
+    assert status.exit_code == 0 and "git history: 4 commits to" in status.output
+    off = runner.invoke(app, ["index", str(repo)], env={"REPOCTX_HISTORY": "0"})
+    assert off.exit_code == 0 and "git history" not in off.output

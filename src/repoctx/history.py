@@ -577,6 +577,12 @@ class History:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
+        kept_commits = 0
+        if keep_from is not None:  # counted for the first line (a status reads the count there, not the commits)
+            with Path(keep_from).open("rb") as kept:
+                kept.readline()
+                while chunk := kept.read(1 << 20):
+                    kept_commits += chunk.count(b"\n")
         with tmp.open("w", encoding="utf-8") as f:
             f.write(
                 json.dumps(
@@ -585,6 +591,7 @@ class History:
                         "head": self.head,
                         "complete": self.complete,
                         "seconds": round(self.seconds, 3),
+                        "commits": kept_commits + len(self.commits),
                         **({"tail": list(self.tail)} if self.tail and not self.complete else {}),
                     }
                 )

@@ -5,6 +5,7 @@ view of some of them. ``retrieve`` returns one ``Retrieval`` (sync, streamed, or
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import threading
@@ -496,7 +497,32 @@ class Index:
         out["counts"] = self.store.counts(self.scope())
         out["indexed"] = self.indexed()
         out["vectors"] = self.vectors_status()
+        out["history"] = self.history_status()
         return out
+
+    def history_status(self) -> dict:
+        """This repository's mined git history as the store keeps it: whether one is kept, the commit it reaches,
+        how many commits it lists, and whether it goes back to the first one (else the next updates go on)."""
+        if not self.settings.history:
+            return {"enabled": False, "kept": False}
+        got = self.store.history(self.repo) if self.repo else None
+        try:
+            if got is None or got[1] is None:
+                raise ValueError("none kept")
+            meta = json.loads(got[0])
+            commits = meta.get("commits")
+            if not isinstance(commits, int):  # a history kept before the count was: a line a commit, after the first
+                commits = zlib.decompress(got[1]).count(b"\n") - 1
+        except (ValueError, zlib.error):
+            return {"enabled": True, "kept": False}
+        return {
+            "enabled": True,
+            "kept": True,
+            "head": meta.get("head"),
+            "commits": max(0, commits),
+            "complete": bool(meta.get("complete", True)),
+            "seconds": meta.get("seconds"),
+        }
 
     def vectors_status(self) -> dict:
         emb = self.embedder

@@ -355,9 +355,13 @@ def index(
     if ix.root is not None:
         remember_settings(ix.root, settings)  # so a process started without REPOCTX_* finds this index
     emb = ix.last_embed
+    mined = ix.last_history
+    history = ix.history_status() if mined is not None else None
     if as_json:
         out = report.to_dict()
         out["vectors"] = emb.to_dict() if emb else ix.vectors_status()
+        if history is not None:
+            out["history"] = history | {"mined": mined.mined, "backfilled": mined.backfilled}
         print(json.dumps(out))
         return
     counts = ix.store.counts(ix.scope())
@@ -384,6 +388,8 @@ def index(
             + f" in {emb.seconds:.1f}s ({emb.model})",
             highlight=False,
         )
+    if history is not None and history["kept"]:
+        _say(_history_line(history, mined.mined, mined.backfilled, mined.seconds), highlight=False)
     if verbose:
         for path, reason in report.skipped:
             _say(f"  skipped {path}: {reason}")
@@ -391,6 +397,15 @@ def index(
             _say(f"  syntax errors (indexed what parsed) {path}")
         for path in report.invalid_utf8:
             _say(f"  invalid UTF-8 (replaced) {path}")
+
+
+def _history_line(h: dict, mined: int | None = None, backfilled: int = 0, seconds: float = 0.0) -> str:
+    """One line on a repository's mined git history (``Index.history_status``), and on what this update mined."""
+    line = f"git history: {h['commits']:,} commits to {(h['head'] or '-')[:12]}"
+    if mined is not None:
+        older = f", {backfilled:,} older" if backfilled else ""
+        line += f" ({mined - backfilled:,} new{older}, {seconds:.2f}s)"
+    return line + (", back to the first commit" if h["complete"] else ", older ones come with the next updates")
 
 
 def _say(text: str, highlight: bool = True, *, stderr: bool = False) -> None:
@@ -435,6 +450,8 @@ def status(repo: Path = typer.Argument(Path(".")), as_json: bool = typer.Option(
     for key in ("added", "modified", "deleted"):
         for p in st[key]:
             console.print(f"  {key}: {p}")
+    if st["history"]["kept"]:
+        console.print(_history_line(st["history"]), highlight=False)
     v = st["vectors"]
     if v["enabled"]:
         if v["current"]:
