@@ -505,14 +505,15 @@ class Index:
         how many commits it lists, and whether it goes back to the first one (else the next updates go on)."""
         if not self.settings.history:
             return {"enabled": False, "kept": False}
-        got = self.store.history(self.repo) if self.repo else None
+        got = self.store.history(self.repo, known=self._history_kept) if self.repo else None  # (its body: not sent)
         try:
-            if got is None or got[1] is None:
+            if got is None:
                 raise ValueError("none kept")
             meta = json.loads(got[0])
             commits = meta.get("commits")
             if not isinstance(commits, int):  # a history kept before the count was: a line a commit, after the first
-                commits = zlib.decompress(got[1]).count(b"\n") - 1
+                body = got[1] if got[1] is not None else (self.store.history(self.repo) or ("", b""))[1]
+                commits = zlib.decompress(body or b"").count(b"\n") - 1
         except (ValueError, zlib.error):
             return {"enabled": True, "kept": False}
         return {
