@@ -2,12 +2,14 @@
 own queries do (SQLite FTS5, PostgreSQL postings), under every scope, and never from a stale index."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from repoctx import Index, Settings
 from repoctx.index import open_store
 from repoctx.store.base import Grant, Scope
 from repoctx.store.memory_bm25 import MemoryBM25
+from repoctx.store.postings import pack
 from tests.conftest import write_tree
 from tests.test_store_contract import SHOP
 
@@ -203,13 +205,15 @@ def test_a_scope_of_some_repositories_reads_its_own_index_in_memory(tmp_path):
 def test_postings_of_a_unit_no_longer_listed_are_never_returned():
     units = [(7, "r:a.py#f"), (3, "r:a.py#g"), (9, "r:b.py#h")]
     # (term, rowid, weighted count); rowid 5 is a posting of a unit no longer listed
-    postings = [("card", 3, 10.0), ("card", 9, 2.0), ("order", 3, 1.0), ("order", 5, 1.0), ("order", 7, 6.0)]
-    listed = MemoryBM25.from_postings(
-        "k", [p[0] for p in postings], [p[1] for p in postings], [p[2] for p in postings], [3] * 5, 4, 3.0, units, 0.0
-    )
+    postings = {"card": ([3, 9], [10, 2]), "order": ([3, 5, 7], [1, 1, 6])}
+
+    def rows(terms: dict) -> list[tuple[str, int, bytes]]:  # as PostgreSQL keeps them: each posting with its length
+        return [(t, len(r), pack(np.asarray(r), np.asarray(w), np.full(len(r), 3))) for t, (r, w) in terms.items()]
+
+    listed = MemoryBM25.from_packed("k", rows(postings), units, 4, 3.0, 0.0)
     assert [cid for cid, _ in listed.top(["order"], 5)] == ["r:a.py#f", "r:a.py#g"]
     assert listed.doc_freqs(["order", "card", "x"]) == {"order": 3, "card": 2}
-    empty = MemoryBM25.from_postings("k", ["card"], [3], [1.0], [3], 4, 3.0, [], 0.0)
+    empty = MemoryBM25.from_packed("k", rows({"card": ([3], [1])}), [], 4, 3.0, 0.0)
     assert empty.top(["card"], 5) == [] and empty.size == 0  # units gone meanwhile: nothing returned
 
 

@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING
@@ -126,35 +126,6 @@ class MemoryBM25:
             rows[block][unknown] = 0
         spans = {t: i for i, t in enumerate(terms)}
         return cls(key, spans, starts, rows, wtf, rowids, ids, time.perf_counter() - started)
-
-    @classmethod
-    def from_postings(
-        cls,
-        key: Hashable,
-        terms: Sequence[str],
-        rowids: Iterable[int],
-        wtf: Iterable[float],
-        dl: Iterable[float],
-        n_docs: float,
-        avgdl: float,
-        units: Sequence[tuple[int, str]],
-        started: float,
-    ) -> MemoryBM25:
-        """``terms``/``rowids``/``wtf``/``dl``: one posting each (grouped by term): the unit's rowid, the
-        column-weighted count of the term in it and the unit's length. ``units``: (rowid, capsule id)."""
-        all_rowids, ids = cls._units(units)
-        n = len(terms)
-        rows = cls._dense(all_rowids, np.fromiter(rowids, dtype=np.int64, count=n))
-        wtf_a = np.fromiter(wtf, dtype=np.float64, count=n)
-        dl_a = np.fromiter(dl, dtype=np.float64, count=n)
-        names: list[str] = []
-        bounds = [0]
-        for i in range(1, n + 1):  # postings come grouped by term
-            if i == n or terms[i] != terms[bounds[-1]]:
-                names.append(terms[bounds[-1]])
-                bounds.append(i)
-        starts = np.asarray(bounds if n else [0], dtype=np.int64)
-        return cls._scored(key, names, starts, rows, wtf_a, dl_a.__getitem__, n_docs, avgdl, all_rowids, ids, started)
 
     @classmethod
     def from_packed(
