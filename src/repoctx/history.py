@@ -578,11 +578,15 @@ class History:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
         kept_commits = 0
-        if keep_from is not None:  # counted for the first line (a status reads the count there, not the commits)
-            with Path(keep_from).open("rb") as kept:
-                kept.readline()
-                while chunk := kept.read(1 << 20):
-                    kept_commits += chunk.count(b"\n")
+        if keep_from is not None:  # their count, for the first line (a status reads it there, not the commits)
+            counted = History.meta(keep_from).get("commits")
+            if isinstance(counted, int):
+                kept_commits = counted
+            else:  # a history saved before the count was kept: its lines, after the first
+                with Path(keep_from).open("rb") as kept:
+                    kept.readline()
+                    while chunk := kept.read(1 << 20):
+                        kept_commits += chunk.count(b"\n")
         with tmp.open("w", encoding="utf-8") as f:
             f.write(
                 json.dumps(
@@ -696,13 +700,8 @@ def update_history(
             if older is not None:  # its commits go after the kept ones, which are copied as they are, not read
                 hist = _extended(hist, older)
                 hist.save(path, keep_from=path)
-            return HistoryUpdate(
-                hist,
-                len(older.commits) if older else 0,
-                time.perf_counter() - t0,
-                True,
-                len(older.commits) if older else 0,
-            )
+            went_back = len(older.commits) if older else 0
+            return HistoryUpdate(hist, went_back, time.perf_counter() - t0, True, went_back)
     old = History.load(path)
     if head is None:
         hist = History(None, [])

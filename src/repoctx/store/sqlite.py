@@ -622,26 +622,26 @@ class SQLiteStore(MemoryReads):
 
     # ---- the repositories' mined git histories (``_HISTORY_TABLE``)
     def history(self, repo: str, known: str | None = None) -> tuple[str, bytes | None] | None:
-        try:
-            row = self.db.execute(
-                "SELECT stamp, CASE WHEN stamp IS ? THEN NULL ELSE body END FROM history WHERE repo=?", (known, repo)
-            ).fetchone()
-        except sqlite3.OperationalError as e:
-            if "no such table" in str(e):
-                return None
-            raise
-        return (row[0], row[1]) if row else None
+        rows = self._on_history(
+            "SELECT stamp, CASE WHEN stamp IS ? THEN NULL ELSE body END FROM history WHERE repo=?", (known, repo)
+        )
+        return (rows[0][0], rows[0][1]) if rows else None
 
     def put_history(self, repo: str, stamp: str, body: bytes) -> None:
         self.db.execute(_HISTORY_TABLE)
         self.db.execute("INSERT OR REPLACE INTO history(repo, stamp, body) VALUES(?,?,?)", (repo, stamp, body))
 
     def _drop_history(self, repo: str) -> None:
+        self._on_history("DELETE FROM history WHERE repo=?", (repo,))
+
+    def _on_history(self, sql: str, args: tuple) -> list[tuple]:
+        """``sql`` on the history table; no rows when the index predates it (made by the first ``put_history``)."""
         try:
-            self.db.execute("DELETE FROM history WHERE repo=?", (repo,))
+            return self.db.execute(sql, args).fetchall()
         except sqlite3.OperationalError as e:
-            if "no such table" not in str(e):
-                raise
+            if "no such table" in str(e):
+                return []
+            raise
 
     def repo(self, name: str) -> RepoRecord | None:
         row = self.db.execute("SELECT name, root, created FROM repos WHERE name=?", (name,)).fetchone()
