@@ -66,7 +66,12 @@ def env(tmp_path, monkeypatch) -> Path:
 
 
 def _files(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+    """The files of a tree, its checkout's .git aside."""
+    return {
+        p.relative_to(root).as_posix(): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.relative_to(root).parts[0] != ".git"
+    }
 
 
 def _git_row(iid: str, source: str, commit: str, **extra) -> dict:
@@ -109,7 +114,13 @@ def test_git_local_commit_is_checked_out_into_the_cache(env, repo):
     assert t1 != t2 and t1.is_relative_to(env / "trees" / "git")
     assert _files(t1) == {"pkg/__init__.py": "", "pkg/dates.py": DATES_V1, "pkg/cache.py": CACHE_PY}
     assert _files(t2)["pkg/dates.py"] == DATES_V2 and "pkg/new.py" in _files(t2)
-    assert not (t1 / ".git").exists()
+    # a checkout of the commit as a user has one: HEAD there, clean, its history ending there (the fix is not in
+    # it), the objects read in place from the team's repository (nothing copied)
+    assert _git(t1, "rev-parse", "HEAD") == c1 and _git(t2, "rev-parse", "HEAD") == c2
+    assert _git(t1, "status", "--porcelain") == "" and _git(t2, "status", "--porcelain") == ""
+    assert _git(t1, "log", "--format=%H", "--all") == c1
+    assert _git(t2, "log", "--format=%H") == f"{c2}\n{c1}"
+    assert not list((t1 / ".git" / "objects").glob("??"))
     # keyed by repo + commit: an abbreviated SHA, a branch name, a relative path give the same tree
     assert materialize(_git_row("c", str(r), c2[:8]), env) == t2
     assert materialize(_git_row("d", str(r), "main"), env) == t2
@@ -133,6 +144,8 @@ def test_git_path_prefix_and_revert_patch(env, repo):
     base = materialize(_git_row("x", str(r), c2), env)
     rev = materialize(_git_row("x", str(r), c2, revert_patch=patch), env)
     assert rev.parent.name == "reverted" and (rev / "pkg/dates.py").read_text() == DATES_V1
+    # files only: the checkout's history would name the commit whose change is reverted
+    assert (base / ".git").is_dir() and not (rev / ".git").exists() and not (t / ".git").exists()
     assert (rev / "pkg/new.py").is_file() and (base / "pkg/dates.py").read_text() == DATES_V2
 
 
@@ -342,3 +355,50 @@ def test_eval_keeps_a_row_whose_wheel_has_unreadable_members(env, tmp_path, capl
     tree = materialize(_pypi_row("pypi-bad-member"))
     assert not (tree / "src/toypkg/data/big.csv").exists() and (tree / "src/toypkg/dates.py").is_file()
     assert "pypi-bad-member: scored without 2 files" in caplog.text
+
+
+# --------------------------------------------------------------------------- a checkout's history in the file ranking
+
+HEADERS_PY = ('def strip_trailing_whitespace_header(header):\n    """Trailing whitespace of a header."""\n'
+              '    return header.rstrip()\n')
+
+
+def test_eval_ranks_files_with_the_checkouts_history_up_to_its_commit(env, tmp_path):
+    """A git corpus is indexed as a checkout: its past commits vote on the file ranking as in a file-level search
+    (a fix to the same file said in the same words lifts it), the history stops at the row's commit (a later fix
+    that names the question's words is not in it), and --no-history ranks as before."""
+    r = tmp_path / "proj"
+    (r / "pkg").mkdir(parents=True)
+    _git(r, "init", "-q", "-b", "main")
+    (r / "pkg" / "headers.py").write_text(HEADERS_PY)
+    (r / "pkg" / "dates.py").write_text(DATES_V1)
+    (r / "pkg" / "cache.py").write_text(CACHE_PY)
+    _git(r, "add", "-A")
+    _git(r, "commit", "-q", "-m", "first")
+    for i, (path, message) in enumerate([("pkg/dates.py", "Fix parsing when the header ends in trailing whitespace"),
+                                         ("pkg/cache.py", "Cache: drop stale entries on expiry")]):
+        (r / path).write_text((r / path).read_text() + f"\n\nX{i} = {i}\n")
+        _git(r, "add", "-A")
+        _git(r, "commit", "-q", "-m", message)
+    row_commit = _git(r, "rev-parse", "HEAD")
+    (r / "pkg" / "headers.py").write_text(HEADERS_PY + "\n\nLATER = 1\n")
+    _git(r, "add", "-A")
+    _git(r, "commit", "-q", "-m", "Fix the header parsing of trailing whitespace")  # after the row: never seen
+    row = _git_row("hist", str(r), row_commit, query="parsing breaks when a header ends in trailing whitespace")
+    ds = _dataset(tmp_path, [row])
+
+    def run(*extra: str) -> dict:
+        res = runner.invoke(app, ["eval", str(ds), "--json", "--config", "bm25", "-q", *extra])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)["bm25"]
+
+    without = run("--no-history")
+    assert without["rows"][0]["file_rank"] == 2  # the header helper's words win the lexical ranking
+    assert without["rows"][0]["history_commits"] is None and without["history"] == {"rows": 0, "moved": 0}
+    with_ = run()
+    got = with_["rows"][0]
+    assert got["file_rank"] == 1 and got["history_moved"] >= 1, got
+    assert got["history_commits"] == 2  # the two modifying commits up to the row's; not the later fix
+    assert with_["history"] == {"rows": 1, "moved": 1}
+    res = runner.invoke(app, ["eval", str(ds), "--config", "bm25", "-q"])
+    assert "1 of 1 rows' trees are git checkouts whose mined history voted" in res.stdout

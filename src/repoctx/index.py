@@ -405,7 +405,7 @@ class Index:
         self._history_aside[repo] = t = threading.Thread(target=read, name="repoctx-history", daemon=True)
         t.start()
 
-    def _with_history(self, query: str, files: list[FileHit]) -> tuple[list[FileHit], int]:
+    def with_history(self, query: str, files: list[FileHit]) -> tuple[list[FileHit], int]:
         """``files`` re-ordered by their repositories' history votes, weighted reciprocal ranks (as ``history.fuse`` at
         ``history.FILE_WEIGHT``, each repository's votes ranked among its files the search found: a file it did not
         find, as one the scope hides, never joins), and how many moved."""
@@ -592,7 +592,7 @@ class Index:
         opts = options or SearchOptions(k=k, level=level)
         hits, _ = self._standard(query, k, level, opts, scope, self.dense_index(scope))
         if level == "file":
-            return self._with_history(query, to_files(hits, file_aggregation(opts.file_agg, query)))[0][:k]
+            return self.with_history(query, to_files(hits, file_aggregation(opts.file_agg, query)))[0][:k]
         return hits[:k]
 
     def _standard(
@@ -753,7 +753,7 @@ class Index:
                 seen = {f.path for f in files}
                 more = search(self.store, query, SearchOptions(k=depth, level=level), self.dense_index(scope), scope)
                 files += [f for f in to_files(more, agg) if f.path not in seen]
-            files, moved = self._with_history(query, files)
+            files, moved = self.with_history(query, files)
             if moved:
                 ev = TraceEvent("History", "SUCCEEDED", f"{moved} files moved by the past commits most like it", query)
                 events.append(ev)

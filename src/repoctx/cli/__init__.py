@@ -795,12 +795,20 @@ def eval_cmd(
         help="Index each PyPI release as its wheel, its sdist (tests and docs "
         "included, as a checkout has them), or both side by side.",
     ),
+    history: bool = typer.Option(
+        True,
+        "--history/--no-history",
+        help="A git corpus is a checkout of its commit: its past commits vote on the file ranking, as in a "
+        "file-level search (--no-history: as REPOCTX_HISTORY=0).",
+    ),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No per-row progress (skipped rows are still reported)."),
 ):
     """Localization quality on real issues: Acc@k, Recall@k and MRR at file and function level.
 
     A row whose corpus cannot be built is reported on stderr, listed under "errors" and skipped.
     With --tree both, --json is {"wheel": {config: ...}, "sdist": {config: ...}}."""
+    from dataclasses import replace
+
     from rich.markup import escape
 
     from repoctx.evaluate.runner import ABLATION, CONFIGS, DEFAULT, evaluate_trees, markdown_table, markdown_trees
@@ -835,6 +843,7 @@ def eval_cmd(
             progress=None if quiet else (lambda s: err.print(s, highlight=False, markup=False)),
             repos=tuple(repo),
             on_error=on_error,
+            settings=None if history else replace(Settings.from_env(), history=False),
         )
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:  # unreadable dataset, a line that is not JSON
         err.print(f"[red]error:[/] cannot read {escape(str(dataset))}: {escape(str(e))}", highlight=False)

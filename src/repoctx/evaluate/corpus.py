@@ -13,10 +13,15 @@ project) names its corpus as either
   repository, every file ``f`` of the commit at ``P + f`` (``P`` is usually ``""``). A local path
   (relative to the current directory) is read in place, nothing is written to it; a URL
   (``https://``, ``ssh://``, ``file://``, ``user@host:path``) is cloned once with ``git clone --bare``
-  into the cache and fetched again only when a commit is missing from the clone.
+  into the cache and fetched again only when a commit is missing from the clone. The tree is a checkout of
+  ``REV`` as a user has one: its ``.git`` reads the repository's objects in place (git alternates) and its
+  HEAD is ``REV``, so that indexing it mines the history up to ``REV`` and no further (a file-level search
+  weighs the files that similar past commits changed, see ``repoctx.history``). Under a ``path_prefix``
+  the tree holds the files only.
 
 Rows that carry a ``revert_patch`` get their own tree with that patch applied in reverse
-(``git apply -R``, exact context; a patch that does not apply is an error, never fuzzed in).
+(``git apply -R``, exact context; a patch that does not apply is an error, never fuzzed in), files only:
+a checkout's history would reach the commit whose change is reverted, which is the answer.
 
 Layout of the cache (``$REPOCTX_CACHE`` or ``~/.cache/repoctx``)::
 
@@ -25,7 +30,8 @@ Layout of the cache (``$REPOCTX_CACHE`` or ``~/.cache/repoctx``)::
     git/NAME-HASH.git               bare clones of git URLs (HASH of the URL)
     trees/NAME-VERSION[--PREFIX]/   materialized release trees (the wheel)
     trees/sdist/NAME-VERSION/       materialized sdists (sdist mode)
-    trees/git/NAME-HASH-SHA12[--PREFIX]/  materialized commits (HASH of the repository, SHA12 of the commit)
+    trees/git/NAME-HASH-SHA12-co/   materialized commits (HASH of the repository, SHA12 of the commit): checkouts
+    trees/git/NAME-HASH-SHA12--PREFIX/    the same under a path_prefix: files only
     trees/reverted/INSTANCE-HASH/   per-instance trees with the gold patch reverted
 
 Trees only ever appear by an atomic rename of a fully written temporary directory, so the
@@ -545,8 +551,9 @@ def _reverse_apply(tree: Path, patch: str) -> tuple[bool, str]:
     return False, "neither git nor patch is installed"
 
 
-def _link_tree(src: Path, dst: Path) -> None:
-    """Copy ``src`` into existing ``dst`` using hard links where possible (cheap, shares bytes)."""
+def _link_tree(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
+    """Copy ``src`` into existing ``dst`` using hard links where possible (cheap, shares bytes), without the
+    entries of ``src`` itself named in ``skip``."""
 
     def link_or_copy(s: str, d: str) -> None:
         try:
@@ -554,7 +561,10 @@ def _link_tree(src: Path, dst: Path) -> None:
         except OSError:
             shutil.copy2(s, d)
 
-    shutil.copytree(src, dst, copy_function=link_or_copy, dirs_exist_ok=True)
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        return [n for n in names if n in skip] if Path(folder) == src else []
+
+    shutil.copytree(src, dst, copy_function=link_or_copy, dirs_exist_ok=True, ignore=ignore)
 
 
 def _unshare(path: Path) -> None:
@@ -653,20 +663,43 @@ def _find_commit(git_dir: Path, commit: str, is_clone: bool, source: str) -> str
     return sha
 
 
-def _checkout(git_dir: Path, sha: str, dest: Path, prefix: str = "") -> list[tuple[str, str]]:
-    """Write the files of commit ``sha`` under ``dest`` (a private index; the repository is not touched).
+def _repository(git_dir: Path, sha: str, dest: Path) -> Path:
+    """Make ``dest`` a git repository whose HEAD is ``sha`` (detached) and whose objects are ``git_dir``'s, read in
+    place (``objects/info/alternates``; nothing is copied, and nothing is written to ``git_dir``): a checkout at
+    that commit as a user has it, so that ``repoctx index`` mines its history, which ends at ``sha`` (no commit
+    after it, no other ref). A shallow ``git_dir``'s boundary comes along. Returns the new git dir."""
+    proc = _git(["--git-dir", str(git_dir), "rev-parse", "--git-path", "objects"])
+    objects = Path(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else git_dir / "objects"
+    proc = _git(["init", "--quiet", "--template=", str(dest)])
+    if proc.returncode != 0:
+        raise CorpusError(f"git init failed: {_git_err(proc)}")
+    new = dest / ".git"
+    info = new / "objects" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "alternates").write_text(f"{(git_dir / objects).resolve()}\n", encoding="utf-8")
+    if (git_dir / "shallow").is_file():
+        shutil.copyfile(git_dir / "shallow", new / "shallow")
+    (new / "HEAD").write_text(sha + "\n", encoding="ascii")
+    return new
+
+
+def _checkout(
+    git_dir: Path, sha: str, dest: Path, prefix: str = "", index: Path | None = None
+) -> list[tuple[str, str]]:
+    """Write the files of commit ``sha`` under ``dest`` (a private index, or ``index`` with the written files'
+    stat data, as a checkout's own; the repository is not touched).
     Returns the files git could not write (repository path with ``prefix``, reason): one blob that cannot
     be read (a partial clone that never fetched it, a corrupt object) costs that file, not the commit.
     git stops at such a file, naming its blob or path: it is left out and the files not yet written are
     checked out again."""
     with tempfile.TemporaryDirectory(prefix="repoctx-gitidx-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        env = {"GIT_INDEX_FILE": str(index or Path(tmp) / "index")}
         base = ["--git-dir", str(git_dir), "--work-tree", str(dest)]
         proc = _git([*base, "read-tree", sha], env_extra=env)
         if proc.returncode != 0:
             raise CorpusError(f"git read-tree {sha[:12]} failed: {_git_err(proc)}")
         dest.mkdir(parents=True, exist_ok=True)
-        checkout = [*base, "checkout-index", "--force", f"--prefix={dest}/"]
+        checkout = [*base, "checkout-index", "--force", *(("--index",) if index else ()), f"--prefix={dest}/"]
         proc = _git([*checkout, "--all"], env_extra=env, timeout=3600)
         if proc.returncode == 0:
             return []
@@ -723,14 +756,18 @@ def _git_base(corpus: dict, prefix: str, cache: Path) -> tuple[str, Path, Any]:
     else:
         git_dir, ident, is_clone = locate()
         sha = _find_commit(git_dir, commit, is_clone, source)
+    # "-co": a checkout with its history (trees of earlier versions, files only, had no suffix; rebuilt)
     key = f"{_repo_name(source)}-{hashlib.sha256(ident.encode()).hexdigest()[:8]}-{sha[:12]}" + (
-        f"--{_slug(prefix.replace('/', '_'))}" if prefix else ""
+        f"--{_slug(prefix.replace('/', '_'))}" if prefix else "-co"
     )
 
     def build(tmp: Path) -> list[tuple[str, str]]:
         git_dir, _, is_clone = locate()
         full = _find_commit(git_dir, sha, is_clone, source)
-        return _checkout(git_dir, full, tmp / prefix if prefix else tmp, prefix)
+        if prefix:  # the files under a folder of the tree: no checkout of its own, so no history
+            return _checkout(git_dir, full, tmp / prefix, prefix)
+        own = _repository(git_dir, full, tmp)
+        return _checkout(own, full, tmp, index=own / "index")
 
     return key, cache / "trees" / "git" / key, build
 
@@ -827,7 +864,8 @@ def materialize(
         return base
 
     def build_reverted(tmp: Path) -> list[tuple[str, str]]:
-        _link_tree(base, tmp)
+        # without the checkout's .git: its history would reach the commit whose change is reverted (the answer)
+        _link_tree(base, tmp, skip=(".git",))
         for rel in _patched_paths(revert):
             _unshare(tmp / rel)
         ok, err = _reverse_apply(tmp, revert)

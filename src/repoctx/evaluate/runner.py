@@ -193,7 +193,7 @@ def evaluate(
     :func:`repoctx.evaluate.corpus.fetch_sdist`). Git corpora are the same checkout in both.
 
     Returns ``{config: {"name", "tree", "n", "rows_total", "skipped", "errors", "warnings", "gold_missing",
-    "file", "function", "by_repo", "query_ms_p50", "index_seconds", "rows"}}`` whatever the number of
+    "file", "function", "by_repo", "query_ms_p50", "index_seconds", "history", "rows"}}`` whatever the number of
     configs. ``gold_missing`` counts the scored rows with a gold file absent from the tree (each row lists
     them as ``gold_missing``). ``n`` counts
     the scored rows; ``errors`` lists ``{"instance_id", "reason"}`` of the rows skipped for that config
@@ -201,7 +201,11 @@ def evaluate(
     instance_id, reason)`` is called as each row is skipped. ``warnings`` lists ``{"instance_id",
     "warning", "unread_files"}`` of the rows scored without some files of their snapshot (each row
     lists them as ``unread_files``); ``on_warning(config, instance_id, warning)`` is called for each,
-    else the warning is logged (``repoctx.eval``) once per row and message.
+    else the warning is logged (``repoctx.eval``) once per row and message. A git corpus' tree is a checkout
+    of its commit: its history up to that commit votes on the file ranking, as in a file-level search
+    (``Index.with_history``; ``settings.history`` off: not). ``history`` counts the rows whose tree had a mined
+    history (each row's ``history_commits``; None without one) and those whose file ranking it changed
+    (``history_moved``: how many files moved).
     """
     if tree not in TREES:
         raise ValueError(f"tree must be one of {TREES}, got {tree!r}")
@@ -258,9 +262,13 @@ def evaluate(
                 t1 = time.perf_counter()
                 opts = replace(cfg.options, pool=300)
                 hits = ix.retrieve(row["query"], k=opts.pool, mode="standard", options=opts).hits
+                # as a file-level search ranks them: a checkout's own history votes too (Index.with_history)
+                agg = file_aggregation(opts.file_agg, row["query"])
+                ranked, moved = ix.with_history(row["query"], to_files(hits, agg))
                 times.append(time.perf_counter() - t1)
-                files = [f.path for f in to_files(hits, file_aggregation(opts.file_agg, row["query"]))]
+                files = [f.path for f in ranked]
                 funcs = function_ranking(hits, ix, cap_ix)
+                hist = ix.history_status()
             except CorpusError as exc:
                 corpus_failed[i] = _reason(exc, stage)
                 skip(corpus_failed[i])
@@ -296,6 +304,8 @@ def evaluate(
                     "gold_function_ranks": _ranks(funcs, gold_funcs),
                     "gold_missing": missing,
                     "unread_files": unread,
+                    "history_commits": hist.get("commits", 0) if hist.get("kept") else None,
+                    "history_moved": moved,
                 }
             )
             if unread:
@@ -332,6 +342,11 @@ def evaluate(
             },
             "query_ms_p50": round(1000 * times[len(times) // 2], 1) if times else None,
             "index_seconds": round(index_s, 1),
+            # rows whose tree is a checkout with a mined history, and those whose file ranking it changed
+            "history": {
+                "rows": sum(1 for r in rows_out if r["history_commits"] is not None),
+                "moved": sum(1 for r in rows_out if r["history_moved"]),
+            },
             "rows": rows_out,
         }
     return results
@@ -388,6 +403,12 @@ def markdown_table(results: dict) -> str:
             ids = ", ".join(w["instance_id"] for w in warned[:5]) + (", ..." if len(warned) > 5 else "")
             notes.append(
                 f"{r['name']}: {len(warned)} of {r['n']} rows scored without files that could not be read ({ids})"
+            )
+        hist = r.get("history") or {}
+        if hist.get("rows"):
+            notes.append(
+                f"{r['name']}: {hist['rows']} of {r['n']} rows' trees are git checkouts whose mined history voted on "
+                f"the file ranking; it changed {hist.get('moved', 0)} of them (REPOCTX_HISTORY=0: without it)"
             )
     return "\n".join(lines + ([""] + notes if notes else []))
 
