@@ -359,3 +359,97 @@ def test_a_partial_clone_is_mined_without_fetching_a_blob(tmp_path):
 def test_a_log_git_fails_is_an_error_not_a_shorter_history(repo):
     with pytest.raises(RuntimeError, match="git log failed"):
         list(_log_commits(repo, ["no-such-revision"], None, patch=False))
+
+
+# --------------------------------------------------------------------------- the similar commits' vote, built and kept
+
+
+def _bm25(docs: dict[str, list[str]], query: str, limit: int, k1: float = 1.2, b: float = 0.75):
+    """BM25 a posting at a time, in plain Python: what HistoryRanker's arrays must give, float for float."""
+    import math
+    from collections import Counter
+
+    from repoctx.tokens import code_tokens
+
+    length = {k: len(v) for k, v in docs.items()}
+    avg = sum(length.values()) / len(docs)
+    postings: dict[str, list[tuple[str, int]]] = {}
+    for key, toks in docs.items():
+        for term, tf in Counter(toks).items():
+            postings.setdefault(term, []).append((key, tf))
+    scores: dict[str, float] = {}
+    for term in dict.fromkeys(code_tokens(query, keep_stopwords=False)):
+        post = postings.get(term)
+        if not post:
+            continue
+        idf = math.log(1 + (len(docs) - len(post) + 0.5) / (len(post) + 0.5))
+        for key, tf in post:
+            norm = tf + k1 * (1 - b + b * length[key] / avg)
+            scores[key] = scores.get(key, 0.0) + idf * tf * (k1 + 1) / norm
+    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+
+
+def test_the_ranker_gives_the_plain_bm25_scores_and_ties():
+    import random
+
+    rng = random.Random(7)
+    words = ["fix", "echo", "unicode", "option", "prompt", "choice", "path", "windows", "color", "flag"]
+    docs = {f"{i:04x}": [rng.choice(words) for _ in range(rng.randint(0, 9))] for i in range(400)}
+    docs["dup-a"] = docs["dup-b"] = ["echo", "unicode"]  # the same words: a tie, broken by key
+    ranker = HistoryRanker(docs)
+    for query in ("echo breaks on unicode", "fix the windows color flag", "prompt choice", "nothing matches", ""):
+        for limit in (1, 5, 20, 1000):
+            assert ranker.rank(query, limit) == _bm25(docs, query, limit)
+    assert HistoryRanker({}).rank("echo") == []
+
+
+def test_the_vote_is_built_once_and_loaded_after(tmp_path, monkeypatch):
+    """The similar commits of a stored history are indexed by the first search of a process and kept on the
+    machine: the next process loads them (the same votes), a damaged or older file is built again, and a newer
+    history of the repository replaces its file."""
+    import zlib
+
+    import repoctx.index as index_module
+    from repoctx.history import MinedCommit, SimilarCommits
+
+    monkeypatch.setenv("REPOCTX_CACHE", str(tmp_path / "cache"))
+    commits = [
+        MinedCommit(f"{i:040x}", [f"{i + 1:040x}"], 1_700_000_000 - i, msg, files=files)
+        for i, (msg, files) in enumerate(
+            [
+                ("Fix echo of unicode on Windows (#12)", ["src/click/utils.py", "src/click/_compat.py"]),
+                ("Prompt shows the choices", ["src/click/termui.py"]),
+                ("Fix echo color stripping\n\nSigned-off-by: A <a@b>", ["src/click/utils.py"]),
+                ("Sweep", [f"f{j}.py" for j in range(50)]),
+                ("Tests only: fix echo", ["tests/test_utils.py"]),
+            ]
+        )
+    ]
+    commits[3].sweep = True
+    def body_of(history: History) -> bytes:
+        history.save(tmp_path / "h.jsonl")
+        return zlib.compress((tmp_path / "h.jsonl").read_bytes(), 1)
+
+    body = body_of(History("f" * 40, commits))
+    built = index_module._similar_commits(body, "click")
+    kept = list((tmp_path / "cache" / "history").glob("votes-*.npz"))
+    assert len(kept) == 1
+    query = "echo breaks unicode on windows"
+    want = SimilarCommits(commits, by="files").rank(query)
+    assert built.rank(query) == want and want[0][0] == "src/click/utils.py"
+    monkeypatch.setattr(SimilarCommits, "__init__", lambda *a, **k: pytest.fail("built again"))
+    loaded = index_module._similar_commits(body, "click")
+    assert loaded is not built and loaded.rank(query) == want
+    assert loaded.rank("prompt choices")[0][0] == "src/click/termui.py"
+    monkeypatch.undo()
+    monkeypatch.setenv("REPOCTX_CACHE", str(tmp_path / "cache"))
+    kept[0].write_bytes(b"not an npz")  # damaged: built again, and written again
+    assert index_module._similar_commits(body, "click").rank(query) == want
+    assert SimilarCommits.load(kept[0]) is not None
+    newer = MinedCommit("e" * 40, ["f" * 40], 1_700_000_100, "Fix prompt", files=["src/click/termui.py"])
+    index_module._similar_commits(body_of(History("e" * 40, [newer, *commits])), "click")
+    assert [p for p in (tmp_path / "cache" / "history").glob("votes-*.npz")] != kept  # the older one removed
+    assert len(list((tmp_path / "cache" / "history").glob("votes-*.npz"))) == 1
+    index_module._similar_commits(body, "attrs")  # another repository keeps its own
+    assert len(list((tmp_path / "cache" / "history").glob("votes-*.npz"))) == 2
+    assert index_module._similar_commits(b"not zlib", "click") is None

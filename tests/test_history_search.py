@@ -157,7 +157,8 @@ def test_the_history_reaches_every_process_of_the_store_through_it(repo, tmp_pat
     api = Index(settings=shared, repos=("shop-repo",))
     assert _files(api)[0] == "shop/transfer.py"
     assert _files(Index(settings=replace(shared, history=False), repos=("shop-repo",)))[0] == "shop/upload_form.py"
-    assert not (tmp_path / "api" / "history").exists()
+    # it mined nothing (no checkout): what its cache holds is the vote it built from the store's copy
+    assert [f.suffix for f in (tmp_path / "api" / "history").iterdir()] == [".npz"]
     away.rename(repo)
     _commit(repo, {"shop/transfer.py": TREE["shop/transfer.py"] + "\n# again\n"}, "Fix uploads timing out once more")
     monkeypatch.setenv("REPOCTX_CACHE", str(tmp_path / "worker-b"))
@@ -173,7 +174,7 @@ def test_the_history_reaches_every_process_of_the_store_through_it(repo, tmp_pat
     import repoctx.index as index_module
 
     slow, read = threading.Event(), index_module._similar_commits
-    monkeypatch.setattr(index_module, "_similar_commits", lambda body: slow.wait(10) and read(body))
+    monkeypatch.setattr(index_module, "_similar_commits", lambda body, repo: slow.wait(10) and read(body, repo))
     before = api._history["shop-repo"]
     assert before[1] != kept[0]
     api._history["shop-repo"] = (0.0, before[1], before[2])  # its check is due
