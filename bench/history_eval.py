@@ -46,12 +46,18 @@ WEIGHTS = (0.0, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
 METRICS = ("fn_acc@1", "fn_acc@5", "fn_acc@10", "fn_mrr", "file_acc@1", "file_acc@5")
 
 
-def run_project(name: str, bundles: Path, work: Path, cutoff_date: str, window_days: float, max_gold: int,
-                fixes_only: bool, say) -> dict:
+def clone_bundle(name: str, bundles: Path, work: Path) -> Path:
+    """``work/name``: a clone of ``bundles/name.bundle`` (made once)."""
     repo = work / name
     if not repo.exists():
         subprocess.run(["git", "clone", "-q", str(bundles / f"{name}.bundle"), str(repo)], check=True,
                        capture_output=True)
+    return repo
+
+
+def run_project(name: str, bundles: Path, work: Path, cutoff_date: str, window_days: float, max_gold: int,
+                fixes_only: bool, say) -> dict:
+    repo = clone_bundle(name, bundles, work)
     load0 = os.getloadavg()[0]
     upd = update_history(repo, work / f"{name}.history.jsonl")
     again = update_history(repo, work / f"{name}.history.jsonl")

@@ -36,18 +36,14 @@ from repoctx.tokens import code_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from history_eval import CUTOFFS  # noqa: E402 - the same cut-offs as the history evaluation
+from history_eval import CUTOFFS, clone_bundle  # noqa: E402 - the same cut-offs as the history evaluation
 
 WINDOW_DAYS, MAX_GOLD = 1500, 5
 
 
 def project_rows(name: str, bundles: Path, work: Path) -> list[dict]:
     """The rows of one bundle, oldest first (so that consecutive trees share their units' vectors)."""
-    repo = work / name
-    if not repo.exists():
-        subprocess.run(
-            ["git", "clone", "-q", str(bundles / f"{name}.bundle"), str(repo)], check=True, capture_output=True
-        )
+    repo = clone_bundle(name, bundles, work)
     commits = update_history(repo, work / f"{name}.gold.jsonl").history.commits  # with functions: the gold
     _, ctime = cutoff_commit(repo, CUTOFFS[name])
     end = ctime + WINDOW_DAYS * 86400

@@ -33,17 +33,13 @@ from repoctx.index import Index
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from history_eval import CUTOFFS  # noqa: E402 - the same cut-offs as the history evaluation
+from history_eval import CUTOFFS, clone_bundle  # noqa: E402 - the same cut-offs as the history evaluation
 
 KS = (1, 5)
 
 
 def run_project(name: str, bundles: Path, work: Path, budget: float, fixes_only: bool, say) -> dict:
-    repo = work / name
-    if not repo.exists():
-        subprocess.run(
-            ["git", "clone", "-q", str(bundles / f"{name}.bundle"), str(repo)], check=True, capture_output=True
-        )
+    repo = clone_bundle(name, bundles, work)
     commits = update_history(repo, work / f"{name}.gold.jsonl").history.commits  # with functions: the gold
     sha, ctime = cutoff_commit(repo, CUTOFFS[name])
     train = set(
