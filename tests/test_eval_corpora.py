@@ -304,10 +304,12 @@ def test_eval_keeps_a_row_whose_git_snapshot_lacks_one_blob(env, repo, tmp_path,
     assert "git checkout-index" in row["unread_files"][0]["reason"]
     assert b["warnings"] == [{"instance_id": "partial", "warning": b["warnings"][0]["warning"],
                               "unread_files": row["unread_files"]}]
+    assert row["history_commits"] == 1  # mined as a partial clone's (exact renames: no blob asked for): c2
     assert "partial: scored without 1 file" in caplog.text and "data/big.csv" in caplog.text
     tree = materialize(_git_row("partial", str(partial), c3))
     assert sorted(_files(tree)) == ["pkg/__init__.py", "pkg/cache.py", "pkg/dates.py", "pkg/new.py"]
     assert corpus_mod.unread_files(tree) == row["unread_files"]
+    assert _git(tree, "config", "--get", "remote.origin.promisor") == "true"  # its checkout is a partial clone too
     # the table says it too
     res = runner.invoke(app, ["eval", str(ds), "--config", "bm25", "-q"])
     assert res.exit_code == 0 and "1 of 1 rows scored without files that could not be read (partial)" in res.stdout

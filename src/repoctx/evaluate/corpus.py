@@ -680,6 +680,14 @@ def _repository(git_dir: Path, sha: str, dest: Path) -> Path:
     if (git_dir / "shallow").is_file():
         shutil.copyfile(git_dir / "shallow", new / "shallow")
     (new / "HEAD").write_text(sha + "\n", encoding="ascii")
+    # a partial clone's promisor remote comes along: its missing blobs are fetched from there as the source would
+    # (into this repository), and its history is mined as a partial clone's, with no blob asked for
+    proc = _git(["--git-dir", str(git_dir), "config", "--get-regexp", r"^(remote\..*|extensions\.partialclone)$"])
+    entries = [ln.partition(" ") for ln in proc.stdout.splitlines()] if proc.returncode == 0 else []
+    if any(k == "extensions.partialclone" or (k.endswith(".promisor") and v.lower() != "false") for k, _, v in entries):
+        _git(["--git-dir", str(new), "config", "core.repositoryformatversion", "1"])
+        for key, _, value in entries:
+            _git(["--git-dir", str(new), "config", "--add", key, value])
     return new
 
 
@@ -766,8 +774,8 @@ def _git_base(corpus: dict, prefix: str, cache: Path) -> tuple[str, Path, Any]:
         full = _find_commit(git_dir, sha, is_clone, source)
         if prefix:  # the files under a folder of the tree: no checkout of its own, so no history
             return _checkout(git_dir, full, tmp / prefix, prefix)
-        own = _repository(git_dir, full, tmp)
-        return _checkout(own, full, tmp, index=own / "index")
+        own = _repository(git_dir, full, tmp)  # the files checked out by the source, as before: its fetches too
+        return _checkout(git_dir, full, tmp, index=own / "index")
 
     return key, cache / "trees" / "git" / key, build
 
