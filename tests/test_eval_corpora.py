@@ -404,3 +404,5 @@ def test_eval_ranks_files_with_the_checkouts_history_up_to_its_commit(env, tmp_p
     assert with_["history"] == {"rows": 1, "moved": 1}
     res = runner.invoke(app, ["eval", str(ds), "--config", "bm25", "-q"])
     assert "1 of 1 rows' trees are git checkouts whose mined history voted" in res.stdout
+    res = runner.invoke(app, ["eval", str(ds), "--config", "bm25", "-q", "--tree", "both"])
+    assert res.exit_code == 0 and "(wheel): 1 of 1 rows' trees are git checkouts" in res.stdout, res.output

@@ -404,13 +404,19 @@ def markdown_table(results: dict) -> str:
             notes.append(
                 f"{r['name']}: {len(warned)} of {r['n']} rows scored without files that could not be read ({ids})"
             )
-        hist = r.get("history") or {}
-        if hist.get("rows"):
-            notes.append(
-                f"{r['name']}: {hist['rows']} of {r['n']} rows' trees are git checkouts whose mined history voted on "
-                f"the file ranking; it changed {hist.get('moved', 0)} of them (REPOCTX_HISTORY=0: without it)"
-            )
+        notes += _history_note(r, r["name"])
     return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def _history_note(r: dict, label: str) -> list[str]:
+    """The table's line on the rows whose tree had a git history (none when no row had one)."""
+    hist = r.get("history") or {}
+    if not hist.get("rows"):
+        return []
+    return [
+        f"{label}: {hist['rows']} of {r['n']} rows' trees are git checkouts whose mined history voted on the file "
+        f"ranking; it changed {hist.get('moved', 0)} of them (--no-history: without it)"
+    ]
 
 
 def markdown_trees(by_tree: dict) -> str:
@@ -441,6 +447,7 @@ def markdown_trees(by_tree: dict) -> str:
                 notes.append(
                     f"{r['name']} ({tree}): {r['skipped']} of {r.get('rows_total')} rows skipped ({ids}{more})"
                 )
+            notes += _history_note(r, f"{r['name']} ({tree})")
         scored = [{x["instance_id"] for x in res[cname]["rows"]} for res in by_tree.values() if cname in res]
         if len(scored) > 1 and len({frozenset(s) for s in scored}) > 1:
             notes.append(f"{cname}: {len(set.intersection(*scored))} rows scored on every tree")
