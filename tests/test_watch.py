@@ -227,3 +227,16 @@ def test_service_in_process_indexes_a_save_under_a_registered_path(tmp_path):
     finally:
         svc.close()
     assert svc.watchers.status("local") is None  # closed with the service
+
+
+def test_closed_watchers_start_no_watch(tmp_path):
+    """A job that ends after the service closed asks to watch the registered paths again: once closed, the
+    watchers start nothing (a watcher started then would run on, stopped by no one)."""
+    from repoctx.watch import Watchers
+
+    root = write_tree(tmp_path / "local", {"app/__init__.py": ""})
+    watchers = Watchers(Settings(index_dir=tmp_path / "ix", embedder="none"), lambda name, root: None)
+    assert watchers.watch("local", root) is not None and watchers.status("local") is not None
+    watchers.close()
+    assert watchers.status("local") is None
+    assert watchers.watch("local", root) is None and watchers.status("local") is None

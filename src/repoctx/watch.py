@@ -224,14 +224,19 @@ class Watchers:
         self.on_change = on_change
         self._lock = threading.Lock()
         self._by_name: dict[str, TreeWatcher] = {}
+        self._closed = False
 
     def watch(self, name: str, root: str | Path) -> TreeWatcher | None:
-        """Watch ``root`` as ``name`` (a no-op when it already is; another root replaces the watch)."""
+        """Watch ``root`` as ``name`` (a no-op when it already is; another root replaces the watch). Once closed,
+        nothing more is watched: a job that ends after the service closed (its ``_job_done`` asks to watch the paths
+        registered since) must not start a watcher that nothing would stop."""
         root = Path(root)
         if not root.is_dir():
             return None
         root = root.resolve()
         with self._lock:
+            if self._closed:
+                return None
             w = self._by_name.get(name)
             if w is not None and w.root == root and w.state != "stopped":  # off (too big) stays off
                 return w
@@ -256,6 +261,7 @@ class Watchers:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             watchers, self._by_name = list(self._by_name.values()), {}
         for w in watchers:
             w.stop()
