@@ -135,6 +135,24 @@ def test_git_local_commit_is_checked_out_into_the_cache(env, repo):
     assert [p.name for p in (env / "trees" / "git").iterdir() if p.name.startswith(".tmp")] == []
 
 
+def test_git_checkout_of_a_shallow_clone_and_of_a_linked_worktree(env, repo, tmp_path):
+    """The checkout's history reads what its source has: a shallow clone's boundary comes along (git log ends
+    there instead of failing on a missing parent), and a linked worktree's objects are its main repository's."""
+    r, c1, c2 = repo
+    (r / "pkg" / "third.py").write_text("X = 3\n")
+    _git(r, "add", "-A")
+    _git(r, "commit", "-q", "-m", "third")
+    c3 = _git(r, "rev-parse", "HEAD")
+    shallow = tmp_path / "shallow"
+    _git(tmp_path, "clone", "-q", "--depth", "2", r.as_uri(), str(shallow))
+    t = materialize(_git_row("s", str(shallow), c3), env)
+    assert _git(t, "log", "--format=%H") == f"{c3}\n{c2}" and (t / ".git" / "shallow").is_file()
+    _git(r, "worktree", "add", "-q", "--detach", str(tmp_path / "wt"), c2)
+    t = materialize(_git_row("w", str(tmp_path / "wt"), c2), env)
+    assert _git(t, "log", "--format=%H") == f"{c2}\n{c1}" and _git(t, "status", "--porcelain") == ""
+    assert _files(t)["pkg/dates.py"] == DATES_V2
+
+
 def test_git_path_prefix_and_revert_patch(env, repo):
     r, c1, c2 = repo
     t = materialize(_git_row("a", str(r), c1, corpus={"git": str(r), "commit": c1, "path_prefix": "sub"}), env)

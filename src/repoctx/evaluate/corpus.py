@@ -668,17 +668,22 @@ def _repository(git_dir: Path, sha: str, dest: Path) -> Path:
     place (``objects/info/alternates``; nothing is copied, and nothing is written to ``git_dir``): a checkout at
     that commit as a user has it, so that ``repoctx index`` mines its history, which ends at ``sha`` (no commit
     after it, no other ref). A shallow ``git_dir``'s boundary comes along. Returns the new git dir."""
-    proc = _git(["--git-dir", str(git_dir), "rev-parse", "--git-path", "objects"])
-    objects = Path(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else git_dir / "objects"
+    # where the objects and the shallow list are (a linked worktree's are its main repository's); git names them
+    # from the current folder, as it was given the git dir
+    proc = _git(["--git-dir", str(git_dir), "rev-parse", "--git-path", "objects", "--git-path", "shallow"])
+    named = proc.stdout.splitlines() if proc.returncode == 0 else []
+    if len(named) != 2:
+        named = [str(git_dir / "objects"), str(git_dir / "shallow")]
+    objects, shallow = (Path(n).resolve() for n in named)
     proc = _git(["init", "--quiet", "--template=", str(dest)])
     if proc.returncode != 0:
         raise CorpusError(f"git init failed: {_git_err(proc)}")
     new = dest / ".git"
     info = new / "objects" / "info"
     info.mkdir(parents=True, exist_ok=True)
-    (info / "alternates").write_text(f"{(git_dir / objects).resolve()}\n", encoding="utf-8")
-    if (git_dir / "shallow").is_file():
-        shutil.copyfile(git_dir / "shallow", new / "shallow")
+    (info / "alternates").write_text(f"{objects}\n", encoding="utf-8")
+    if shallow.is_file():
+        shutil.copyfile(shallow, new / "shallow")
     (new / "HEAD").write_text(sha + "\n", encoding="ascii")
     # a partial clone's promisor remote comes along: its missing blobs are fetched from there as the source would
     # (into this repository), and its history is mined as a partial clone's, with no blob asked for
