@@ -230,3 +230,30 @@ def test_the_cli_says_what_history_an_index_keeps(repo, tmp_path, monkeypatch):
     assert status.exit_code == 0 and "git history: 4 commits to" in status.output
     off = runner.invoke(app, ["index", str(repo)], env={"REPOCTX_HISTORY": "0"})
     assert off.exit_code == 0 and "git history" not in off.output
+
+
+def test_a_file_the_history_moved_names_the_past_commits_that_voted_for_it(repo, tmp_path):
+    """Why a file moved: the past commits most like the question that changed it, best first (two at most), with
+    their titles, in the hit, its JSON and its text; a file no past commit voted for names none."""
+    from repoctx import render
+
+    ix = Index(repo, Settings(index_dir=tmp_path / "b", embedder="none"))
+    ix.update()
+    got = ix.retrieve(QUESTION, k=3, level="file", mode="standard")
+    top = got.files[0]
+    assert top.path == "shop/transfer.py" and len(top.history) == 2
+    titles = [t for _, t in top.history]
+    assert set(titles) <= {"Fix a timeout when uploading large files", "Raise the chunk size: big uploads timed out",
+                           "Fix the timeout of slow uploads"}
+    shas = _git(repo, "log", "--format=%H", "--", "shop/transfer.py").split()
+    assert all(sha in shas for sha, _ in top.history)
+    assert all(not f.history for f in got.files if f.path != "shop/transfer.py")  # the cart's commit is not like it
+    d = render.retrieval_dict(got, "brief")
+    first = d["results"][0]
+    assert [h["commit"] for h in first["history"]] == [sha[:12] for sha, _ in top.history]
+    assert "history" not in d["results"][1]
+    text = render.retrieval_text(got, "brief")
+    assert f'past commits like it: {top.history[0][0][:12]} "{titles[0]}"' in text
+    assert text.count("past commits like it") == 1
+    plain = Index(repo, Settings(index_dir=tmp_path / "b", embedder="none", history=False))
+    assert all(not f.history for f in plain.retrieve(QUESTION, k=3, level="file", mode="standard").files)

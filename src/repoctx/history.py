@@ -798,7 +798,7 @@ def symbol_messages(commits: Iterable[MinedCommit], before: int | None = None) -
 
 # ---- reading the history: past commits like a question vote for what they changed
 
-VOTES_VERSION = 1  # SimilarCommits.save's layout; bumped when it changes (or when the tokens do)
+VOTES_VERSION = 2  # SimilarCommits.save's layout; bumped when it changes (or when the tokens do)
 
 # the similar commits' file ranking beside a search's (weighted reciprocal ranks): chosen on click's fix commits, file
 # Acc@1 on attrs 28.0 -> 44.0 and marshmallow 36.2 -> 42.0 (bench/results/history_eval.md)
@@ -903,6 +903,20 @@ def fuse(base: Sequence[str], hist: Sequence[str], weight: float, k: int = 60) -
     return sorted(score, key=lambda key: (-score[key], order[key]))
 
 
+@dataclass(frozen=True)
+class Voter:
+    """A past commit that voted for a file: its id and its title (the cleaned message's first line, cut)."""
+
+    sha: str
+    title: str
+
+
+def _title(message: str, limit: int = 64) -> str:
+    line = next((ln.strip() for ln in message.splitlines() if ln.strip()), "").replace("\0", " ")
+    line = " ".join(line.split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
 class SimilarCommits:
     """The other way to read the same history: the past commits whose messages are most like the query (BM25 over
     one document per commit) vote for the units they changed, each vote the commit's score relative to the best one,
@@ -914,6 +928,7 @@ class SimilarCommits:
     ):
         self.depth = depth
         changed: list[list[str]] = []  # the keys each voter changed, in the ranker's order of documents
+        titles: list[str] = []  # each voter's title: its cleaned message's first line
         docs: dict[str, list[str]] = {}
         for c, symbols, files in named_now(commits):
             if c.sweep:
@@ -925,18 +940,31 @@ class SimilarCommits:
             ]
             if keys:
                 changed.append(keys)
-                docs[c.sha] = code_tokens(clean_message(c.message), keep_stopwords=False)
+                message = clean_message(c.message)
+                titles.append(_title(message))
+                docs[c.sha] = code_tokens(message, keep_stopwords=False)
         self.changed: Sequence[list[str]] = changed
+        self.titles: Sequence[str] = titles
         self.commits = HistoryRanker(docs)
 
     def rank(self, query: str, limit: int = 100) -> list[tuple[str, float]]:
+        return [(key, score) for key, score, _ in self.rank_voters(query, limit)]
+
+    def rank_voters(self, query: str, limit: int = 100, voters: int = 2) -> list[tuple[str, float, list[Voter]]]:
+        """``rank``, each key with the past commits that voted for it most (at most ``voters``, best first): what
+        a file-level search shows beside a file the history moved."""
         hits = self.commits.rank_ids(query, limit=self.depth)
         votes: dict[str, float] = {}
+        why: dict[str, list[Voter]] = {}
         for i, s in hits:
             keys = self.changed[i]
             for key in keys:
                 votes[key] = votes.get(key, 0.0) + (s / hits[0][1]) / math.sqrt(len(keys))
-        return sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+                got = why.setdefault(key, [])
+                if len(got) < voters:  # (hits come best first)
+                    got.append(Voter(self.commits.keys[i], self.titles[i]))
+        ranked = sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+        return [(key, score, why[key]) for key, score in ranked]
 
     def save(self, path: Path) -> None:
         """Write it to ``path`` (an uncompressed .npz, no pickle; written aside, then renamed), for ``load``: a
@@ -950,6 +978,7 @@ class SimilarCommits:
             **{f"r_{k}": v for k, v in self.commits.arrays().items()},
             "version": np.array([VOTES_VERSION, self.depth], dtype=np.int64),
             "names": np.frombuffer("\0".join(names).encode(), dtype=np.uint8),
+            "titles": np.frombuffer("\0".join(self.titles).encode(), dtype=np.uint8),
             "changed_ptr": ptr,
             "changed_ids": np.asarray(ids, dtype=np.int32),
         }
@@ -978,7 +1007,8 @@ class SimilarCommits:
             self.commits = HistoryRanker.from_arrays({k[2:]: v for k, v in a.items() if k.startswith("r_")})
             names = bytes(a["names"]).decode().split("\0") if len(a["names"]) else []
             self.changed = _Changed(names, a["changed_ptr"], a["changed_ids"])
-            if len(self.changed) != self.commits.n:
+            self.titles = bytes(a["titles"]).decode().split("\0") if len(a["titles"]) else []
+            if len(self.changed) != self.commits.n or len(self.titles) != self.commits.n:
                 return None
             return self
         except Exception:  # noqa: BLE001 - a cache: whatever is wrong with the file, the vote is built again

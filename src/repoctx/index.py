@@ -394,12 +394,13 @@ class Index:
             self.store.put_history(self.repo, stamp, zlib.compress(path.read_bytes(), 1))
         self._history_kept = stamp
 
-    def _history_votes(self, query: str, repo: str) -> list[str]:
-        """The files of ``repo`` that the past commits most like ``query`` changed, best first; none without a mined
-        history. The history is the store's copy (whichever process or machine mined it), checked at most every
-        ``VECTOR_STATE_SECONDS`` for a newer stamp. A newer one (a push) is read in a thread while the last one
-        votes: a 39,000-commit history takes ~1-2 s to read and index, which no search should wait for twice (a process
-        that finds it in this machine's cache, ``_similar_commits``, loads it in ~15 ms)."""
+    def _history_votes(self, query: str, repo: str) -> list[tuple[str, list[Any]]]:
+        """The files of ``repo`` that the past commits most like ``query`` changed, best first, each with the commits
+        that voted for it most (``history.Voter``); none without a mined history. The history is the store's copy
+        (whichever process or machine mined it), checked at most every ``VECTOR_STATE_SECONDS`` for a newer stamp. A
+        newer one (a push) is read in a thread while the last one votes: a 39,000-commit history takes ~1-2 s to read
+        and index, which no search should wait for twice (a process that finds it in this machine's cache,
+        ``_similar_commits``, loads it in ~15 ms)."""
         now = time.monotonic()
         known = self._history.get(repo)
         if known is None or known[0] < now:
@@ -415,7 +416,7 @@ class Index:
                 known = (now + VECTOR_STATE_SECONDS, known[1], known[2])
             self._history[repo] = known
         similar = known[2]
-        return [p for p, _ in similar.rank(query)] if similar is not None else []
+        return [(p, why) for p, _, why in similar.rank_voters(query)] if similar is not None else []
 
     def _read_history_aside(self, repo: str, stamp: str, body: bytes) -> None:
         if repo in self._history_aside:
@@ -433,7 +434,8 @@ class Index:
     def with_history(self, query: str, files: list[FileHit]) -> tuple[list[FileHit], int]:
         """``files`` re-ordered by their repositories' history votes, weighted reciprocal ranks (as ``history.fuse`` at
         ``history.FILE_WEIGHT``, each repository's votes ranked among its files the search found: a file it did not
-        find, as one the scope hides, never joins), and how many moved."""
+        find, as one the scope hides, never joins), and how many moved. A file that got votes names the commits that
+        gave it the most (``FileHit.history``)."""
         from repoctx.history import FILE_WEIGHT
 
         if len(files) < 2 or not self.settings.history:
@@ -443,11 +445,16 @@ class Index:
             if f.capsules:
                 found.setdefault(f.capsules[0].capsule.repo, set()).add(f.path)
         rank: dict[tuple[str, str], int] = {}
+        voters: dict[tuple[str, str], list[Any]] = {}
         for repo, paths in found.items():
-            votes = [p for p in self._history_votes(query, repo) if p in paths]
-            rank.update({(repo, p): i for i, p in enumerate(votes, 1)})
+            votes = [(p, why) for p, why in self._history_votes(query, repo) if p in paths]
+            rank.update({(repo, p): i for i, (p, _) in enumerate(votes, 1)})
+            voters.update({(repo, p): why for p, why in votes})
         if not rank:
             return files, 0
+        for f in files:
+            why = voters.get((f.capsules[0].capsule.repo, f.path)) if f.capsules else None
+            f.history = [(v.sha, v.title) for v in why] if why else []
 
         def fused(i: int, f: FileHit) -> float:
             r = rank.get((f.capsules[0].capsule.repo, f.path)) if f.capsules else None

@@ -68,6 +68,7 @@ SNIPPET_LINES = 30
 FULL_DOC_LINES = 3
 FILE_SYMBOLS = 5  # units shown with their signatures per file (signatures, full)
 BRIEF_FILE_UNITS = 3  # units named on a file's line at brief
+HISTORY_SHA = 12  # a voting commit's id, as git log --abbrev=12 gives it: enough for `git show`
 
 
 def check_detail(detail: Any) -> str:
@@ -286,6 +287,9 @@ def file_dict(f, detail: str = DEFAULT_DETAIL) -> dict:
         "units": len(caps),
         "citations": [c.citation for c in caps],
     }
+    history = getattr(f, "history", None)
+    if history:  # the past commits most like the question that changed it: why the history moved it
+        out["history"] = [{"commit": sha[:HISTORY_SHA], "title": title} for sha, title in history]
     if detail != "brief":
         out["symbols"] = [
             {"citation": c.citation, "kind": c.kind, "signature": c.signature, "docstring": _doc_line(c.docstring)}
@@ -371,6 +375,10 @@ def item_text(item: dict, detail: str = DEFAULT_DETAIL, *, with_repo: bool = Fal
             shown = names[:BRIEF_FILE_UNITS]
             more = f" +{len(names) - len(shown)} more" if len(names) > len(shown) else ""
             line += f" — {', '.join(shown)}{more}"
+        if item.get("history"):
+            line += "\n    past commits like it: " + "; ".join(
+                f'{h["commit"]} "{h["title"]}"' if h.get("title") else h["commit"] for h in item["history"]
+            )
         if detail == "brief" or not item.get("symbols"):
             return line
         lines = [line]

@@ -122,9 +122,19 @@ class FileHit:
     path: str
     score: float
     capsules: list[Hit] = field(default_factory=list)
+    # the past commits most like the question that changed this file, (sha, title), best first: why the repository's
+    # history moved it (repoctx.history; a file-level search of a git checkout)
+    history: list[tuple[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "score": self.score, "capsules": [h.capsule.citation for h in self.capsules]}
+        out: dict[str, Any] = {
+            "path": self.path,
+            "score": self.score,
+            "capsules": [h.capsule.citation for h in self.capsules],
+        }
+        if self.history:
+            out["history"] = [{"commit": sha, "title": title} for sha, title in self.history]
+        return out
 
 
 @dataclass(slots=True)
