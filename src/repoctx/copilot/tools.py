@@ -575,7 +575,8 @@ def make_tools(index, scope: Scope | None = None) -> list:
         Args:
             query: what to look for, in words or identifiers (e.g. "where is the CSRF token verified").
             k: how many results, 1 to 50 (default 8).
-            level: "symbol" for functions/classes, or "file" for the best files with their units' citations.
+            level: "symbol" for functions/classes, or "file" for the best files with their units' citations (in
+                a git checkout, with the past commits like the question that changed them).
             mode: "auto" (let the router decide), "standard" (one hybrid search) or "agentic" (multi-step).
             detail: "brief" (default: one line each), "signatures" (adds whole signatures, the docstring's first
                 line, caller/callee counts) or "full" (adds the first 30 lines of code; costs many tokens).

@@ -44,7 +44,10 @@ def tool_functions(run: Callable[..., CallToolResult]) -> list[Callable]:
         k: Annotated[int, Field(description=f"How many results in all, 1 to {MAX_K}.")] = 10,
         level: Annotated[
             Literal["symbol", "file"],
-            Field(description="'symbol': functions/classes; 'file': the best files with their units."),
+            Field(
+                description="'symbol': functions/classes; 'file': the best files with their units (in a git checkout, "
+                "with the past commits like the question that changed them)."
+            ),
         ] = "symbol",
         mode: Annotated[
             Literal["auto", "standard", "agentic"],
