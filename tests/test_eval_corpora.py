@@ -181,6 +181,10 @@ def test_git_url_is_cloned_once(env, repo):
     c3 = _git(r, "rev-parse", "HEAD")
     assert (materialize(_git_row("b", url, c3), env) / "pkg/later.py").is_file()
     assert list((env / "git").iterdir()) == clones
+    # the checkout of a cloned URL reads the bare clone's objects: its history is c3's, not the clone's other refs
+    t3 = materialize(_git_row("b", url, c3), env)
+    assert _git(t3, "log", "--format=%H") == f"{c3}\n{c2}\n{c1}"
+    assert (t3 / ".git" / "objects" / "info" / "alternates").read_text().strip() == str(clones[0] / "objects")
 
 
 def test_git_errors_are_corpus_errors(env, repo, tmp_path):
