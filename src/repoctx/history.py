@@ -805,6 +805,19 @@ VOTES_VERSION = 2  # SimilarCommits.save's layout; bumped when it changes (or wh
 FILE_WEIGHT = 0.25
 
 
+def _joined(strings: Iterable[str]) -> Any:
+    """Strings as one array of bytes, NUL between them (no string holds a NUL: ids, tokens, paths, titles): what a
+    saved vote keeps instead of a pickled list."""
+    import numpy as np
+
+    return np.frombuffer("\0".join(strings).encode(), dtype=np.uint8)
+
+
+def _split(array: Any) -> list[str]:
+    """The strings ``_joined`` made the array of."""
+    return bytes(array).decode().split("\0") if len(array) else []
+
+
 class HistoryRanker:
     """BM25 (k1 1.2, b 0.75) over one history field. The postings are numpy arrays (term, then document order) built
     by one sort of every (term, document) pair: a 39,000-commit history's messages in a fraction of the time a
@@ -824,13 +837,14 @@ class HistoryRanker:
         lengths = np.fromiter((len(v) for v in docs.values()), dtype=np.int64, count=n)
         self.lengths = lengths.astype(np.float64)
         self.avg = float(lengths.sum()) / n if n else 1.0
-        pairs = np.asarray(ids, dtype=np.int64) * max(n, 1) + np.repeat(np.arange(n, dtype=np.int64), lengths)
+        m = max(n, 1)  # a (term, document) pair is term * m + document
+        pairs = np.asarray(ids, dtype=np.int64) * m + np.repeat(np.arange(n, dtype=np.int64), lengths)
         pairs.sort()
         starts = np.flatnonzero(np.diff(pairs, prepend=-1)) if len(pairs) else np.zeros(0, dtype=np.int64)
         first = pairs[starts]
         self.tf = np.diff(np.append(starts, len(pairs))).astype(np.float64)  # (a numpy.unique without numpy.ma)
-        self.docs = first % max(n, 1)
-        self.ptr = np.searchsorted(first // max(n, 1), np.arange(len(vocab) + 1))
+        self.docs = first % m
+        self.ptr = np.searchsorted(first // m, np.arange(len(vocab) + 1))
 
     def rank(self, query: str, limit: int = 100) -> list[tuple[str, float]]:
         return [(self.keys[i], score) for i, score in self.rank_ids(query, limit)]
@@ -863,8 +877,8 @@ class HistoryRanker:
         import numpy as np
 
         return {
-            "keys": np.frombuffer("\0".join(self.keys).encode(), dtype=np.uint8),
-            "terms": np.frombuffer("\0".join(self.vocab).encode(), dtype=np.uint8),
+            "keys": _joined(self.keys),
+            "terms": _joined(self.vocab),
             "params": np.array([self.k1, self.b, self.avg], dtype=np.float64),
             "lengths": self.lengths.astype(np.uint32),  # (token counts: whole numbers, kept as floats for the sums)
             "tf": self.tf.astype(np.uint32),
@@ -877,8 +891,8 @@ class HistoryRanker:
         import numpy as np
 
         self = cls.__new__(cls)
-        self.keys = bytes(a["keys"]).decode().split("\0") if len(a["keys"]) else []
-        terms = bytes(a["terms"]).decode().split("\0") if len(a["terms"]) else []
+        self.keys = _split(a["keys"])
+        terms = _split(a["terms"])
         self.vocab = dict(zip(terms, range(len(terms)), strict=True))
         self.k1, self.b, self.avg = (float(x) for x in a["params"])
         self.lengths, self.tf = a["lengths"].astype(np.float64), a["tf"].astype(np.float64)
@@ -977,8 +991,8 @@ class SimilarCommits:
         arrays = {
             **{f"r_{k}": v for k, v in self.commits.arrays().items()},
             "version": np.array([VOTES_VERSION, self.depth], dtype=np.int64),
-            "names": np.frombuffer("\0".join(names).encode(), dtype=np.uint8),
-            "titles": np.frombuffer("\0".join(self.titles).encode(), dtype=np.uint8),
+            "names": _joined(names),
+            "titles": _joined(self.titles),
             "changed_ptr": ptr,
             "changed_ids": np.asarray(ids, dtype=np.int32),
         }
@@ -1005,9 +1019,8 @@ class SimilarCommits:
             self = cls.__new__(cls)
             self.depth = depth
             self.commits = HistoryRanker.from_arrays({k[2:]: v for k, v in a.items() if k.startswith("r_")})
-            names = bytes(a["names"]).decode().split("\0") if len(a["names"]) else []
-            self.changed = _Changed(names, a["changed_ptr"], a["changed_ids"])
-            self.titles = bytes(a["titles"]).decode().split("\0") if len(a["titles"]) else []
+            self.changed = _Changed(_split(a["names"]), a["changed_ptr"], a["changed_ids"])
+            self.titles = _split(a["titles"])
             if len(self.changed) != self.commits.n or len(self.titles) != self.commits.n:
                 return None
             return self

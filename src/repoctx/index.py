@@ -440,27 +440,25 @@ class Index:
 
         if len(files) < 2 or not self.settings.history:
             return files, 0
+        keys = [(f.capsules[0].capsule.repo, f.path) if f.capsules else None for f in files]  # (repo, path)
         found: dict[str, set[str]] = {}
-        for f in files:
-            if f.capsules:
-                found.setdefault(f.capsules[0].capsule.repo, set()).add(f.path)
-        rank: dict[tuple[str, str], int] = {}
-        voters: dict[tuple[str, str], list[Any]] = {}
+        for key in keys:
+            if key is not None:
+                found.setdefault(key[0], set()).add(key[1])
+        voted: dict[tuple[str, str], tuple[int, list[Any]]] = {}  # (repo, path) -> (its rank among the votes, voters)
         for repo, paths in found.items():
             votes = [(p, why) for p, why in self._history_votes(query, repo) if p in paths]
-            rank.update({(repo, p): i for i, (p, _) in enumerate(votes, 1)})
-            voters.update({(repo, p): why for p, why in votes})
-        if not rank:
+            voted.update({(repo, p): (i, why) for i, (p, why) in enumerate(votes, 1)})
+        if not voted:
             return files, 0
-        for f in files:
-            why = voters.get((f.capsules[0].capsule.repo, f.path)) if f.capsules else None
-            f.history = [(v.sha, v.title) for v in why] if why else []
+        got = [voted.get(key) if key is not None else None for key in keys]
+        for f, vote in zip(files, got, strict=True):
+            f.history = [(v.sha, v.title) for v in vote[1]] if vote else []
 
-        def fused(i: int, f: FileHit) -> float:
-            r = rank.get((f.capsules[0].capsule.repo, f.path)) if f.capsules else None
-            return 1.0 / (60 + i) + (FILE_WEIGHT / (60 + r) if r else 0.0)
+        def fused(i: int, vote: tuple[int, list[Any]] | None) -> float:
+            return 1.0 / (60 + i) + (FILE_WEIGHT / (60 + vote[0]) if vote else 0.0)
 
-        scored = sorted((-fused(i, f), i, f) for i, f in enumerate(files, 1))
+        scored = sorted((-fused(i, vote), i, f) for i, (f, vote) in enumerate(zip(files, got, strict=True), 1))
         out = [f for _, _, f in scored]
         return out, sum(a.path != b.path for a, b in zip(out, files, strict=True))
 

@@ -287,9 +287,8 @@ def file_dict(f, detail: str = DEFAULT_DETAIL) -> dict:
         "units": len(caps),
         "citations": [c.citation for c in caps],
     }
-    history = getattr(f, "history", None)
-    if history:  # the past commits most like the question that changed it: why the history moved it
-        out["history"] = [{"commit": sha[:HISTORY_SHA], "title": title} for sha, title in history]
+    if f.history:  # the past commits most like the question that changed it: why the history moved it
+        out["history"] = [{"commit": sha[:HISTORY_SHA], "title": title} for sha, title in f.history]
     if detail != "brief":
         out["symbols"] = [
             {"citation": c.citation, "kind": c.kind, "signature": c.signature, "docstring": _doc_line(c.docstring)}
