@@ -1,7 +1,7 @@
 """What each stage of an in-process standard search costs, on Django 4.2 (the evaluation's cached index and
 vectors: ``repoctx eval`` builds them).
 
-    python bench/stages.py [--json] [--queries N] [--cross MODEL.onnx]
+    python bench/stages.py [--json] [--queries N]
 
 The questions are the Django issue texts of the SWE-bench dev split (``/work/shared/eval/swebench_lite_dev.jsonl``,
 or ``--dataset``), searched at k=10 after a warm-up. Each search's time is split by wrapping what the first stage
@@ -12,8 +12,10 @@ calls (the search's own code runs unchanged):
 - dense: the question's vector and the vector search (its title line too);
 - graph: ``expand_graph`` (callers and callees of the top units);
 - fusion: the rest of the first stage (reciprocal-rank fusion, unit heads, demotions, reading the units);
-- linear second stage: ``Index._second_stage`` (rerank.py over the first 30 units);
-- cross-encoder: ``Index._cross_stage`` (retrieve/cross.py over its first 20 units), when a model is there.
+- linear second stage: ``Index._second_stage`` (rerank.py over the first 30 units).
+
+(A cross-encoder stage was timed in session 31 with code that was not merged and is not in this repository; its
+figures stay in docs/speed.md.)
 
 Prints p50 / p95 wall milliseconds of each stage and of the whole search (the sum), the p50 of the process's CPU
 milliseconds in it (every thread: what a stage costs whatever else the machine runs), and the machine's load.
@@ -22,7 +24,6 @@ milliseconds in it (every thread: what a stage costs whatever else the machine r
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -39,7 +40,7 @@ from index_speed import _pct  # one percentile for every bench table
 
 DJANGO = {"instance_id": "stages", "corpus": {"pypi": "Django", "version": "4.2", "path_prefix": ""}}
 DATASET = Path("/work/shared/eval/swebench_lite_dev.jsonl")
-STAGES = ("exact", "lexical", "dense", "fusion", "graph", "linear second stage", "cross-encoder")
+STAGES = ("exact", "lexical", "dense", "fusion", "graph", "linear second stage")
 
 
 class Clock:
@@ -78,7 +79,7 @@ def questions(path: Path, n: int) -> list[str]:
     return [r["query"] for r in rows if r.get("repo") == "django/django"][:n]
 
 
-def run(ix, qs: list[str], cross: bool) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+def run(ix, qs: list[str]) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     from repoctx.retrieve import rerank as rr
 
     clock = Clock()
@@ -90,12 +91,9 @@ def run(ix, qs: list[str], cross: bool) -> tuple[dict[str, list[float]], dict[st
     hybrid.exact_hits = clock.timed("exact", hybrid.exact_hits)
     hybrid.query_terms = clock.timed("lexical", hybrid.query_terms)
     hybrid.expand_graph = clock.timed("graph", hybrid.expand_graph)
-    # the code before the cross-encoder (``--src`` of an older checkout) has no such stage: the rest is timed alike
-    cross_model = ix._cross_encoder() if cross and hasattr(ix, "_cross_encoder") else None
     out: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
     cpu: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
     second_stage = clock.timed("linear second stage", ix._second_stage)
-    cross_stage = clock.timed("cross-encoder", getattr(ix, "_cross_stage", None))
     opts = SearchOptions(k=10)
     try:
         for i, q in enumerate(qs):
@@ -104,9 +102,7 @@ def run(ix, qs: list[str], cross: bool) -> tuple[dict[str, list[float]], dict[st
                 t0, c0 = time.perf_counter(), time.process_time()
                 hits = hybrid.search(store, q, opts, dense, limit=max(10, rr.DEPTH))
                 first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
-                hits, _ = second_stage(q, hits, ix.scope(None), real)
-                if cross_model is not None:
-                    cross_stage(cross_model, q, hits)
+                second_stage(q, hits, ix.scope(None), real)
                 if warm:
                     continue
                 named = ("exact", "lexical", "dense", "graph")
@@ -129,17 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--dataset", type=Path, default=DATASET)
-    ap.add_argument(
-        "--cross", type=Path, default=None, help="a cross-encoder model file (branch wt-cross's code has the stage)"
-    )
     args = ap.parse_args(argv)
-    known = {f.name for f in dataclasses.fields(Settings)}
-    wanted = {"cross_encoder": True, "cross_model": args.cross}
-    settings = Settings.from_env(**{k: v for k, v in wanted.items() if k in known})
+    settings = Settings.from_env()
     ix = open_corpus_index(DJANGO, False, settings)
     ix.update()
     qs = questions(args.dataset, args.queries)
-    times, cpu = run(ix, qs, True)
+    times, cpu = run(ix, qs)
     ix.close()
     load = os.getloadavg()
     rows = {

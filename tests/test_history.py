@@ -447,9 +447,18 @@ def test_the_vote_is_built_once_and_loaded_after(tmp_path, monkeypatch):
     assert index_module._similar_commits(body, "click").rank(query) == want
     assert SimilarCommits.load(kept[0]) is not None
     newer = MinedCommit("e" * 40, ["f" * 40], 1_700_000_100, "Fix prompt", files=["src/click/termui.py"])
-    index_module._similar_commits(body_of(History("e" * 40, [newer, *commits])), "click")
+    newer_body = body_of(History("e" * 40, [newer, *commits]))
+    index_module._similar_commits(newer_body, "click")
     assert [p for p in (tmp_path / "cache" / "history").glob("votes-*.npz")] != kept  # the older one removed
     assert len(list((tmp_path / "cache" / "history").glob("votes-*.npz"))) == 1
     index_module._similar_commits(body, "attrs")  # another repository keeps its own
     assert len(list((tmp_path / "cache" / "history").glob("votes-*.npz"))) == 2
+    # a repository of the same name in another store keeps its own too: neither evicts the other's
+    index_module._similar_commits(newer_body, "click", "/elsewhere/index.sqlite")
+    assert len(list((tmp_path / "cache" / "history").glob("votes-*.npz"))) == 3
+    monkeypatch.setattr(SimilarCommits, "__init__", lambda *a, **k: pytest.fail("built again"))
+    index_module._similar_commits(newer_body, "click")
+    index_module._similar_commits(newer_body, "click", "/elsewhere/index.sqlite")
+    monkeypatch.undo()
+    monkeypatch.setenv("REPOCTX_CACHE", str(tmp_path / "cache"))
     assert index_module._similar_commits(b"not zlib", "click") is None

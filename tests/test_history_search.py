@@ -174,7 +174,7 @@ def test_the_history_reaches_every_process_of_the_store_through_it(repo, tmp_pat
     import repoctx.index as index_module
 
     slow, read = threading.Event(), index_module._similar_commits
-    monkeypatch.setattr(index_module, "_similar_commits", lambda body, repo: slow.wait(10) and read(body, repo))
+    monkeypatch.setattr(index_module, "_similar_commits", lambda *a: slow.wait(10) and read(*a))
     before = api._history["shop-repo"]
     assert before[1] != kept[0]
     api._history["shop-repo"] = (0.0, before[1], before[2])  # its check is due

@@ -37,16 +37,17 @@ MODES = ("auto", "standard", "agentic")
 VECTOR_STATE_SECONDS = 2.0  # how long a repository's vector state is trusted by searches (fills move it)
 
 
-def _similar_commits(body: bytes, repo: str) -> Any:
+def _similar_commits(body: bytes, repo: str, place: str = "") -> Any:
     """The ``SimilarCommits`` of a history as the store keeps it (zlib'd file), or None when it is not one. Built
-    once per history and machine: it is kept in ``$REPOCTX_CACHE/history/votes-*.npz``, named by the repository and
-    the body's hash (a 39,000-commit history takes ~2 s to read and index, ~0.05 s to load), the repository's
+    once per history and machine: it is kept in ``$REPOCTX_CACHE/history/votes-*.npz``, named by the repository in
+    its store (``place``: the store's file or address, hashed: two stores may each hold a repository of one name)
+    and the body's hash (a 39,000-commit history takes ~2 s to read and index, ~0.05 s to load), the repository's
     older ones removed. A cache that cannot be written costs the next process the build, nothing else."""
     from repoctx.config import default_cache_dir
     from repoctx.history import VOTES_VERSION, History, SimilarCommits
     from repoctx.tokens import TOKENIZER_VERSION
 
-    who = hashlib.blake2b(repo.encode(), digest_size=6).hexdigest()
+    who = hashlib.blake2b(f"{place}\0{repo}".encode(), digest_size=6).hexdigest()
     key = hashlib.blake2b(body, digest_size=12, person=f"v{VOTES_VERSION}t{TOKENIZER_VERSION}".encode()).hexdigest()
     folder = default_cache_dir() / "history"
     path = folder / f"votes-{who}-{key}.npz"
@@ -394,6 +395,11 @@ class Index:
             self.store.put_history(self.repo, stamp, zlib.compress(path.read_bytes(), 1))
         self._history_kept = stamp
 
+    def _store_place(self) -> str:
+        """Where this index's store is (its SQLite file, or its database's address), for the votes' cache name."""
+        place = getattr(self.store, "path", None) or getattr(self.store, "url", None)
+        return str(Path(place).resolve() if isinstance(place, Path) else place or "")
+
     def _history_votes(self, query: str, repo: str) -> list[tuple[str, list[Any]]]:
         """The files of ``repo`` that the past commits most like ``query`` changed, best first, each with the commits
         that voted for it most (``history.Voter``); none without a mined history. The history is the store's copy
@@ -408,7 +414,7 @@ class Index:
             if got is None:
                 known = (now + VECTOR_STATE_SECONDS, None, None)
             elif known is None or known[2] is None:
-                similar = _similar_commits(got[1], repo) if got[1] is not None else None
+                similar = _similar_commits(got[1], repo, self._store_place()) if got[1] is not None else None
                 known = (now + VECTOR_STATE_SECONDS, got[0], similar)
             else:
                 if got[1] is not None:
@@ -424,7 +430,8 @@ class Index:
 
         def read() -> None:
             try:
-                self._history[repo] = (time.monotonic() + VECTOR_STATE_SECONDS, stamp, _similar_commits(body, repo))
+                similar = _similar_commits(body, repo, self._store_place())
+                self._history[repo] = (time.monotonic() + VECTOR_STATE_SECONDS, stamp, similar)
             finally:
                 self._history_aside.pop(repo, None)
 
