@@ -28,7 +28,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from repoctx.config import Settings
-from repoctx.evaluate.history import cutoff_commit, is_fix, mcnemar
+from repoctx.evaluate.history import cutoff_commit, is_fix
+from repoctx.evaluate.metrics import mcnemar
 from repoctx.evaluate.runner import CONFIGS, evaluate
 from repoctx.history import clean_message, update_history
 from repoctx.ingest.languages import is_test_path

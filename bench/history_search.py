@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from repoctx.config import Settings
-from repoctx.evaluate.history import cutoff_commit, index_keys, make_split, mcnemar
-from repoctx.evaluate.metrics import rank_metrics
+from repoctx.evaluate.history import cutoff_commit, index_keys, make_split
+from repoctx.evaluate.metrics import mcnemar, rank_metrics
 from repoctx.history import update_history
 from repoctx.index import Index
 

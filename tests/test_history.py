@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from repoctx.evaluate.history import HistoryRanker, fuse, history_field, is_fix, mcnemar
+from repoctx.evaluate.history import HistoryRanker, fuse, history_field, is_fix
+from repoctx.evaluate.metrics import mcnemar
 from repoctx.history import (
     History,
     _log_commits,

@@ -14,7 +14,6 @@ The signal is a pure re-ranking of the index's candidates and the mined field (`
 from __future__ import annotations
 
 import io
-import math
 import re
 import subprocess
 import tarfile
@@ -253,19 +252,6 @@ def score(
     }
     means["n"] = len(per_row)
     return means, per_row
-
-
-def mcnemar(
-    before: Sequence[dict[str, float]], after: Sequence[dict[str, float]], metric: str
-) -> tuple[int, int, float]:
-    """Rows gained and lost on one 0/1 metric, and the exact two-sided McNemar (binomial) p-value."""
-    gained = sum(1 for a, b in zip(before, after, strict=True) if not a.get(metric) and b.get(metric))
-    lost = sum(1 for a, b in zip(before, after, strict=True) if a.get(metric) and not b.get(metric))
-    n = gained + lost
-    if n == 0:
-        return 0, 0, 1.0
-    tail = sum(math.comb(n, i) for i in range(0, min(gained, lost) + 1)) / 2**n
-    return gained, lost, min(1.0, 2 * tail)
 
 
 def tune(ranked: Sequence[Ranked], weights: Sequence[float], signal: str = "field", level: str = "function") -> float:

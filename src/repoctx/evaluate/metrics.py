@@ -9,9 +9,10 @@ Ranked lists are de-duplicated (first occurrence wins) before scoring.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
-__all__ = ["rank_metrics", "aggregate", "function_key", "normalize_gold_function", "dedupe"]
+__all__ = ["rank_metrics", "aggregate", "function_key", "normalize_gold_function", "dedupe", "mcnemar"]
 
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
 
@@ -88,3 +89,16 @@ def normalize_gold_function(s: str) -> str:
     else:
         return _norm_path(s)
     return function_key(path, qual)
+
+
+def mcnemar(
+    before: Sequence[dict[str, float]], after: Sequence[dict[str, float]], metric: str
+) -> tuple[int, int, float]:
+    """Rows gained and lost on one 0/1 metric, and the exact two-sided McNemar (binomial) p-value."""
+    gained = sum(1 for a, b in zip(before, after, strict=True) if not a.get(metric) and b.get(metric))
+    lost = sum(1 for a, b in zip(before, after, strict=True) if a.get(metric) and not b.get(metric))
+    n = gained + lost
+    if n == 0:
+        return 0, 0, 1.0
+    tail = sum(math.comb(n, i) for i in range(0, min(gained, lost) + 1)) / 2**n
+    return gained, lost, min(1.0, 2 * tail)

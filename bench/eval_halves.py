@@ -1,0 +1,76 @@
+"""Two `repoctx eval --json` runs compared row by row, on all rows and on the odd and even halves of the split.
+
+    python bench/eval_halves.py BEFORE.json AFTER.json [--config hybrid+graph] [--tree wheel|sdist]
+                                [--dataset ../shared/eval/swebench_lite_dev.jsonl] [--json]
+
+Prints file Acc@1/3/5/10 and function Acc@1/5/10 before → after with the rows gained and lost and the exact McNemar
+p, the MRRs, and whether the rule a ranking change is kept by holds: file Acc@1 and function Acc@10 raised on both
+halves (issue 44). Halves are the odd and even rows of ``--dataset`` counted from 1 (default: the shared dev split
+when it is there, else the order of BEFORE's rows). A run of ``--tree both`` is read at ``--tree``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from repoctx.evaluate.compare import compare, markdown
+
+DEV = Path(__file__).resolve().parent.parent.parent / "shared" / "eval" / "swebench_lite_dev.jsonl"
+
+
+def result(path: Path, config: str | None, tree: str | None) -> dict:
+    """One config's result in a saved run (a ``--tree both`` run is read at ``tree``)."""
+    data = json.loads(path.read_text())
+    if "wheel" in data or "sdist" in data:
+        pick = tree or "wheel"
+        if pick not in data:
+            raise SystemExit(f"eval_halves: {path} has no {pick!r} tree (it has {', '.join(data)})")
+        data = data[pick]
+    configs = {k: v for k, v in data.items() if isinstance(v, dict) and "rows" in v}
+    if config is None and len(configs) == 1:
+        return next(iter(configs.values()))
+    name = config or "hybrid+graph"
+    if name not in configs:
+        raise SystemExit(f"eval_halves: {path} has no config {name!r} (it has {', '.join(configs) or 'none'})")
+    return configs[name]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("before", type=Path)
+    ap.add_argument("after", type=Path)
+    ap.add_argument("--config", default=None, help="the config to read (default: the only one, else hybrid+graph)")
+    ap.add_argument("--tree", choices=("wheel", "sdist"), default=None, help="in a --tree both run (default wheel)")
+    ap.add_argument("--dataset", type=Path, default=None, help=f"the split whose order makes the halves ({DEV})")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        before = result(args.before, args.config, args.tree)
+        after = result(args.after, args.config, args.tree)
+    except (OSError, ValueError) as e:
+        print(f"eval_halves: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:
+        print(e, file=sys.stderr)
+        return 2
+    dataset = args.dataset or (DEV if DEV.exists() else None)
+    order = None
+    if dataset is not None:
+        order = [json.loads(x)["instance_id"] for x in dataset.read_text().splitlines() if x.strip()]
+    try:
+        got = compare(before, after, order)
+    except ValueError as e:
+        print(f"eval_halves: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(got, indent=1))
+    else:
+        print(markdown(got, args.before.name, args.after.name), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
