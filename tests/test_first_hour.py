@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from repoctx import Index, Settings
 from repoctx.cli import app
+from repoctx.retrieve.router import reads_as_report
 from repoctx.store.base import StoreError
 from tests.conftest import write_tree
 
@@ -217,3 +218,11 @@ def test_docs_and_tests_do_not_crowd_code_answers(tmp_path):
     assert why["index.d.ts"].get("doc_demoted")
     # a question about the documentation keeps it at full weight
     assert ix.search("what does the README say about the radix tree", k=1)[0].capsule.path == "README.md"
+    # an issue report is read by its title: an "Example:" in its body does not make it ask for the docs
+    report = ("Route lookup fails for a path in the radix tree\n\nThe tree does not match the request path to its "
+              "route.\nExample:\n\n```\nn.getValue(\"/a\")  // returns nil\n```\n\nExpected behaviour: the route.")
+    assert reads_as_report(report)
+    why = {h.capsule.path: h.why for h in ix.search(report, k=10)}
+    assert why["README.md"].get("doc_demoted")
+    docs_report = report.replace("Route lookup fails", "Docs: route lookup is described wrongly", 1)
+    assert not {h.capsule.path: h.why for h in ix.search(docs_report, k=10)}["README.md"].get("doc_demoted")

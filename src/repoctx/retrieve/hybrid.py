@@ -31,6 +31,18 @@ _ASKS_FOR_DOCS = re.compile(
 )
 
 
+def asks_for_docs(query: str) -> bool:
+    """Whether ``query`` asks for the documentation, examples or typings themselves (then they keep their full
+    weight). A text of several lines is read by the line that sums it up, its title (``summary_line``; a report
+    whose first line is code, by that line): its body's "Example:", "as documented" or sample code say how the
+    problem shows, not that the docs are what to find. The whole text of 34 of the dev split's 121 issues named
+    such a word, 30 of them "example"; no title did, and an sdist's docs then outranked its code."""
+    title = summary_line(query)
+    if title is None and reads_as_report(query):
+        title = next((ln for ln in query.strip().splitlines() if ln.strip()), "")
+    return bool(_ASKS_FOR_DOCS.search(query if title is None else title))
+
+
 class DenseIndex(Protocol):
     def search(self, query: str, k: int, scope: Scope = EVERYTHING) -> list[tuple[str, float]]: ...
 
@@ -258,7 +270,7 @@ def _search(
                 fused[cid] = fused.get(cid, 0.0) + opts.weights.get("exact", 1.0) / (RRF_K + rank)
 
     ids = list(dict.fromkeys(list(exact) + sorted(fused, key=lambda c: -fused[c])[: opts.pool]))
-    demote_docs = opts.demote_docs and not _ASKS_FOR_DOCS.search(query)
+    demote_docs = opts.demote_docs and not asks_for_docs(query)
     # every candidate's kind and path now; the texts of the units returned only (a popular name's callers
     # run to thousands of units, and reading a unit's text inflates its whole file)
     heads = store.unit_heads(ids, scope)
