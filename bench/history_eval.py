@@ -30,11 +30,11 @@ from repoctx.evaluate.history import (
     index_keys,
     lexical_settings,
     make_split,
-    mcnemar,
     rank_rows,
     score,
     tune,
 )
+from repoctx.evaluate.metrics import mcnemar
 from repoctx.history import update_history
 from repoctx.index import Index
 

@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from repoctx.config import Settings
+from repoctx.evaluate.compare import within
 from repoctx.evaluate.history import cutoff_commit, is_fix
 from repoctx.evaluate.metrics import mcnemar
 from repoctx.evaluate.runner import CONFIGS, evaluate
@@ -123,8 +124,7 @@ def main() -> None:
 
     def hit(label: str, iid: str, k: int, level: str = "file") -> dict[str, float]:
         """Acc@k as `repoctx eval` counts it: every gold file (function) in the first k."""
-        ranks = per[label][iid][f"gold_{level}_ranks"].values()
-        return {"acc": 1.0 if ranks and all(r is not None and r <= k for r in ranks) else 0.0}
+        return {"acc": 1.0 if within(per[label][iid], level, k) else 0.0}
 
     lines = [
         "# The history signal in `repoctx eval`: each fix asked at its own parent commit (issue 44)",
