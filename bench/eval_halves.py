@@ -27,14 +27,14 @@ def result(path: Path, config: str | None, tree: str | None) -> dict:
     if "wheel" in data or "sdist" in data:
         pick = tree or "wheel"
         if pick not in data:
-            raise SystemExit(f"eval_halves: {path} has no {pick!r} tree (it has {', '.join(data)})")
+            raise ValueError(f"{path} has no {pick!r} tree (it has {', '.join(data)})")
         data = data[pick]
     configs = {k: v for k, v in data.items() if isinstance(v, dict) and "rows" in v}
     if config is None and len(configs) == 1:
         return next(iter(configs.values()))
     name = config or "hybrid+graph"
     if name not in configs:
-        raise SystemExit(f"eval_halves: {path} has no config {name!r} (it has {', '.join(configs) or 'none'})")
+        raise ValueError(f"{path} has no config {name!r} (it has {', '.join(configs) or 'none'})")
     return configs[name]
 
 
@@ -47,22 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dataset", type=Path, default=None, help=f"the split whose order makes the halves ({DEV})")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    try:
+    dataset = args.dataset or (DEV if DEV.exists() else None)
+    try:  # an unreadable file, a missing tree or config, a row outside the dataset: said in one line
         before = result(args.before, args.config, args.tree)
         after = result(args.after, args.config, args.tree)
-    except (OSError, ValueError) as e:
-        print(f"eval_halves: {e}", file=sys.stderr)
-        return 2
-    except SystemExit as e:
-        print(e, file=sys.stderr)
-        return 2
-    dataset = args.dataset or (DEV if DEV.exists() else None)
-    order = None
-    if dataset is not None:
-        order = [json.loads(x)["instance_id"] for x in dataset.read_text().splitlines() if x.strip()]
-    try:
+        order = None
+        if dataset is not None:
+            order = [json.loads(x)["instance_id"] for x in dataset.read_text().splitlines() if x.strip()]
         got = compare(before, after, order)
-    except ValueError as e:
+    except (OSError, ValueError) as e:
         print(f"eval_halves: {e}", file=sys.stderr)
         return 2
     if args.json:

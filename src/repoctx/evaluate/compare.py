@@ -25,10 +25,8 @@ def within(row: dict, level: str, k: int) -> bool | None:
     return all(r is not None and r <= k for r in ranks)
 
 
-def reciprocal(row: dict, level: str) -> float | None:
-    """1 / the rank of the row's first gold at ``level`` (0 when none is ranked; None: no gold there)."""
-    if not row.get(f"gold_{level}_ranks"):
-        return None
+def reciprocal(row: dict, level: str) -> float:
+    """1 / the rank of the row's first gold at ``level`` (0 when none is ranked)."""
     first = row.get(f"{level}_rank")
     return 1.0 / first if first else 0.0
 
@@ -51,8 +49,8 @@ def _part(before: Sequence[dict], after: Sequence[dict]) -> dict:
                 "p": round(p, 4),
             }
         out[level]["mrr"] = {
-            "before": round(100 * sum(reciprocal(a, level) or 0.0 for a, _ in pairs) / n, 1),
-            "after": round(100 * sum(reciprocal(b, level) or 0.0 for _, b in pairs) / n, 1),
+            "before": round(100 * sum(reciprocal(a, level) for a, _ in pairs) / n, 1),
+            "after": round(100 * sum(reciprocal(b, level) for _, b in pairs) / n, 1),
         }
     return out
 
