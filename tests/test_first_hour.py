@@ -226,25 +226,3 @@ def test_docs_and_tests_do_not_crowd_code_answers(tmp_path):
     assert why["README.md"].get("doc_demoted")
     docs_report = report.replace("Route lookup fails", "Docs: route lookup is described wrongly", 1)
     assert not {h.capsule.path: h.why for h in ix.search(docs_report, k=10)}["README.md"].get("doc_demoted")
-
-
-def test_python_stubs_are_declarations(tmp_path):
-    """A .pyi stub repeats its module's names and signatures without the code: halved like a .d.ts, unless the question
-    asks for the stubs themselves."""
-    root = write_tree(
-        tmp_path / "repo",
-        {
-            "pkg/axes.py": "class Axes:\n    def set_xlim(self, left, right):\n        '''Set the x-axis view limits.'''\n"
-            "        self._xlim = (left, right)\n        self.callbacks.process('xlim_changed', self)\n",
-            "pkg/axes.pyi": "class Axes:\n    def set_xlim(self, left: float, right: float) -> tuple[float, float]:\n"
-            "        '''Set the x-axis view limits.'''\n        ...\n",
-        },
-    )
-    ix = Index(root, Settings(index_dir=tmp_path / "ix", embedder="none"))
-    ix.update()
-    hits = ix.search("set the x-axis view limits with set_xlim", k=10)
-    assert hits[0].capsule.path == "pkg/axes.py" and hits[0].capsule.qualname == "Axes.set_xlim"
-    assert {h.capsule.path: h.why for h in hits}["pkg/axes.pyi"].get("doc_demoted")
-    asked = ix.search("what do the type stubs declare for set_xlim", k=10)
-    assert not {h.capsule.path: h.why for h in asked}["pkg/axes.pyi"].get("doc_demoted")
-    ix.close()

@@ -21,14 +21,12 @@ from repoctx.types import Capsule, FileHit, Hit, UnitHead
 RRF_K = 60
 _RUST_TEST_MODULE = re.compile(r"(^|\.)tests?\.")  # #[cfg(test)] mod tests { ... } inside a source file
 DOC_LANGUAGES = frozenset({"markdown", "rst", "text", "latex"})
-# declaration files repeat the code's names: TypeScript .d.ts typings, Python .pyi stubs (matplotlib 3.8's
-# axes/_base.pyi ranked second, above the file the fix changed, for an issue about shared axes' set_xlim)
-_DECLARATIONS = re.compile(r"\.d\.[cm]?ts$|\.pyi$")
+_DECLARATIONS = re.compile(r"\.d\.[cm]?ts$")  # TypeScript declaration files repeat the code's names
 _EXAMPLES = re.compile(r"(^|/)(examples?|samples?|demos?)/")  # code that uses the project, not the project
 # a question about the documentation or the typings themselves keeps them at full weight
 _ASKS_FOR_DOCS = re.compile(
     r"\b(docs?|documentation|documented|readme|changelog|changes file|release notes|guide|"
-    r"tutorial|manual|typings?|type declarations?|d\.ts|type stubs?|stub files?|pyi|examples?|samples?|demos?)\b",
+    r"tutorial|manual|typings?|type declarations?|d\.ts|examples?|samples?|demos?)\b",
     re.I,
 )
 
@@ -187,8 +185,7 @@ def is_test_unit(c: Capsule | UnitHead) -> bool:
 
 
 def is_doc_unit(c: Capsule | UnitHead) -> bool:
-    """Prose, declarations and examples: README/CHANGES windows, .rst/.txt pages, TypeScript .d.ts typings and
-    Python .pyi stubs,
+    """Prose, declarations and examples: README/CHANGES windows, .rst/.txt pages, TypeScript .d.ts typings,
     code under examples/ (an example's ``AliasedGroup.resolve_command`` is not the project's)."""
     return _unit_kind(c.path, c.language, c.qualname)[1]
 
