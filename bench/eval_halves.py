@@ -2,11 +2,13 @@
 
     python bench/eval_halves.py BEFORE.json AFTER.json [--config hybrid+graph] [--tree wheel|sdist]
                                 [--dataset ../shared/eval/swebench_lite_dev.jsonl] [--json]
+    python bench/eval_halves.py RESULTS.json#wheel_default RESULTS.json#wheel_kind_places   # two runs of one file
 
 Prints file Acc@1/3/5/10 and function Acc@1/5/10 before → after with the rows gained and lost and the exact McNemar
 p, the MRRs, and whether the rule a ranking change is kept by holds: file Acc@1 and function Acc@10 raised on both
 halves (issue 44). Halves are the odd and even rows of ``--dataset`` counted from 1 (default: the shared dev split
-when it is there, else the order of BEFORE's rows). A run of ``--tree both`` is read at ``--tree``.
+when it is there, else the order of BEFORE's rows). A run of ``--tree both`` is read at ``--tree``; ``FILE#NAME`` reads
+the run saved under NAME in FILE (a results file that keeps several, e.g. ``bench/results/eval_session38_*.json``).
 """
 
 from __future__ import annotations
@@ -22,8 +24,16 @@ DEV = Path(__file__).resolve().parent.parent.parent / "shared" / "eval" / "swebe
 
 
 def result(path: Path, config: str | None, tree: str | None) -> dict:
-    """One config's result in a saved run (a ``--tree both`` run is read at ``tree``)."""
+    """One config's result in a saved run (a ``--tree both`` run is read at ``tree``; ``FILE#NAME``: the one saved
+    under NAME)."""
+    name = None
+    if not path.exists() and "#" in path.name:
+        path, name = path.with_name(path.name.split("#", 1)[0]), path.name.split("#", 1)[1]
     data = json.loads(path.read_text())
+    if name is not None:
+        if not isinstance(data.get(name), dict) or "rows" not in data[name]:
+            raise ValueError(f"{path} has no run {name!r}")
+        return data[name]
     if "wheel" in data or "sdist" in data:
         pick = tree or "wheel"
         if pick not in data:

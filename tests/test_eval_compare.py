@@ -112,3 +112,20 @@ def test_the_bench_script_reads_eval_json(tmp_path):
         text=True,
     )
     assert bad.returncode == 2 and "nope" in bad.stderr and "Traceback" not in bad.stderr
+    # two runs saved in one results file, named
+    both = tmp_path / "both.json"
+    both.write_text(json.dumps({"what": "two runs", "before": json.loads(runs["a"].read_text())["wheel"]["hybrid+graph"],
+                                "after": json.loads(runs["b"].read_text())["wheel"]["hybrid+graph"]}))
+    named = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "eval_halves.py"), f"{both}#before", f"{both}#after", "--dataset", str(dataset)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert named.split("\n", 1)[1] == out.split("\n", 1)[1]  # the same table as from the two files
+    missing = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "eval_halves.py"), f"{both}#before", f"{both}#nope"],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 2 and "'nope'" in missing.stderr and "Traceback" not in missing.stderr
