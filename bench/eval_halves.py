@@ -28,7 +28,8 @@ def result(path: Path, config: str | None, tree: str | None) -> dict:
     under NAME)."""
     name = None
     if not path.exists() and "#" in path.name:
-        path, name = path.with_name(path.name.split("#", 1)[0]), path.name.split("#", 1)[1]
+        file, _, name = path.name.partition("#")
+        path = path.with_name(file)
     data = json.loads(path.read_text())
     if name is not None:
         if not isinstance(data.get(name), dict) or "rows" not in data[name]:
