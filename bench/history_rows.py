@@ -11,6 +11,7 @@ functions outside tests, named at the parent; query = the cleaned message (issue
     python bench/history_rows.py                      # default config (hybrid + graph, default model)
     python bench/history_rows.py --config bm25        # lexical only, faster
     python bench/history_rows.py --rows-only rows.jsonl   # write the rows and stop (`repoctx eval rows.jsonl`)
+    python bench/history_rows.py --before --rows-only rows_before.jsonl   # the fixes before the cut-offs (205 rows)
 
 The table goes to bench/results/history_rows.md (with --config bm25: history_rows_bm25.md).
 """
@@ -43,12 +44,14 @@ from history_eval import CUTOFFS, clone_bundle  # noqa: E402 - the same cut-offs
 WINDOW_DAYS, MAX_GOLD = 1500, 5
 
 
-def project_rows(name: str, bundles: Path, work: Path) -> list[dict]:
-    """The rows of one bundle, oldest first (so that consecutive trees share their units' vectors)."""
+def project_rows(name: str, bundles: Path, work: Path, before: bool = False) -> list[dict]:
+    """The rows of one bundle, oldest first (so that consecutive trees share their units' vectors); ``before``: the fix
+    commits of the window before the cut-off instead (click's were the history vote's tuning set; the first stage was
+    tuned on none of them)."""
     repo = clone_bundle(name, bundles, work)
     commits = update_history(repo, work / f"{name}.gold.jsonl").history.commits  # with functions: the gold
     _, ctime = cutoff_commit(repo, CUTOFFS[name])
-    end = ctime + WINDOW_DAYS * 86400
+    start, end = (ctime - WINDOW_DAYS * 86400, ctime) if before else (ctime, ctime + WINDOW_DAYS * 86400)
     # the commits of the main line (first parents from HEAD): a squash-merged pull request or a direct commit, whose
     # history holds no earlier commit of the same pull request (a merged branch's commits have their siblings)
     main_line = set(
@@ -58,7 +61,7 @@ def project_rows(name: str, bundles: Path, work: Path) -> list[dict]:
     )
     rows = []
     for c in commits:
-        if not (ctime < c.time <= end) or c.sweep or not c.parents or not is_fix(c.message):
+        if not (start < c.time <= end) or c.sweep or not c.parents or not is_fix(c.message):
             continue
         gold = [s for s in dict.fromkeys(c.symbols) if not is_test_path(s.split(":", 1)[0])]
         query = clean_message(c.message)
@@ -86,20 +89,23 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
     ap.add_argument("--config", default="hybrid+graph", choices=sorted(CONFIGS))
     ap.add_argument("--rows-only", type=Path, help="write the rows (JSONL) here and stop")
+    ap.add_argument("--before", action="store_true", help=f"the fix commits of the {WINDOW_DAYS:,} days before the "
+                    "cut-offs instead (a second sample for first-stage changes; click's tuned the history vote)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--table-only", action="store_true", help="the table again from the saved run's JSON")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="repoctx-histrows-"))
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("REPOCTX_CACHE", str(work / "cache"))  # trees, indexes, vectors and histories
-    rows = [r for name in CUTOFFS for r in project_rows(name, args.bundles, work)]
+    rows = [r for name in CUTOFFS for r in project_rows(name, args.bundles, work, args.before)]
     dataset = args.rows_only or work / "rows.jsonl"
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
     print(f"{len(rows)} rows: " + ", ".join(f"{n} {sum(r['repo'] == n for r in rows)}" for n in CUTOFFS), flush=True)
     if args.rows_only:
         return
+    stem = "history_rows_before" if args.before else "history_rows"
     out = args.out or ROOT / "bench" / "results" / (
-        "history_rows.md" if args.config == "hybrid+graph" else f"history_rows_{args.config.replace('+', '_')}.md"
+        f"{stem}.md" if args.config == "hybrid+graph" else f"{stem}_{args.config.replace('+', '_')}.md"
     )
     if args.table_only:
         runs = json.loads(out.with_suffix(".json").read_text())
