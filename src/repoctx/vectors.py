@@ -136,6 +136,48 @@ def as_vector(v: bytes | np.ndarray) -> np.ndarray:
     return np.frombuffer(v, dtype=np.int8, offset=4).astype(np.float32) * scale[0]
 
 
+# A joint embedder (``providers.embedding.JointEmbedder``) keeps its members' vectors in the cache, never its own:
+# a member indexed alone, or in another pair, reuses them, and the cache holds each model's vector of a text once.
+def cached_vectors(cache: VectorCache, embedder, hashes: list[str]) -> dict[str, bytes | np.ndarray]:
+    """``cache.get_stored`` under ``embedder``: a joint embedder's vectors made from its members' (a text every
+    member has), kept as the cache keeps a row (``as_vector`` reads either form)."""
+    members = getattr(embedder, "members", None)
+    if not members:
+        return cache.get_stored(embedder.model_id, hashes)
+    got = [cache.get_stored(m.model_id, hashes) for m in members]
+    both = [h for h in hashes if all(h in g for g in got)]
+    out: dict[str, bytes | np.ndarray] = {}
+    for start in range(0, len(both), _HAND_ROWS):  # a whole repository's set: as int8 rows, never all as float32
+        part = both[start : start + _HAND_ROWS]
+        q, scale = quantize(embedder.join([np.stack([as_vector(g.pop(h)) for h in part]) for g in got]))
+        out.update((h, scale[i : i + 1].tobytes() + q[i].tobytes()) for i, h in enumerate(part))
+    return out
+
+
+def keep_vectors(cache: VectorCache, embedder, items: list[tuple[str, np.ndarray]]) -> None:
+    """``cache.put_many`` under ``embedder``: a joint embedder's vectors are kept as its members' parts."""
+    members = getattr(embedder, "members", None)
+    if not members or not items:
+        cache.put_many(embedder.model_id, items)
+        return
+    hashes = [h for h, _ in items]
+    for m, part in zip(members, embedder.split(np.stack([v for _, v in items])), strict=True):
+        cache.put_many(m.model_id, list(zip(hashes, part, strict=True)))
+
+
+def as_cached(embedder, matrix: np.ndarray) -> np.ndarray:
+    """The vectors as a later ``cached_vectors`` read of them gives them back (``keep_vectors`` keeps int8)."""
+    members = getattr(embedder, "members", None)
+    if members:
+        matrix = embedder.join([dequantize(*quantize(p)) for p in embedder.split(matrix)])
+    return dequantize(*quantize(matrix))
+
+
+def forget_vectors(cache: VectorCache, embedder, hashes: list[str]) -> None:
+    for m in getattr(embedder, "members", None) or (embedder,):
+        cache.forget(m.model_id, hashes)
+
+
 # The order a fill embeds units in, by where they are: the project's code first (questions are mostly about
 # it), then tests, then documentation prose and examples, then markup, data and translations. Django 4.2's
 # sdist: 12,0xx code units, 29,4xx test, 6,4xx docs, ~700 other (bench/results/big_tree.md). Every unit keeps
@@ -196,6 +238,17 @@ class DenseRetriever:
         self._qcache: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
         self._ahead: dict[str, threading.Thread] = {}  # texts being embedded ahead of their search, and by what
+        self._primary: DenseRetriever | None = None
+
+    def primary(self) -> DenseRetriever:
+        """This retriever under a joint embedder's first model (itself under any other embedder): the model a
+        re-ranker's name similarity was fitted under."""
+        first = getattr(self.embedder, "primary", None)
+        if first is None:
+            return self
+        if self._primary is None:
+            self._primary = DenseRetriever(self.store, first, self.cache)
+        return self._primary
 
     def prefetch(self, texts: list[str]) -> None:
         """Start embedding ``texts`` (loading the model first, if need be) in a thread, so that a search reads
@@ -270,20 +323,20 @@ class DenseRetriever:
             return {}
         keys = {self._short_key(t): t for t in texts}
         try:
-            got = self.cache.get_many(self.embedder.model_id, list(keys))
+            got = cached_vectors(self.cache, self.embedder, list(keys))
         except sqlite3.Error:  # a cache that cannot be read costs time, not answers
             return {}
-        return {keys[h]: v for h, v in got.items()}
+        return {keys[h]: as_vector(v) for h, v in got.items()}
 
     def _store(self, texts: list[str], vecs: dict[str, np.ndarray]) -> None:
         """Keep the fresh texts' vectors in the cache, and use them as the cache gives them back (int8), so a
         score is the same the first time and every later one."""
         if self.cache is None or not texts:
             return
-        back = dequantize(*quantize(np.stack([vecs[t] for t in texts])))
+        back = as_cached(self.embedder, np.stack([vecs[t] for t in texts]))
         vecs.update(zip(texts, back, strict=True))
         try:
-            self.cache.put_many(self.embedder.model_id, [(self._short_key(t), vecs[t]) for t in texts])
+            keep_vectors(self.cache, self.embedder, [(self._short_key(t), vecs[t]) for t in texts])
         except sqlite3.Error:
             pass
 
@@ -347,7 +400,7 @@ def fill_vectors(
         rank.setdefault(h, EMBED_ORDER.index(embed_class(r.path)))
     report.total = n_rows
     del rows
-    have = cache.get_stored(model, list(texts))
+    have = cached_vectors(cache, embedder, list(texts))
     todo = sorted((h for h in texts if h not in have), key=rank.__getitem__)  # stable: the store's order within
     report.cached = len(texts) - len(todo)
     texts = {h: texts[h] for h in todo}  # the cached ones' texts are not needed again
@@ -399,9 +452,8 @@ def fill_vectors(
             chunk = todo[start : start + batch]
             vecs = np.asarray(embedder.encode([texts.pop(h) for h in chunk]), dtype=np.float32)  # texts let go
             if spill:
-                cache.put_many(
-                    model, list(zip(chunk, vecs, strict=True))
-                )  # committed per batch: a kill loses one batch
+                # committed per batch: a kill loses one batch
+                keep_vectors(cache, embedder, list(zip(chunk, vecs, strict=True)))
             for h, v in zip(chunk, vecs, strict=True):
                 have[h] = v
             hand_over(set(chunk))
@@ -430,7 +482,7 @@ def fill_vectors(
         raise
     sink.finish()
     if spill and not keep:
-        cache.forget(model, todo)
+        forget_vectors(cache, embedder, todo)
     if todo:  # the last class is searchable once the whole set is
         report.ready_s[EMBED_ORDER[rank[todo[-1]]]] = time.perf_counter() - t0
     report.rebuilt = bool(n_rows) or whole

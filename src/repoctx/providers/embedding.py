@@ -8,6 +8,7 @@
 * :class:`RemoteEmbeddings` — a thin wrapper over a LangChain embeddings object (Bedrock, any
   OpenAI-compatible endpoint such as vLLM or LiteLLM, Ollama) that adds ``model_id``, ``dim`` and
   ``encode``. Each provider package is optional and imported only when asked for.
+* :class:`JointEmbedder` — several of the above side by side in one vector (``local+local:code*0.5``).
 * :func:`get_embedder` — builds one of the above from a spec string.
 * :func:`embed_text` — the compact text embedded for a code unit.
 * :func:`count_tokens` — token count with the MiniLM tokenizer (for context budgets).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import itertools
 import os
 import sys
 import threading
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LocalMiniLM",
     "RemoteEmbeddings",
+    "JointEmbedder",
     "get_embedder",
     "check_spec",
     "embed_text",
@@ -508,6 +511,102 @@ class RemoteEmbeddings(_AsyncForms):
         return arr / np.clip(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12, None)
 
 
+class JointEmbedder(_AsyncForms):
+    """Several embedders as one (``REPOCTX_EMBEDDER=local+local:code*0.5``): a text's vector is its members'
+    vectors side by side, each unit-norm and scaled by the square root of its share of the weights, so the
+    cosine of two joint vectors is the weighted mean of the members' cosines. One vector search then fuses the
+    members' dense rankings by score, with nothing new in any store (a set is one model's, ``dim`` the sum of
+    theirs). ``primary`` is the first member: the re-ranker's weights and its name similarity are that model's.
+    The vector cache keeps each member's vectors, never the joint one (``vectors.cached_vectors``), so a member
+    indexed alone, or in another pair, embeds nothing again."""
+
+    def __init__(self, members: Sequence[tuple[Any, float]]) -> None:
+        _as_langchain_embeddings(type(self))
+        if len(members) < 2:
+            raise ValueError("a joint embedder needs two models or more")
+        for _, w in members:
+            _check_weight(w)
+        self.members = tuple(m for m, _ in members)
+        self.weights = tuple(float(w) for _, w in members)
+        total = sum(self.weights)
+        self._scales = tuple(float(np.sqrt(w / total)) for w in self.weights)
+
+    @property
+    def model_id(self) -> str:
+        pairs = zip(self.members, self.weights, strict=True)
+        return "+".join(m.model_id if w == 1 else f"{m.model_id}*{w:g}" for m, w in pairs)
+
+    @property
+    def primary(self) -> Any:
+        return self.members[0]
+
+    @property
+    def dim(self) -> int:
+        return sum(m.dim for m in self.members)
+
+    @property
+    def max_length(self) -> int:
+        return min(getattr(m, "max_length", 256) for m in self.members)
+
+    def __repr__(self) -> str:
+        return f"JointEmbedder({self.model_id!r})"
+
+    def load_in_background(self) -> None:
+        for m in self.members:
+            start = getattr(m, "load_in_background", None)
+            if start is not None:
+                start()
+
+    def join(self, parts: Sequence[np.ndarray]) -> np.ndarray:
+        """The joint vectors of the members' vectors (one matrix a member, rows in the same order)."""
+        return np.concatenate(
+            [_unit(np.asarray(p, dtype=np.float32)) * s for p, s in zip(parts, self._scales, strict=True)], axis=-1
+        ).astype(np.float32, copy=False)
+
+    def split(self, matrix: np.ndarray) -> list[np.ndarray]:
+        """The members' unit vectors inside joint vectors: what ``join`` was given."""
+        bounds = np.cumsum([0] + [m.dim for m in self.members])
+        return [_unit(np.asarray(matrix, dtype=np.float32)[..., a:b]) for a, b in itertools.pairwise(bounds)]
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 ``(n, dim)``: each member embeds every text, one member after the other."""
+        return self.join([m.encode(texts) for m in self.members])
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.encode(texts).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.encode([text])[0].tolist()
+
+
+def _unit(a: np.ndarray) -> np.ndarray:
+    return a / np.clip(np.linalg.norm(a, axis=-1, keepdims=True), 1e-12, None)
+
+
+def _check_weight(w: float, spec: str = "") -> None:
+    if not (w > 0 and np.isfinite(w)):
+        where = f"spec {spec!r}: " if spec else ""
+        raise ValueError(f"{where}a model's weight in a joint embedder must be a number above 0, not {w!r}")
+
+
+def _joint_members(spec: str) -> list[tuple[str, float]]:
+    """``A+B*0.5`` → [("A", 1.0), ("B", 0.5)]: a joint spec's members, each with its weight (1 unless given)."""
+    out = []
+    for part in spec.split("+"):
+        member, star, weight = part.strip().rpartition("*")
+        if not star:
+            member, weight = weight, "1"
+        try:
+            w = float(weight)
+        except ValueError:
+            raise ValueError(f"spec {spec!r}: {weight!r} is not a weight (write MODEL*0.5)") from None
+        if not member.strip():
+            raise ValueError(f"spec {spec!r}: a model is missing around '+'")
+        _check_weight(w, spec)
+        out.append((member.strip(), w))
+    return out
+
+
 # extra name, pip package, module, class
 _PROVIDERS: dict[str, tuple[str, str, str, str]] = {
     "bedrock": ("bedrock", "langchain-aws", "langchain_aws", "BedrockEmbeddings"),
@@ -538,7 +637,7 @@ def _split_at(rest: str) -> tuple[str, str | None]:
     return model.strip(), (url.strip() or None) if sep else None
 
 
-def get_embedder(spec: str | None = None, **options: Any) -> LocalMiniLM | RemoteEmbeddings:
+def get_embedder(spec: str | None = None, **options: Any) -> LocalMiniLM | RemoteEmbeddings | JointEmbedder:
     """Build an embedder from ``spec``; every result has ``model_id``, ``dim`` and ``encode``.
 
     Specs (``options`` go to the underlying constructor):
@@ -559,12 +658,16 @@ def get_embedder(spec: str | None = None, **options: Any) -> LocalMiniLM | Remot
       Token-length checking is off (``check_embedding_ctx_length=False``): texts go as strings.
     * ``ollama:MODEL@BASE_URL`` — ``OllamaEmbeddings``; ``BASE_URL`` defaults to ``OLLAMA_HOST``
       or ``http://127.0.0.1:11434``.
+    * ``SPEC+SPEC*W`` — :class:`JointEmbedder`: the models side by side in one vector, each cosine weighted
+      (1 unless ``*W`` says), e.g. ``local+local:code*0.5``; ``options`` go to every member.
 
     Remote ``dim`` is taken from a ``dimensions``/``dim`` option or a table of known models, else
     discovered by embedding one probe text on first read (see :class:`RemoteEmbeddings`).
     Constructing a remote embedder makes no network call.
     """
     spec = (spec or DEFAULT_SPEC).strip()
+    if "+" in spec:
+        return JointEmbedder([(get_embedder(member, **dict(options)), w) for member, w in _joint_members(spec)])
     provider, _, rest = spec.partition(":")
     provider = provider.strip().lower()
     rest = rest.strip()
@@ -641,6 +744,10 @@ def check_spec(spec: str | None) -> None:
     ``none`` (no vectors) passes. Loads no model and builds no remote client: a command checks its settings
     with it before doing any work."""
     if spec in ("none", "", None):
+        return
+    if "+" in spec:
+        for member, _ in _joint_members(spec):
+            check_spec(member)
         return
     provider = spec.partition(":")[0].strip().lower()
     if provider == "local" or provider not in _PROVIDERS:

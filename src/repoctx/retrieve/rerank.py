@@ -235,9 +235,11 @@ def load_reranker(path: str | None = None, embedder: str | None = None, role: st
 
 
 def embedder_id(index) -> str | None:
-    """The index's embedding model id, which picks the re-ranker's weights (None: no model here)."""
+    """The index's embedding model id, which picks the re-ranker's weights (None: no model here); a joint
+    embedder's first model's (its weights and name similarity serve the pair)."""
     try:
         emb = getattr(index, "embedder", None)
+        emb = getattr(emb, "primary", emb)  # a joint embedder's: its first model's
         return emb.model_id if emb is not None else None
     except Exception:  # noqa: BLE001 - a model that cannot be built here: the default weights, name similarity off
         return None
@@ -246,8 +248,10 @@ def embedder_id(index) -> str | None:
 def trained_dense(model: LinearReranker | None, dense):
     """The dense retriever for the name-similarity feature, only under the embedding model the weights
     were fitted with: another model's similarities mean something else (and a remote one would be paid
-    for every candidate)."""
+    for every candidate). A joint embedder's first model stands for it (``embedder_id``)."""
     trained = (model.meta or {}).get("embedder") if model is not None else None
+    if dense is not None and hasattr(dense, "primary"):
+        dense = dense.primary()  # under a joint embedder: its first model, which the weights name
     return dense if dense is not None and trained == dense.embedder.model_id else None
 
 
