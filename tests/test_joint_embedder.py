@@ -116,10 +116,13 @@ def test_the_rerankers_name_similarity_is_the_first_models(tmp_path):
     names = rerank.trained_dense(SimpleNamespace(meta={"embedder": "a:64"}), dense)
     assert names is not None and names.embedder is a and names is dense.primary()
     assert rerank.trained_dense(SimpleNamespace(meta={"embedder": "b:64"}), dense) is None
-    before_b = b.embedded
+    dense.search("render the invoice", 3)  # the pair embeds the question, with both models
+    before_a, before_b = a.embedded, b.embedded
     ((sim,),) = names.similarities([("render the invoice", ["render invoice (billing invoice)"])])
+    assert a.embedded - before_a == 1 and b.embedded == before_b  # the name only: the question is the pair's part
     q, n = a.encode(["render the invoice", "render invoice (billing invoice)"])
-    assert sim == pytest.approx(float(q @ n), abs=5e-3) and b.embedded == before_b
+    assert sim == pytest.approx(float(q @ n), abs=5e-3)
+    assert np.allclose(names.vector("render the invoice"), q, atol=1e-6)
 
 
 def test_the_shipped_pair_indexes_and_answers_from_its_spec(tmp_path):

@@ -231,7 +231,7 @@ class DenseRetriever:
     """What hybrid search calls: embeds the question and asks the store for the nearest capsules in
     scope (the store applies the scope inside its vector search)."""
 
-    def __init__(self, store, embedder, cache: VectorCache | None = None):
+    def __init__(self, store, embedder, cache: VectorCache | None = None, joint: DenseRetriever | None = None):
         self.store = store
         self.embedder = embedder
         self.cache = cache  # where the short texts ``similarities`` compares (unit names) outlive the process
@@ -239,6 +239,7 @@ class DenseRetriever:
         self._lock = threading.Lock()
         self._ahead: dict[str, threading.Thread] = {}  # texts being embedded ahead of their search, and by what
         self._primary: DenseRetriever | None = None
+        self._joint = joint  # the retriever whose joint embedder's first model this is: its vectors hold ours
 
     def primary(self) -> DenseRetriever:
         """This retriever under a joint embedder's first model (itself under any other embedder): the model a
@@ -247,7 +248,7 @@ class DenseRetriever:
         if first is None:
             return self
         if self._primary is None:
-            self._primary = DenseRetriever(self.store, first, self.cache)
+            self._primary = DenseRetriever(self.store, first, self.cache, joint=self)
         return self._primary
 
     def prefetch(self, texts: list[str]) -> None:
@@ -290,10 +291,24 @@ class DenseRetriever:
             if len(self._qcache) + len(todo) > 4096:
                 self._qcache.clear()
                 todo = list(dict.fromkeys(texts))
-        vecs = self.embedder.encode([t[:4000] for t in todo])
+        vecs = dict(self._from_joint(todo))  # a question the pair's search embedded: the first model's part of it
+        todo = [t for t in todo if t not in vecs]
+        if todo:
+            vecs.update(zip(todo, self.embedder.encode([t[:4000] for t in todo]), strict=True))
         with self._lock:
-            for t, v in zip(todo, vecs, strict=True):
+            for t, v in vecs.items():
                 self._qcache[t] = np.asarray(v, dtype=np.float32)
+
+    def _from_joint(self, texts: list[str]) -> list[tuple[str, np.ndarray]]:
+        joint = self._joint
+        if joint is None:
+            return []
+        with joint._lock:
+            got = [(t, joint._qcache[t]) for t in texts if t in joint._qcache]
+        if not got:
+            return []
+        first = joint.embedder.split(np.stack([v for _, v in got]))[0]
+        return [(t, first[i]) for i, (t, _) in enumerate(got)]
 
     def vector(self, text: str) -> np.ndarray:
         """The embedding of a query or short text."""
