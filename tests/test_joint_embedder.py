@@ -105,6 +105,20 @@ def test_a_joint_fill_that_keeps_no_cache_leaves_none_of_either_model(tmp_path):
     assert ix.search("render invoice pdf", k=1)[0].capsule.qualname == "render_invoice"
 
 
+def test_a_joint_fill_takes_back_only_the_vectors_it_added(tmp_path):
+    """One model's vectors kept by an index of its own (REPOCTX_CACHE_VECTORS=1) stay in the cache when a pair's
+    fill that keeps nothing embeds the same texts."""
+    make(tmp_path, HashEmbedder(16, "a"), "alone", keep=True).update()
+    kept = cached_models(tmp_path)
+    assert set(kept) == {"a:16"}
+    pair = make(
+        tmp_path, JointEmbedder([(HashEmbedder(16, "a"), 1.0), (HashEmbedder(8, "b"), 0.5)]), "pair", keep=False
+    )
+    pair.update()
+    assert pair.last_embed.embedded == pair.last_embed.total  # b's vectors were missing: both models embed
+    assert cached_models(tmp_path) == kept
+
+
 def test_the_rerankers_name_similarity_is_the_first_models(tmp_path):
     """Weights fitted under the default model keep their name-similarity feature when the default is a pair's
     first model; the names are compared under that model alone, as they were when the weights were fitted."""

@@ -154,15 +154,22 @@ def cached_vectors(cache: VectorCache, embedder, hashes: list[str]) -> dict[str,
     return out
 
 
-def keep_vectors(cache: VectorCache, embedder, items: list[tuple[str, np.ndarray]]) -> None:
-    """``cache.put_many`` under ``embedder``: a joint embedder's vectors are kept as its members' parts."""
+def keep_vectors(cache: VectorCache, embedder, items: list[tuple[str, np.ndarray]]) -> dict[str, list[str]]:
+    """``cache.put_many`` under ``embedder``: a joint embedder's vectors are kept as its members' parts, each only
+    where the cache lacks that member's vector (one a model alone cached stays as it was). What was written, by
+    model id: what ``forget_vectors`` may take back."""
     members = getattr(embedder, "members", None)
+    hashes = [h for h, _ in items]
     if not members or not items:
         cache.put_many(embedder.model_id, items)
-        return
-    hashes = [h for h, _ in items]
+        return {embedder.model_id: hashes}
+    wrote = {}
     for m, part in zip(members, embedder.split(np.stack([v for _, v in items])), strict=True):
-        cache.put_many(m.model_id, list(zip(hashes, part, strict=True)))
+        had = cache.get_stored(m.model_id, hashes)
+        new = [(h, v) for h, v in zip(hashes, part, strict=True) if h not in had]
+        cache.put_many(m.model_id, new)
+        wrote[m.model_id] = [h for h, _ in new]
+    return wrote
 
 
 def as_cached(embedder, matrix: np.ndarray) -> np.ndarray:
@@ -173,9 +180,10 @@ def as_cached(embedder, matrix: np.ndarray) -> np.ndarray:
     return dequantize(*quantize(matrix))
 
 
-def forget_vectors(cache: VectorCache, embedder, hashes: list[str]) -> None:
-    for m in getattr(embedder, "members", None) or (embedder,):
-        cache.forget(m.model_id, hashes)
+def forget_vectors(cache: VectorCache, wrote: dict[str, list[str]]) -> None:
+    """Take back what ``keep_vectors`` wrote (by model id)."""
+    for model, hashes in wrote.items():
+        cache.forget(model, hashes)
 
 
 # The order a fill embeds units in, by where they are: the project's code first (questions are mostly about
@@ -451,6 +459,7 @@ def fill_vectors(
     # a fill of one batch that the cache would forget at its end is not written to it at all (a kill loses that one
     # batch either way): a one-file edit's write, vacuum and checkpoint of the cache for one vector
     spill = keep or len(todo) > batch
+    wrote: dict[str, list[str]] = {}  # what the fill added to the cache, by model id
     reserve = getattr(sink, "reserve", None)
     if reserve is not None:
         reserve(len(hashes))
@@ -468,7 +477,8 @@ def fill_vectors(
             vecs = np.asarray(embedder.encode([texts.pop(h) for h in chunk]), dtype=np.float32)  # texts let go
             if spill:
                 # committed per batch: a kill loses one batch
-                keep_vectors(cache, embedder, list(zip(chunk, vecs, strict=True)))
+                for m, hs in keep_vectors(cache, embedder, list(zip(chunk, vecs, strict=True))).items():
+                    wrote.setdefault(m, []).extend(hs)
             for h, v in zip(chunk, vecs, strict=True):
                 have[h] = v
             hand_over(set(chunk))
@@ -497,7 +507,7 @@ def fill_vectors(
         raise
     sink.finish()
     if spill and not keep:
-        forget_vectors(cache, embedder, todo)
+        forget_vectors(cache, wrote)
     if todo:  # the last class is searchable once the whole set is
         report.ready_s[EMBED_ORDER[rank[todo[-1]]]] = time.perf_counter() - t0
     report.rebuilt = bool(n_rows) or whole
