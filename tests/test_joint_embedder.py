@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from repoctx import Index, Settings
+from repoctx.store.base import Scope
 from repoctx.providers.embedding import JointEmbedder, check_spec, embed_text, get_embedder
 from repoctx.retrieve import rerank
 from tests.conftest import write_tree
@@ -153,3 +154,29 @@ def test_the_shipped_pair_indexes_and_answers_from_its_spec(tmp_path):
     assert ix.vectors_status()["current"] and ix.vectors_status()["indexed_model"].endswith("*0.5")
     assert ix.search("check a user's password", k=1)[0].capsule.qualname == "authenticate_user"
     assert set(cached_models(tmp_path)) == {"local:minilm-l6-v2-pc-int8:128", "local:minilm-code2-int8:128"}
+
+
+def test_a_pair_on_postgresql_is_searched_through_an_hnsw_index_of_its_own(tmp_path, pg_url):
+    """Two 384-dimensional models side by side are 768 dimensions: a store-wide search reads them through the HNSW
+    index migration 7 builds for that width (the default's index serves 384 only), and finds what an exact scan does."""
+    from repoctx.store.postgres import migrate
+    from tests.test_scoped_dense import Spy
+
+    migrate(pg_url)
+    pair = JointEmbedder([(HashEmbedder(384, "a"), 1.0), (HashEmbedder(384, "b"), 0.5)])
+    settings = Settings(database_url=pg_url, embedder="none", vector_cache=tmp_path / "vec.sqlite")
+    Index(write_tree(tmp_path / "repo", FILES), settings, embedder=pair, name="shop").update()
+    reader = Index(settings=settings, repos=(), embedder=pair)
+    spy = Spy(reader.store)
+    dense = reader.dense_index()
+    hits = dense.search("check the password", 3)
+    (sql, args), *_ = spy.dense_queries()
+    assert "::vector(768))" in sql  # the expression the 768 index was built on
+    with reader.store.pool.connection() as conn:
+        conn.execute("SET enable_seqscan = off")  # a table this small would be scanned otherwise
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, args).fetchall())
+    assert "repoctx_vectors_hnsw768" in plan
+    scoped = reader.dense_index().search("check the password", 3, Scope(repos=("shop",)))  # a scope: an exact scan
+    assert hits and hits[0] == pytest.approx(scoped[0])  # ties below may come in another order
+    assert [s for _, s in hits] == pytest.approx([s for _, s in scoped], abs=1e-5)
+    assert reader.search("check the password", k=1)[0].capsule.qualname == "authenticate_user"

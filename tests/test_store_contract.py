@@ -333,7 +333,7 @@ def test_a_schema_4_store_migrates_to_the_lexical_rows_an_index_writes(tmp_path)
     import psycopg
 
     from repoctx.store import postings
-    from repoctx.store.postgres import PostgresStore, migrate
+    from repoctx.store.postgres import PG_SCHEMA_VERSION, PostgresStore, migrate
     from tests.pg import fresh_database
 
     fresh = fresh_database()
@@ -357,7 +357,7 @@ def test_a_schema_4_store_migrates_to_the_lexical_rows_an_index_writes(tmp_path)
             dst.execute("INSERT INTO repoctx_term_df VALUES(%s,%s,%s)", (repo, term, n))
     with pytest.raises(StoreError, match="repoctx db migrate"):
         PostgresStore(old)
-    assert migrate(old) == {"version": 6, "from": 4}
+    assert migrate(old) == {"version": PG_SCHEMA_VERSION, "from": 4}
     with psycopg.connect(old) as conn:
         assert conn.execute("SELECT repo, term, n, last, p FROM repoctx_lex ORDER BY repo, term").fetchall() == lex
         assert conn.execute("SELECT to_regclass('repoctx_postings'), to_regclass('repoctx_term_df')").fetchone() == (

@@ -5,8 +5,8 @@
   ``bm25()``: k1 1.2, b 0.75, the column weights of ``postings.WEIGHTS``, idf and average length over the
   scope's repositories), so both backends rank alike. A posting a row of its own, in the heap and two btrees,
   made PostgreSQL's cold ingest 2.3x SQLite's and its postings 2 GiB at 221k units.
-* Dense: pgvector, cosine distance, an HNSW index (for the default 384-dimensional model) searched
-  with iterative scans so a scope's WHERE clause never starves the result.
+* Dense: pgvector, cosine distance, HNSW indexes (384 dimensions: the default model; 768: two shipped models side by
+  side) searched with iterative scans so a scope's WHERE clause never starves the result.
 * Writes: one transaction per update; rows are buffered and sent with COPY, flushed before any
   read the update makes; the lexical rows are written at its end. Per-repository unit counts and lengths are
   kept as counters and postings are a repository's own rows, so concurrent indexers of different
@@ -55,10 +55,13 @@ if TYPE_CHECKING:
 
     from repoctx.store.grep import GrepPlan
 
-PG_SCHEMA_VERSION = 6
+PG_SCHEMA_VERSION = 7
 # every unit kind embedded: a repository's units (n_docs) are then what it embeds
 _EMBEDS_EVERY_KIND = set(EMBED_KINDS) >= set(get_args(CapsuleKind))
-DEFAULT_DIM = 384  # the embedded default model's; other dimensions are searched exactly, without HNSW
+DEFAULT_DIM = 384  # the embedded default model's
+# dimensions with an HNSW index: the default model's and a pair of shipped models side by side
+# (``REPOCTX_EMBEDDER=local+local:code*0.5``); other dimensions are searched exactly, without HNSW
+HNSW_DIMS = (DEFAULT_DIM, 2 * DEFAULT_DIM)
 EXACT_DENSE_MAX = 200_000  # units a scope's repositories may hold for an exact vector scan
 GREP_PATH_FIRST = 300  # files in a grep's scope up to which their texts are read first, past which the trigram index
 
@@ -127,6 +130,12 @@ CREATE INDEX IF NOT EXISTS repoctx_lex_term ON repoctx_lex(term);
     # each repository's mined git history (repoctx.history), kept where every API process and worker reads it: the
     # worker that indexes a checkout mines it, a search anywhere votes with it (its stamp: the history's first line)
     6: "CREATE TABLE IF NOT EXISTS repoctx_history(repo TEXT PRIMARY KEY, stamp TEXT NOT NULL, body BYTEA NOT NULL);",
+    # two shipped models in one vector (a joint embedder, session 40): their 768-dimensional rows get an HNSW index of
+    # their own, as the default's 384 have (an empty one costs nothing until a pair is indexed)
+    7: f"""
+CREATE INDEX IF NOT EXISTS repoctx_vectors_hnsw{HNSW_DIMS[1]} ON repoctx_vectors
+  USING hnsw ((embedding::vector({HNSW_DIMS[1]})) vector_cosine_ops) WHERE vector_dims(embedding) = {HNSW_DIMS[1]};
+""",
 }
 # extensions a migration creates: checked first, so a server without one is named, not a driver error
 _EXTENSIONS: dict[int, tuple[tuple[str, str], ...]] = {
@@ -866,8 +875,8 @@ class PostgresStore(MemoryReads):
         dim = int(np.asarray(vector).shape[-1])
         where, args = self._scope(scope)
         dim_sql = f"vector_dims(v.embedding) = {dim}"
-        if dim == DEFAULT_DIM and not self._exact_dense(scope):
-            # the expression and predicate the HNSW index was built on: approximate, over the whole store
+        if dim in HNSW_DIMS and not self._exact_dense(scope):
+            # the expression and predicate an HNSW index was built on: approximate, over the whole store
             dist = f"(v.embedding::vector({dim})) <=> (%s::vector({dim}))"
         else:  # an expression the HNSW index cannot serve: an exact scan of the scope's rows
             dist = "(v.embedding <=> %s) + 0"
