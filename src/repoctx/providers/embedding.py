@@ -169,6 +169,11 @@ class _AsyncForms:
         return await asyncio.to_thread(self.embed_query, text)
 
 
+def _unit(a: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (inner product == cosine), a zero row left as it is."""
+    return a / np.clip(np.linalg.norm(a, axis=-1, keepdims=True), 1e-12, None)
+
+
 @lru_cache(maxsize=16)
 def _digest(path: str, size: int, mtime_ns: int) -> str:
     with open(path, "rb") as f:
@@ -352,8 +357,7 @@ class LocalMiniLM(_AsyncForms):
             pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
         else:
             pooled = hidden
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32, copy=False)
+        return _unit(pooled).astype(np.float32, copy=False)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.encode(texts).tolist()
@@ -507,8 +511,7 @@ class RemoteEmbeddings(_AsyncForms):
         """float32 ``(n, dim)``; rows L2-normalised (so inner product == cosine across providers)."""
         if not texts:
             return np.zeros((0, self._dim or 0), dtype=np.float32)
-        arr = np.asarray(self.embed_documents(list(texts)), dtype=np.float32)
-        return arr / np.clip(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12, None)
+        return _unit(np.asarray(self.embed_documents(list(texts)), dtype=np.float32))
 
 
 class JointEmbedder(_AsyncForms):
@@ -577,10 +580,6 @@ class JointEmbedder(_AsyncForms):
 
     def embed_query(self, text: str) -> list[float]:
         return self.encode([text])[0].tolist()
-
-
-def _unit(a: np.ndarray) -> np.ndarray:
-    return a / np.clip(np.linalg.norm(a, axis=-1, keepdims=True), 1e-12, None)
 
 
 def _check_weight(w: float, spec: str = "") -> None:
