@@ -694,7 +694,8 @@ def get_embedder(spec: str | None = None, **options: Any) -> LocalMiniLM | Remot
     if provider not in _PROVIDERS:
         raise ValueError(
             f"unknown embedding provider {provider!r} in spec {spec!r}; expected one of: "
-            "local, local:minilm, bedrock:MODEL_ID, openai:MODEL@BASE_URL, ollama:MODEL@BASE_URL"
+            "local, local:code, bedrock:MODEL_ID, openai:MODEL@BASE_URL, ollama:MODEL@BASE_URL, "
+            "or two of them side by side (local+local:code*0.5)"
         )
     dim = options.pop("dim", None)
     dims_opt = options.get("dimensions")
