@@ -138,13 +138,18 @@ def as_vector(v: bytes | np.ndarray) -> np.ndarray:
 
 # A joint embedder (``providers.embedding.JointEmbedder``) keeps its members' vectors in the cache, never its own:
 # a member indexed alone, or in another pair, reuses them, and the cache holds each model's vector of a text once.
-def cached_vectors(cache: VectorCache, embedder, hashes: list[str]) -> dict[str, bytes | np.ndarray]:
+def cached_vectors(
+    cache: VectorCache, embedder, hashes: list[str], held: dict[str, set[str]] | None = None
+) -> dict[str, bytes | np.ndarray]:
     """``cache.get_stored`` under ``embedder``: a joint embedder's vectors made from its members' (a text every
-    member has), kept as the cache keeps a row (``as_vector`` reads either form)."""
+    member has), kept as the cache keeps a row (``as_vector`` reads either form). ``held``: filled with the hashes
+    each member has, by model id, so that ``keep_vectors`` need not read them again."""
     members = getattr(embedder, "members", None)
     if not members:
         return cache.get_stored(embedder.model_id, hashes)
     got = [cache.get_stored(m.model_id, hashes) for m in members]
+    if held is not None:
+        held.update((m.model_id, set(g)) for m, g in zip(members, got, strict=True))
     both = [h for h in hashes if all(h in g for g in got)]
     out: dict[str, bytes | np.ndarray] = {}
     for start in range(0, len(both), _HAND_ROWS):  # a whole repository's set: as int8 rows, never all as float32
@@ -154,10 +159,13 @@ def cached_vectors(cache: VectorCache, embedder, hashes: list[str]) -> dict[str,
     return out
 
 
-def keep_vectors(cache: VectorCache, embedder, items: list[tuple[str, np.ndarray]]) -> dict[str, list[str]]:
+def keep_vectors(
+    cache: VectorCache, embedder, items: list[tuple[str, np.ndarray]], held: dict[str, set[str]] | None = None
+) -> dict[str, list[str]]:
     """``cache.put_many`` under ``embedder``: a joint embedder's vectors are kept as its members' parts, each only
-    where the cache lacks that member's vector (one a model alone cached stays as it was). What was written, by
-    model id: what ``forget_vectors`` may take back."""
+    where the cache lacks that member's vector (one a model alone cached stays as it was). ``held``: what
+    ``cached_vectors`` found each member has (read from the cache when not given). What was written, by model id:
+    what ``forget_vectors`` may take back."""
     members = getattr(embedder, "members", None)
     hashes = [h for h, _ in items]
     if not members or not items:
@@ -165,7 +173,7 @@ def keep_vectors(cache: VectorCache, embedder, items: list[tuple[str, np.ndarray
         return {embedder.model_id: hashes}
     wrote = {}
     for m, part in zip(members, embedder.split(np.stack([v for _, v in items])), strict=True):
-        had = cache.get_stored(m.model_id, hashes)
+        had = held[m.model_id] if held is not None else cache.get_stored(m.model_id, hashes)
         new = [(h, v) for h, v in zip(hashes, part, strict=True) if h not in had]
         cache.put_many(m.model_id, new)
         wrote[m.model_id] = [h for h, _ in new]
@@ -423,7 +431,8 @@ def fill_vectors(
         rank.setdefault(h, EMBED_ORDER.index(embed_class(r.path)))
     report.total = n_rows
     del rows
-    have = cached_vectors(cache, embedder, list(texts))
+    held: dict[str, set[str]] = {}  # a joint embedder's: the texts each of its models has in the cache
+    have = cached_vectors(cache, embedder, list(texts), held)
     todo = sorted((h for h in texts if h not in have), key=rank.__getitem__)  # stable: the store's order within
     report.cached = len(texts) - len(todo)
     texts = {h: texts[h] for h in todo}  # the cached ones' texts are not needed again
@@ -477,7 +486,7 @@ def fill_vectors(
             vecs = np.asarray(embedder.encode([texts.pop(h) for h in chunk]), dtype=np.float32)  # texts let go
             if spill:
                 # committed per batch: a kill loses one batch
-                for m, hs in keep_vectors(cache, embedder, list(zip(chunk, vecs, strict=True))).items():
+                for m, hs in keep_vectors(cache, embedder, list(zip(chunk, vecs, strict=True)), held or None).items():
                     wrote.setdefault(m, []).extend(hs)
             for h, v in zip(chunk, vecs, strict=True):
                 have[h] = v
