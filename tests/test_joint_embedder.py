@@ -126,11 +126,13 @@ def test_the_rerankers_name_similarity_is_the_first_models(tmp_path):
     a, b = HashEmbedder(64, "a"), HashEmbedder(64, "b")
     ix = make(tmp_path, JointEmbedder([(a, 1.0), (b, 0.5)]), "joint")
     ix.update()
-    assert rerank.embedder_id(ix) == "a:64"
+    assert rerank.embedder_ids(ix) == ("a:64+b:64*0.5", "a:64")
     dense = ix.dense_index()
     names = rerank.trained_dense(SimpleNamespace(meta={"embedder": "a:64"}), dense)
     assert names is not None and names.embedder is a and names is dense.primary()
     assert rerank.trained_dense(SimpleNamespace(meta={"embedder": "b:64"}), dense) is None
+    # weights fitted under the pair itself compare names under the pair
+    assert rerank.trained_dense(SimpleNamespace(meta={"embedder": "a:64+b:64*0.5"}), dense) is dense
     dense.search("render the invoice", 3)  # the pair embeds the question, with both models
     before_a, before_b = a.embedded, b.embedded
     ((sim,),) = names.similarities([("render the invoice", ["render invoice (billing invoice)"])])

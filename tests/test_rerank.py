@@ -245,6 +245,42 @@ def test_the_standard_search_takes_its_own_weights_where_they_ship(tmp_path, mon
         rr.load_reranker.cache_clear()
 
 
+def test_a_joint_embedder_takes_its_own_weights_else_its_first_models(tmp_path, monkeypatch):
+    """A pair's weights file is named for both models and the weight; without one, its first model's weights
+    serve it (``embedder_ids`` lists the pair, then that model), never the second model's."""
+    from types import SimpleNamespace
+
+    from repoctx.retrieve import rerank as rr
+
+    monkeypatch.setattr(rr, "WEIGHTS_FILE", tmp_path / "rerank_weights.json")
+    rr.load_reranker.cache_clear()
+    code, minilm = "local:minilm-code2-int8:128", "local:minilm-l6-v2-int8:128"
+    pair = f"{minilm}+{code}*0.5"
+    mk = lambda emb, w: LinearReranker(["rank"], [0.0], [1.0], [w], 0.0, {"embedder": emb}).to_json()
+    try:
+        assert rr.weights_file(pair, "standard").name == (
+            "rerank_weights.standard.minilm-l6-v2-int8+minilm-code2-int8x0.5.json"
+        )
+        rr.WEIGHTS_FILE.write_text(mk("local:default:128", 1.0))
+        rr.weights_file(code, "standard").write_text(mk(code, 2.0))
+        assert rr.load_reranker(embedder=(pair, minilm), role="standard").weights == [1.0]
+        rr.weights_file(minilm, "standard").write_text(mk(minilm, 3.0))
+        rr.load_reranker.cache_clear()
+        assert rr.load_reranker(embedder=(pair, minilm), role="standard").weights == [3.0]
+        rr.weights_file(pair, "standard").write_text(mk(minilm, 4.0))  # named for the pair, fitted under another
+        rr.load_reranker.cache_clear()
+        assert rr.load_reranker(embedder=(pair, minilm), role="standard").weights == [3.0]
+        rr.weights_file(pair, "standard").write_text(mk(pair, 5.0))
+        rr.load_reranker.cache_clear()
+        assert rr.load_reranker(embedder=(pair, minilm), role="standard").weights == [5.0]
+        assert rr.load_reranker(embedder=(pair, minilm)).weights == [1.0]  # the lanes: no file of their own
+        index = SimpleNamespace(embedder=SimpleNamespace(model_id=pair, primary=SimpleNamespace(model_id=minilm)))
+        assert rr.embedder_ids(index) == (pair, minilm)
+        assert rr.embedder_ids(SimpleNamespace(embedder=None)) == ()
+    finally:
+        rr.load_reranker.cache_clear()
+
+
 def test_the_shipped_standard_weights_were_fitted_for_the_standard_search():
     from repoctx.providers.embedding import get_embedder
 

@@ -666,7 +666,7 @@ class Index:
         from repoctx.retrieve.agentic import content_terms  # agentic.py is loaded only when needed
 
         try:
-            model = rr.load_reranker(embedder=rr.embedder_id(self), role="standard")
+            model = rr.load_reranker(embedder=rr.embedder_ids(self), role="standard")
             if model is None:
                 return hits, ""
             ranked = rr.rerank_question(

@@ -18,7 +18,7 @@ from repoctx.retrieve.planner import OfflinePlanner, Planner, SubQuery
 from repoctx.retrieve.rerank import (
     DEPTH,
     LinearReranker,
-    embedder_id,
+    embedder_ids,
     features_for_lanes,
     load_reranker,
     rerank,
@@ -173,7 +173,7 @@ class AgenticRetriever:
         self._search = search_fn or self._default_search
         # True: the shipped model (the weights fitted under this index's embedding model, when they
         # ship); None/False: lanes keep the first stage's order
-        self.reranker = load_reranker(embedder=embedder_id(index)) if reranker is True else (reranker or None)
+        self.reranker = load_reranker(embedder=embedder_ids(index)) if reranker is True else (reranker or None)
         self.judge = judge  # an LLMJudge (judge.py) when a model is configured: third stage, per intent
         self.depth = max(per_query_k, DEPTH) if self.reranker else per_query_k
 

@@ -13,7 +13,8 @@ scikit-learn, Sphinx, Werkzeug, Jinja2, click, xarray); the file records what it
 its held-out figures (each project held out in turn). A missing file leaves lanes in first-stage order.
 One of its features is an embedding similarity, so the weights hold for the embedding model they were
 fitted with: another shipped model has its own file (``rerank_weights.<model name>.json``, see
-``weights_file``), and an index under a model with no file of its own gets the default one.
+``weights_file``), and an index under a model with no file of its own gets the default one (a joint
+embedder with none: its first model's, name similarity under that model).
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ ROLES = ("lanes", "standard")  # the agentic path's sub-query lanes; the standar
 def weights_file(embedder: str | None = None, role: str = "lanes") -> Path:
     """Where the weights fitted under embedding model ``embedder`` (a ``model_id`` such as
     ``local:minilm-code2-int8:128``) live: ``rerank_weights.minilm-code2-int8.json`` beside the default
-    file. ``None`` is the default file (fitted under the offline default model). ``role="standard"``:
+    file; a joint embedder's, its members' names joined (``minilm-l6-v2-pc-int8+minilm-code2-int8x0.5``).
+    ``None`` is the default file (fitted under the offline default model). ``role="standard"``:
     the weights fitted on whole questions for the standard search's second stage
     (``rerank_weights.standard.json``, ``rerank_weights.standard.<model>.json``)."""
     if role not in ROLES:
@@ -205,54 +207,70 @@ def weights_file(embedder: str | None = None, role: str = "lanes") -> Path:
     stem = "rerank_weights" if role == "lanes" else f"rerank_weights.{role}"
     if not embedder:
         return WEIGHTS_FILE.with_name(f"{stem}.json")
-    parts = embedder.split(":")
-    name = parts[1] if len(parts) > 1 and parts[0] == "local" else embedder
+    return WEIGHTS_FILE.with_name(f"{stem}.{'+'.join(_file_name(m) for m in embedder.split('+'))}.json")
+
+
+def _file_name(model_id: str) -> str:
+    """One model's part of a weights file's name: a local model's name, a remote one's whole id, made safe;
+    a joint member's weight as ``x0.5``."""
+    model_id, _, weight = model_id.partition("*")
+    parts = model_id.split(":")
+    name = parts[1] if len(parts) > 1 and parts[0] == "local" else model_id
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "model"
-    return WEIGHTS_FILE.with_name(f"{stem}.{safe}.json")
+    return f"{safe}x{weight}" if weight else safe
 
 
 @lru_cache(maxsize=8)
-def load_reranker(path: str | None = None, embedder: str | None = None, role: str = "lanes") -> LinearReranker | None:
+def load_reranker(
+    path: str | None = None, embedder: str | tuple[str, ...] | None = None, role: str = "lanes"
+) -> LinearReranker | None:
     """The shipped model, or None when the file is missing (lanes then keep the first stage's order).
-    ``embedder``: the index's embedding model id; its own weights when they ship and were fitted under
-    that model, else the default file. ``role="standard"``: the whole-question weights where they ship,
-    else the lane weights (the model's own before the default model's)."""
+    ``embedder``: the index's embedding model id (or ids, ``embedder_ids``: a joint embedder's, then its first
+    model's); the first one's own weights when they ship and were fitted under it, else the default file.
+    ``role="standard"``: the whole-question weights where they ship, else the lane weights (a model's own
+    before the default model's)."""
     if path:
         p = Path(path)
         return LinearReranker.from_json(p.read_text()) if p.exists() else None
-    # the model's own weights before the default model's; for a role, its own file before the lanes'
-    candidates = [weights_file(embedder, role), weights_file(embedder)] if embedder else []
-    candidates += [weights_file(None, role), WEIGHTS_FILE]
+    ids = (embedder,) if isinstance(embedder, str) else tuple(embedder or ())
+    # each model's own weights before the default model's; for a role, its own file before the lanes'
+    candidates = {p: e for e in ids for p in (weights_file(e, role), weights_file(e))}
     default_files = (weights_file(None, role), WEIGHTS_FILE)
-    for p in dict.fromkeys(candidates):
+    for p in dict.fromkeys([*candidates, *default_files]):
         if not p.exists():
             continue
         model = LinearReranker.from_json(p.read_text())
-        if p not in default_files and (model.meta or {}).get("embedder") != embedder:
+        if p not in default_files and (model.meta or {}).get("embedder") != candidates[p]:
             continue  # a file named for this model but fitted under another one: not its weights
         return model
     return None
 
 
-def embedder_id(index) -> str | None:
-    """The index's embedding model id, which picks the re-ranker's weights (None: no model here); a joint
-    embedder's first model's (its weights and name similarity serve the pair)."""
+def embedder_ids(index) -> tuple[str, ...]:
+    """The index's embedding model id, which picks the re-ranker's weights (empty: no model here), and a joint
+    embedder's first model's after it (its weights serve the pair when the pair has none of its own)."""
     try:
         emb = getattr(index, "embedder", None)
-        emb = getattr(emb, "primary", emb)  # a joint embedder's: its first model's
-        return emb.model_id if emb is not None else None
+        if emb is None:
+            return ()
+        first = getattr(emb, "primary", None)
+        return (emb.model_id,) + ((first.model_id,) if first is not None else ())
     except Exception:  # noqa: BLE001 - a model that cannot be built here: the default weights, name similarity off
-        return None
+        return ()
 
 
 def trained_dense(model: LinearReranker | None, dense):
     """The dense retriever for the name-similarity feature, only under the embedding model the weights
     were fitted with: another model's similarities mean something else (and a remote one would be paid
-    for every candidate). A joint embedder's first model stands for it (``embedder_id``)."""
+    for every candidate). Under a joint embedder with no weights of its own, its first model, whose weights
+    serve it (``embedder_ids``)."""
     trained = (model.meta or {}).get("embedder") if model is not None else None
-    if dense is not None and hasattr(dense, "primary"):
-        dense = dense.primary()  # under a joint embedder: its first model, which the weights name
-    return dense if dense is not None and trained == dense.embedder.model_id else None
+    if dense is None or trained is None:
+        return None
+    if trained == dense.embedder.model_id:
+        return dense
+    first = dense.primary() if hasattr(dense, "primary") else dense
+    return first if trained == first.embedder.model_id else None
 
 
 def rerank_question(
