@@ -588,7 +588,7 @@ def _check_weight(w: float, spec: str = "") -> None:
         raise ValueError(f"{where}a model's weight in a joint embedder must be a number above 0, not {w!r}")
 
 
-def _joint_members(spec: str) -> list[tuple[str, float]]:
+def joint_members(spec: str) -> list[tuple[str, float]]:
     """``A+B*0.5`` → [("A", 1.0), ("B", 0.5)]: a joint spec's members, each with its weight (1 unless given)."""
     out = []
     for part in spec.split("+"):
@@ -666,7 +666,7 @@ def get_embedder(spec: str | None = None, **options: Any) -> LocalMiniLM | Remot
     """
     spec = (spec or DEFAULT_SPEC).strip()
     if "+" in spec:
-        return JointEmbedder([(get_embedder(member, **dict(options)), w) for member, w in _joint_members(spec)])
+        return JointEmbedder([(get_embedder(member, **dict(options)), w) for member, w in joint_members(spec)])
     provider, _, rest = spec.partition(":")
     provider = provider.strip().lower()
     rest = rest.strip()
@@ -746,7 +746,7 @@ def check_spec(spec: str | None) -> None:
     if spec in ("none", "", None):
         return
     if "+" in spec:
-        for member, _ in _joint_members(spec):
+        for member, _ in joint_members(spec):
             check_spec(member)
         return
     provider = spec.partition(":")[0].strip().lower()

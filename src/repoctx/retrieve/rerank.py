@@ -207,17 +207,22 @@ def weights_file(embedder: str | None = None, role: str = "lanes") -> Path:
     stem = "rerank_weights" if role == "lanes" else f"rerank_weights.{role}"
     if not embedder:
         return WEIGHTS_FILE.with_name(f"{stem}.json")
-    return WEIGHTS_FILE.with_name(f"{stem}.{'+'.join(_file_name(m) for m in embedder.split('+'))}.json")
+    if "+" in embedder:  # a joint embedder's id is its spec's form: its members read as the spec's are
+        from repoctx.providers.embedding import joint_members
+
+        members = joint_members(embedder)
+    else:
+        members = [(embedder, 1.0)]
+    return WEIGHTS_FILE.with_name(f"{stem}.{'+'.join(_file_name(m, w) for m, w in members)}.json")
 
 
-def _file_name(model_id: str) -> str:
+def _file_name(model_id: str, weight: float = 1.0) -> str:
     """One model's part of a weights file's name: a local model's name, a remote one's whole id, made safe;
-    a joint member's weight as ``x0.5``."""
-    model_id, _, weight = model_id.partition("*")
+    a joint member's weight other than 1 as ``x0.5``."""
     parts = model_id.split(":")
     name = parts[1] if len(parts) > 1 and parts[0] == "local" else model_id
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "model"
-    return f"{safe}x{weight}" if weight else safe
+    return safe if weight == 1 else f"{safe}x{weight:g}"
 
 
 @lru_cache(maxsize=8)
