@@ -6,6 +6,9 @@ from __future__ import annotations
 import pytest
 
 from repoctx import Index, Settings
+from repoctx.retrieve.hybrid import exact_hits
+from repoctx.retrieve.query import mentions
+from repoctx.store.base import split_id
 from tests.conftest import indexed, write_tree
 
 TAG_CLASSES = ("PassDict", "PassList", "TagTuple", "TagBytes", "TagMarkup", "TagUUID", "TagDateTime", "TagDict",
@@ -119,3 +122,31 @@ def test_a_path_suffix_puts_the_file_with_fewest_folders_before_it_first(tmp_pat
     assert first(index, "gis/db/backends/oracle/features.py").path == \
         "django/contrib/gis/db/backends/oracle/features.py"
     index.close()
+
+
+@pytest.mark.parametrize("written, clean", [
+    ('File "C:\\Python310\\lib\\site-packages\\sympy\\core\\mul.py", line 3', "sympy/core/mul.py"),
+    ("/usr/lib/python3.10/site-packages/matplotlib/colors.py:730: DeprecationWarning", "matplotlib/colors.py"),
+    ("File ~/.local/venvs/x/lib/python3.10/dist-packages/sklearn/utils/_set_output.py:150, in wrapped",
+     "sklearn/utils/_set_output.py"),
+    ("see https://github.com/o/r/blob/main/src/kit/app.py#L10", "github.com/o/r/blob/main/src/kit/app.py"),
+    ("run ./manage.py migrate", "manage.py"),
+    ("in django/db/models/query.py, line 9", "django/db/models/query.py"),
+])
+def test_a_path_is_read_as_an_issue_writes_it(written, clean):
+    """Tracebacks name installed files under site-packages, Windows paths use backslashes, reports link to the code
+    on GitHub: each is read as the path (or a path ending with the repository's path) the store can resolve."""
+    assert mentions(written).paths == [clean]
+
+
+@pytest.mark.parametrize("query, path", [
+    ('File "/usr/lib/python3.10/site-packages/kit/app.py", line 9, in dispatch_request', "src/kit/app.py"),
+    ("C:\\Users\\me\\venv\\Lib\\site-packages\\kit\\json\\tag.py", "src/kit/json/tag.py"),
+    ("/home/me/checkouts/kit/src/kit/helpers.py", "src/kit/helpers.py"),
+    ("https://github.com/me/kit/blob/main/src/kit/helpers.py#L3", "src/kit/helpers.py"),
+])
+def test_an_installed_absolute_or_linked_path_names_its_file(ix, query, path):
+    """The exact lane resolves a path the report wrote from outside the tree: the part after ``site-packages``, or
+    the longest repository path the written one ends with."""
+    hits = exact_hits(ix.store, query, ix.scope())
+    assert [split_id(cid)[1].rsplit("#", 1)[0] for cid, _, why in hits if why == "path"] == [path]

@@ -12,7 +12,7 @@ import pytest
 
 from repoctx import Index, Settings
 from repoctx.retrieve.langchain import RepoctxRetriever
-from repoctx.store.base import Grant, Scope, StoreError, glob_regex
+from repoctx.store.base import Grant, Scope, StoreError, glob_regex, split_id
 from repoctx.types import UnitHead
 from tests.conftest import write_tree
 
@@ -454,3 +454,22 @@ def test_a_huge_token_does_not_fail_the_index(backend, tmp_path):
     assert hits and hits[0].capsule.qualname == "render_banner"
     assert ix.store.n_capsules() >= 2
     ix.close()
+
+
+def test_a_longer_path_resolves_to_the_longest_path_it_ends_with_on_both_backends(backend, tmp_path):
+    """``x/a/b/c.py`` is ``a/b/c.py``, not ``b/c.py``; a file at the root is never the tail of a longer path (a
+    user's own ``/home/me/project/setup.py`` is not the repository's); a fragment that is the end of a path keeps
+    matching as before."""
+    root = write_tree(tmp_path / "r", {"a/b/c.py": "X = 1\n", "b/c.py": "Y = 2\n", "setup.py": "Z = 3\n"})
+    index = index_repo(backend, root, dense=False)
+
+    def found(fragments):
+        return [split_id(cid)[1].rsplit("#", 1)[0] for cid in index.store.by_path_suffix(fragments, index.scope())]
+
+    assert found(["home/me/r/a/b/c.py"]) == ["a/b/c.py"]
+    assert found(["elsewhere/b/c.py"]) == ["b/c.py"]
+    assert found(["b/c.py"]) == ["b/c.py", "a/b/c.py"]  # the end of both paths: the fewest folders first
+    assert found(["home/me/project/setup.py"]) == []
+    assert found(["setup.py"]) == ["setup.py"]
+    assert found(["home/me/d/e.py"]) == []
+    index.close()

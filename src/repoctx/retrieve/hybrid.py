@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Protocol
 
 from repoctx.ingest.languages import is_test_path as is_test_path  # re-exported: its users import it from here
-from repoctx.retrieve.query import mentions, summary_line
+from repoctx.retrieve.query import clean_path, mentions, summary_line
 from repoctx.retrieve.router import reads_as_report
 from repoctx.store.base import EVERYTHING, Scope, split_id
 from repoctx.tokens import base_forms, code_tokens
@@ -172,7 +172,8 @@ def names_only(query: str) -> bool:
         return False
     m = mentions(query)
     named = set(m.identifiers) | set(m.dotted) | set(m.paths)
-    return all(w.strip("`'\"(),:") in named or any(w.strip("`'\"(),:").startswith(n) for n in named) for w in words)
+    bare = [w.strip("`'\"(),:") for w in words]
+    return all(w in named or clean_path(w) in named or any(w.startswith(n) for n in named) for w in bare)
 
 
 @lru_cache(maxsize=1 << 16)

@@ -7,9 +7,26 @@ from dataclasses import dataclass
 
 from repoctx.tokens import code_tokens
 
-_PATH = re.compile(
-    r"(?<![\w/.])((?:[\w.-]+/)*[\w-]+\.(?:py|pyi|js|jsx|ts|tsx|go|java|rs|c|h|cc|cpp|hpp|cs|rb|php|kt|swift|scala|md|ya?ml|toml|json|sql|sh))\b"
-)
+_EXTENSIONS = r"(?:py|pyi|js|jsx|ts|tsx|go|java|rs|c|h|cc|cpp|hpp|cs|rb|php|kt|swift|scala|md|ya?ml|toml|json|sql|sh)"
+# a path as an issue writes it: relative, absolute (``/usr/lib/python3.10/site-packages/...``, ``~/...``), Windows
+# (``C:\\Python310\\lib\\...``) or inside a URL (``https://github.com/o/r/blob/main/...``); clean_path makes it one the
+# index can resolve
+_PATH = re.compile(r"(?<![\w.~@+\\/-])((?:[A-Za-z]:)?[\w.~@+\\/-]*[\w-]+\." + _EXTENSIONS + r")\b")
+_INSTALLED = re.compile(r"^(?:.*/)?(?:site|dist)-packages/")
+
+
+def clean_path(written: str) -> str:
+    """A path as the repository would hold it, or a path that ends with it: backslashes as slashes; what an installed
+    package sits under (``.../site-packages/``) dropped; a drive and a leading ``/``, ``./`` or ``~/`` dropped.
+    ``C:\\Python310\\lib\\site-packages\\sympy\\core\\mul.py`` becomes ``sympy/core/mul.py``;
+    ``/Users/me/mpl/lib/matplotlib/axis.py`` becomes ``Users/me/mpl/lib/matplotlib/axis.py``, and the store matches the
+    repository's path it ends with."""
+    path = re.sub(r"^[A-Za-z]:(?=[\\/])", "", written).replace("\\", "/")
+    path = re.sub(r"/{2,}", "/", path)
+    path = _INSTALLED.sub("", path)
+    return re.sub(r"^(?:\.{1,2}/|~/|/)+", "", path)
+
+
 _DOTTED = re.compile(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)\b")
 _IDENT = re.compile(r"\b([A-Za-z_]\w*)\b")
 _BACKTICK = re.compile(r"`([^`\n]{1,120})`")
@@ -52,7 +69,7 @@ class Mentions:
 
 
 def mentions(query: str) -> Mentions:
-    paths = list(dict.fromkeys(m.group(1) for m in _PATH.finditer(query)))
+    paths = list(dict.fromkeys(p for m in _PATH.finditer(query) if (p := clean_path(m.group(1)))))
     path_set = set(paths)
     dotted: list[str] = []
     idents: list[str] = []

@@ -736,10 +736,19 @@ class PostgresStore(MemoryReads):
             for frag in fragments:
                 like = like_suffix(frag)
                 rows = conn.execute(
-                    f"SELECT c.id FROM repoctx_capsules c WHERE c.kind = 'module' AND (c.path = %s OR c.path LIKE %s) "
-                    f"AND {where} ORDER BY length(c.path), c.id LIMIT 5",
+                    f"SELECT c.id, c.path FROM repoctx_capsules c WHERE c.kind = 'module' "
+                    f"AND (c.path = %s OR c.path LIKE %s) AND {where} ORDER BY length(c.path), c.id LIMIT 5",
                     [frag, like] + args,
                 ).fetchall()
+                if not rows and "/" in frag:  # the fragment holds more than the path: the longest path it ends with
+                    rows = conn.execute(
+                        f"SELECT c.id, c.path FROM repoctx_capsules c WHERE c.kind = 'module' "
+                        f"AND strpos(c.path, '/') > 0 AND length(c.path) < length(%s) "
+                        f"AND right(%s, length(c.path) + 1) = '/' || c.path "
+                        f"AND {where} ORDER BY length(c.path) DESC, c.id LIMIT 5",
+                        [frag, frag] + args,
+                    ).fetchall()
+                    rows = [r for r in rows if len(r[1]) == len(rows[0][1])]  # the longest only
                 out.extend(r[0] for r in rows)
         return list(dict.fromkeys(out))
 

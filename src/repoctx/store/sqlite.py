@@ -945,10 +945,18 @@ class SQLiteStore(MemoryReads):
         for frag in fragments:
             like = like_suffix(frag)
             rows = self.db.execute(
-                f"SELECT c.id FROM capsules c WHERE c.kind = 'module' AND (c.path = ? OR c.path LIKE ? ESCAPE '\\') "
-                f"AND {where} ORDER BY length(c.path) LIMIT 5",
+                f"SELECT c.id, c.path FROM capsules c WHERE c.kind = 'module' "
+                f"AND (c.path = ? OR c.path LIKE ? ESCAPE '\\') AND {where} ORDER BY length(c.path) LIMIT 5",
                 [frag, like] + args,
-            )
+            ).fetchall()
+            if not rows and "/" in frag:  # the fragment holds more than the path: the longest path it ends with
+                rows = self.db.execute(
+                    f"SELECT c.id, c.path FROM capsules c WHERE c.kind = 'module' AND instr(c.path, '/') > 0 "
+                    f"AND length(c.path) < length(?) AND substr(?, length(?) - length(c.path)) = '/' || c.path "
+                    f"AND {where} ORDER BY length(c.path) DESC, c.id LIMIT 5",
+                    [frag, frag, frag] + args,
+                ).fetchall()
+                rows = [r for r in rows if len(r[1]) == len(rows[0][1])]  # the longest only
             out.extend(r[0] for r in rows)
         return list(dict.fromkeys(out))
 
