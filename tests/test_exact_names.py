@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from repoctx import Index, Settings
-from repoctx.retrieve.hybrid import exact_hits
+from repoctx.retrieve.hybrid import exact_hits, names_only
 from repoctx.retrieve.query import mentions
 from repoctx.store.base import split_id
 from tests.conftest import indexed, write_tree
@@ -150,3 +150,9 @@ def test_an_installed_absolute_or_linked_path_names_its_file(ix, query, path):
     the longest repository path the written one ends with."""
     hits = exact_hits(ix.store, query, ix.scope())
     assert [split_id(cid)[1].rsplit("#", 1)[0] for cid, _, why in hits if why == "path"] == [path]
+
+
+@pytest.mark.parametrize("query", ["./src/kit/app.py", "C:\\venv\\Lib\\site-packages\\kit\\app.py", "kit/app.py Kit.make_response"])
+def test_a_path_written_any_way_is_a_query_of_names(query):
+    """A query that is only a path, as a shell or a traceback writes it, ranks what it names first (exact_mode auto)."""
+    assert names_only(query)
