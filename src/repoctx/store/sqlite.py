@@ -940,20 +940,21 @@ class SQLiteStore(MemoryReads):
         return out
 
     def by_path_suffix(self, fragments: list[str], scope: Scope = EVERYTHING) -> list[str]:
-        where, args = self._scope(scope)
+        # the paths are matched in ``files`` (a row a file) and only those files' units read (CROSS JOIN: the order
+        # as written); SQLite's planner otherwise scans every unit, computing its kind (Django: 7-8 ms a path, 0.4-0.8)
+        where, args = self._scope(scope, alias="f")
+        head = "SELECT c.id, f.path FROM files f CROSS JOIN capsules c ON c.fid = f.fid WHERE c.kind = 'module' AND"
         out: list[str] = []
         for frag in fragments:
-            like = like_suffix(frag)
             rows = self.db.execute(
-                f"SELECT c.id, c.path FROM capsules c WHERE c.kind = 'module' "
-                f"AND (c.path = ? OR c.path LIKE ? ESCAPE '\\') AND {where} ORDER BY length(c.path) LIMIT 5",
-                [frag, like] + args,
+                f"{head} (f.path = ? OR f.path LIKE ? ESCAPE '\\') AND {where} ORDER BY length(f.path), c.id LIMIT 5",
+                [frag, like_suffix(frag)] + args,
             ).fetchall()
             if not rows and "/" in frag:  # the fragment holds more than the path: the longest path it ends with
                 rows = self.db.execute(
-                    f"SELECT c.id, c.path FROM capsules c WHERE c.kind = 'module' AND instr(c.path, '/') > 0 "
-                    f"AND length(c.path) < length(?) AND substr(?, length(?) - length(c.path)) = '/' || c.path "
-                    f"AND {where} ORDER BY length(c.path) DESC, c.id LIMIT 5",
+                    f"{head} instr(f.path, '/') > 0 AND length(f.path) < length(?) "
+                    f"AND substr(?, length(?) - length(f.path)) = '/' || f.path "
+                    f"AND {where} ORDER BY length(f.path) DESC, c.id LIMIT 5",
                     [frag, frag, frag] + args,
                 ).fetchall()
                 rows = [r for r in rows if len(r[1]) == len(rows[0][1])]  # the longest only
