@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from repoctx import Index, Settings
-from repoctx.retrieve.hybrid import exact_hits, names_only
+from repoctx.retrieve.hybrid import exact_hits, file_aggregation, named_files, names_only, to_files
+from repoctx.store.base import Scope
 from repoctx.retrieve.query import mentions
 from repoctx.store.base import split_id
 from tests.conftest import indexed, write_tree
@@ -156,3 +157,52 @@ def test_an_installed_absolute_or_linked_path_names_its_file(ix, query, path):
 def test_a_path_written_any_way_is_a_query_of_names(query):
     """A query that is only a path, as a shell or a traceback writes it, ranks what it names first (exact_mode auto)."""
     assert names_only(query)
+
+
+REPORT = (
+    "Uploading a large file times out\n"
+    "The upload form shows a timeout for big uploads: UploadForm.clean_upload, the upload size check and the upload "
+    "form validation take too long for a large upload.\n"
+    "Traceback (most recent call last):\n"
+    '  File "/srv/app/venv/lib/python3.11/site-packages/shop/transfer.py", line 12, in send\n'
+    "    raise TimeoutError\n"
+)
+SHOP = {
+    "shop/__init__.py": "",
+    "shop/upload_form.py": (
+        "class UploadForm:\n    \"\"\"The upload form: validation of an upload, its size check.\"\"\"\n\n"
+        "    def clean_upload(self, upload):\n        \"\"\"Validate the upload form's upload: a large upload fails "
+        "the size check.\"\"\"\n        return check_upload_size(upload)\n\n\n"
+        "def check_upload_size(upload):\n    \"\"\"The upload size check of the upload form.\"\"\"\n    return upload\n"),
+    "shop/transfer.py": ("def send(chunk, timeout=5):\n    \"\"\"Send one chunk.\"\"\"\n    return chunk\n\n\n"
+                         "def receive(chunk):\n    return chunk\n"),
+}
+
+
+def test_a_file_the_report_writes_a_path_for_moves_up_in_a_file_level_search(tmp_path):
+    """A traceback's frame names the file the fix is in more often than the words around it do: the paths a report
+    writes vote for their files (``hybrid.named_files``), and a file says which path named it. A question that names
+    no path, and a path the scope hides, change nothing."""
+    ix = indexed(tmp_path, SHOP, "shop", "idx")
+    first_stage = to_files(ix.retrieve(REPORT, k=50, mode="standard").hits, file_aggregation("auto", REPORT))
+    assert [f.path for f in first_stage][:2] == ["shop/upload_form.py", "shop/transfer.py"]
+    got = ix.retrieve(REPORT, k=3, level="file", mode="standard")
+    assert [f.path for f in got.files][0] == "shop/transfer.py"
+    assert got.files[0].named == "shop/transfer.py" and got.files[0].to_dict()["named"] == "shop/transfer.py"
+    assert any(e.step == "Paths" for e in got.events) and not any(e.step == "History" for e in got.events)
+    assert ix.search(REPORT, k=3, level="file")[0].path == "shop/transfer.py"
+    hidden = ix.search(REPORT, k=3, level="file", scope=Scope(exclude=("shop/transfer.py",)))
+    assert [f.path for f in hidden][0] == "shop/upload_form.py" and all(not f.named for f in hidden)
+    ix.close()
+
+
+def test_a_traceback_s_many_frames_share_one_vote(tmp_path):
+    """Ten frames vote a tenth as much for each file as one written path does for its file."""
+    ix = indexed(tmp_path, {f"pkg/m{i}.py": f"def f{i}():\n    return {i}\n" for i in range(10)}, "pkg", "idx")
+    one, _ = named_files(ix.store, "see /usr/lib/site-packages/pkg/m3.py", ix.scope())
+    ten, written = named_files(ix.store, "\n".join(f'  File "/x/site-packages/pkg/m{i}.py", line 1' for i in range(10)),
+                               ix.scope())
+    assert one == {("pkg", "pkg/m3.py"): pytest.approx(1 / 61)}
+    assert ten[("pkg", "pkg/m0.py")] == pytest.approx(1 / 61 / 10) and ten[("pkg", "pkg/m9.py")] == pytest.approx(1 / 70 / 10)
+    assert written[("pkg", "pkg/m9.py")] == "pkg/m9.py"
+    ix.close()

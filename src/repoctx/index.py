@@ -438,6 +438,13 @@ class Index:
         self._history_aside[repo] = t = threading.Thread(target=read, name="repoctx-history", daemon=True)
         t.start()
 
+    def rank_files(self, query: str, files: list[FileHit], scope: Scope) -> tuple[list[FileHit], dict[str, int]]:
+        """``files`` as a file-level search ranks them: re-ordered by their repositories' history votes
+        (``with_history``), then by the paths the question writes (``with_named``); how many files each moved."""
+        files, by_history = self.with_history(query, files)
+        files, by_paths = self.with_named(query, files, scope)
+        return files, {"history": by_history, "named": by_paths}
+
     def with_history(self, query: str, files: list[FileHit]) -> tuple[list[FileHit], int]:
         """``files`` re-ordered by their repositories' history votes, weighted reciprocal ranks (as ``history.fuse`` at
         ``history.FILE_WEIGHT``, each repository's votes ranked among its files the search found: a file it did not
@@ -447,7 +454,7 @@ class Index:
 
         if len(files) < 2 or not self.settings.history:
             return files, 0
-        keys = [(f.capsules[0].capsule.repo, f.path) if f.capsules else None for f in files]  # (repo, path)
+        keys = _file_keys(files)
         found: dict[str, set[str]] = {}
         for key in keys:
             if key is not None:
@@ -461,13 +468,23 @@ class Index:
         got = [voted.get(key) if key is not None else None for key in keys]
         for f, vote in zip(files, got, strict=True):
             f.history = [(v.sha, v.title) for v in vote[1]] if vote else []
+        return _fused(files, [FILE_WEIGHT / (60 + vote[0]) if vote else 0.0 for vote in got])
 
-        def fused(i: int, vote: tuple[int, list[Any]] | None) -> float:
-            return 1.0 / (60 + i) + (FILE_WEIGHT / (60 + vote[0]) if vote else 0.0)
+    def with_named(self, query: str, files: list[FileHit], scope: Scope) -> tuple[list[FileHit], int]:
+        """``files`` re-ordered by the paths the question writes (``hybrid.named_files``, weighted reciprocal ranks at
+        ``hybrid.NAMED_WEIGHT``; a file the search did not find never joins), and how many moved. A file a written
+        path names says so (``FileHit.named``)."""
+        from repoctx.retrieve.hybrid import NAMED_WEIGHT, named_files
 
-        scored = sorted((-fused(i, vote), i, f) for i, (f, vote) in enumerate(zip(files, got, strict=True), 1))
-        out = [f for _, _, f in scored]
-        return out, sum(a.path != b.path for a, b in zip(out, files, strict=True))
+        if len(files) < 2:
+            return files, 0
+        votes, written = named_files(self.store, query, scope)
+        if not votes:
+            return files, 0
+        keys = _file_keys(files)
+        for f, key in zip(files, keys, strict=True):
+            f.named = written.get(key, "") if key is not None else ""
+        return _fused(files, [NAMED_WEIGHT * votes.get(key, 0.0) if key is not None else 0.0 for key in keys])
 
     @property
     def embedder(self):
@@ -629,7 +646,7 @@ class Index:
         opts = options or SearchOptions(k=k, level=level)
         hits, _ = self._standard(query, k, level, opts, scope, self.dense_index(scope))
         if level == "file":
-            return self.with_history(query, to_files(hits, file_aggregation(opts.file_agg, query)))[0][:k]
+            return self.rank_files(query, to_files(hits, file_aggregation(opts.file_agg, query)), scope)[0][:k]
         return hits[:k]
 
     def _standard(
@@ -790,11 +807,15 @@ class Index:
                 seen = {f.path for f in files}
                 more = search(self.store, query, SearchOptions(k=depth, level=level), self.dense_index(scope), scope)
                 files += [f for f in to_files(more, agg) if f.path not in seen]
-            files, moved = self.with_history(query, files)
-            if moved:
-                ev = TraceEvent("History", "SUCCEEDED", f"{moved} files moved by the past commits most like it", query)
-                events.append(ev)
-                yield ev
+            files, moved = self.rank_files(query, files, scope)
+            for key, step, what in (
+                ("history", "History", "the past commits most like it"),
+                ("named", "Paths", "the paths it writes"),
+            ):
+                if moved[key]:
+                    ev = TraceEvent(step, "SUCCEEDED", f"{moved[key]} files moved by {what}", query)
+                    events.append(ev)
+                    yield ev
             files = files[:k]
             hits = [h for f in files for h in f.capsules]
         else:
@@ -1247,3 +1268,15 @@ def _check_query(query: str) -> str:
     if not isinstance(query, str) or not query.strip():
         raise ValueError("the query is empty: ask a question or name a symbol")
     return query.strip()
+
+
+def _file_keys(files: list[FileHit]) -> list[tuple[str, str] | None]:
+    """Each file hit's (repository, path); None for one without units."""
+    return [(f.capsules[0].capsule.repo, f.path) if f.capsules else None for f in files]
+
+
+def _fused(files: list[FileHit], bonus: list[float]) -> tuple[list[FileHit], int]:
+    """``files`` re-ordered by the reciprocal rank of their place (k 60) plus each one's vote, and how many moved."""
+    scored = sorted((-(1.0 / (60 + i) + b), i, f) for i, (f, b) in enumerate(zip(files, bonus, strict=True), 1))
+    out = [f for _, _, f in scored]
+    return out, sum(a.path != b.path for a, b in zip(out, files, strict=True))

@@ -289,6 +289,8 @@ def file_dict(f, detail: str = DEFAULT_DETAIL) -> dict:
     }
     if f.history:  # the past commits most like the question that changed it: why the history moved it
         out["history"] = [{"commit": sha[:HISTORY_SHA], "title": title} for sha, title in f.history]
+    if f.named:  # the path the question wrote for it
+        out["named"] = f.named
     if detail != "brief":
         out["symbols"] = [
             {"citation": c.citation, "kind": c.kind, "signature": c.signature, "docstring": _doc_line(c.docstring)}

@@ -125,6 +125,8 @@ class FileHit:
     # the past commits most like the question that changed this file, (sha, title), best first: why the repository's
     # history moved it (repoctx.history; a file-level search of a git checkout)
     history: list[tuple[str, str]] = field(default_factory=list)
+    # the path the question wrote that names this file (a traceback's frame, a link): why the paths moved it
+    named: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -134,6 +136,8 @@ class FileHit:
         }
         if self.history:
             out["history"] = [{"commit": sha, "title": title} for sha, title in self.history]
+        if self.named:
+            out["named"] = self.named
         return out
 
 

@@ -203,7 +203,8 @@ def evaluate(
     lists them as ``unread_files``); ``on_warning(config, instance_id, warning)`` is called for each,
     else the warning is logged (``repoctx.eval``) once per row and message. A git corpus' tree is a checkout
     of its commit: its history up to that commit votes on the file ranking, as in a file-level search
-    (``Index.with_history``; ``settings.history`` off: not). ``history`` counts the rows whose tree had a mined
+    (``Index.rank_files``, which also lets the paths a report writes vote; ``settings.history`` off: those alone;
+    each row's ``paths_moved``: how many files they moved). ``history`` counts the rows whose tree had a mined
     history (each row's ``history_commits``; None without one) and those whose file ranking it changed
     (``history_moved``: how many files moved).
     """
@@ -262,9 +263,11 @@ def evaluate(
                 t1 = time.perf_counter()
                 opts = replace(cfg.options, pool=300)
                 hits = ix.retrieve(row["query"], k=opts.pool, mode="standard", options=opts).hits
-                # as a file-level search ranks them: a checkout's own history votes too (Index.with_history)
+                # as a file-level search ranks them: a checkout's own history votes too, and the paths the report
+                # writes (Index.rank_files)
                 agg = file_aggregation(opts.file_agg, row["query"])
-                ranked, moved = ix.with_history(row["query"], to_files(hits, agg))
+                ranked, moved_by = ix.rank_files(row["query"], to_files(hits, agg), ix.scope())
+                moved = moved_by["history"]
                 times.append(time.perf_counter() - t1)
                 files = [f.path for f in ranked]
                 funcs = function_ranking(hits, ix, cap_ix)
@@ -306,6 +309,7 @@ def evaluate(
                     "unread_files": unread,
                     "history_commits": hist.get("commits", 0) if hist.get("kept") else None,
                     "history_moved": moved,
+                    "paths_moved": moved_by["named"],
                 }
             )
             if unread:
