@@ -197,12 +197,17 @@ def test_a_file_the_report_writes_a_path_for_moves_up_in_a_file_level_search(tmp
 
 
 def test_a_traceback_s_many_frames_share_one_vote(tmp_path):
-    """Ten frames vote a tenth as much for each file as one written path does for its file."""
-    ix = indexed(tmp_path, {f"pkg/m{i}.py": f"def f{i}():\n    return {i}\n" for i in range(10)}, "pkg", "idx")
+    """Ten frames vote a tenth as much for each file as one written path does for its file; a test file does not
+    vote (a report names a test where the failure shows)."""
+    files = {f"pkg/m{i}.py": f"def f{i}():\n    return {i}\n" for i in range(10)}
+    ix = indexed(tmp_path, {**files, "tests/test_m3.py": "def test_f3():\n    assert True\n"}, "pkg", "idx")
     one, _ = named_files(ix.store, "see /usr/lib/site-packages/pkg/m3.py", ix.scope())
     ten, written = named_files(ix.store, "\n".join(f'  File "/x/site-packages/pkg/m{i}.py", line 1' for i in range(10)),
                                ix.scope())
     assert one == {("pkg", "pkg/m3.py"): pytest.approx(1 / 61)}
     assert ten[("pkg", "pkg/m0.py")] == pytest.approx(1 / 61 / 10) and ten[("pkg", "pkg/m9.py")] == pytest.approx(1 / 70 / 10)
     assert written[("pkg", "pkg/m9.py")] == "pkg/m9.py"
+    assert named_files(ix.store, "tests/test_m3.py fails", ix.scope()) == ({}, {})
+    assert named_files(ix.store, "tests/test_m3.py fails in pkg/m3.py", ix.scope())[0] == {
+        ("pkg", "pkg/m3.py"): pytest.approx(1 / 61)}
     ix.close()

@@ -147,8 +147,13 @@ def named_files(store, query: str, scope: Scope) -> tuple[dict[tuple[str, str], 
     """The files the paths ``query`` writes resolve to, as (repository, path): each one's share of the vote and the
     path written for it. The j-th written path that resolves gives 1 / (60 + j), shared among the files it resolves
     to and divided by how many paths resolve: a report that names one file votes for it whole, a traceback of ten
-    frames a tenth as much for each."""
-    resolved = [(p, ids) for p in mentions(query).paths if (ids := store.by_path_suffix([p], scope))]
+    frames a tenth as much for each. Test files do not vote: a report names a test where the failure shows, and a
+    search demotes tests for the same reason (a fix's own tests match its report too)."""
+    resolved = [
+        (p, ids)
+        for p in mentions(query).paths
+        if (ids := [c for c in store.by_path_suffix([p], scope) if not is_test_path(split_id(c)[1])])
+    ]
     votes: dict[tuple[str, str], float] = {}
     written: dict[tuple[str, str], str] = {}
     for j, (p, ids) in enumerate(resolved, 1):
