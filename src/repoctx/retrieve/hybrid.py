@@ -149,18 +149,16 @@ def named_files(store, query: str, scope: Scope) -> tuple[dict[tuple[str, str], 
     to and divided by how many paths resolve: a report that names one file votes for it whole, a traceback of ten
     frames a tenth as much for each. Test files do not vote: a report names a test where the failure shows, and a
     search demotes tests for the same reason (a fix's own tests match its report too)."""
-    resolved = [
-        (p, ids)
-        for p in mentions(query).paths
-        if (ids := [c for c in store.by_path_suffix([p], scope) if not is_test_path(split_id(c)[1])])
-    ]
+    resolved = []
+    for p in mentions(query).paths:
+        files = [(repo, local.rsplit("#", 1)[0]) for repo, local in map(split_id, store.by_path_suffix([p], scope))]
+        if files := [f for f in files if not is_test_path(f[1])]:
+            resolved.append((p, files))
     votes: dict[tuple[str, str], float] = {}
     written: dict[tuple[str, str], str] = {}
-    for j, (p, ids) in enumerate(resolved, 1):
-        for cid in ids:
-            repo, local = split_id(cid)
-            key = (repo, local.rsplit("#", 1)[0])
-            votes[key] = votes.get(key, 0.0) + 1.0 / (60 + j) / len(ids) / len(resolved)
+    for j, (p, files) in enumerate(resolved, 1):
+        for key in files:
+            votes[key] = votes.get(key, 0.0) + 1.0 / (60 + j) / len(files) / len(resolved)
             written.setdefault(key, p)
     return votes, written
 
