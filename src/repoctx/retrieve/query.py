@@ -9,7 +9,7 @@ from repoctx.tokens import code_tokens
 
 _EXTENSIONS = r"(?:py|pyi|js|jsx|ts|tsx|go|java|rs|c|h|cc|cpp|hpp|cs|rb|php|kt|swift|scala|md|ya?ml|toml|json|sql|sh)"
 # a path as an issue writes it: relative, absolute (``/usr/lib/python3.10/site-packages/...``, ``~/...``), Windows
-# (``C:\\Python310\\lib\\...``) or inside a URL (``https://github.com/o/r/blob/main/...``); clean_path makes it one the
+# (``C:\Python310\lib\...``) or inside a URL (``https://github.com/o/r/blob/main/...``); clean_path makes it one the
 # index can resolve
 _PATH = re.compile(r"(?<![\w.~@+\\/-])((?:[A-Za-z]:)?(?:[\w.~@+-]*[\\/])*[\w-]+\." + _EXTENSIONS + r")\b")
 _INSTALLED = re.compile(r"^(?:.*/)?(?:site|dist)-packages/")
