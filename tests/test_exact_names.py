@@ -211,3 +211,19 @@ def test_a_traceback_s_many_frames_share_one_vote(tmp_path):
     assert named_files(ix.store, "tests/test_m3.py fails in pkg/m3.py", ix.scope())[0] == {
         ("pkg", "pkg/m3.py"): pytest.approx(1 / 61)}
     ix.close()
+
+
+@pytest.mark.parametrize("report, paths", [
+    ("autodoc ignores aliases\n```\n# conf.py\nautodoc_type_aliases = {}\n```\n", []),
+    ("autodoc ignores aliases\r\n```\r\n# in conf.py\r\nx = 1\r\n# in example.py\r\n```\r\n", []),
+    ("a form breaks\n// app.js:\nconst f = 1\n", []),
+    ("a form breaks\n# models.py\nclass Thing(models.Model): ...\nsee django/forms/boundfield.py\n", ["django/forms/boundfield.py"]),
+    ("# django/db/models/query.py\n", ["django/db/models/query.py"]),
+    ("# see the docs in conf.py for more details\n", ["conf.py"]),
+    ("sphinx reads conf.py twice", ["conf.py"]),
+])
+def test_a_bare_file_name_heading_a_snippet_is_the_reporter_s_own_file(report, paths):
+    """A reproduction's files are headed by a comment that names them (``# conf.py``, ``// in app.js``): the
+    reporter's own files, which a repository's ``doc/conf.py`` only shares a name with. A path with folders, or a
+    name written in prose, is read as before."""
+    assert mentions(report).paths == paths

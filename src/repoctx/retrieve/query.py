@@ -14,6 +14,9 @@ _EXTENSIONS = r"(?:py|pyi|js|jsx|ts|tsx|go|java|rs|c|h|cc|cpp|hpp|cs|rb|php|kt|s
 # index can resolve
 _PATH = re.compile(r"(?<![\w.~@+\\/-])((?:[A-Za-z]:)?(?:[\w.~@+-]*[\\/])*[\w-]+\." + _EXTENSIONS + r")\b")
 _INSTALLED = re.compile(r"^(?:.*/)?(?:site|dist)-packages/")
+# a bare file name heading a snippet as a comment (``# conf.py``, ``// in app.js``): the reporter's own file, not the
+# repository's (SWE-bench dev: Sphinx 8282 and 8435's ``conf.py``, Django 16229's ``models.py`` and ``admin.py``)
+_OWN_FILE = re.compile(r"^[ \t]*(?:#|//)[ \t]*(?:\w+[ \t]+){0,2}[\w-]+\.\w+[ \t]*:?[ \t]*\r?$", re.M)
 
 
 def clean_path(written: str) -> str:
@@ -78,7 +81,14 @@ def mentions(query: str) -> Mentions:
 
 @lru_cache(maxsize=64)
 def _read(query: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    paths = list(dict.fromkeys(p for m in _PATH.finditer(query) if (p := clean_path(m.group(1)))))
+    own = [m.span() for m in _OWN_FILE.finditer(query)]
+    paths = list(
+        dict.fromkeys(
+            p
+            for m in _PATH.finditer(query)
+            if (p := clean_path(m.group(1))) and not any(a <= m.start() < b for a, b in own)
+        )
+    )
     path_set = set(paths)
     dotted: list[str] = []
     idents: list[str] = []
