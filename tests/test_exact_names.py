@@ -6,7 +6,17 @@ from __future__ import annotations
 import pytest
 
 from repoctx import Index, Settings
-from repoctx.retrieve.hybrid import exact_hits, file_aggregation, named_files, names_only, to_files
+from repoctx.render import why_text
+from repoctx.retrieve.hybrid import (
+    FRAMES,
+    SearchOptions,
+    exact_hits,
+    file_aggregation,
+    named_files,
+    names_only,
+    to_files,
+    written_units,
+)
 from repoctx.store.base import Scope
 from repoctx.retrieve.query import mentions
 from repoctx.store.base import split_id
@@ -227,3 +237,100 @@ def test_a_bare_file_name_heading_a_snippet_is_the_reporter_s_own_file(report, p
     reporter's own files, which a repository's ``doc/conf.py`` only shares a name with. A path with folders, or a
     name written in prose, is read as before."""
     assert mentions(report).paths == paths
+
+
+@pytest.mark.parametrize("written, where", [
+    ('  File "/srv/venv/lib/python3.11/site-packages/pkg/core.py", line 84, in _execute', ("pkg/core.py", 84, "_execute")),
+    ("pkg/core.py:84: in _execute", ("pkg/core.py", 84, "_execute")),
+    ("File ~/v/lib/python3.10/site-packages/pkg/core.py:150, in Box.open(self)", ("pkg/core.py", 150, "Box.open")),
+    ("/usr/lib/python3.10/site-packages/pkg/colors.py:730: DeprecationWarning: ...", ("pkg/colors.py", 730, "")),
+    ("pkg/core.py:12:5: E501 line too long", ("pkg/core.py", 12, "")),
+    ("https://github.com/o/r/blob/main/pkg/core.py#L10", ("github.com/o/r/blob/main/pkg/core.py", 10, "")),
+    ('File "run.py", line 3, in <module>', ("run.py", 3, "<module>")),
+])
+def test_a_line_written_after_a_path_is_read_with_its_function(written, where):
+    """Tracebacks (Python's, pytest's, IPython's), warnings, linters and GitHub links write a line after a path, and a
+    frame the function it is in: each is read as (path, line, function)."""
+    assert mentions(written).locations == [where]
+
+
+@pytest.mark.parametrize("written", ["see pkg/core.py, then line 12", "pkg/core.py is 84 lines long", "pkg/core.py"])
+def test_a_path_without_a_line_writes_no_location(written):
+    assert mentions(written).locations == []
+
+
+LINES = {
+    "pkg/__init__.py": "",
+    "pkg/core.py": (
+        "def outer(x):\n    return inner(x)\n\n\n"                      # 1-2
+        "def inner(x):\n    y = x + 1\n    return y / 0\n\n\n"          # 5-7
+        "class Box:\n    def open(self):\n        return inner(1)\n"),  # 10-12
+    "pkg/util/base.py": "def util_base():\n    return 1\n",
+    "pkg/other/base.py": "def other_base():\n    return 2\n",
+    "pkg/steps.py": "".join(f"def step{i}():\n    return {i}\n\n\n" for i in range(5)),  # step i at 4i+1 - 4i+2
+}
+
+
+def _frames(*frames: tuple[str, int, str]) -> str:
+    return "Traceback (most recent call last):\n" + "".join(
+        f'  File "/venv/lib/site-packages/{p}", line {n}, in {f}\n    code()\n' for p, n, f in frames)
+
+
+def test_the_lines_a_traceback_writes_name_their_functions_innermost_first(tmp_path):
+    """A frame names the function its line falls in, the innermost frame first and at most ``FRAMES`` of them; a frame
+    whose line moved in this release finds its function by name, nearest the line; a warning's bare line takes the
+    innermost function spanning it. A ``<module>`` frame, a line outside any function, a path that resolves to two
+    files and a file the scope hides name nothing."""
+    ix = indexed(tmp_path, LINES, "pkg", "idx")
+
+    def names(query: str, scope: Scope | None = None) -> list[tuple[str, str]]:
+        got = written_units(ix.store, mentions(query).locations, scope or ix.scope())
+        return [(split_id(cid)[1].rsplit("#", 1)[1], at) for cid, at in got]
+
+    tb = _frames(("run.py", 3, "<module>"), ("pkg/core.py", 2, "outer"), ("pkg/core.py", 7, "inner"))
+    assert names(tb) == [("inner", "pkg/core.py:7"), ("outer", "pkg/core.py:2")]
+    assert names(_frames(("pkg/core.py", 40, "inner"))) == [("inner", "pkg/core.py:40")]  # moved: found by name
+    assert names(_frames(("pkg/core.py", 12, "Box.open"))) == [("Box.open", "pkg/core.py:12")]
+    assert names("/usr/lib/site-packages/pkg/core.py:6: RuntimeWarning: divide by zero") == [("inner", "pkg/core.py:6")]
+    assert names("pkg/core.py:9: W391 blank line") == []
+    assert names(_frames(("pkg/core.py", 2, "<module>"))) == []
+    assert names("base.py:1: in util_base") == [] and names("pkg/util/base.py:1: in util_base") == [
+        ("util_base", "pkg/util/base.py:1")]
+    many = _frames(*((f"pkg/steps.py", 4 * i + 2, f"step{i}") for i in range(5)))
+    assert [n for n, _ in names(many)] == ["step4", "step3", "step2"][:FRAMES]
+    assert names(tb, Scope(exclude=("pkg/core.py",))) == []
+    ix.close()
+
+
+def test_a_traceback_s_innermost_function_ranks_higher_and_says_which_line_named_it(tmp_path):
+    """The lines a report writes are one more ranked signal (``lines``) of a standard search: the function a frame
+    names moves up, and its explanation says where the report wrote it."""
+    ix = indexed(tmp_path, LINES, "pkg", "idx")
+    report = ("The steps fail after the box opens\nEvery step (step0, step1, step2) returns the wrong value once a box "
+              "is opened.\n" + _frames(("pkg/core.py", 7, "inner")))
+    unweighted = SearchOptions(weights={"lexical": 1.0, "dense": 1.0, "lines": 0.0})
+    without = [h.capsule.qualname for h in ix.search(report, k=10, options=unweighted)]
+    hits = ix.search(report, k=10)
+    assert [h.capsule.qualname for h in hits].index("inner") < without.index("inner") - 2  # above the three steps
+    inner = next(h for h in hits if h.capsule.qualname == "inner")
+    assert inner.why["lines"]["rank"] == 1 and inner.why["written"]["at"] == "pkg/core.py:7"
+    assert "written at pkg/core.py:7" in why_text(inner.why)
+    ix.close()
+
+
+def test_a_file_s_score_leaves_out_what_the_lines_gave_its_units(tmp_path):
+    """The lines rank functions; the paths written vote for files on their own (``named_files``). A file's score
+    sums its units' scores without the lines lane's share: the file ranking of a report with a traceback is the one
+    it has without the lane (the graph off, whose decayed shares of a boosted seed would differ)."""
+    ix = indexed(tmp_path, LINES, "pkg", "idx")
+    report = ("The steps fail after the box opens\nEvery step (step0, step1, step2) returns the wrong value once a box "
+              "is opened.\n" + _frames(("pkg/core.py", 7, "inner")))
+    with_lines = SearchOptions(level="file", graph=False)
+    without = SearchOptions(level="file", graph=False, weights={"lexical": 1.0, "dense": 1.0, "lines": 0.0})
+    got = {f.path: f.score for f in ix.search(report, k=10, level="file", options=with_lines)}
+    base = {f.path: f.score for f in ix.search(report, k=10, level="file", options=without)}
+    assert got == pytest.approx(base) and "pkg/core.py" in got
+    units = ix.search(report, k=10, options=SearchOptions(graph=False))
+    inner = next(h for h in units if h.capsule.qualname == "inner")
+    assert inner.why["written"]["score"] == pytest.approx(1 / 61)
+    ix.close()

@@ -101,7 +101,7 @@ def _seed_name(seed: str) -> str:
 def why_text(why: dict | None) -> str:
     """A hit's explanation in a few words: the (at most ``WHY_SIGNALS``) signals that ranked it best and at
     which rank (ranks past ``WHY_RANKS`` left out), a graph step (``callee of commit``: it calls or is called by a
-    better hit), demotions."""
+    better hit), the line the question wrote in it, demotions."""
     if not why:
         return ""
     parts: list[str] = []
@@ -109,6 +109,8 @@ def why_text(why: dict | None) -> str:
     if ex:
         matched = ex.get("matched", "") if isinstance(ex, dict) else ""
         parts.append("exact path" if "/" in str(matched) else "exact name")
+    if isinstance(written := why.get("written"), dict) and written.get("at"):
+        parts.append(f"written at {written['at']}")  # a traceback's frame, a warning's line (path characters only)
     ranked = [
         (rank, label)
         for signal, label in (

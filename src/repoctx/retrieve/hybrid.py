@@ -16,7 +16,7 @@ from repoctx.retrieve.query import clean_path, mentions, summary_line
 from repoctx.retrieve.router import reads_as_report
 from repoctx.store.base import EVERYTHING, Scope, split_id
 from repoctx.tokens import base_forms, code_tokens
-from repoctx.types import Capsule, FileHit, Hit, UnitHead
+from repoctx.types import DEFS, Capsule, FileHit, Hit, UnitHead
 
 RRF_K = 60
 _RUST_TEST_MODULE = re.compile(r"(^|\.)tests?\.")  # #[cfg(test)] mod tests { ... } inside a source file
@@ -135,6 +135,40 @@ def exact_hits(store, query: str, scope: Scope) -> list[tuple[str, float, str]]:
         extra = min((path.count("/") - f.count("/") for f in m.paths if path == f or path.endswith("/" + f)), default=0)
         out[cid] = (max(out.get(cid, (0.0, ""))[0], 1.5 - 0.01 * min(extra, 9)), "path")
     return sorted(((cid, s, w) for cid, (s, w) in out.items()), key=lambda x: -x[1])
+
+
+# a report's traceback ranks the functions of its three innermost frames in the repository, in a lane of their own
+# (``lines``) at the weight of the others. SWE-bench dev, the 23 reports that write a line: function Acc@10 +1 -0 on
+# wheels and sdists, file ranks as they were (to_files leaves the lane out); every frame instead of three pushed
+# django 16816's gold function out of the first ten (docs/quality.md, session 43)
+FRAMES = 3
+
+
+def written_units(store, locations: list[tuple[str, int, str]], scope: Scope) -> list[tuple[str, str]]:
+    """The functions and methods the lines ``locations`` writes fall in, as (capsule id, the line as written), the
+    last written first (a traceback's innermost frame), at most ``FRAMES``. A frame that names its function is
+    checked against the units at its line; a release other than the reporter's moves lines, so the function of
+    that name in the file nearest the line is taken instead. A line that names none takes the innermost function
+    spanning it. A path that resolves to several files (a bare ``base.py``), a ``<module>`` frame and a line outside
+    any function name nothing."""
+    out: dict[str, str] = {}
+    defs: dict[tuple[str, str], list[Capsule]] = {}
+    for path, line, name in reversed(locations):
+        if len(out) >= FRAMES:
+            break
+        files = {(repo, local.rsplit("#", 1)[0]) for repo, local in map(split_id, store.by_path_suffix([path], scope))}
+        if name == "<module>" or len(files) != 1:
+            continue
+        key = files.pop()
+        if key not in defs:
+            defs[key] = [c for c in store.file_capsules(*key, scope) if c.kind in DEFS]
+        spanning = sorted((c for c in defs[key] if c.start_line <= line <= c.end_line), key=lambda c: -c.start_line)
+        if short := "" if name.startswith("<") else name.rsplit(".", 1)[-1]:
+            near = sorted((c for c in defs[key] if c.name == short), key=lambda c: abs(c.start_line - line))
+            spanning = [c for c in spanning if c.name == short] or near
+        if spanning:
+            out.setdefault(spanning[0].id, f"{path}:{line}")
+    return list(out.items())
 
 
 # the paths a question writes vote for their files in a file-level ranking (Index.rank_files), at the weight of the
@@ -286,6 +320,13 @@ def _search(
             add_rank("summary_lexical", summary_lexical, w)
         if opts.dense and dense_index is not None:
             add_rank("summary_dense", dense_index.search(summary, opts.pool, scope), w)
+    lines_given: dict[str, float] = {}
+    w_lines = opts.weights.get("lines", 1.0)  # 0: no lane, and the frames are not read
+    if opts.exact and w_lines > 0 and (lines := written_units(store, mentions(query).locations, scope)):
+        add_rank("lines", [(cid, 1.0) for cid, _ in lines], w_lines)
+        for rank, (cid, written) in enumerate(lines, 1):
+            lines_given[cid] = w_lines / (RRF_K + rank)
+            why.setdefault(cid, {})["written"] = {"at": written, "score": 0.0}
     exact: dict[str, float] = {}
     if opts.exact:
         mode = opts.exact_mode if opts.exact_mode != "auto" else ("first" if names_only(query) else "rrf")
@@ -308,13 +349,16 @@ def _search(
             continue
         s = fused.get(cid, 0.0) + (1.0 + exact[cid] if cid in exact else 0.0)
         test, doc = _unit_kind(c.path, c.language, c.qualname)
+        factor = 1.0
         if opts.demote_tests and test:
-            s *= 0.5
+            factor = 0.5
             why.setdefault(cid, {})["test_demoted"] = True
         elif demote_docs and doc:
-            s *= 0.5
+            factor = 0.5
             why.setdefault(cid, {})["doc_demoted"] = True
-        scored[cid] = s
+        scored[cid] = s * factor
+        if cid in lines_given:  # what the lines gave it, which its file's score leaves out (to_files)
+            why[cid]["written"]["score"] = lines_given[cid] * factor
 
     if opts.graph and scored:
         expand_graph(store, scored, heads, why, opts, scope)
@@ -390,11 +434,19 @@ def to_files(hits: list[Hit], agg: str = "max") -> list[FileHit]:
             files[path] = FileHit(path, 0.0, [])
             parts[path] = []
         files[path].capsules.append(h)
-        parts[path].append(1.0 / (RRF_K + rank) if agg == "rrf" else h.score)
+        parts[path].append(1.0 / (RRF_K + rank) if agg == "rrf" else h.score - _lines_share(h))
     for path, fh in files.items():
         scores = sorted(parts[path], reverse=True)
         fh.score = sum(scores if top is None else scores[:top])
     return sorted(files.values(), key=lambda f: (-f.score, f.path))
+
+
+def _lines_share(h: Hit) -> float:
+    """What the lines a question writes gave a unit's score: its file's score leaves it out. The paths written vote
+    for files on their own (``named_files``), and a traceback's frames counted again pushed the files it names above
+    the one the fix is in (dev sdists: django 13448's ``creation.py`` 2 -> 4, session 43)."""
+    written = h.why.get("written")
+    return float(written.get("score", 0.0)) if isinstance(written, dict) else 0.0
 
 
 def _top_n(agg: str) -> int | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from repoctx.tokens import code_tokens
@@ -17,6 +17,11 @@ _INSTALLED = re.compile(r"^(?:.*/)?(?:site|dist)-packages/")
 # a bare file name heading a snippet as a comment (``# conf.py``, ``// in app.js``): the reporter's own file, not the
 # repository's (SWE-bench dev: Sphinx 8282 and 8435's ``conf.py``, Django 16229's ``models.py`` and ``admin.py``)
 _OWN_FILE = re.compile(r"^[ \t]*(?:#|//)[ \t]*(?:\w+[ \t]+){0,2}[\w-]+\.\w+[ \t]*:?[ \t]*\r?$", re.M)
+# a line written right after a path: a traceback's ``File "x.py", line 84, in _execute``, pytest's ``x.py:84: in
+# _execute``, IPython's ``File ~/x.py:84, in Cls.meth(self)``, a warning's or a linter's ``x.py:730:`` (a column may
+# follow), a GitHub link's ``x.py#L84``; the function, when written, is a name, a dotted name or ``<module>``,
+# ``<lambda>``, ``<listcomp>``
+_LINE_AFTER = re.compile(r'"?(?:,\s*line\s+|:|#L)(\d{1,7})\b(?::\d+)?(?:[,:]?\s+in\s+(<\w+>|[A-Za-z_][\w.]*))?')
 
 
 def clean_path(written: str) -> str:
@@ -70,25 +75,30 @@ class Mentions:
     identifiers: list[str]  # last components, most specific first
     dotted: list[str]
     paths: list[str]
+    # (path, line, function or "") for each line of a file the question writes, in the order written
+    locations: list[tuple[str, int, str]] = field(default_factory=list)
 
 
 def mentions(query: str) -> Mentions:
     """What ``query`` names. Read once per question (``_read``): a search's exact lane, its file ranking's path vote
     and the planner each ask, and a 22 KB report takes ~9 ms to read; each caller gets lists of its own."""
-    idents, dotted, paths = _read(query)
-    return Mentions(list(idents), list(dotted), list(paths))
+    idents, dotted, paths, locations = _read(query)
+    return Mentions(list(idents), list(dotted), list(paths), list(locations))
 
 
 @lru_cache(maxsize=64)
-def _read(query: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+def _read(
+    query: str,
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[tuple[str, int, str], ...]]:
     own = [m.span() for m in _OWN_FILE.finditer(query)]
-    paths = list(
-        dict.fromkeys(
-            p
-            for m in _PATH.finditer(query)
-            if (p := clean_path(m.group(1))) and not any(a <= m.start() < b for a, b in own)
-        )
-    )
+    paths: list[str] = []
+    locations: list[tuple[str, int, str]] = []
+    for m in _PATH.finditer(query):
+        if (p := clean_path(m.group(1))) and not any(a <= m.start() < b for a, b in own):
+            paths.append(p)
+            if (at := _LINE_AFTER.match(query, m.end())) is not None:
+                locations.append((p, int(at.group(1)), (at.group(2) or "").rstrip(".")))
+    paths = list(dict.fromkeys(paths))
     path_set = set(paths)
     dotted: list[str] = []
     idents: list[str] = []
@@ -111,4 +121,4 @@ def _read(query: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]
     bare = query.strip().strip("`'\"").rstrip("()")
     if re.fullmatch(r"[A-Za-z_]\w*", bare):  # a one-word query names a symbol, whatever its case
         idents.insert(0, bare)
-    return tuple(dict.fromkeys(idents)), tuple(dict.fromkeys(dotted)), tuple(paths)
+    return tuple(dict.fromkeys(idents)), tuple(dict.fromkeys(dotted)), tuple(paths), tuple(dict.fromkeys(locations))
