@@ -13,7 +13,7 @@ import pytest
 from repoctx import Index, Settings
 from repoctx.retrieve.langchain import RepoctxRetriever
 from repoctx.store.base import Grant, Scope, StoreError, glob_regex, split_id
-from repoctx.types import UnitHead
+from repoctx.types import UnitHead, UnitSpan
 from tests.conftest import write_tree
 
 
@@ -241,7 +241,9 @@ QUERIES = ["checkout", "vault", "open the vault", "vault key", "charge the card"
            "how is an order checked out and where is the vault opened?", "compare checkout and the vault checkout",
            "sum_lines", "open_vault", "VaultCheckout", "secret/vault.py", "who calls open_vault", "order total",
            "validate", "persist", "cart", "key", "signs", "lines", "Base.save", "what does checkout call",
-           "where is the card charged", "vault_key", "Order"]
+           "where is the card charged", "vault_key", "Order",
+           # a traceback's frame in the hidden file: the lines lane resolves it under the scope or not at all
+           'checkout fails\nTraceback:\n  File "/venv/site-packages/secret/vault.py", line 2, in open_vault\n']
 
 
 def test_unit_heads_are_the_capsules_without_their_texts(backend, tmp_path):
@@ -253,6 +255,21 @@ def test_unit_heads_are_the_capsules_without_their_texts(backend, tmp_path):
         heads = ix.store.unit_heads(every + ["shop:no/such.py#x"], ix.scope(scope))
         assert heads == {c.id: UnitHead(c.id, c.path, c.language, c.kind, c.qualname) for c in full}
     assert len(heads) < len(every) and ix.store.unit_heads([], ix.scope()) == {}
+
+
+def test_file_spans_are_the_file_s_capsules_without_their_texts(backend, tmp_path):
+    """Where a file's units lie (store.file_spans: what finding a traceback's frame reads) is what the full read of
+    the file gives, in the same order, under any scope; a hidden or unknown file has none."""
+    ix = index_repo(backend, write_tree(tmp_path / "shop", SHOP))
+    paths = sorted({c.path for c in ix.store.all_capsules(ix.scope())})
+    assert "secret/vault.py" in paths
+    for scope in (Scope(), Scope(exclude=("secret/*",)), Scope(grants=(Grant("shop", include=("shop/*",)),))):
+        for path in paths + ["no/such.py"]:
+            full = ix.store.file_capsules("shop", path, ix.scope(scope))
+            spans = ix.store.file_spans("shop", path, ix.scope(scope))
+            assert spans == [UnitSpan(c.id, c.name, c.kind, c.start_line, c.end_line) for c in full]
+    assert ix.store.file_spans("shop", "secret/vault.py", ix.scope(Scope(exclude=("secret/*",)))) == []
+    assert ix.store.file_spans("shop", "secret/vault.py", ix.scope())
 
 
 def test_scope_is_applied_in_every_read(backend, tmp_path):

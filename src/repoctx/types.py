@@ -63,6 +63,17 @@ class UnitHead(NamedTuple):
         return cls(c.id, c.path, c.language, c.kind, c.qualname)
 
 
+class UnitSpan(NamedTuple):
+    """Where a unit lies in its file, without its text: what finding the unit a line falls in reads
+    (``Store.file_spans``)."""
+
+    id: str
+    name: str
+    kind: str
+    start_line: int
+    end_line: int
+
+
 DEFS = ("function", "method")
 
 

@@ -16,7 +16,7 @@ from repoctx.retrieve.query import clean_path, mentions, summary_line
 from repoctx.retrieve.router import reads_as_report
 from repoctx.store.base import EVERYTHING, Scope, split_id
 from repoctx.tokens import base_forms, code_tokens
-from repoctx.types import DEFS, Capsule, FileHit, Hit, UnitHead
+from repoctx.types import DEFS, Capsule, FileHit, Hit, UnitHead, UnitSpan
 
 RRF_K = 60
 _RUST_TEST_MODULE = re.compile(r"(^|\.)tests?\.")  # #[cfg(test)] mod tests { ... } inside a source file
@@ -152,16 +152,20 @@ def written_units(store, locations: list[tuple[str, int, str]], scope: Scope) ->
     spanning it. A path that resolves to several files (a bare ``base.py``), a ``<module>`` frame and a line outside
     any function name nothing."""
     out: dict[str, str] = {}
-    defs: dict[tuple[str, str], list[Capsule]] = {}
+    files: dict[str, set[tuple[str, str]]] = {}  # a written path's files, resolved once
+    defs: dict[tuple[str, str], list[UnitSpan]] = {}
     for path, line, name in reversed(locations):
         if len(out) >= FRAMES:
             break
-        files = {(repo, local.rsplit("#", 1)[0]) for repo, local in map(split_id, store.by_path_suffix([path], scope))}
-        if name == "<module>" or len(files) != 1:
+        if path not in files:
+            files[path] = {
+                (repo, local.rsplit("#", 1)[0]) for repo, local in map(split_id, store.by_path_suffix([path], scope))
+            }
+        if name == "<module>" or len(files[path]) != 1:
             continue
-        key = files.pop()
+        (key,) = files[path]
         if key not in defs:
-            defs[key] = [c for c in store.file_capsules(*key, scope) if c.kind in DEFS]
+            defs[key] = [u for u in store.file_spans(*key, scope) if u.kind in DEFS]
         spanning = sorted((c for c in defs[key] if c.start_line <= line <= c.end_line), key=lambda c: -c.start_line)
         if short := "" if name.startswith("<") else name.rsplit(".", 1)[-1]:
             near = sorted((c for c in defs[key] if c.name == short), key=lambda c: abs(c.start_line - line))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from repoctx.store.globs import Dialect, GlobError, dialect as glob_dialect, parse as parse_glob
-from repoctx.types import Capsule, Edge, UnitHead
+from repoctx.types import Capsule, Edge, UnitHead, UnitSpan
 
 if TYPE_CHECKING:
     import numpy as np
@@ -336,6 +336,7 @@ class StoreReader(Protocol):
     # the same units without their texts (what a search asks of every candidate), by id
     def unit_heads(self, ids: list[str], scope: Scope = EVERYTHING) -> dict[str, UnitHead]: ...
     def file_capsules(self, repo: str, path: str, scope: Scope = EVERYTHING) -> list[Capsule]: ...
+    def file_spans(self, repo: str, path: str, scope: Scope = EVERYTHING) -> list[UnitSpan]: ...  # no texts read
     def all_capsules(self, scope: Scope = EVERYTHING) -> list[Capsule]: ...
     def by_names(self, names: list[str], scope: Scope = EVERYTHING) -> list[Capsule]: ...
     def name_counts(self, names: list[str], scope: Scope = EVERYTHING) -> dict[str, int]: ...

@@ -48,7 +48,7 @@ from repoctx.store.base import (
 )
 from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
 from repoctx.store.sqlite import HEAD_COLS
-from repoctx.types import Capsule, CapsuleKind, Edge, UnitHead
+from repoctx.types import Capsule, CapsuleKind, Edge, UnitHead, UnitSpan
 
 if TYPE_CHECKING:
     import psycopg
@@ -511,6 +511,17 @@ class PostgresStore(MemoryReads):
                 f"SELECT e.src, e.kind, e.dst_name, e.dst FROM repoctx_edges e WHERE {where} "
                 'ORDER BY e.src COLLATE "C", e.kind COLLATE "C", e.dst_name COLLATE "C", e.dst COLLATE "C" NULLS FIRST',
                 args,
+            )
+        ]
+
+    def file_spans(self, repo: str, path: str, scope: Scope = EVERYTHING) -> list[UnitSpan]:
+        where, args = self._scope(scope)
+        return [
+            UnitSpan(*r)
+            for r in self._q(
+                "SELECT c.id, c.name, c.kind, c.start_line, c.end_line FROM repoctx_capsules c "
+                f"WHERE c.repo=%s AND c.path=%s AND {where} ORDER BY c.start_line, c.end_line DESC",
+                [repo, path] + args,
             )
         ]
 

@@ -49,7 +49,7 @@ from repoctx.store.faiss_index import (
     quantize,
 )
 from repoctx.store.memory_bm25 import MemoryBM25, MemoryReads
-from repoctx.types import Capsule, Edge, UnitHead
+from repoctx.types import Capsule, Edge, UnitHead, UnitSpan
 
 if TYPE_CHECKING:
     from repoctx.store.grep import GrepPlan
@@ -734,6 +734,17 @@ class SQLiteStore(MemoryReads):
         return [
             (r[0], EDGE_KINDS[r[1]], r[2], r[3])
             for r in self.db.execute(f"SELECT {_EDGE_COLS} {_EDGE_FROM} WHERE {where} ORDER BY 1, 2, 3, 4", args)
+        ]
+
+    def file_spans(self, repo: str, path: str, scope: Scope = EVERYTHING) -> list[UnitSpan]:
+        where, args = self._scope(scope)
+        return [
+            UnitSpan(*r)
+            for r in self.db.execute(
+                f"SELECT c.id, c.name, c.kind, c.start_line, c.end_line FROM capsules c WHERE c.{_OF_FILE} AND {where} "
+                "ORDER BY c.start_line, c.end_line DESC",
+                [repo, path] + args,
+            ).fetchall()
         ]
 
     def file_capsules(self, repo: str, path: str, scope: Scope = EVERYTHING) -> list[Capsule]:
