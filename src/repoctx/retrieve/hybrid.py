@@ -103,8 +103,22 @@ def query_terms(store, query: str, max_terms: int, scope: Scope = EVERYTHING) ->
     return scored[:max_terms]
 
 
-def exact_hits(store, query: str, scope: Scope) -> list[tuple[str, float, str]]:
-    """(capsule id, specificity, matched text) for identifiers and paths the question names."""
+def resolve_paths(store, paths: list[str], scope: Scope) -> dict[str, list[str]]:
+    """Each written path's module units as the store resolves it (``by_path_suffix``), one call a distinct path: a
+    search's exact lane and its lines lane read one resolution."""
+    return {p: store.by_path_suffix([p], scope) for p in dict.fromkeys(paths)}
+
+
+def files_of(ids: list[str]) -> list[tuple[str, str]]:
+    """(repository, path) of each unit id, in order, once each."""
+    return list(dict.fromkeys((repo, local.rsplit("#", 1)[0]) for repo, local in map(split_id, ids)))
+
+
+def exact_hits(
+    store, query: str, scope: Scope, resolved: dict[str, list[str]] | None = None
+) -> list[tuple[str, float, str]]:
+    """(capsule id, specificity, matched text) for identifiers and paths the question names (``resolved``: its
+    paths as ``resolve_paths`` gives them, when the caller has them)."""
     m = mentions(query)
     out: dict[str, tuple[float, str]] = {}
     if m.identifiers or m.dotted:
@@ -128,7 +142,9 @@ def exact_hits(store, query: str, scope: Scope) -> list[tuple[str, float, str]]:
             prev = out.get(c.id)
             if prev is None or spec > prev[0]:
                 out[c.id] = (spec, c.qualname)
-    for cid in store.by_path_suffix(m.paths, scope):
+    if resolved is None:
+        resolved = resolve_paths(store, m.paths, scope)
+    for cid in dict.fromkeys(c for p in m.paths for c in resolved[p]):
         # ``db/backends/oracle/features.py`` is django/db/..., not django/contrib/gis/db/...: the fewer folders a
         # path has before what the question wrote, the better it matches
         path = split_id(cid)[1].rsplit("#", 1)[0]
@@ -144,26 +160,26 @@ def exact_hits(store, query: str, scope: Scope) -> list[tuple[str, float, str]]:
 FRAMES = 3
 
 
-def written_units(store, locations: list[tuple[str, int, str]], scope: Scope) -> list[tuple[str, str]]:
+def written_units(
+    store, locations: list[tuple[str, int, str]], scope: Scope, resolved: dict[str, list[str]] | None = None
+) -> list[tuple[str, str]]:
     """The functions and methods the lines ``locations`` writes fall in, as (capsule id, the line as written), the
     last written first (a traceback's innermost frame), at most ``FRAMES``. A frame that names its function is
     checked against the units at its line; a release other than the reporter's moves lines, so the function of
     that name in the file nearest the line is taken instead. A line that names none takes the innermost function
     spanning it. A path that resolves to several files (a bare ``base.py``), a ``<module>`` frame and a line outside
-    any function name nothing."""
+    any function name nothing. ``resolved``: the paths as ``resolve_paths`` gives them, when the caller has them."""
     out: dict[str, str] = {}
-    files: dict[str, set[tuple[str, str]]] = {}  # a written path's files, resolved once
+    resolved = dict(resolved or {})
     defs: dict[tuple[str, str], list[UnitSpan]] = {}
     for path, line, name in reversed(locations):
         if len(out) >= FRAMES:
             break
-        if path not in files:
-            files[path] = {
-                (repo, local.rsplit("#", 1)[0]) for repo, local in map(split_id, store.by_path_suffix([path], scope))
-            }
-        if name == "<module>" or len(files[path]) != 1:
+        if path not in resolved:
+            resolved[path] = store.by_path_suffix([path], scope)
+        if name == "<module>" or len(files := files_of(resolved[path])) != 1:
             continue
-        (key,) = files[path]
+        key = files[0]
         if key not in defs:
             defs[key] = [u for u in store.file_spans(*key, scope) if u.kind in DEFS]
         spanning = sorted((c for c in defs[key] if c.start_line <= line <= c.end_line), key=lambda c: -c.start_line)
@@ -189,8 +205,7 @@ def named_files(store, query: str, scope: Scope) -> tuple[dict[tuple[str, str], 
     search demotes tests for the same reason (a fix's own tests match its report too)."""
     resolved = []
     for p in mentions(query).paths:
-        files = [(repo, local.rsplit("#", 1)[0]) for repo, local in map(split_id, store.by_path_suffix([p], scope))]
-        if files := [f for f in files if not is_test_path(f[1])]:
+        if files := [f for f in files_of(store.by_path_suffix([p], scope)) if not is_test_path(f[1])]:
             resolved.append((p, files))
     votes: dict[tuple[str, str], float] = {}
     written: dict[tuple[str, str], str] = {}
@@ -314,7 +329,9 @@ def _search(
             # a long report's title: its words are few and often common, so the rarest-terms cut of the whole
             # text drops them and its vector is diluted; the title searched alone is one more ranked signal
             summary_lexical = store.lexical(query_terms(store, summary, opts.max_terms, scope), opts.pool, scope)
-    found = exact_hits(store, query, scope) if opts.exact else []
+    named = mentions(query)
+    resolved = resolve_paths(store, named.paths, scope) if opts.exact else {}
+    found = exact_hits(store, query, scope, resolved) if opts.exact else []
     if lexical is not None:
         add_rank("lexical", lexical, opts.weights.get("lexical", 1.0))
     if opts.dense and dense_index is not None:
@@ -326,11 +343,11 @@ def _search(
             add_rank("summary_dense", dense_index.search(summary, opts.pool, scope), w)
     lines_given: dict[str, float] = {}
     w_lines = opts.weights.get("lines", 1.0)  # 0: no lane, and the frames are not read
-    if opts.exact and w_lines > 0 and (lines := written_units(store, mentions(query).locations, scope)):
+    if opts.exact and w_lines > 0 and (lines := written_units(store, named.locations, scope, resolved)):
         add_rank("lines", [(cid, 1.0) for cid, _ in lines], w_lines)
-        for rank, (cid, written) in enumerate(lines, 1):
+        for rank, (cid, at) in enumerate(lines, 1):
             lines_given[cid] = w_lines / (RRF_K + rank)
-            why.setdefault(cid, {})["written"] = {"at": written, "score": 0.0}
+            why.setdefault(cid, {})["written"] = {"at": at, "score": 0.0}
     exact: dict[str, float] = {}
     if opts.exact:
         mode = opts.exact_mode if opts.exact_mode != "auto" else ("first" if names_only(query) else "rrf")
