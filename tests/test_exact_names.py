@@ -334,3 +334,20 @@ def test_a_file_s_score_leaves_out_what_the_lines_gave_its_units(tmp_path):
     inner = next(h for h in units if h.capsule.qualname == "inner")
     assert inner.why["written"]["score"] == pytest.approx(1 / 61)
     ix.close()
+
+
+def test_a_javascript_stack_s_innermost_frame_is_its_first(tmp_path):
+    """JavaScript (like Java, Go and Rust) writes a stack innermost frame first, where Python writes it last: the
+    lines lane takes the frames in the order each language means."""
+    app = ("function load(x) {\n  return parse(x);\n}\n\n"      # 1-3
+           "function parse(x) {\n  return x.a.b;\n}\n\n"       # 5-7
+           "function main() {\n  load(1);\n}\n\n"               # 9-11
+           "function other() {\n  return 0;\n}\n")               # 13-15
+    ix = indexed(tmp_path, {"web/app.js": app}, "web", "idx")
+    stack = ("TypeError: Cannot read properties of undefined (reading 'b')\n"
+             "    at parse (/srv/app/web/app.js:6:12)\n    at load (/srv/app/web/app.js:2:10)\n"
+             "    at main (/srv/app/web/app.js:10:3)\n    at other (/srv/app/web/app.js:14:3)\n")
+    got = written_units(ix.store, mentions(stack).locations, ix.scope())
+    assert [split_id(cid)[1].rsplit("#", 1)[1] for cid, _ in got] == ["parse", "load", "main"]
+    assert got[0][1] == "srv/app/web/app.js:6"
+    ix.close()

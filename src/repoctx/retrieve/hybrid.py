@@ -163,8 +163,9 @@ FRAMES = 3
 def written_units(
     store, locations: list[tuple[str, int, str]], scope: Scope, resolved: dict[str, list[str]] | None = None
 ) -> list[tuple[str, str]]:
-    """The functions and methods the lines ``locations`` writes fall in, as (capsule id, the line as written), the
-    last written first (a traceback's innermost frame), at most ``FRAMES``. A frame that names its function is
+    """The functions and methods the lines ``locations`` writes fall in, as (capsule id, the line as written), a
+    traceback's innermost frame first, at most ``FRAMES``: Python writes it last ("most recent call last", and pytest
+    alike), JavaScript, Java, Go and Rust first. A frame that names its function is
     checked against the units at its line; a release other than the reporter's moves lines, so the function of
     that name in the file nearest the line is taken instead. A line that names none takes the innermost function
     spanning it. A path that resolves to several files (a bare ``base.py``), a ``<module>`` frame and a line outside
@@ -172,7 +173,8 @@ def written_units(
     out: dict[str, str] = {}
     resolved = dict(resolved or {})
     defs: dict[tuple[str, str], list[UnitSpan]] = {}
-    for path, line, name in reversed(locations):
+    innermost_last = bool(locations) and locations[-1][0].endswith((".py", ".pyi"))
+    for path, line, name in reversed(locations) if innermost_last else locations:
         if len(out) >= FRAMES:
             break
         if path not in resolved:
