@@ -7,7 +7,8 @@ The questions are the Django issue texts of the SWE-bench dev split (``/work/sha
 or ``--dataset``), searched at k=10 after a warm-up. Each search's time is split by wrapping what the first stage
 calls (the search's own code runs unchanged):
 
-- exact: ``exact_hits`` (the identifiers and paths a question names, looked up);
+- exact: ``exact_hits``, ``resolve_paths`` and ``written_units`` (the identifiers, paths and lines a question names,
+  looked up; the lines lane's units found);
 - lexical: ``query_terms`` and the store's BM25 (the whole question and its title line);
 - dense: the question's vector and the vector search (its title line too);
 - graph: ``expand_graph`` (callers and callees of the top units);
@@ -87,8 +88,16 @@ def run(ix, qs: list[str]) -> tuple[dict[str, list[float]], dict[str, list[float
     real = ix.dense_index()
     if real is not None:
         dense = Timed(real, "search", "dense", clock)
-    patched = {"exact_hits": hybrid.exact_hits, "query_terms": hybrid.query_terms, "expand_graph": hybrid.expand_graph}
+    patched = {
+        "exact_hits": hybrid.exact_hits,
+        "resolve_paths": hybrid.resolve_paths,
+        "written_units": hybrid.written_units,
+        "query_terms": hybrid.query_terms,
+        "expand_graph": hybrid.expand_graph,
+    }
     hybrid.exact_hits = clock.timed("exact", hybrid.exact_hits)
+    hybrid.resolve_paths = clock.timed("exact", hybrid.resolve_paths)
+    hybrid.written_units = clock.timed("exact", hybrid.written_units)
     hybrid.query_terms = clock.timed("lexical", hybrid.query_terms)
     hybrid.expand_graph = clock.timed("graph", hybrid.expand_graph)
     out: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
