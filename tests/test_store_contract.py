@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from repoctx import Index, Settings
+from repoctx.retrieve.hybrid import written_units
 from repoctx.retrieve.langchain import RepoctxRetriever
+from repoctx.retrieve.query import mentions
 from repoctx.store.base import Grant, Scope, StoreError, glob_regex, split_id
 from repoctx.types import UnitHead, UnitSpan
 from tests.conftest import write_tree
@@ -270,6 +272,21 @@ def test_file_spans_are_the_file_s_capsules_without_their_texts(backend, tmp_pat
             assert spans == [UnitSpan(c.id, c.name, c.kind, c.start_line, c.end_line) for c in full]
     assert ix.store.file_spans("shop", "secret/vault.py", ix.scope(Scope(exclude=("secret/*",)))) == []
     assert ix.store.file_spans("shop", "secret/vault.py", ix.scope())
+
+
+def test_a_traceback_s_lines_name_the_same_units_on_both_backends(backend, tmp_path):
+    """The lines lane (hybrid.written_units) reads the store only through by_path_suffix and file_spans: a traceback's
+    frames name the same units on SQLite and PostgreSQL, innermost first, and a frame in a hidden file names none."""
+    ix = index_repo(backend, write_tree(tmp_path / "shop", SHOP))
+    tb = ("Traceback (most recent call last):\n"
+          '  File "/venv/lib/site-packages/shop/checkout.py", line 8, in checkout\n'
+          '  File "/venv/lib/site-packages/shop/models.py", line 4, in save\n'
+          '  File "/venv/lib/site-packages/secret/vault.py", line 3, in open_vault\n')
+    got = written_units(ix.store, mentions(tb).locations, ix.scope())
+    assert [cid for cid, _ in got] == ["shop:secret/vault.py#open_vault", "shop:shop/models.py#Base.save",
+                                        "shop:shop/checkout.py#checkout"]
+    hidden = written_units(ix.store, mentions(tb).locations, ix.scope(Scope(exclude=("secret/*",))))
+    assert [cid for cid, _ in hidden] == ["shop:shop/models.py#Base.save", "shop:shop/checkout.py#checkout"]
 
 
 def test_scope_is_applied_in_every_read(backend, tmp_path):
