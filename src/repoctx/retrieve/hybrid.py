@@ -186,8 +186,9 @@ def written_units(
             defs[key] = [u for u in store.file_spans(*key, scope) if u.kind in DEFS]
         spanning = sorted((c for c in defs[key] if c.start_line <= line <= c.end_line), key=lambda c: -c.start_line)
         if short := "" if name.startswith("<") else name.rsplit(".", 1)[-1]:
-            near = sorted((c for c in defs[key] if c.name == short), key=lambda c: abs(c.start_line - line))
-            spanning = [c for c in spanning if c.name == short] or near
+            spanning = [c for c in spanning if c.name == short] or sorted(
+                (c for c in defs[key] if c.name == short), key=lambda c: abs(c.start_line - line)
+            )
         if spanning:
             out.setdefault(spanning[0].id, f"{path}:{line}")
     return list(out.items())
@@ -206,8 +207,8 @@ def named_files(store, query: str, scope: Scope) -> tuple[dict[tuple[str, str], 
     frames a tenth as much for each. Test files do not vote: a report names a test where the failure shows, and a
     search demotes tests for the same reason (a fix's own tests match its report too)."""
     resolved = []
-    for p in mentions(query).paths:
-        if files := [f for f in files_of(store.by_path_suffix([p], scope)) if not is_test_path(f[1])]:
+    for p, ids in resolve_paths(store, mentions(query).paths, scope).items():
+        if files := [f for f in files_of(ids) if not is_test_path(f[1])]:
             resolved.append((p, files))
     votes: dict[tuple[str, str], float] = {}
     written: dict[tuple[str, str], str] = {}
@@ -343,13 +344,11 @@ def _search(
             add_rank("summary_lexical", summary_lexical, w)
         if opts.dense and dense_index is not None:
             add_rank("summary_dense", dense_index.search(summary, opts.pool, scope), w)
-    lines_given: dict[str, float] = {}
+    lines_given: dict[str, tuple[str, float]] = {}  # a unit the lines name: the line as written, what the lane gave
     w_lines = opts.weights.get("lines", 1.0)  # 0: no lane, and the frames are not read
     if opts.exact and w_lines > 0 and (lines := written_units(store, named.locations, scope, resolved)):
         add_rank("lines", [(cid, 1.0) for cid, _ in lines], w_lines)
-        for rank, (cid, at) in enumerate(lines, 1):
-            lines_given[cid] = w_lines / (RRF_K + rank)
-            why.setdefault(cid, {})["written"] = {"at": at, "score": 0.0}
+        lines_given = {cid: (at, w_lines / (RRF_K + rank)) for rank, (cid, at) in enumerate(lines, 1)}
     exact: dict[str, float] = {}
     if opts.exact:
         mode = opts.exact_mode if opts.exact_mode != "auto" else ("first" if names_only(query) else "rrf")
@@ -380,8 +379,9 @@ def _search(
             factor = 0.5
             why.setdefault(cid, {})["doc_demoted"] = True
         scored[cid] = s * factor
-        if cid in lines_given:  # what the lines gave it, which its file's score leaves out (to_files)
-            why[cid]["written"]["score"] = lines_given[cid] * factor
+        if cid in lines_given:  # where the question wrote it, what the lines gave it (its file's score leaves it out)
+            at, given = lines_given[cid]
+            why.setdefault(cid, {})["written"] = {"at": at, "score": given * factor}
 
     if opts.graph and scored:
         expand_graph(store, scored, heads, why, opts, scope)
