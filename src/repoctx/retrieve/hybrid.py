@@ -109,9 +109,15 @@ def resolve_paths(store, paths: list[str], scope: Scope) -> dict[str, list[str]]
     return {p: store.by_path_suffix([p], scope) for p in dict.fromkeys(paths)}
 
 
+def file_of(cid: str) -> tuple[str, str]:
+    """(repository, path) of a unit id."""
+    repo, local = split_id(cid)
+    return repo, local.rsplit("#", 1)[0]
+
+
 def files_of(ids: list[str]) -> list[tuple[str, str]]:
     """(repository, path) of each unit id, in order, once each."""
-    return list(dict.fromkeys((repo, local.rsplit("#", 1)[0]) for repo, local in map(split_id, ids)))
+    return list(dict.fromkeys(map(file_of, ids)))
 
 
 def exact_hits(
@@ -147,7 +153,7 @@ def exact_hits(
     for cid in dict.fromkeys(c for p in m.paths for c in resolved[p]):
         # ``db/backends/oracle/features.py`` is django/db/..., not django/contrib/gis/db/...: the fewer folders a
         # path has before what the question wrote, the better it matches
-        path = split_id(cid)[1].rsplit("#", 1)[0]
+        path = file_of(cid)[1]
         extra = min((path.count("/") - f.count("/") for f in m.paths if path == f or path.endswith("/" + f)), default=0)
         out[cid] = (max(out.get(cid, (0.0, ""))[0], 1.5 - 0.01 * min(extra, 9)), "path")
     return sorted(((cid, s, w) for cid, (s, w) in out.items()), key=lambda x: -x[1])
@@ -178,7 +184,7 @@ def written_units(
         if len(out) >= FRAMES:
             break
         if path not in resolved:
-            resolved[path] = store.by_path_suffix([path], scope)
+            resolved.update(resolve_paths(store, [path], scope))
         if name == "<module>" or len(files := files_of(resolved[path])) != 1:
             continue
         key = files[0]
