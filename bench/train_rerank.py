@@ -1,6 +1,7 @@
 """Fit the re-rankers (src/repoctx/retrieve/rerank_weights*.json) on training questions.
 
     python bench/train_rerank.py [--role lanes|standard] [--data bench/data/train/*.jsonl] [--out PATH] [--no-write]
+                                 [--reports N] [--history ROWS]
 
 Training questions (bench/data/train/, same format as multipart.jsonl) are over projects that are
 not in the evaluation set, so bench/agentic.py measures the shipped model on unseen code. For each
@@ -23,6 +24,13 @@ the pinned training packages against the function their change edited in the rel
 not committed), the newest N old releases of each package, each searched as an issue report. Their own function
 ranks are printed under the first stage, the question-only weights and, five folds by package, weights fitted
 without the fold's packages.
+
+``--history ROWS`` (standard role) adds fix commits read the same way: the rows ``bench/history_rows.py --rows-only``
+writes (a commit's cleaned message, the repository at its parent, the functions it changed), each asked as an issue
+report of its parent's index. Their own function ranks are printed under the first stage, the weights fitted without
+them and, each project held out, weights fitted without that project's commits. Session 45 fitted with the 205 fixes
+before the cut-offs (``--before``) and evaluated on the 167 after them; the shipped file is not fitted with them
+(docs/research/index.md).
 """
 from __future__ import annotations
 
@@ -152,17 +160,45 @@ def report_searches(rows: list[dict], settings: Settings) -> list[tuple[dict, li
                 ix.close()
             continue
         try:
-            for r in group:
-                q = r["query"]
-                hits = ix.search(q, k=DEPTH, options=SearchOptions(k=DEPTH, rerank=False))
-                if len(hits) < 2:
-                    continue
-                feats = features_for_lanes(ix.store, [(content_terms(q), hits)], hits, ix.dense_index(), [q])[0]
-                out.append((r, [(h.capsule.id, h.capsule.kind) for h in hits], [keys([h], ix) for h in hits],
-                            second_stage_keeps(q, hits, report=True), feats))
+            out += [x for r in group if (x := report_search(ix, r)) is not None]
         finally:
             ix.close()
         print(f"[reports {n}/{len(by_tree)}] {root.name}: {len(group)} rows", file=sys.stderr, flush=True)
+    return out
+
+
+def report_search(ix, r: dict):
+    """One report's first stage, 30 deep, in ``report_searches``' form (None: fewer than two units found)."""
+    q = r["query"]
+    hits = ix.search(q, k=DEPTH, options=SearchOptions(k=DEPTH, rerank=False))
+    if len(hits) < 2:
+        return None
+    feats = features_for_lanes(ix.store, [(content_terms(q), hits)], hits, ix.dense_index(), [q])[0]
+    return (r, [(h.capsule.id, h.capsule.kind) for h in hits], [keys([h], ix) for h in hits],
+            second_stage_keeps(q, hits, report=True), feats)
+
+
+def history_searches(path: Path, settings: Settings) -> list:
+    """``report_searches`` for the fix commits ``bench/history_rows.py --rows-only`` wrote (a row per commit: its
+    cleaned message, the repository at its parent as a git corpus, the functions it changed as gold), each asked
+    as an issue report of its parent's index (under the evaluation cache, as `repoctx eval` opens it). A row's
+    ``package`` is its project (``history:<repo>``), so the examples fold by project."""
+    from repoctx.evaluate.runner import open_corpus_index
+
+    out = []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for n, row in enumerate(rows, 1):
+        ix = open_corpus_index(row, False, settings)
+        try:
+            ix.update()
+            r = {"id": row["instance_id"], "package": "history:" + row["repo"], "query": row["query"],
+                 "gold": row["gold_functions"]}
+            if (x := report_search(ix, r)) is not None:
+                out.append(x)
+        finally:
+            ix.close()
+        if n % 50 == 0 or n == len(rows):
+            print(f"[history {n}/{len(rows)}]", file=sys.stderr, flush=True)
     return out
 
 
@@ -174,7 +210,8 @@ def report_examples(searches) -> list[tuple[dict, float, str]]:
         for (cid, kind), ks, f in zip(hits, hit_keys, feats):
             if cid not in keep:
                 gold = kind in ("function", "method") and gold_match(ks, r["gold"])
-                out.append((f, float(gold), "report:" + r["package"]))
+                package = r["package"]
+                out.append((f, float(gold), package if package.startswith("history:") else "report:" + package))
     return out
 
 
@@ -267,6 +304,9 @@ def main() -> None:
                     help="--role standard: also fit on release-note pairs read as issue reports, the newest N old "
                          "releases of each package (mined by bench/train_embedder.py mine --releases; 0: none)")
     ap.add_argument("--train-work", type=Path, default=TRAIN_WORK, help="where the mined pairs are (%(default)s)")
+    ap.add_argument("--history", type=Path, default=None, metavar="ROWS",
+                    help="--role standard: also fit on fix commits read as issue reports at their parents, the rows "
+                         "bench/history_rows.py --rows-only writes (keep the rows you evaluate on out of them)")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--lexical-only", action="store_true", help="no dense signal (faster; not what ships)")
     a = ap.parse_args()
@@ -293,6 +333,19 @@ def main() -> None:
         report_cv["with_reports_held_out"] = rank_summary([report_rank(x, held[fold[x[0]["package"]]]) for x in searches])
         print("release-note reports, function ranks: " + "; ".join(f"{n} {v}" for n, v in report_cv.items()))
         data = data + rdata
+    history_cv = {}
+    if standard and a.history:
+        hsearches = history_searches(a.history, settings)
+        hdata = report_examples(hsearches)
+        print(f"{len(hsearches)} history reports, {len(hdata)} candidates, {int(sum(x[1] for x in hdata))} gold")
+        # their own figures, each project held out in turn (fitted without its commits, with the rest of the data)
+        history_cv["first_stage"] = report_metrics(hsearches, None)
+        history_cv["without_history"] = report_metrics(hsearches, fit(data, None))
+        held_h = {p: fit(data + [d for d in hdata if d[2] != p], None) for p in {d[2] for d in hdata}}
+        history_cv["with_history_held_out"] = rank_summary(
+            [report_rank(x, held_h.get(x[0]["package"])) for x in hsearches])
+        print("history reports, function ranks: " + "; ".join(f"{n} {v}" for n, v in history_cv.items()))
+        data = data + hdata
     embedder = next((ix.embedder.model_id for ix in indexes.values() if ix.embedder), None)
     print(f"{len(rows)} questions, {sum(len(r['intents']) for r in rows)} intents, {len(data)} candidates, "
           f"{int(sum(lab for _, lab, _ in data))} gold")
@@ -319,9 +372,10 @@ def main() -> None:
                   "questions": len(rows), "candidates": len(data), "gold": int(sum(lab for _, lab, _ in data)),
                   "held_out_coverage_at_10": cv, "date": datetime.date.today().isoformat(),
                   **({"release_note_reports": {"versions_per_package": a.reports, **report_cv}} if report_cv else {}),
+                  **({"history_reports": {"rows": str(a.history), **history_cv}} if history_cv else {}),
                   "role": a.role,
                   "command": "python bench/train_rerank.py" + (" --role standard" if standard else "")
-                  + (f" --reports {a.reports}" if a.reports else "") + (f" (REPOCTX_EMBEDDER={settings.embedder})" if settings.embedder not in (None, "", "local") else "")}
+                  + (f" --reports {a.reports}" if a.reports else "") + (f" --history {a.history}" if a.history else "") + (f" (REPOCTX_EMBEDDER={settings.embedder})" if settings.embedder not in (None, "", "local") else "")}
     print("weights:", {n: round(w, 2) for n, w in zip(model.features, model.weights)})
     if not a.no_write:
         from repoctx.providers.embedding import get_embedder

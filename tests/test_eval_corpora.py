@@ -428,3 +428,36 @@ def test_eval_ranks_files_with_the_checkouts_history_up_to_its_commit(env, tmp_p
     assert "1 of 1 rows' trees are git checkouts whose mined history voted" in res.stdout
     res = runner.invoke(app, ["eval", str(ds), "--config", "bm25", "-q", "--tree", "both"])
     assert res.exit_code == 0 and "(wheel): 1 of 1 rows' trees are git checkouts" in res.stdout, res.output
+
+
+def test_fix_commits_become_second_stage_examples_at_their_parents(env, repo, tmp_path):
+    """bench/train_rerank.py --history: each row history_rows.py writes (a fix commit: its message, the repository at
+    its parent, the functions it changed) is searched as an issue report of its parent's index; a unit the second
+    stage may move is an example, gold when the commit changed it, folded by the row's project."""
+    import sys
+
+    from repoctx.config import Settings
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from train_rerank import history_searches, report_examples
+
+    r, _, _ = repo
+    (r / "pkg" / "dates.py").write_text(
+        DATES_V1 + '\n\ndef format_http_date(value):\n    """Format a date for an HTTP header."""\n    return value\n'
+    )
+    _git(r, "commit", "-q", "-am", "format")  # the parent: two functions the report's words find
+    parent = _git(r, "rev-parse", "HEAD")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(_git_row("proj-fix", str(r), parent)) + "\n")
+    searches = history_searches(rows, Settings.from_env())
+    assert len(searches) == 1
+    row, hits, hit_keys, keep, _ = searches[0]
+    assert row["package"] == "history:team/proj" and row["gold"] == ["pkg/dates.py:parse_http_date"]
+    moved_gold = [
+        i for i, (cid, _) in enumerate(hits) if cid not in keep and "pkg/dates.py:parse_http_date" in hit_keys[i]
+    ]
+    assert len(moved_gold) == 1  # the changed function, found at the parent, is one the second stage may move
+    examples = report_examples(searches)
+    assert len(examples) == sum(1 for cid, _ in hits if cid not in keep)
+    assert {project for _, _, project in examples} == {"history:team/proj"}
+    assert sum(label for _, label, _ in examples) == 1.0
