@@ -182,7 +182,7 @@ def history_searches(path: Path, settings: Settings) -> list:
     """``report_searches`` for the fix commits ``bench/history_rows.py --rows-only`` wrote (a row per commit: its
     cleaned message, the repository at its parent as a git corpus, the functions it changed as gold), each asked
     as an issue report of its parent's index (under the evaluation cache, as `repoctx eval` opens it). A row's
-    ``package`` is its project (``history:<repo>``), so the examples fold by project."""
+    ``package`` is its project, so the examples fold by project (``report_examples(..., "history:")``)."""
     from repoctx.evaluate.runner import open_corpus_index
 
     out = []
@@ -191,7 +191,7 @@ def history_searches(path: Path, settings: Settings) -> list:
         ix = open_corpus_index(row, False, settings)
         try:
             ix.update()
-            r = {"id": row["instance_id"], "package": "history:" + row["repo"], "query": row["query"],
+            r = {"id": row["instance_id"], "package": row["repo"], "query": row["query"],
                  "gold": row["gold_functions"]}
             if (x := report_search(ix, r)) is not None:
                 out.append(x)
@@ -202,16 +202,17 @@ def history_searches(path: Path, settings: Settings) -> list:
     return out
 
 
-def report_examples(searches) -> list[tuple[dict, float, str]]:
+def report_examples(searches, prefix: str = "report:") -> list[tuple[dict, float, str]]:
     """(feature dict, label, package) per unit the second stage may move, the note read as an issue report
-    (what it names is not kept in place); a function or method is gold when the note's change edited it."""
+    (what it names is not kept in place); a function or method is gold when the note's change edited it.
+    ``prefix``: what the package is named with as an example's project (release notes ``report:``, fix commits
+    ``history:``)."""
     out = []
     for r, hits, hit_keys, keep, feats in searches:
         for (cid, kind), ks, f in zip(hits, hit_keys, feats):
             if cid not in keep:
                 gold = kind in ("function", "method") and gold_match(ks, r["gold"])
-                package = r["package"]
-                out.append((f, float(gold), package if package.startswith("history:") else "report:" + package))
+                out.append((f, float(gold), prefix + r["package"]))
     return out
 
 
@@ -336,14 +337,13 @@ def main() -> None:
     history_cv = {}
     if standard and a.history:
         hsearches = history_searches(a.history, settings)
-        hdata = report_examples(hsearches)
+        hdata = report_examples(hsearches, "history:")
         print(f"{len(hsearches)} history reports, {len(hdata)} candidates, {int(sum(x[1] for x in hdata))} gold")
         # their own figures, each project held out in turn (fitted without its commits, with the rest of the data)
         history_cv["first_stage"] = report_metrics(hsearches, None)
         history_cv["without_history"] = report_metrics(hsearches, fit(data, None))
-        held_h = {p: fit(data + [d for d in hdata if d[2] != p], None) for p in {d[2] for d in hdata}}
-        history_cv["with_history_held_out"] = rank_summary(
-            [report_rank(x, held_h.get(x[0]["package"])) for x in hsearches])
+        held_h = {p: fit(data + [d for d in hdata if d[2] != "history:" + p], None) for p in {x[0]["package"] for x in hsearches}}
+        history_cv["with_history_held_out"] = rank_summary([report_rank(x, held_h[x[0]["package"]]) for x in hsearches])
         print("history reports, function ranks: " + "; ".join(f"{n} {v}" for n, v in history_cv.items()))
         data = data + hdata
     embedder = next((ix.embedder.model_id for ix in indexes.values() if ix.embedder), None)

@@ -452,12 +452,12 @@ def test_fix_commits_become_second_stage_examples_at_their_parents(env, repo, tm
     searches = history_searches(rows, Settings.from_env())
     assert len(searches) == 1
     row, hits, hit_keys, keep, _ = searches[0]
-    assert row["package"] == "history:team/proj" and row["gold"] == ["pkg/dates.py:parse_http_date"]
+    assert row["package"] == "team/proj" and row["gold"] == ["pkg/dates.py:parse_http_date"]
     moved_gold = [
         i for i, (cid, _) in enumerate(hits) if cid not in keep and "pkg/dates.py:parse_http_date" in hit_keys[i]
     ]
     assert len(moved_gold) == 1  # the changed function, found at the parent, is one the second stage may move
-    examples = report_examples(searches)
+    examples = report_examples(searches, "history:")
     assert len(examples) == sum(1 for cid, _ in hits if cid not in keep)
     assert {project for _, _, project in examples} == {"history:team/proj"}
     assert sum(label for _, label, _ in examples) == 1.0
