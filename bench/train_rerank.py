@@ -186,7 +186,7 @@ def history_searches(path: Path, settings: Settings) -> list:
     from repoctx.evaluate.runner import open_corpus_index
 
     out = []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = load([path])
     for n, row in enumerate(rows, 1):
         ix = open_corpus_index(row, False, settings)
         try:
