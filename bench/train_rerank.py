@@ -1,7 +1,7 @@
 """Fit the re-rankers (src/repoctx/retrieve/rerank_weights*.json) on training questions.
 
     python bench/train_rerank.py [--role lanes|standard] [--data bench/data/train/*.jsonl] [--out PATH] [--no-write]
-                                 [--reports N] [--history ROWS]
+                                 [--reports N | --reports-rows FILE] [--save-reports FILE] [--history ROWS]
 
 Training questions (bench/data/train/, same format as multipart.jsonl) are over projects that are
 not in the evaluation set, so bench/agentic.py measures the shipped model on unseen code. For each
@@ -18,12 +18,15 @@ stage sees, the units it may move being examples. Held out by project, intent co
 standard search is printed under the first stage, lane examples only (the weights the second stage used
 before) and both.
 
-``--reports N`` (standard role; the shipped file: ``--reports 2``) adds issue-like rows: release-note entries of
-the pinned training packages against the function their change edited in the release before
-(``bench/embedder/reports.py``; the pairs come from ``python bench/train_embedder.py mine --releases 12`` and are
-not committed), the newest N old releases of each package, each searched as an issue report. Their own function
-ranks are printed under the first stage, the question-only weights and, five folds by package, weights fitted
-without the fold's packages.
+``--reports N`` (standard role) adds issue-like rows: release-note entries of the pinned training packages against
+the function their change edited in the release before (``bench/embedder/reports.py``; the pairs come from
+``python bench/train_embedder.py mine --releases 12`` and are not committed), the newest N old releases of each
+package, each searched as an issue report. Which rows that gives depends on the miner's version and on PyPI's
+releases, so ``--save-reports FILE`` writes the rows used, each release's sdist named by file and sha256, and
+``--reports-rows FILE`` fits on such a file instead (sdists not under ``--train-work`` are fetched from PyPI and
+checked). The shipped file was fitted on ``bench/data/reports/standard_2026-12-03.jsonl``: its 326 rows, mined again
+with the miner of its day (c5d7e61, ``--reports 2``). Their own function ranks are printed under the first stage,
+the question-only weights and, five folds by package, weights fitted without the fold's packages.
 
 ``--history ROWS`` (standard role) adds fix commits read the same way: the rows ``bench/history_rows.py --rows-only``
 writes (a commit's cleaned message, the repository at its parent, the functions it changed), each asked as an issue
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import sys
 from dataclasses import replace
@@ -53,7 +57,7 @@ from repoctx.retrieve.rerank import (DEPTH, ROLES, LinearReranker, features_for_
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from agentic import covered, keys, question_index  # noqa: E402  (same scoring as the benchmark)
-from embedder.reports import gold_match, report_rows, unpack  # noqa: E402
+from embedder.reports import gold_match, pin, pinned_rows, report_rows, unpack  # noqa: E402
 from train_embedder import DEFAULT_WORK as TRAIN_WORK  # noqa: E402  (where its mined pairs are)
 
 
@@ -293,6 +297,12 @@ def coverage(rows: list[dict], indexes: dict, model: LinearReranker | None, sett
     return round(100 * sum(cov) / max(len(cov), 1), 1)
 
 
+def _rel(p: Path) -> str:
+    """A path as the project names it (relative to the checkout when inside it)."""
+    p = p.resolve()
+    return str(p.relative_to(HERE.parent)) if p.is_relative_to(HERE.parent) else str(p)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", nargs="*", type=Path, default=sorted((HERE / "data" / "train").glob("*.jsonl")))
@@ -304,6 +314,10 @@ def main() -> None:
     ap.add_argument("--reports", type=int, default=0, metavar="N",
                     help="--role standard: also fit on release-note pairs read as issue reports, the newest N old "
                          "releases of each package (mined by bench/train_embedder.py mine --releases; 0: none)")
+    ap.add_argument("--reports-rows", type=Path, default=None, metavar="FILE",
+                    help="--role standard: fit on the release-note rows of FILE (--save-reports' form) instead")
+    ap.add_argument("--save-reports", type=Path, default=None, metavar="FILE",
+                    help="write the release-note rows the fit used, pinned by sdist file and sha256")
     ap.add_argument("--train-work", type=Path, default=TRAIN_WORK, help="where the mined pairs are (%(default)s)")
     ap.add_argument("--history", type=Path, default=None, metavar="ROWS",
                     help="--role standard: also fit on fix commits read as issue reports at their parents, the rows "
@@ -311,6 +325,9 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--lexical-only", action="store_true", help="no dense signal (faster; not what ships)")
     a = ap.parse_args()
+    if a.reports and a.reports_rows:
+        ap.error("--reports and --reports-rows: one or the other")
+    rows_file = a.reports_rows or a.save_reports  # the release-note rows the fit is made on, pinned
     settings = Settings.from_env()
     if a.lexical_only:
         settings = replace(settings, embedder="none")
@@ -321,8 +338,13 @@ def main() -> None:
     if standard:  # the standard setting's own examples beside the lanes' (either alone did no better held out)
         data = standard_examples(rows, settings, indexes) + lane_data
     report_cv = {}
-    if standard and a.reports:
-        searches = report_searches(report_rows(a.train_work, max_versions=a.reports), settings)
+    if standard and (a.reports or a.reports_rows):
+        report_list = (pinned_rows(a.reports_rows, a.train_work) if a.reports_rows
+                       else report_rows(a.train_work, max_versions=a.reports))
+        if a.save_reports:
+            a.save_reports.write_text("".join(json.dumps(r) + "\n" for r in pin(report_list)))
+            print(f"wrote {a.save_reports} ({len(report_list)} rows)")
+        searches = report_searches(report_list, settings)
         rdata = report_examples(searches)
         print(f"{len(searches)} release-note reports, {len(rdata)} candidates, {int(sum(x[1] for x in rdata))} gold")
         # the reports' own figures, five folds by package: fitted without the fold's packages, with and
@@ -367,15 +389,17 @@ def main() -> None:
         cv.setdefault("all", {})[key] = round(sum(cv[p][key] * intents[p] for p in intents) / sum(intents.values()), 1)
     print("held out, all projects (intent-weighted): " + " -> ".join(f"{n} {v}" for n, v in cv["all"].items()))
     model = fit(data, embedder)
-    model.meta = {**(model.meta or {}), "trained_on": [str(p.relative_to(HERE.parent)) if p.is_relative_to(HERE.parent) else str(p)
-                                 for p in a.data],
+    model.meta = {**(model.meta or {}), "trained_on": [_rel(p) for p in a.data],
                   "questions": len(rows), "candidates": len(data), "gold": int(sum(lab for _, lab, _ in data)),
                   "held_out_coverage_at_10": cv, "date": datetime.date.today().isoformat(),
-                  **({"release_note_reports": {"versions_per_package": a.reports, **report_cv}} if report_cv else {}),
+                  **({"release_note_reports": {**({"versions_per_package": a.reports} if a.reports else {}),
+                      **({"rows": _rel(rows_file), "rows_sha256": hashlib.sha256(rows_file.read_bytes()).hexdigest()}
+                         if rows_file else {}), **report_cv}} if report_cv else {}),
                   **({"history_reports": {"rows": str(a.history), **history_cv}} if history_cv else {}),
                   "role": a.role,
                   "command": "python bench/train_rerank.py" + (" --role standard" if standard else "")
-                  + (f" --reports {a.reports}" if a.reports else "") + (f" --history {a.history}" if a.history else "") + (f" (REPOCTX_EMBEDDER={settings.embedder})" if settings.embedder not in (None, "", "local") else "")}
+                  + (f" --reports {a.reports}" if a.reports else "")
+                  + (f" --reports-rows {_rel(a.reports_rows)}" if a.reports_rows else "") + (f" --history {a.history}" if a.history else "") + (f" (REPOCTX_EMBEDDER={settings.embedder})" if settings.embedder not in (None, "", "local") else "")}
     print("weights:", {n: round(w, 2) for n, w in zip(model.features, model.weights)})
     if not a.no_write:
         from repoctx.providers.embedding import get_embedder

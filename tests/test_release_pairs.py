@@ -230,3 +230,92 @@ def test_release_pairs_get_negatives_from_their_package_never_a_positive_of_the_
     mined = [dict(_pair("p", "a", "fix a"), neg_file=kept), _pair("p", "b", "fix b")]
     pair_negatives(mined)
     assert mined[0]["neg_file"] == kept and mined[0]["neg_bm25"] is None  # the miner's own negatives are kept
+
+
+def test_release_note_rows_are_pinned_by_sdist_and_sha256_and_read_back(tmp_path, monkeypatch, capsys):
+    """bench/embedder/reports.py: ``pin`` names each row's release by sdist file and sha256, ``pinned_rows`` gives the
+    rows back as ``report_rows`` gave them; an sdist that is not there with that sha256 (and PyPI not reachable) leaves
+    its rows out, said, instead of fitting on other code."""
+    import io
+    import json
+    import tarfile
+
+    import embedder.releases
+    from embedder.reports import pin, pinned_rows, report_rows
+
+    work = tmp_path / "work"
+    (work / "sdists").mkdir(parents=True)
+    for version, body in (("1.0", b"def run():\n    return 1\n"), ("1.1", b"def run():\n    return 2\n")):
+        with tarfile.open(work / "sdists" / f"demo_pkg-{version}.tar.gz", "w:gz") as tf:
+            info = tarfile.TarInfo(f"demo_pkg-{version}/demo/core.py")
+            info.size = len(body)
+            tf.addfile(info, io.BytesIO(body))
+    (work / "releases").mkdir()
+    (work / "releases" / "demo-pkg.jsonl").write_text("".join(json.dumps(
+        {"package": "demo-pkg", "version": v, "path": "demo/core.py", "qualname": "run", "query": f"Fix run in {v}"})
+        + "\n" for v in ("1.0", "1.1")))
+    rows = report_rows(work, ["demo-pkg"])
+    pinned = pin(rows)
+    assert [(r["sdist"], len(r["sha256"])) for r in pinned] == [("demo_pkg-1.0.tar.gz", 64),
+                                                                ("demo_pkg-1.1.tar.gz", 64)]
+    assert not any("tree" in r or "archive" in r for r in pinned)  # no local paths in what is committed
+    f = tmp_path / "rows.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in pinned))
+    assert pinned_rows(f, work) == rows
+
+    def offline(url):
+        raise OSError("network is off")
+
+    monkeypatch.setattr(embedder.releases, "_json", offline)
+    (work / "sdists" / "demo_pkg-1.1.tar.gz").write_bytes(b"another archive")
+    assert pinned_rows(f, work) == rows[:1]
+    assert "demo_pkg-1.1.tar.gz" in capsys.readouterr().err
+
+
+def test_the_shipped_standard_weights_name_the_rows_they_were_fitted_on():
+    """The standard second stage's release-note rows are committed (bench/data/reports/), and the shipped weights
+    record that file by its sha256: 326 rows of 133 releases of 70 packages, none an evaluation project."""
+    import hashlib
+    import json
+
+    from embedder.release_list import evaluation_projects, normalize
+
+    root = Path(__file__).resolve().parents[1]
+    meta = json.loads((root / "src/repoctx/retrieve/rerank_weights.standard.json").read_text())["meta"]
+    rel = meta["release_note_reports"]
+    f = root / rel["rows"]
+    assert hashlib.sha256(f.read_bytes()).hexdigest() == rel["rows_sha256"]
+    rows = [json.loads(line) for line in f.read_text().splitlines()]
+    assert len(rows) == rel["first_stage"]["n"] == 326 and len({r["id"] for r in rows}) == 326
+    sdists = {}
+    for r in rows:
+        assert sdists.setdefault(r["sdist"], r["sha256"]) == r["sha256"]
+        assert r["gold"] and all(":" in g and g.split(":")[0].endswith(".py") for g in r["gold"])
+    assert (len(sdists), len({r["package"] for r in rows})) == (133, 70)
+    assert not {normalize(r["package"]) for r in rows} & evaluation_projects()
+
+
+def test_local_codes_release_pairs_are_pinned_as_its_card_says():
+    """The shipped local:code model's release-note pairs (bench/data/reports/): every pair's two sdists lie in its
+    package's pinned chain with the same sha256, consecutive in it; 743 pairs outside the validation packages and
+    50 in them, as the model card states."""
+    import json
+    import re
+
+    from embedder.packages import VALIDATION
+
+    root = Path(__file__).resolve().parents[1]
+    reports = root / "bench" / "data" / "reports"
+    chains = json.loads((reports / "local_code_2026-12-02.chains.json").read_text())
+    pairs = [json.loads(line) for line in (reports / "local_code_2026-12-02.pairs.jsonl").read_text().splitlines()]
+    for p in pairs:
+        chain = list(chains[p["package"]])
+        assert chains[p["package"]][p["version"]] == {"sdist": p["old_sdist"], "sha256": p["old_sha256"]}
+        assert chains[p["package"]][p["release"]] == {"sdist": p["new_sdist"], "sha256": p["new_sha256"]}
+        assert chain.index(p["release"]) == chain.index(p["version"]) + 1
+        assert p["path"].endswith(".py") and p["qualname"] and p["query"].strip()
+    held = sum(p["package"] in VALIDATION for p in pairs)
+    assert (len(pairs) - held, held) == (743, 50)
+    card = (root / "src" / "repoctx" / "data" / "MINILM_CODE_CARD.md").read_text()
+    assert re.search(r"743 to train on, 50 from the\s+validation packages", card)
+    assert "local_code_2026-12-02.pairs.jsonl" in card

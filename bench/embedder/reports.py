@@ -7,12 +7,17 @@ the change edited. Here each pair becomes one row in the shape of the evaluation
 sdist unpacked (its ``.py`` files) as the corpus, the entry as the query, the changed unit as the gold. The
 packages are the pinned training list (``packages.py``): none of them is an evaluation project.
 
-Rows: ``{"id", "package", "version", "tree", "query", "gold"}`` (``gold``: ``path:qualname`` keys).
+Rows: ``{"id", "package", "version", "tree", "archive", "query", "gold"}`` (``gold``: ``path:qualname`` keys).
+Which rows the pairs give depends on the miner's version and on PyPI's releases, so a fit's rows are kept pinned
+(``pin``: each release's sdist by file name and sha256, no local path) and read back from that file
+(``pinned_rows``); ``bench/data/reports/`` holds the shipped standard weights' rows.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import sys
 import tarfile
 import zipfile
 from collections import defaultdict
@@ -88,12 +93,64 @@ def report_rows(work: Path, packages: list[str] | None = None, max_versions: int
             by_version[p["version"]].append(p)
         versions = [v for v in by_version if (_norm(name), v) in archives][-max_versions:]
         for v in versions:
-            tree = work / "trees" / f"{_norm(name)}-{v}"
-            for j, p in enumerate(by_version[v]):
-                rows.append({"id": f"{name}-{v}-{j}", "package": name, "version": v, "tree": str(tree),
-                             "archive": str(archives[(_norm(name), v)]), "query": p["query"],
-                             "gold": [f"{p['path']}:{p['qualname']}"]})
+            rows += [_row(work, f"{name}-{v}-{j}", name, v, archives[(_norm(name), v)], p["query"],
+                          [f"{p['path']}:{p['qualname']}"]) for j, p in enumerate(by_version[v])]
     return rows
+
+
+def _row(work: Path, rid: str, package: str, version: str, archive: Path, query: str, gold: list[str]) -> dict:
+    """One row: the old release's sdist ``archive`` unpacks to ``WORK/trees/<package>-<version>``."""
+    return {"id": rid, "package": package, "version": version,
+            "tree": str(work / "trees" / f"{_norm(package)}-{version}"), "archive": str(archive), "query": query,
+            "gold": gold}
+
+
+def pin(rows: list[dict]) -> list[dict]:
+    """``report_rows``' rows in the form a fit can be made again from (``pinned_rows``): the sdist each row's tree
+    comes from named by file and sha256 instead of local paths."""
+    digests: dict[str, str] = {}
+    out = []
+    for r in rows:
+        archive = Path(r["archive"])
+        if archive.name not in digests:
+            digests[archive.name] = hashlib.sha256(archive.read_bytes()).hexdigest()
+        out.append({"id": r["id"], "package": r["package"], "version": r["version"], "sdist": archive.name,
+                    "sha256": digests[archive.name], "query": r["query"], "gold": r["gold"]})
+    return out
+
+
+def pinned_rows(path: Path, work: Path) -> list[dict]:
+    """The rows ``pin`` wrote, as ``report_rows`` gives them: an sdist not in ``WORK/sdists`` is looked up among its
+    release's files on PyPI (JSON API) and fetched; its sha256 is checked either way; its tree goes under
+    ``WORK/trees``. A release whose sdist cannot be had with that sha256 is left out with its rows, said on stderr."""
+    from .releases import _json, _pypi, fetch_sdist, sdist_of
+
+    def fetch(r: dict) -> Path | None:
+        have = work / "sdists" / r["sdist"]
+        if have.exists() and hashlib.sha256(have.read_bytes()).hexdigest() == r["sha256"]:
+            return have
+        try:
+            files = _json(_pypi(r["package"])).get("releases", {}).get(r["version"], [])
+        except (OSError, ValueError) as e:  # unreachable, or not JSON
+            print(f"  ! {r['sdist']}: PyPI: {e}", file=sys.stderr)
+            return None
+        found = sdist_of(r["package"], [f for f in files if f["filename"] == r["sdist"]], yanked=True)
+        if found is None:
+            print(f"  ! {r['sdist']}: not among {r['package']} {r['version']}'s files", file=sys.stderr)
+            return None
+        return fetch_sdist({**found, "digests": {"sha256": r["sha256"]}}, work / "sdists")
+
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    archives: dict[str, Path | None] = {}
+    out = []
+    for r in rows:
+        if r["sdist"] not in archives:
+            archives[r["sdist"]] = fetch(r)
+            if archives[r["sdist"]] is None:
+                print(f"  ! {r['sdist']} (sha256 {r['sha256'][:12]}…) not had: its rows are left out", file=sys.stderr)
+        if (archive := archives[r["sdist"]]) is not None:
+            out.append(_row(work, r["id"], r["package"], r["version"], archive, r["query"], r["gold"]))
+    return out
 
 
 def gold_match(keys: list[str], gold: list[str]) -> bool:
