@@ -395,7 +395,7 @@ def main() -> None:
                   **({"release_note_reports": {**({"versions_per_package": a.reports} if a.reports else {}),
                       **({"rows": _rel(rows_file), "rows_sha256": hashlib.sha256(rows_file.read_bytes()).hexdigest()}
                          if rows_file else {}), **report_cv}} if report_cv else {}),
-                  **({"history_reports": {"rows": str(a.history), **history_cv}} if history_cv else {}),
+                  **({"history_reports": {"rows": _rel(a.history), **history_cv}} if history_cv else {}),
                   "role": a.role,
                   "command": "python bench/train_rerank.py" + (" --role standard" if standard else "")
                   + (f" --reports {a.reports}" if a.reports else "")

@@ -141,11 +141,15 @@ def release_chain(name: str, pinned: str | None, n: int, before: str | None = No
 
 
 def fetch_sdist(info: dict, dest: Path) -> Path | None:
+    """``dest/<filename>``: the file at hand when its sha256 is the one wanted, else downloaded from ``info["url"]``
+    and checked (None: not had; without a URL, only the file at hand is looked at)."""
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / info["filename"]
     want = info.get("digests", {}).get("sha256")
     if path.exists() and (not want or hashlib.sha256(path.read_bytes()).hexdigest() == want):
         return path
+    if "url" not in info:
+        return None
     try:
         with urllib.request.urlopen(info["url"], timeout=120) as r:
             data = r.read()

@@ -126,9 +126,8 @@ def pinned_rows(path: Path, work: Path) -> list[dict]:
     from .releases import _json, _pypi, fetch_sdist, sdist_of
 
     def fetch(r: dict) -> Path | None:
-        have = work / "sdists" / r["sdist"]
-        if have.exists() and hashlib.sha256(have.read_bytes()).hexdigest() == r["sha256"]:
-            return have
+        if (have := fetch_sdist({"filename": r["sdist"], "digests": {"sha256": r["sha256"]}}, work / "sdists")):
+            return have  # at hand, its sha256 checked
         try:
             files = _json(_pypi(r["package"])).get("releases", {}).get(r["version"], [])
         except (OSError, ValueError) as e:  # unreachable, or not JSON
