@@ -1,7 +1,7 @@
 """Two `repoctx eval --json` runs compared row by row, on all rows and on the odd and even halves of the split.
 
     python bench/eval_halves.py BEFORE.json AFTER.json [--config hybrid+graph] [--tree wheel|sdist]
-                                [--dataset ../shared/eval/swebench_lite_dev.jsonl] [--json]
+                                [--dataset ../shared/eval/swebench_lite_dev.jsonl] [--regold] [--json]
     python bench/eval_halves.py RESULTS.json#wheel_default RESULTS.json#wheel_kind_places   # two runs of one file
 
 Prints file Acc@1/3/5/10 and function Acc@1/5/10 before → after with the rows gained and lost and the exact McNemar
@@ -9,6 +9,9 @@ p, the MRRs, and whether the rule a ranking change is kept by holds: file Acc@1 
 halves (issue 44). Halves are the odd and even rows of ``--dataset`` counted from 1 (default: the shared dev split
 when it is there, else the order of BEFORE's rows). A run of ``--tree both`` is read at ``--tree``; ``FILE#NAME`` reads
 the run saved under NAME in FILE (a results file that keeps several, e.g. ``bench/results/eval_session38_*.json``).
+``--regold``: function level scored against ``--dataset``'s ``gold_functions`` instead of those the runs were made
+with, which may only have lost keys since (a run keeps every gold's rank): session 46's history rows no longer name
+the classes a fix changed as function gold, and the runs made before are read again that way.
 """
 
 from __future__ import annotations
@@ -49,6 +52,24 @@ def result(path: Path, config: str | None, tree: str | None) -> dict:
     return configs[name]
 
 
+def regold(run: dict, gold: dict[str, list[str]]) -> dict:
+    """``run`` with each row's function-level gold cut to ``gold[instance id]`` (a row not in ``gold`` as it was):
+    its gold ranks kept for those keys, its first rank the best of them (none left: the row leaves function level)."""
+    rows = []
+    for r in run.get("rows", []):
+        want = gold.get(r["instance_id"])
+        if want is not None:
+            had = r.get("gold_function_ranks") or {}
+            if not set(want) <= set(had):
+                raise ValueError(f"{r['instance_id']}: gold {sorted(set(want) - set(had))[0]!r} was not scored in the "
+                                 "run; run it again on the dataset")
+            ranks = {k: had[k] for k in want}
+            got = [v for v in ranks.values() if v is not None]
+            r = {**r, "gold_function_ranks": ranks, "function_rank": min(got) if got else None}
+        rows.append(r)
+    return {**run, "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("before", type=Path)
@@ -56,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=None, help="the config to read (default: the only one, else hybrid+graph)")
     ap.add_argument("--tree", choices=("wheel", "sdist"), default=None, help="in a --tree both run (default wheel)")
     ap.add_argument("--dataset", type=Path, default=None, help=f"the split whose order makes the halves ({DEV})")
+    ap.add_argument("--regold", action="store_true",
+                    help="function level against --dataset's gold_functions (a subset of what the runs scored)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     dataset = args.dataset or (DEV if DEV.exists() else None)
@@ -64,7 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         after = result(args.after, args.config, args.tree)
         order = None
         if dataset is not None:
-            order = [json.loads(x)["instance_id"] for x in dataset.read_text().splitlines() if x.strip()]
+            rows = [json.loads(x) for x in dataset.read_text().splitlines() if x.strip()]
+            order = [r["instance_id"] for r in rows]
+            if args.regold:
+                gold = {r["instance_id"]: list(r.get("gold_functions") or []) for r in rows}
+                before, after = regold(before, gold), regold(after, gold)
+        elif args.regold:
+            raise ValueError("--regold reads the gold of --dataset")
         got = compare(before, after, order)
     except (OSError, ValueError) as e:
         print(f"eval_halves: {e}", file=sys.stderr)

@@ -6,7 +6,11 @@ by `repoctx eval` as a checkout (`repoctx.evaluate.corpus`), whose history up to
 ranking (`Index.with_history`), against the same rows with `--no-history`. Rows: for each bundle in
 `../shared/history`, the fix commits within 1,500 days after history_eval's cut-off (the history vote's weight
 was tuned on click's fixes before its cut-off; attrs and marshmallow were never tuned on), with 1 to 5 changed
-functions outside tests, named at the parent; query = the cleaned message (issue numbers and trailers out).
+functions outside tests, named at the parent; query = the cleaned message (issue numbers and trailers out). A class
+the commit changed in its own lines (an attribute) names its file as gold, not a function (session 46: before, such a
+row could never count at function level, since Acc@k wants every gold function in the first k and the function
+ranking holds functions and methods only); a row whose changes are all such is left out of function level, as
+SWE-bench's rows are.
 
     python bench/history_rows.py                      # default config (hybrid + graph, default model)
     python bench/history_rows.py --config bm25        # lexical only, faster
@@ -33,7 +37,7 @@ from repoctx.evaluate.compare import within
 from repoctx.evaluate.history import cutoff_commit, is_fix
 from repoctx.evaluate.metrics import mcnemar
 from repoctx.evaluate.runner import CONFIGS, evaluate
-from repoctx.history import clean_message, update_history
+from repoctx.history import clean_message, span_map, update_history
 from repoctx.ingest.languages import is_test_path
 from repoctx.tokens import code_tokens
 
@@ -42,6 +46,22 @@ sys.path.insert(0, str(ROOT / "bench"))
 from history_eval import CUTOFFS, clone_bundle  # noqa: E402 - the same cut-offs as the history evaluation
 
 WINDOW_DAYS, MAX_GOLD = 1500, 5
+
+
+def unit_kind(repo: Path, commit: str, key: str) -> str | None:
+    """The kind (function, method, class) of the unit ``path:qualname`` names at ``commit``, as the miner's parser
+    sees it (None: not found). The history names every unit a commit changed, a class when lines of its own body
+    changed (an attribute, a decorator); function-level gold is functions and methods, as SWE-bench's is ("may be
+    empty when the fix edits module-level code or class attributes only", ../shared/eval/README.md)."""
+    path, _, qual = key.partition(":")
+    if (commit, path) not in _KINDS:
+        got = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], capture_output=True)
+        sm = span_map(path, got.stdout.decode("utf-8", "replace")) if got.returncode == 0 else None
+        _KINDS[(commit, path)] = {u.qualname: u.kind for u in sm.by_id.values()} if sm is not None else {}
+    return _KINDS[(commit, path)].get(qual)
+
+
+_KINDS: dict[tuple[str, str], dict[str, str]] = {}
 
 
 def project_rows(name: str, bundles: Path, work: Path, before: bool = False) -> list[dict]:
@@ -74,7 +94,7 @@ def project_rows(name: str, bundles: Path, work: Path, before: bool = False) -> 
                 "time": c.time,
                 "query": query,
                 "gold_files": list(dict.fromkeys(s.split(":", 1)[0] for s in gold)),
-                "gold_functions": gold,
+                "gold_functions": [s for s in gold if unit_kind(repo, c.parents[0], s) != "class"],
                 "corpus": {"git": str(repo), "commit": c.parents[0], "path_prefix": ""},
                 "main_line": c.sha in main_line,
             }

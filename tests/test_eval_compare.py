@@ -129,3 +129,31 @@ def test_the_bench_script_reads_eval_json(tmp_path):
         text=True,
     )
     assert missing.returncode == 2 and "'nope'" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_runs_are_scored_again_against_the_datasets_mended_gold(tmp_path):
+    """bench/eval_halves.py --regold: function level against the dataset's gold_functions, which may only have lost
+    keys since the runs (a class the history named as function gold, never in a function ranking, made its row a
+    miss at every k); a row left with none leaves function level, a key the run never scored is refused."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from eval_halves import regold
+
+    run = {"rows": [{**row("r1", 1, 3), "gold_function_ranks": {"a.py:f": 3, "a.py:C": None}},
+                    {**row("r2", 1, None), "gold_function_ranks": {"a.py:D": None}},
+                    row("r3", 1, 12)]}
+    assert within(run["rows"][0], "function", 10) is False  # the class can never be within k
+    got = regold(run, {"r1": ["a.py:f"], "r2": []})
+    assert within(got["rows"][0], "function", 10) is True and got["rows"][0]["function_rank"] == 3
+    assert within(got["rows"][1], "function", 10) is None  # no function gold left: not counted
+    assert got["rows"][2] == run["rows"][2]  # a row the gold does not name stays as it was
+    with pytest.raises(ValueError, match="a.py:g"):
+        regold(run, {"r1": ["a.py:g"]})
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"instance_id": i, "gold_functions": g}) + "\n"
+                               for i, g in (("r1", ["a.py:f"]), ("r2", []), ("r3", ["a.py:f"]))))
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps({"a": run, "b": run}))
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "eval_halves.py"), f"{runs}#a", f"{runs}#b",
+                          "--dataset", str(dataset), "--regold", "--json"], capture_output=True, text=True, check=True)
+    fn = json.loads(out.stdout)["parts"]["all"]["function"]
+    assert fn["rows"] == 2 and fn["acc@10"]["before"] == 50.0  # r1 now within 10, r3 (rank 12) not; r2 left out

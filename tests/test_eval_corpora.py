@@ -461,3 +461,26 @@ def test_fix_commits_become_second_stage_examples_at_their_parents(env, repo, tm
     assert len(examples) == sum(1 for cid, _ in hits if cid not in keep)
     assert {project for _, _, project in examples} == {"history:team/proj"}
     assert sum(label for _, label, _ in examples) == 1.0
+
+
+def test_history_rows_name_functions_not_classes_as_function_gold(tmp_path):
+    """bench/history_rows.py: the history names every unit a commit changed, a class when lines of its own body
+    changed; function-level gold is functions and methods (as SWE-bench's), so the kind is read at the parent."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from history_rows import unit_kind
+
+    r = tmp_path / "proj"
+    (r / "pkg").mkdir(parents=True)
+    _git(r, "init", "-q")
+    (r / "pkg" / "opts.py").write_text(
+        "class Option:\n    default = None\n\n    def parse(self, value):\n        return value\n\n\n"
+        "def helper():\n    def inner():\n        return 1\n    return inner\n"
+    )
+    _git(r, "add", ".")
+    _git(r, "commit", "-q", "-m", "options")
+    sha = _git(r, "rev-parse", "HEAD")
+    kinds = {q: unit_kind(r, sha, f"pkg/opts.py:{q}") for q in ("Option", "Option.parse", "helper", "gone")}
+    assert kinds == {"Option": "class", "Option.parse": "method", "helper": "function", "gone": None}
+    assert unit_kind(r, sha, "pkg/missing.py:f") is None  # a path the commit does not hold
