@@ -23,6 +23,7 @@ The table goes to bench/results/history_rows.md (with --config bm25: history_row
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -55,14 +56,14 @@ def unit_kind(repo: Path, commit: str, key: str) -> str | None:
     changed (an attribute, a decorator); function-level gold is functions and methods, as SWE-bench's is ("may be
     empty when the fix edits module-level code or class attributes only", ../shared/eval/README.md)."""
     path, _, qual = key.partition(":")
-    if (commit, path) not in _KINDS:
-        got = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], capture_output=True)
-        sm = span_map(path, got.stdout.decode("utf-8", "replace")) if got.returncode == 0 else None
-        _KINDS[(commit, path)] = {u.qualname: u.kind for u in sm.by_id.values()} if sm is not None else {}
-    return _KINDS[(commit, path)].get(qual)
+    return _kinds(repo, commit, path).get(qual)
 
 
-_KINDS: dict[tuple[str, str], dict[str, str]] = {}
+@functools.cache
+def _kinds(repo: Path, commit: str, path: str) -> dict[str, str]:
+    got = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], capture_output=True)
+    sm = span_map(path, got.stdout.decode("utf-8", "replace")) if got.returncode == 0 else None
+    return {u.qualname: u.kind for u in sm.by_id.values()} if sm is not None else {}
 
 
 def project_rows(name: str, bundles: Path, work: Path, before: bool = False) -> list[dict]:
