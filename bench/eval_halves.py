@@ -61,8 +61,10 @@ def regold(run: dict, gold: dict[str, list[str]]) -> dict:
         if want is not None:
             had = r.get("gold_function_ranks") or {}
             if not set(want) <= set(had):
-                raise ValueError(f"{r['instance_id']}: gold {sorted(set(want) - set(had))[0]!r} was not scored in the "
-                                 "run; run it again on the dataset")
+                raise ValueError(
+                    f"{r['instance_id']}: gold {sorted(set(want) - set(had))[0]!r} was not scored in the "
+                    "run; run it again on the dataset"
+                )
             ranks = {k: had[k] for k in want}
             got = [v for v in ranks.values() if v is not None]
             r = {**r, "gold_function_ranks": ranks, "function_rank": min(got) if got else None}
@@ -77,8 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=None, help="the config to read (default: the only one, else hybrid+graph)")
     ap.add_argument("--tree", choices=("wheel", "sdist"), default=None, help="in a --tree both run (default wheel)")
     ap.add_argument("--dataset", type=Path, default=None, help=f"the split whose order makes the halves ({DEV})")
-    ap.add_argument("--regold", action="store_true",
-                    help="function level against --dataset's gold_functions (a subset of what the runs scored)")
+    ap.add_argument(
+        "--regold",
+        action="store_true",
+        help="function level against --dataset's gold_functions (a subset of what the runs scored)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     dataset = args.dataset or (DEV if DEV.exists() else None)
