@@ -327,6 +327,9 @@ def main() -> None:
     a = ap.parse_args()
     if a.reports and a.reports_rows:
         ap.error("--reports and --reports-rows: one or the other")
+    for flag, f in (("--reports-rows", a.reports_rows), ("--history", a.history)):
+        if f is not None and not f.is_file():
+            ap.error(f"{flag}: no file {f}")
     rows_file = a.reports_rows or a.save_reports  # the release-note rows the fit is made on, pinned
     settings = Settings.from_env()
     if a.lexical_only:

@@ -319,3 +319,17 @@ def test_local_codes_release_pairs_are_pinned_as_its_card_says():
     card = (root / "src" / "repoctx" / "data" / "MINILM_CODE_CARD.md").read_text()
     assert re.search(r"743 to train on, 50 from the\s+validation packages", card)
     assert "local_code_2026-12-02.pairs.jsonl" in card
+
+
+def test_train_rerank_names_a_missing_rows_file_before_any_work(tmp_path):
+    """bench/train_rerank.py: a --reports-rows or --history file that is not there, or --reports beside
+    --reports-rows, is a usage error (exit 2, one line), not a traceback after minutes of indexing."""
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "train_rerank.py"
+    for args, said in ((["--reports-rows", str(tmp_path / "none.jsonl")], "--reports-rows: no file"),
+                       (["--history", str(tmp_path / "none.jsonl")], "--history: no file"),
+                       (["--reports", "2", "--reports-rows", str(tmp_path / "none.jsonl")], "one or the other")):
+        got = subprocess.run([sys.executable, str(script), "--role", "standard", "--no-write", *args],
+                             capture_output=True, text=True)
+        assert got.returncode == 2 and said in got.stderr and "Traceback" not in got.stderr, got.stderr
