@@ -251,6 +251,15 @@ def report_metrics(searches, model: LinearReranker | None) -> dict:
     return rank_summary([report_rank(x, model) for x in searches])
 
 
+def own_figures(searches, data: list, extra: list, prefix: str, fold: dict, names: tuple[str, str]) -> dict:
+    """The function ranks of report-like rows (``searches``, whose examples are ``extra``, projects named ``prefix`` +
+    package) under the first stage, under weights fitted on ``data`` alone (``names[0]``) and, for each group of
+    ``fold`` (package → group), under weights fitted on ``data`` and ``extra`` without that group (``names[1]``)."""
+    held = {g: fit(data + [d for d in extra if fold[d[2][len(prefix):]] != g], None) for g in set(fold.values())}
+    return {"first_stage": report_metrics(searches, None), names[0]: report_metrics(searches, fit(data, None)),
+            names[1]: rank_summary([report_rank(x, held[fold[x[0]["package"]]]) for x in searches])}
+
+
 def standard_coverage(rows: list[dict], indexes: dict, model: LinearReranker | None, settings: Settings,
                       k: int = 10) -> float:
     """Intent coverage at k of the standard search, its second stage done by ``model`` (None: first stage)."""
@@ -350,13 +359,9 @@ def main() -> None:
         searches = report_searches(report_list, settings)
         rdata = report_examples(searches)
         print(f"{len(searches)} release-note reports, {len(rdata)} candidates, {int(sum(x[1] for x in rdata))} gold")
-        # the reports' own figures, five folds by package: fitted without the fold's packages, with and
-        # without any report examples (the questions' examples are in both)
+        # the reports' own figures, five folds by package
         fold = {p: i % 5 for i, p in enumerate(sorted({r["package"] for r, *_ in searches}))}
-        report_cv["first_stage"] = report_metrics(searches, None)
-        report_cv["questions_only"] = report_metrics(searches, fit(data, None))
-        held = {f: fit(data + [d for d in rdata if fold[d[2][len("report:"):]] != f], None) for f in set(fold.values())}
-        report_cv["with_reports_held_out"] = rank_summary([report_rank(x, held[fold[x[0]["package"]]]) for x in searches])
+        report_cv = own_figures(searches, data, rdata, "report:", fold, ("questions_only", "with_reports_held_out"))
         print("release-note reports, function ranks: " + "; ".join(f"{n} {v}" for n, v in report_cv.items()))
         data = data + rdata
     history_cv = {}
@@ -364,11 +369,9 @@ def main() -> None:
         hsearches = history_searches(a.history, settings)
         hdata = report_examples(hsearches, "history:")
         print(f"{len(hsearches)} history reports, {len(hdata)} candidates, {int(sum(x[1] for x in hdata))} gold")
-        # their own figures, each project held out in turn (fitted without its commits, with the rest of the data)
-        history_cv["first_stage"] = report_metrics(hsearches, None)
-        history_cv["without_history"] = report_metrics(hsearches, fit(data, None))
-        held_h = {p: fit(data + [d for d in hdata if d[2] != "history:" + p], None) for p in {x[0]["package"] for x in hsearches}}
-        history_cv["with_history_held_out"] = rank_summary([report_rank(x, held_h[x[0]["package"]]) for x in hsearches])
+        # their own figures, each project held out in turn
+        projects = {x[0]["package"]: x[0]["package"] for x in hsearches}
+        history_cv = own_figures(hsearches, data, hdata, "history:", projects, ("without_history", "with_history_held_out"))
         print("history reports, function ranks: " + "; ".join(f"{n} {v}" for n, v in history_cv.items()))
         data = data + hdata
     embedder = next((ix.embedder.model_id for ix in indexes.values() if ix.embedder), None)
@@ -392,17 +395,23 @@ def main() -> None:
         cv.setdefault("all", {})[key] = round(sum(cv[p][key] * intents[p] for p in intents) / sum(intents.values()), 1)
     print("held out, all projects (intent-weighted): " + " -> ".join(f"{n} {v}" for n, v in cv["all"].items()))
     model = fit(data, embedder)
-    model.meta = {**(model.meta or {}), "trained_on": [_rel(p) for p in a.data],
-                  "questions": len(rows), "candidates": len(data), "gold": int(sum(lab for _, lab, _ in data)),
-                  "held_out_coverage_at_10": cv, "date": datetime.date.today().isoformat(),
-                  **({"release_note_reports": {**({"versions_per_package": a.reports} if a.reports else {}),
-                      **({"rows": _rel(rows_file), "rows_sha256": hashlib.sha256(rows_file.read_bytes()).hexdigest()}
-                         if rows_file else {}), **report_cv}} if report_cv else {}),
-                  **({"history_reports": {"rows": _rel(a.history), **history_cv}} if history_cv else {}),
-                  "role": a.role,
-                  "command": "python bench/train_rerank.py" + (" --role standard" if standard else "")
-                  + (f" --reports {a.reports}" if a.reports else "")
-                  + (f" --reports-rows {_rel(a.reports_rows)}" if a.reports_rows else "") + (f" --history {a.history}" if a.history else "") + (f" (REPOCTX_EMBEDDER={settings.embedder})" if settings.embedder not in (None, "", "local") else "")}
+    meta = {"trained_on": [_rel(p) for p in a.data], "questions": len(rows), "candidates": len(data),
+            "gold": int(sum(lab for _, lab, _ in data)), "held_out_coverage_at_10": cv,
+            "date": datetime.date.today().isoformat()}
+    command = "python bench/train_rerank.py" + (" --role standard" if standard else "")
+    if report_cv:
+        rel = {"versions_per_package": a.reports} if a.reports else {}
+        if rows_file:
+            rel |= {"rows": _rel(rows_file), "rows_sha256": hashlib.sha256(rows_file.read_bytes()).hexdigest()}
+        meta["release_note_reports"] = rel | report_cv
+    if history_cv:
+        meta["history_reports"] = {"rows": _rel(a.history), **history_cv}
+    command += f" --reports {a.reports}" if a.reports else ""
+    command += f" --reports-rows {_rel(a.reports_rows)}" if a.reports_rows else ""
+    command += f" --history {a.history}" if a.history else ""
+    if settings.embedder not in (None, "", "local"):
+        command += f" (REPOCTX_EMBEDDER={settings.embedder})"
+    model.meta = {**(model.meta or {}), **meta, "role": a.role, "command": command}
     print("weights:", {n: round(w, 2) for n, w in zip(model.features, model.weights)})
     if not a.no_write:
         from repoctx.providers.embedding import get_embedder
