@@ -13,7 +13,9 @@ calls (the search's own code runs unchanged):
 - dense: the question's vector and the vector search (its title line too);
 - graph: ``expand_graph`` (callers and callees of the top units);
 - fusion: the rest of the first stage (reciprocal-rank fusion, unit heads, demotions, reading the units);
-- linear second stage: ``Index._second_stage`` (rerank.py over the first 30 units).
+- linear second stage: ``Index._second_stage`` (rerank.py over the first 30 units);
+- file prior: ``Index._file_prior`` (the first ``hybrid.FILE_PRIOR_DEPTH`` candidates' files ranked as a file-level
+  search ranks them, and the first 30 units re-ordered by their own place and their file's).
 
 (A cross-encoder stage was timed in session 31 with code that was not merged and is not in this repository; its
 figures stay in docs/speed.md.)
@@ -41,7 +43,7 @@ from index_speed import _pct  # one percentile for every bench table
 
 DJANGO = {"instance_id": "stages", "corpus": {"pypi": "Django", "version": "4.2", "path_prefix": ""}}
 DATASET = Path("/work/shared/eval/swebench_lite_dev.jsonl")
-STAGES = ("exact", "lexical", "dense", "fusion", "graph", "linear second stage")
+STAGES = ("exact", "lexical", "dense", "fusion", "graph", "linear second stage", "file prior")
 
 
 class Clock:
@@ -103,15 +105,18 @@ def run(ix, qs: list[str]) -> tuple[dict[str, list[float]], dict[str, list[float
     out: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
     cpu: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
     second_stage = clock.timed("linear second stage", ix._second_stage)
+    file_prior = clock.timed("file prior", ix._file_prior)
     opts = SearchOptions(k=10)
     try:
         for i, q in enumerate(qs):
             for warm in (True, False) if i < 2 else (False,):
                 clock.spent, clock.cpu = {}, {}
                 t0, c0 = time.perf_counter(), time.process_time()
-                hits = hybrid.search(store, q, opts, dense, limit=max(10, rr.DEPTH))
+                seen: dict = {}
+                hits = hybrid.search(store, q, opts, dense, limit=max(10, rr.DEPTH), stats=seen)
                 first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
-                second_stage(q, hits, ix.scope(None), real)
+                ranked, _ = second_stage(q, hits, ix.scope(None), real)
+                file_prior(q, ranked, opts, ix.scope(None), seen["units"])
                 if warm:
                     continue
                 named = ("exact", "lexical", "dense", "graph")

@@ -332,6 +332,79 @@ def test_a_file_ranks_by_the_sum_of_its_two_best_units():
             to_files(hits, bad)
 
 
+def _hit(path: str, name: str, score: float, repo: str = "r"):
+    from repoctx.types import Capsule, Hit
+
+    return Hit(Capsule(id=f"{repo}:{path}#{name}", path=path, language="python", kind="function", name=name,
+                       qualname=name, signature=f"def {name}()", start_line=1, end_line=2, text="",
+                       content_hash=name, repo=repo), score, {})
+
+
+def test_files_ranked_from_units_read_without_their_texts_rank_as_from_hits():
+    from repoctx.index import _file_keys
+    from repoctx.retrieve.hybrid import to_files, unit_files
+
+    hits = [_hit("a.py", "lucky", 0.030), _hit("b.py", "first", 0.028), _hit("c.py", "one", 0.021),
+            _hit("b.py", "second", 0.020), _hit("b.py", "third", 0.001)]
+    hits[0].why["written"] = {"at": "a.py:3", "score": 0.004}  # what the lines gave it: its file leaves it out
+    units = [(h.capsule.repo, h.capsule.path, h.score - 0.004 * (i == 0)) for i, h in enumerate(hits)]
+    for agg in ("max", "top2", "sum", "rrf"):
+        light = unit_files(units, agg)
+        assert [(f.path, f.score) for f in light] == [(f.path, f.score) for f in to_files(hits, agg)]
+        assert all(f.repo == "r" and not f.capsules for f in light)
+    # a.py's best unit scores 0.030, of which its file counts 0.026: below b.py's 0.028
+    assert _file_keys(unit_files(units)) == _file_keys(to_files(hits)) == [("r", "b.py"), ("r", "a.py"), ("r", "c.py")]
+
+
+def test_a_units_file_counts_in_its_place_but_never_overturns_the_ranking():
+    from repoctx.retrieve.hybrid import file_prior
+    from repoctx.types import FileHit
+
+    files = [FileHit("top.py", 1.0)] + [FileHit(f"f{i}.py", 0.5) for i in range(30)] + [FileHit("far.py", 0.1)]
+    # a unit of the best file passes the unit just above it when that one's file ranks last
+    far, top = _hit("far.py", "far", 0.03), _hit("top.py", "top", 0.029)
+    assert [h.capsule.name for h in file_prior([far, top], files)] == ["top", "far"]
+    assert top.why["file_prior"] == {"was": 2, "file_rank": 1} and far.why["file_prior"] == {"was": 1, "file_rank": 32}
+    # ... but not a unit of the second file, nor one far above it
+    hits = [_hit("f0.py", "second", 0.03)] + [_hit(f"f{i}.py", f"u{i}", 0.02) for i in range(1, 29)]
+    hits.append(_hit("top.py", "deep", 0.01))
+    out = file_prior(hits, files)
+    assert out[0].capsule.name == "second" and out.index(hits[-1]) > 0 and "file_prior" not in out[0].why
+    # a unit whose file is not ranked counts as one of a file after the last; ties keep their order
+    a, b = _hit("x.py", "a", 0.03), _hit("top.py", "b", 0.03)
+    assert [h.capsule.name for h in file_prior([a, b], files)] == ["b", "a"] and a.why["file_prior"]["file_rank"] == 33
+    same = [_hit("f3.py", "p", 0.03), _hit("f3.py", "q", 0.03)]
+    assert file_prior(same, files) == same and not any(h.why for h in same)
+
+
+def test_a_standard_search_orders_its_first_units_by_their_files_too(tmp_path, monkeypatch):
+    files = {f"steps/s{i:02d}.py": f"def invoice_step_{i}(order):\n    \"\"\"Render invoice pdf step {i}.\"\"\"\n"
+             f"    return order\n" for i in range(40)}
+    ix = make(tmp_path, HashEmbedder(64), files=files)
+    ix.update()
+    q = "render the invoice pdf of an order, step by step"
+    deep = ix.search(q, k=50)  # 80 units: a function and a module a file
+    for k in (1, 3, 10, 30):  # the order of the first units does not depend on how many are asked for
+        assert [h.capsule.id for h in ix.search(q, k=k)] == [h.capsule.id for h in deep[:k]]
+    # the files ranked as a file-level search ranks them decide: the first unit's file ranked last, the second's first
+    first, second = deep[0].capsule.path, deep[1].capsule.path
+    ranked: list[list[str]] = []
+    real = Index.rank_files
+
+    def moved(self, query, found, scope):
+        out, n = real(self, query, found, scope)
+        ranked.append([f.path for f in out])
+        out = [f for f in out if f.path == second] + [f for f in out if f.path not in (first, second)] + \
+            [f for f in out if f.path == first]
+        return out, n
+
+    monkeypatch.setattr(Index, "rank_files", moved)
+    got = ix.search(q, k=10)
+    assert got[0].capsule.path == second and got[0].why["file_prior"] == {"was": 2, "file_rank": 1}
+    assert [h.capsule.id for h in got].index(deep[0].capsule.id) > 1  # its file now ranked last, others pass it
+    assert sorted(ranked[-1]) == sorted(files)  # every candidate's file, though only ten units were asked for
+
+
 def test_file_level_retrieval_aggregates_by_the_query_shape(tmp_path):
     from repoctx.retrieve.hybrid import file_aggregation, to_files
 

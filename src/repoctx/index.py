@@ -653,7 +653,8 @@ class Index:
         self, query: str, k: int, level: str, opts: SearchOptions, scope: Scope, dense, stats: dict | None = None
     ) -> tuple[list[Hit], str]:
         """The standard search's units and what its second stage did: for files every candidate in the first
-        stage's order (files are ranked from its scores); for units the first max(k, depth) re-ranked."""
+        stage's order (files are ranked from its scores); for units the first max(k, 30), the first 30 re-ranked,
+        then in the order their files' ranking gives them too (``_file_prior``)."""
         reading = getattr(self.store, "reading", None)  # both stages' reads: one content key, one connection
         with reading() if reading is not None else nullcontext():
             return self._stages(query, k, level, opts, scope, dense, stats)
@@ -668,8 +669,22 @@ class Index:
             return search(self.store, query, opts, dense, scope, stats=stats), ""
         if not (opts.rerank and self.settings.second_stage):
             return search(self.store, query, opts, dense, scope, limit=k, stats=stats), ""
-        hits = search(self.store, query, opts, dense, scope, limit=max(k, rr.DEPTH), stats=stats)
-        return self._second_stage(query, hits, scope, dense)
+        seen = stats if stats is not None else {}
+        hits = search(self.store, query, opts, dense, scope, limit=max(k, rr.DEPTH), stats=seen)
+        ranked, said = self._second_stage(query, hits, scope, dense)
+        return self._file_prior(query, ranked, opts, scope, seen["units"]), said
+
+    def _file_prior(
+        self, query: str, hits: list[Hit], opts: SearchOptions, scope: Scope, units: list[tuple[str, str, float]]
+    ) -> list[Hit]:
+        """A standard search's re-ranked units, the first ``rerank.DEPTH`` of them in the order their files' ranking
+        gives them too (``hybrid.file_prior``); the files ranked as a file-level search ranks them, from the first
+        candidates (``units``, a search's ``stats["units"]``)."""
+        from repoctx.retrieve import rerank as rr
+        from repoctx.retrieve.hybrid import file_aggregation, file_prior, unit_files
+
+        files, _ = self.rank_files(query, unit_files(units, file_aggregation(opts.file_agg, query)), scope)
+        return file_prior(hits[: rr.DEPTH], files) + hits[rr.DEPTH :]
 
     def _second_stage(self, query: str, hits: list[Hit], scope: Scope, dense) -> tuple[list[Hit], str]:
         """A standard search's first units re-ordered by the shipped re-ranker, the whole question as one
@@ -1271,8 +1286,8 @@ def _check_query(query: str) -> str:
 
 
 def _file_keys(files: list[FileHit]) -> list[tuple[str, str] | None]:
-    """Each file hit's (repository, path); None for one without units."""
-    return [(f.capsules[0].capsule.repo, f.path) if f.capsules else None for f in files]
+    """Each file hit's (repository, path); None for one without units or a repository."""
+    return [(f.repo or f.capsules[0].capsule.repo, f.path) if f.repo or f.capsules else None for f in files]
 
 
 def _fused(files: list[FileHit], bonus: list[float]) -> tuple[list[FileHit], int]:

@@ -138,6 +138,8 @@ class FileHit:
     history: list[tuple[str, str]] = field(default_factory=list)
     # the path the question wrote that names this file (a traceback's frame, a link): why the paths moved it
     named: str = ""
+    # its repository, for a file ranked from units read without their texts (``hybrid.unit_files``: no capsules)
+    repo: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
