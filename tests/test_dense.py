@@ -310,18 +310,20 @@ def test_flat_vectors_are_searched_exactly_without_faiss(tmp_path):
     assert [c for c, _ in got] == [c for _, c in best]
 
 
-def test_a_file_ranks_by_the_sum_of_its_two_best_units():
-    from repoctx.retrieve.hybrid import to_files
+def _hit(path: str, name: str, score: float, repo: str = "r"):
     from repoctx.types import Capsule, Hit
 
-    def hit(path: str, name: str, score: float) -> Hit:
-        return Hit(Capsule(id=f"{path}#{name}", path=path, language="python", kind="function", name=name,
-                           qualname=name, signature=f"def {name}()", start_line=1, end_line=2, text="",
-                           content_hash=name), score, {})
+    return Hit(Capsule(id=f"{repo}:{path}#{name}", path=path, language="python", kind="function", name=name,
+                       qualname=name, signature=f"def {name}()", start_line=1, end_line=2, text="",
+                       content_hash=name, repo=repo), score, {})
+
+
+def test_a_file_ranks_by_the_sum_of_its_two_best_units():
+    from repoctx.retrieve.hybrid import to_files
 
     # one lucky unit in a.py against two relevant units in b.py (and a third, weak one)
-    hits = [hit("a.py", "lucky", 0.030), hit("b.py", "first", 0.028), hit("b.py", "second", 0.020),
-            hit("b.py", "third", 0.001)]
+    hits = [_hit("a.py", "lucky", 0.030), _hit("b.py", "first", 0.028), _hit("b.py", "second", 0.020),
+            _hit("b.py", "third", 0.001)]
     assert [f.path for f in to_files(hits, "top2")] == ["b.py", "a.py"]
     b = to_files(hits, "top2")[0]
     assert b.score == 0.028 + 0.020 and [h.capsule.name for h in b.capsules] == ["first", "second", "third"]
@@ -330,14 +332,6 @@ def test_a_file_ranks_by_the_sum_of_its_two_best_units():
     for bad in ("top0", "topx", "mean", "auto"):  # auto is resolved for a query first
         with pytest.raises(ValueError, match="file aggregation"):
             to_files(hits, bad)
-
-
-def _hit(path: str, name: str, score: float, repo: str = "r"):
-    from repoctx.types import Capsule, Hit
-
-    return Hit(Capsule(id=f"{repo}:{path}#{name}", path=path, language="python", kind="function", name=name,
-                       qualname=name, signature=f"def {name}()", start_line=1, end_line=2, text="",
-                       content_hash=name, repo=repo), score, {})
 
 
 def test_files_ranked_from_units_read_without_their_texts_rank_as_from_hits():
@@ -370,7 +364,7 @@ def test_a_units_file_counts_in_its_place_but_never_overturns_the_ranking():
     hits.append(_hit("top.py", "deep", 0.01))
     out = file_prior(hits, files)
     assert out[0].capsule.name == "second" and out.index(hits[-1]) > 0 and "file_prior" not in out[0].why
-    # a unit whose file is not ranked counts as one of a file after the last; ties keep their order
+    # a unit whose file is not ranked counts as one of a file after the last; two units of one file keep their order
     a, b = _hit("x.py", "a", 0.03), _hit("top.py", "b", 0.03)
     assert [h.capsule.name for h in file_prior([a, b], files)] == ["b", "a"] and a.why["file_prior"]["file_rank"] == 33
     same = [_hit("f3.py", "p", 0.03), _hit("f3.py", "q", 0.03)]
