@@ -116,7 +116,7 @@ def run(ix, qs: list[str]) -> tuple[dict[str, list[float]], dict[str, list[float
                 hits = hybrid.search(store, q, opts, dense, limit=max(10, rr.DEPTH), stats=seen)
                 first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
                 ranked, _ = second_stage(q, hits, ix.scope(None), real)
-                file_prior(q, ranked, opts, ix.scope(None), seen["units"])
+                file_prior(q, ranked, opts, ix.scope(None), seen["units"], seen.get("resolved"))
                 if warm:
                     continue
                 named = ("exact", "lexical", "dense", "graph")

@@ -206,6 +206,33 @@ def test_a_file_the_report_writes_a_path_for_moves_up_in_a_file_level_search(tmp
     ix.close()
 
 
+def test_a_unit_search_resolves_each_written_path_once(tmp_path, monkeypatch):
+    """A report's written paths are resolved once a search: its exact and lines lanes and the file ranking that
+    orders its first units (``Index._file_prior``) read one resolution, and that ranking hears the paths' vote."""
+    ix = indexed(tmp_path, SHOP, "shop", "idx")
+    calls: list[tuple[str, ...]] = []
+    real = ix.store.by_path_suffix
+
+    def counted(paths, scope):
+        calls.append(tuple(paths))
+        return real(paths, scope)
+
+    monkeypatch.setattr(ix.store, "by_path_suffix", counted)
+    voted: list[list[str]] = []
+    real_named = Index.with_named
+
+    def watched(self, query, files, scope, resolved=None):
+        out, n = real_named(self, query, files, scope, resolved)
+        voted.append([f.path for f in out if f.named])
+        return out, n
+
+    monkeypatch.setattr(Index, "with_named", watched)
+    hits = ix.search(REPORT, k=5)
+    assert hits and calls == [("shop/transfer.py",)]
+    assert voted == [["shop/transfer.py"]]
+    ix.close()
+
+
 def test_a_traceback_s_many_frames_share_one_vote(tmp_path):
     """Ten frames vote a tenth as much for each file as one written path does for its file; a test file does not
     vote (a report names a test where the failure shows)."""

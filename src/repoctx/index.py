@@ -438,11 +438,14 @@ class Index:
         self._history_aside[repo] = t = threading.Thread(target=read, name="repoctx-history", daemon=True)
         t.start()
 
-    def rank_files(self, query: str, files: list[FileHit], scope: Scope) -> tuple[list[FileHit], dict[str, int]]:
+    def rank_files(
+        self, query: str, files: list[FileHit], scope: Scope, resolved: dict[str, list[str]] | None = None
+    ) -> tuple[list[FileHit], dict[str, int]]:
         """``files`` as a file-level search ranks them: re-ordered by their repositories' history votes
-        (``with_history``), then by the paths the question writes (``with_named``); how many files each moved."""
+        (``with_history``), then by the paths the question writes (``with_named``; ``resolved``: those paths as
+        ``hybrid.resolve_paths`` gave them, when the caller has them); how many files each moved."""
         files, by_history = self.with_history(query, files)
-        files, by_paths = self.with_named(query, files, scope)
+        files, by_paths = self.with_named(query, files, scope, resolved)
         return files, {"history": by_history, "named": by_paths}
 
     def with_history(self, query: str, files: list[FileHit]) -> tuple[list[FileHit], int]:
@@ -470,7 +473,9 @@ class Index:
             f.history = [(v.sha, v.title) for v in vote[1]] if vote else []
         return _fused(files, [FILE_WEIGHT / (60 + vote[0]) if vote else 0.0 for vote in got])
 
-    def with_named(self, query: str, files: list[FileHit], scope: Scope) -> tuple[list[FileHit], int]:
+    def with_named(
+        self, query: str, files: list[FileHit], scope: Scope, resolved: dict[str, list[str]] | None = None
+    ) -> tuple[list[FileHit], int]:
         """``files`` re-ordered by the paths the question writes (``hybrid.named_files``, weighted reciprocal ranks at
         ``hybrid.NAMED_WEIGHT``; a file the search did not find never joins), and how many moved. A file a written
         path names says so (``FileHit.named``)."""
@@ -478,7 +483,7 @@ class Index:
 
         if len(files) < 2:
             return files, 0
-        votes, written = named_files(self.store, query, scope)
+        votes, written = named_files(self.store, query, scope, resolved)
         if not votes:
             return files, 0
         keys = _file_keys(files)
@@ -672,18 +677,25 @@ class Index:
         seen = stats if stats is not None else {}
         hits = search(self.store, query, opts, dense, scope, limit=max(k, rr.DEPTH), stats=seen)
         ranked, said = self._second_stage(query, hits, scope, dense)
-        return self._file_prior(query, ranked, opts, scope, seen["units"]), said
+        return self._file_prior(query, ranked, opts, scope, seen["units"], seen.get("resolved")), said
 
     def _file_prior(
-        self, query: str, hits: list[Hit], opts: SearchOptions, scope: Scope, units: list[tuple[str, str, float]]
+        self,
+        query: str,
+        hits: list[Hit],
+        opts: SearchOptions,
+        scope: Scope,
+        units: list[tuple[str, str, float]],
+        resolved: dict[str, list[str]] | None = None,
     ) -> list[Hit]:
         """A standard search's re-ranked units, the first ``rerank.DEPTH`` of them in the order their files' ranking
         gives them too (``hybrid.file_prior``); the files ranked as a file-level search ranks them, from the first
-        candidates (``units``, a search's ``stats["units"]``)."""
+        candidates (``units``, a search's ``stats["units"]``; ``resolved``, its ``stats["resolved"]``)."""
         from repoctx.retrieve import rerank as rr
         from repoctx.retrieve.hybrid import file_aggregation, file_prior, unit_files
 
-        files, _ = self.rank_files(query, unit_files(units, file_aggregation(opts.file_agg, query)), scope)
+        ranking = unit_files(units, file_aggregation(opts.file_agg, query))
+        files, _ = self.rank_files(query, ranking, scope, resolved)
         return file_prior(hits[: rr.DEPTH], files) + hits[rr.DEPTH :]
 
     def _second_stage(self, query: str, hits: list[Hit], scope: Scope, dense) -> tuple[list[Hit], str]:

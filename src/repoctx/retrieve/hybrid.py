@@ -207,21 +207,26 @@ def written_units(
 NAMED_WEIGHT = 0.25
 
 
-def named_files(store, query: str, scope: Scope) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], str]]:
+def named_files(
+    store, query: str, scope: Scope, resolved: dict[str, list[str]] | None = None
+) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], str]]:
     """The files the paths ``query`` writes resolve to, as (repository, path): each one's share of the vote and the
-    path written for it. The j-th written path that resolves gives 1 / (60 + j), shared among the files it resolves
-    to and divided by how many paths resolve: a report that names one file votes for it whole, a traceback of ten
-    frames a tenth as much for each. Test files do not vote: a report names a test where the failure shows, and a
-    search demotes tests for the same reason (a fix's own tests match its report too)."""
-    resolved = []
-    for p, ids in resolve_paths(store, mentions(query).paths, scope).items():
+    path written for it (``resolved``: its paths as ``resolve_paths`` gives them, when the caller has them). The j-th
+    written path that resolves gives 1 / (60 + j), shared among the files it resolves to and divided by how many paths
+    resolve: a report that names one file votes for it whole, a traceback of ten frames a tenth as much for each. Test
+    files do not vote: a report names a test where the failure shows, and a search demotes tests for the same reason
+    (a fix's own tests match its report too)."""
+    if resolved is None:
+        resolved = resolve_paths(store, mentions(query).paths, scope)
+    voting = []
+    for p, ids in resolved.items():
         if files := [f for f in files_of(ids) if not is_test_path(f[1])]:
-            resolved.append((p, files))
+            voting.append((p, files))
     votes: dict[tuple[str, str], float] = {}
     written: dict[tuple[str, str], str] = {}
-    for j, (p, files) in enumerate(resolved, 1):
+    for j, (p, files) in enumerate(voting, 1):
         for key in files:
-            votes[key] = votes.get(key, 0.0) + 1.0 / (60 + j) / len(files) / len(resolved)
+            votes[key] = votes.get(key, 0.0) + 1.0 / (60 + j) / len(files) / len(voting)
             written.setdefault(key, p)
     return votes, written
 
@@ -302,9 +307,10 @@ def search(
     stats: dict | None = None,
 ) -> list[Hit]:
     """Every candidate, best first; ``limit``: only the first ``limit`` (the ranking is the same; ``stats``
-    gets ``candidates``, how many there were, and ``units``, the first ``FILE_PRIOR_DEPTH`` of them as
-    (repository, path, the score their file counts), read without their texts). Each hit's ``why`` says which
-    signals found it (rank and score), and any demotion or graph step."""
+    gets ``candidates``, how many there were; ``units``, the first ``FILE_PRIOR_DEPTH`` of them as (repository, path,
+    the score their file counts), read without their texts; and with the exact lane on, ``resolved``, the paths the
+    question writes as ``resolve_paths`` gave them). Each hit's ``why`` says which signals found it (rank and score),
+    and any demotion or graph step."""
     reading = getattr(store, "reading", None)  # a store that keeps units in memory: one content key a search
     with reading() if reading is not None else nullcontext():
         return _search(store, query, opts or SearchOptions(), dense_index, scope, limit, stats)
@@ -402,6 +408,8 @@ def _search(
             (split_id(cid)[0], heads[cid].path, scored[cid] - _lines_share(why.get(cid)))
             for cid in order[:FILE_PRIOR_DEPTH]
         ]
+        if opts.exact:  # the paths it writes, resolved once for the exact and lines lanes and the files' ranking
+            stats["resolved"] = resolved
     caps = {c.id: c for c in store.capsules(order[:limit], scope)}
     hits = []
     for cid in order[:limit]:
