@@ -385,8 +385,8 @@ def test_a_standard_search_orders_its_first_units_by_their_files_too(tmp_path, m
     ranked: list[list[str]] = []
     real = Index.rank_files
 
-    def moved(self, query, found, scope):
-        out, n = real(self, query, found, scope)
+    def moved(self, query, found, scope, resolved=None):
+        out, n = real(self, query, found, scope, resolved)
         ranked.append([f.path for f in out])
         out = [f for f in out if f.path == second] + [f for f in out if f.path not in (first, second)] + \
             [f for f in out if f.path == first]
