@@ -1303,7 +1303,9 @@ def _file_keys(files: list[FileHit]) -> list[tuple[str, str] | None]:
 
 
 def _fused(files: list[FileHit], bonus: list[float]) -> tuple[list[FileHit], int]:
-    """``files`` re-ordered by the reciprocal rank of their place (k 60) plus each one's vote, and how many moved."""
-    scored = sorted((-(1.0 / (60 + i) + b), i, f) for i, (f, b) in enumerate(zip(files, bonus, strict=True), 1))
-    out = [f for _, _, f in scored]
+    """``files`` re-ordered by the reciprocal rank of their place (k 60) plus each one's vote (``hybrid.rrf_order``),
+    and how many moved."""
+    from repoctx.retrieve.hybrid import rrf_order
+
+    out = [files[i] for i in rrf_order(bonus)]
     return out, sum(a.path != b.path for a, b in zip(out, files, strict=True))

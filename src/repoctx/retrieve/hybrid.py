@@ -514,12 +514,18 @@ def file_prior(hits: list[Hit], files: list[FileHit], weight: float = FILE_PRIOR
     place = {f.path: i for i, f in enumerate(files, 1)}
     unranked = len(place) + 1
     file_rank = [place.get(h.capsule.path, unranked) for h in hits]
-    score = [1.0 / (RRF_K + i) + weight / (RRF_K + r) for i, r in enumerate(file_rank, 1)]
-    order = sorted(range(len(hits)), key=lambda i: -score[i])
+    order = rrf_order([weight / (RRF_K + r) for r in file_rank])
     for new, i in enumerate(order):
         if new != i:
             hits[i].why["file_prior"] = {"was": i + 1, "file_rank": file_rank[i]}
     return [hits[i] for i in order]
+
+
+def rrf_order(bonus: list[float]) -> list[int]:
+    """The places of a ranked list (0-based) re-ordered by the reciprocal rank of each place (k 60) plus its
+    ``bonus``; ties keep their order. A file ranking moved by votes (``Index.rank_files``) and units moved by their
+    files' places (``file_prior``) are both this."""
+    return sorted(range(len(bonus)), key=lambda i: -(1.0 / (RRF_K + i + 1) + bonus[i]))
 
 
 def _lines_share(why: dict | None) -> float:
