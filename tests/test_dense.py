@@ -589,3 +589,70 @@ def test_opening_the_vector_cache_writes_nothing(tmp_path):
     sqlite3.connect(old).execute("CREATE TABLE t(x)").connection.close()
     VectorCache(old).close()
     assert sqlite3.connect(old).execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+
+
+def _long_function(name: str, words: str) -> str:
+    """A function whose first 20 lines say nothing of ``words`` (more than the model reads) and whose next do."""
+    filler = ["".join(f"    step_{i} = ledger_{i} + carry_{i}\n" for i in range(j, j + 20)) for j in (0, 20)]
+    return f"def {name}(entries):\n{filler[0]}    # {words}\n    {words.replace(' ', '_')}(entries)\n{filler[1]}"
+
+
+def test_a_functions_body_past_what_the_model_reads_comes_in_windows():
+    from repoctx.retrieve.hybrid import BODY_WINDOWS, WINDOW_CHARS, body_windows
+    from repoctx.types import Capsule
+
+    def unit(text, kind="function", sig="def settle(entries):"):
+        return Capsule("r:ledger/books.py:settle", "ledger/books.py", "python", kind, "settle", "Books.settle", sig,
+                       1, text.count("\n"), text, "h")
+
+    assert body_windows(unit("def settle(entries):\n    return entries\n")) == []  # one window: its own vector
+    text = _long_function("settle", "quarterly rebate overflow")
+    got = body_windows(unit(text))
+    assert len(got) == BODY_WINDOWS
+    for w in got:
+        assert w.startswith("ledger/books.py :: Books.settle\ndef settle(entries):\n") and len(w) <= WINDOW_CHARS
+    assert "step_0 =" not in got[0]  # the first window, which the unit's own vector reads, is not among them
+    assert "quarterly rebate overflow" in got[0] and "quarterly" not in text[: WINDOW_CHARS]
+    assert body_windows(unit(text, kind="class")) == [] and body_windows(unit("", sig="")) == []
+
+
+def test_a_functions_further_windows_count_for_its_file_when_asked(tmp_path):
+    """REPOCTX_FUNCTION_WINDOWS=1: a function whose words come late in its body lifts its file; the units keep their
+    order; the windows' vectors are read from the vector cache by the next process."""
+    files = {
+        "ledger/books.py": _long_function("settle", "quarterly tax rebate overflow"),
+        "ledger/notes.py": 'def totals(entries):\n    """Quarterly totals of the books."""\n    return entries\n',
+        **{f"misc/m{i}.py": f"def helper_{i}(x):\n    return x * {i}\n" for i in range(6)},
+    }
+    root = tmp_path / "repo"
+    write_tree(root, files)
+
+    def index(windows, emb):
+        settings = Settings(index_dir=tmp_path / "idx", vector_cache=tmp_path / "vectors.sqlite",
+                            function_windows=windows)
+        return Index(root, settings, embedder=emb)
+
+    index(False, HashEmbedder(256)).update()
+    q = "quarterly tax rebate overflow"
+    dense_only = SearchOptions(k=20, lexical=False, exact=False, rerank=False)
+    as_files = SearchOptions(k=5, level="file", lexical=False, exact=False)
+
+    def first_file(ix):
+        return ix.search(q, k=5, level="file", options=as_files)[0].path
+
+    plain = index(False, HashEmbedder(256))
+    assert first_file(plain) == "ledger/notes.py"  # one word of it in its first lines
+    units = plain.search(q, k=20, options=dense_only)
+    assert all("windows" not in h.why for h in units)
+
+    emb = HashEmbedder(256)
+    ix = index(True, emb)
+    assert first_file(ix) == "ledger/books.py"
+    got = ix.search(q, k=20, options=dense_only)
+    assert [h.capsule.id for h in got] == [h.capsule.id for h in units]  # files only: the units' order is the same
+    assert next(h for h in got if h.capsule.name == "settle").why["windows"]["score"] > 0
+    assert emb.embedded > 1  # the question and the windows
+
+    again = HashEmbedder(256)
+    assert first_file(index(True, again)) == "ledger/books.py"
+    assert again.embedded == 1  # the question only: the windows' vectors came from the cache

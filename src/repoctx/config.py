@@ -105,6 +105,9 @@ class Settings:
     memory_lexical: bool | None = None
     # the standard search's second stage (the re-ranker over its first 30 units; retrieve/rerank.py)
     second_stage: bool = True
+    # a candidate function's body past what the model reads counts for its file (hybrid.window_shares): an option,
+    # REPOCTX_FUNCTION_WINDOWS=1; its windows are embedded when a search first compares them, then read from the cache
+    function_windows: bool = False
     # PostgreSQL: seconds to reach the database (connect, or wait for a pooled connection) before failing;
     # None: psycopg's defaults. The HTTP service sets it from REPOCTX_STORE_TIMEOUT
     store_timeout: float | None = None
@@ -129,6 +132,7 @@ class Settings:
             database_url=os.environ.get("REPOCTX_DATABASE_URL") or None,
             memory_lexical=_bool_env("REPOCTX_MEMORY_LEXICAL"),
             second_stage=_bool_env("REPOCTX_SECOND_STAGE") is not False,
+            function_windows=_bool_env("REPOCTX_FUNCTION_WINDOWS") is True,
             cache_vectors=_bool_env("REPOCTX_CACHE_VECTORS") is True,
             watch=_bool_env("REPOCTX_WATCH") is not False,
             watch_max_dirs=_int_env("REPOCTX_WATCH_MAX_DIRS", 10_000),

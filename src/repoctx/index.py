@@ -631,7 +631,9 @@ class Index:
         if not any(s.count for _, s in self._vector_states(self.scope(scope), emb.model_id)):
             return None
         if self._dense is None:
-            self._dense = DenseRetriever(self.store, emb, VectorCache(self.settings.vector_cache))
+            self._dense = DenseRetriever(
+                self.store, emb, VectorCache(self.settings.vector_cache), windows=self.settings.function_windows
+            )
         return self._dense
 
     def search(

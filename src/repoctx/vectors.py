@@ -247,10 +247,18 @@ class DenseRetriever:
     """What hybrid search calls: embeds the question and asks the store for the nearest capsules in
     scope (the store applies the scope inside its vector search)."""
 
-    def __init__(self, store, embedder, cache: VectorCache | None = None, joint: DenseRetriever | None = None):
+    def __init__(
+        self,
+        store,
+        embedder,
+        cache: VectorCache | None = None,
+        joint: DenseRetriever | None = None,
+        windows: bool = False,
+    ):
         self.store = store
         self.embedder = embedder
-        self.cache = cache  # where the short texts ``similarities`` compares (unit names) outlive the process
+        self.cache = cache  # where the short texts ``similarities`` compares (unit names, windows) outlive the process
+        self.windows = windows  # a search compares its candidates' further body windows (hybrid.window_shares)
         self._qcache: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
         self._ahead: dict[str, threading.Thread] = {}  # texts being embedded ahead of their search, and by what

@@ -762,7 +762,7 @@ def _field(obj: Any, name: str) -> str:
     return val if isinstance(val, str) else ("" if val is None else str(val))
 
 
-def _squeeze(text: str) -> str:
+def squeeze(text: str) -> str:
     """Strip each line and drop blank ones (indentation costs characters, not tokens)."""
     return "\n".join(s for s in (ln.strip() for ln in text.splitlines()) if s)
 
@@ -817,12 +817,12 @@ def embed_text(capsule: Any, max_length: int = 256, chars_per_token: float = 4.0
     if sig.strip():
         parts.append(" ".join(sig.split()))
     if doc.strip():
-        parts.append(_squeeze(doc))
+        parts.append(squeeze(doc))
     out = "\n".join(p for p in parts if p)
     if len(out) < budget and text:
         body = _body_after_header(text, sig, doc) if (sig or doc) else text
         # squeeze only what can fit (bodies may be huge)
-        body = _squeeze(body[: budget * 3])
+        body = squeeze(body[: budget * 3])
         if body:
             out = f"{out}\n{body}"
     if len(out) > budget:
