@@ -144,7 +144,7 @@ def open_index(project: dict, root: Path, embedder: str):
     from repoctx import Index, Settings
 
     index_dir = CACHE / "index" / f"{project['name']}-{project['source']['version']}-{embedder}"
-    ix = Index(root, Settings(index_dir=index_dir, embedder=embedder))
+    ix = Index(root, Settings.from_env(index_dir=index_dir, embedder=embedder))
     t0 = time.perf_counter()
     ix.update()
     return ix, time.perf_counter() - t0

@@ -15,7 +15,10 @@ calls (the search's own code runs unchanged):
 - fusion: the rest of the first stage (reciprocal-rank fusion, unit heads, demotions, reading the units);
 - linear second stage: ``Index._second_stage`` (rerank.py over the first 30 units);
 - file prior: ``Index._file_prior`` (the first ``hybrid.FILE_PRIOR_DEPTH`` candidates' files ranked as a file-level
-  search ranks them, and the first 30 units re-ordered by their own place and their file's).
+  search ranks them, and the first 30 units re-ordered by their own place and their file's);
+- function windows, with ``REPOCTX_FUNCTION_WINDOWS=1`` only: ``hybrid.window_shares`` (the candidates' further body
+  windows read, embedded when the vector cache lacks them, and compared with the question and its title line).
+  ``--vector-cache PATH`` points the search at another vector cache (an empty one: every window embedded once).
 
 (A cross-encoder stage was timed in session 31 with code that was not merged and is not in this repository; its
 figures stay in docs/speed.md.)
@@ -43,7 +46,7 @@ from index_speed import _pct  # one percentile for every bench table
 
 DJANGO = {"instance_id": "stages", "corpus": {"pypi": "Django", "version": "4.2", "path_prefix": ""}}
 DATASET = Path("/work/shared/eval/swebench_lite_dev.jsonl")
-STAGES = ("exact", "lexical", "dense", "fusion", "graph", "linear second stage", "file prior")
+STAGES = ("exact", "lexical", "dense", "function windows", "fusion", "graph", "linear second stage", "file prior")
 
 
 class Clock:
@@ -96,12 +99,14 @@ def run(ix, qs: list[str]) -> tuple[dict[str, list[float]], dict[str, list[float
         "written_units": hybrid.written_units,
         "query_terms": hybrid.query_terms,
         "expand_graph": hybrid.expand_graph,
+        "window_shares": hybrid.window_shares,
     }
     hybrid.exact_hits = clock.timed("exact", hybrid.exact_hits)
     hybrid.resolve_paths = clock.timed("exact", hybrid.resolve_paths)
     hybrid.written_units = clock.timed("exact", hybrid.written_units)
     hybrid.query_terms = clock.timed("lexical", hybrid.query_terms)
     hybrid.expand_graph = clock.timed("graph", hybrid.expand_graph)
+    hybrid.window_shares = clock.timed("function windows", hybrid.window_shares)
     out: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
     cpu: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
     second_stage = clock.timed("linear second stage", ix._second_stage)
@@ -119,7 +124,7 @@ def run(ix, qs: list[str]) -> tuple[dict[str, list[float]], dict[str, list[float
                 file_prior(q, ranked, opts, ix.scope(None), seen["units"], seen.get("resolved"))
                 if warm:
                     continue
-                named = ("exact", "lexical", "dense", "graph")
+                named = ("exact", "lexical", "dense", "graph", "function windows")
                 clock.spent["fusion"] = max(0.0, first - sum(v for k, v in clock.spent.items() if k in named))
                 clock.cpu["fusion"] = max(0.0, first_cpu - sum(v for k, v in clock.cpu.items() if k in named))
                 for s in STAGES:
@@ -139,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--dataset", type=Path, default=DATASET)
+    ap.add_argument("--vector-cache", type=Path, help="the vector cache searches read (default: REPOCTX_CACHE's)")
     args = ap.parse_args(argv)
-    settings = Settings.from_env()
+    settings = Settings.from_env(vector_cache=args.vector_cache)
     ix = open_corpus_index(DJANGO, False, settings)
     ix.update()
     qs = questions(args.dataset, args.queries)
@@ -158,11 +164,17 @@ def main(argv: list[str] | None = None) -> int:
         if v
     }
     if args.json:
-        out = {"load": [round(x, 2) for x in load], "embedder": settings.embedder, "stages": rows}
+        out = {
+            "load": [round(x, 2) for x in load],
+            "embedder": settings.embedder,
+            "function_windows": settings.function_windows,
+            "stages": rows,
+        }
         print(json.dumps(out, indent=1))
         return 0
     print(
-        f"Django 4.2, {len(qs)} SWE-bench dev issue texts, k=10, embedder {settings.embedder}; "
+        f"Django 4.2, {len(qs)} SWE-bench dev issue texts, k=10, embedder {settings.embedder}"
+        f"{', function windows' if settings.function_windows else ''}; "
         f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores)\n"
     )
     print("| stage | p50 ms | p95 ms | CPU p50 ms (all threads) |\n|---|---|---|---|")
