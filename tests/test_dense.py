@@ -619,6 +619,8 @@ def test_a_functions_body_past_what_the_model_reads_comes_in_windows():
 def test_a_functions_further_windows_count_for_its_file_when_asked(tmp_path):
     """REPOCTX_FUNCTION_WINDOWS=1: a function whose words come late in its body lifts its file; the units keep their
     order; the windows' vectors are read from the vector cache by the next process."""
+    from repoctx.render import why_text
+
     files = {
         "ledger/books.py": _long_function("settle", "quarterly tax rebate overflow"),
         "ledger/notes.py": 'def totals(entries):\n    """Quarterly totals of the books."""\n    return entries\n',
@@ -650,7 +652,8 @@ def test_a_functions_further_windows_count_for_its_file_when_asked(tmp_path):
     assert first_file(ix) == "ledger/books.py"
     got = ix.search(q, k=20, options=dense_only)
     assert [h.capsule.id for h in got] == [h.capsule.id for h in units]  # files only: the units' order is the same
-    assert next(h for h in got if h.capsule.name == "settle").why["windows"]["score"] > 0
+    settle = next(h for h in got if h.capsule.name == "settle")
+    assert settle.why["windows"]["score"] > 0 and "body window" in why_text(settle.why)
     assert emb.embedded > 1  # the question and the windows
 
     again = HashEmbedder(256)

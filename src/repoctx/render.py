@@ -123,6 +123,8 @@ def why_text(why: dict | None) -> str:
     ]
     ranked.sort()  # the signals that ranked it best, at most WHY_SIGNALS of them: a reason, not a ledger
     parts += [f"{label} #{rank}" for rank, label in ranked[:WHY_SIGNALS]]
+    if isinstance(windows := why.get("windows"), dict) and windows.get("score", 0) > 0:
+        parts.append("body window")  # its body past what the model reads lifted its file (REPOCTX_FUNCTION_WINDOWS)
     g = why.get("graph")
     if isinstance(g, dict):
         rel = g.get("relation") or "neighbour"
