@@ -507,3 +507,38 @@ def test_a_longer_path_resolves_to_the_longest_path_it_ends_with_on_both_backend
     assert found(["setup.py"]) == ["setup.py"]
     assert found(["home/me/d/e.py"]) == []
     index.close()
+
+
+def test_function_windows_lift_a_file_on_both_backends_and_stay_in_scope(backend, tmp_path):
+    """REPOCTX_FUNCTION_WINDOWS=1 reads the candidates' texts through the store, in the search's scope: a function
+    whose words come late in its body lifts its file on either backend, and one outside the scope is never read."""
+    from dataclasses import replace
+
+    from repoctx.retrieve.hybrid import SearchOptions
+
+    filler = "".join(f"    _ = {i:05d} + {i * 7:05d}\n" for i in range(30))  # no word: more than the model reads
+
+    def long_function(name):
+        return f"def {name}(entries):\n{filler}    # quarterly rebate overflow\n    quarterly_rebate(entries)\n{filler}"
+
+    files = {"ledger/books.py": long_function("settle"), "secret/vault.py": long_function("unlock"),
+             "ledger/notes.py": 'def totals(entries):\n    """Quarterly totals of the books."""\n    return entries\n'}
+    root = write_tree(tmp_path / "r", files)
+    q, opts = "quarterly rebate overflow", SearchOptions(k=5, level="file", lexical=False, exact=False)
+    inside = Scope(exclude=("secret/*",))
+    plain = index_repo(backend, root)
+    assert plain.search(q, k=5, level="file", scope=inside, options=opts)[0].path == "ledger/notes.py"
+    ix = Index(root, replace(backend, function_windows=True), embedder=HashEmbedder())
+    read: list[str] = []
+    capsules = ix.store.capsules
+
+    def reading(ids, scope=None):
+        got = capsules(ids, scope)
+        read.extend(c.path for c in got)
+        return got
+
+    ix.store.capsules = reading
+    got = ix.search(q, k=5, level="file", scope=inside, options=opts)
+    assert got[0].path == "ledger/books.py" and read
+    assert not any(p.startswith("secret/") for p in [f.path for f in got] + read)
+    assert ix.search(q, k=5, level="file", options=opts)[0].path in ("ledger/books.py", "secret/vault.py")
