@@ -342,7 +342,7 @@ class DenseRetriever:
     def similarities(self, pairs: list[tuple[str, list[str]]]) -> list[list[float]]:
         """For each (query, short texts): the cosine of the query with each text, all embedded in one batch.
         With a vector cache, the short texts' vectors are read from it and the new ones kept in it (a unit's
-        name recurs across questions and processes; the queries are kept in memory only)."""
+        name, a function's body window recur across questions and processes; the queries are kept in memory only)."""
         texts = list(dict.fromkeys(t for _, ts in pairs for t in ts))
         vecs = self._stored(texts)
         fresh = [t for t in texts if t not in vecs]

@@ -569,7 +569,7 @@ WINDOW_CANDIDATES = 100
 def body_windows(c: Capsule) -> list[str]:
     """A function's or method's body past its first window, in at most ``BODY_WINDOWS`` windows of ``WINDOW_CHARS``
     characters (blank lines and indentation dropped, overlapping by a quarter), each headed by its path, qualified
-    name and signature. None for a unit that fits in one window, or that is no function."""
+    name and signature. Empty for a unit that fits in one window, or that is no function."""
     if c.kind not in ("function", "method") or not c.text:
         return []
     head = f"{c.path} :: {c.qualname}"
