@@ -268,6 +268,8 @@ def test_eval_json_is_keyed_by_config_with_several_configs(env, repo, tmp_path):
         assert out[name]["rows"][0]["gold_file_ranks"] == {"pkg/dates.py": 1}
     assert set(out["bm25"]) == set(out["hybrid"])
     assert res.stderr.count("skipped no-commit") == 1  # a corpus failure is reported once, skipped in both
+    # each result names the settings its ranking depends on (BM25 runs without an embedder)
+    assert out["bm25"]["settings"]["embedder"] == "none" and out["hybrid"]["settings"]["function_windows"] is False
 
 
 def test_limit_applies_after_repo(env, tmp_path):
@@ -293,7 +295,9 @@ def test_markdown_table_has_function_acc1_and_skips():
     vals = [c.strip() for c in line.strip("|").split("|")]
     row = dict(zip(cols, vals))
     assert row["fn Acc@1"] == "50.0" and row["fn MRR"] == "75.0" and row["skipped"] == "1"
-    assert "1 of 4 rows skipped (x-1)" in table
+    assert "1 of 4 rows skipped (x-1)" in table and "measured with" not in table
+    res["bm25"]["settings"] = {"embedder": "local:code", "second_stage": True, "function_windows": True, "history": True}
+    assert "BM25 only: measured with REPOCTX_EMBEDDER=local:code, REPOCTX_FUNCTION_WINDOWS=1" in markdown_table(res)
 
 
 # --------------------------------------------------------------------------- a file of the snapshot that cannot be read

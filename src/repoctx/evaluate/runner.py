@@ -346,6 +346,13 @@ def evaluate(
             },
             "query_ms_p50": round(1000 * times[len(times) // 2], 1) if times else None,
             "index_seconds": round(index_s, 1),
+            # the settings a ranking depends on: what a results file was measured with (REPOCTX_EMBEDDER, ...)
+            "settings": {
+                "embedder": cfg_settings.embedder,
+                "second_stage": cfg_settings.second_stage,
+                "function_windows": cfg_settings.function_windows,
+                "history": cfg_settings.history,
+            },
             # rows whose tree is a checkout with a mined history, and those whose file ranking it changed
             "history": {
                 "rows": sum(1 for r in rows_out if r["history_commits"] is not None),
@@ -409,6 +416,12 @@ def markdown_table(results: dict) -> str:
                 f"{r['name']}: {len(warned)} of {r['n']} rows scored without files that could not be read ({ids})"
             )
         notes += _history_note(r, r["name"])
+        ran = r.get("settings") or {}  # what it ran with, when not the defaults
+        options = [f"REPOCTX_EMBEDDER={ran['embedder']}"] if ran.get("embedder") not in (None, "local", "none") else []
+        options += ["REPOCTX_FUNCTION_WINDOWS=1"] if ran.get("function_windows") else []
+        options += ["REPOCTX_SECOND_STAGE=0"] if ran.get("second_stage") is False else []
+        if options:
+            notes.append(f"{r['name']}: measured with {', '.join(options)}")
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
