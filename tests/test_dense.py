@@ -655,6 +655,8 @@ def test_a_functions_further_windows_count_for_its_file_when_asked(tmp_path):
     settle = next(h for h in got if h.capsule.name == "settle")
     assert settle.why["windows"]["score"] > 0 and "body window" in why_text(settle.why)
     assert emb.embedded > 1  # the question and the windows
+    lexical_only = ix.search(q, k=5, options=SearchOptions(k=5, dense=False, rerank=False))
+    assert lexical_only and all("windows" not in h.why for h in lexical_only)  # no dense lane: nothing compared
 
     again = HashEmbedder(256)
     assert first_file(index(True, again)) == "ledger/books.py"

@@ -365,7 +365,8 @@ def _search(
             add_rank("summary_dense", summary_dense, w)
             dense_lanes.append((summary, summary_dense, summary_lexical or [], w))
     # with REPOCTX_FUNCTION_WINDOWS=1, what the candidates' further body windows give their files (files only)
-    windows = window_shares(store, dense_index, dense_lanes, scope) if getattr(dense_index, "windows", False) else {}
+    on = dense_lanes and getattr(dense_index, "windows", False)
+    windows = window_shares(store, dense_index, dense_lanes, scope) if on else {}
     lines_given: dict[str, tuple[str, float]] = {}  # a unit the lines name: the line as written, what the lane gave
     w_lines = opts.weights.get("lines", 1.0)  # 0: no lane, and the frames are not read
     if opts.exact and w_lines > 0 and (lines := written_units(store, named.locations, scope, resolved)):
