@@ -797,6 +797,18 @@ def _body_after_header(text: str, signature: str, docstring: str) -> str:
 EMBED_TEXT_VERSION = 1
 
 
+def unit_head(capsule: Any) -> str:
+    """How every text embedded for a unit begins: ``path :: qualname`` and, on the next line, its signature on one
+    line (``embed_text``; a function's further body windows, ``hybrid.body_windows``)."""
+    path, qual, sig = (
+        _field(capsule, "path"),
+        _field(capsule, "qualname"),
+        " ".join(_field(capsule, "signature").split()),
+    )
+    head = f"{path} :: {qual}" if qual else path
+    return f"{head}\n{sig}" if sig else head
+
+
 def embed_text(capsule: Any, max_length: int = 256, chars_per_token: float = 4.0) -> str:
     """Compact text to embed for a code unit (dict or object with ``path, qualname, signature,
     docstring, text``)::
@@ -809,16 +821,11 @@ def embed_text(capsule: Any, max_length: int = 256, chars_per_token: float = 4.0
     Lines are stripped, blank lines dropped, and the result cut to ``max_length * chars_per_token``
     characters (no tokenizer call; the model truncates exactly anyway).
     """
-    path, qual = _field(capsule, "path"), _field(capsule, "qualname")
     sig, doc, text = _field(capsule, "signature"), _field(capsule, "docstring"), _field(capsule, "text")
     budget = max(16, int(max_length * chars_per_token))
-    head = f"{path} :: {qual}" if qual else path
-    parts = [head]
-    if sig.strip():
-        parts.append(" ".join(sig.split()))
+    out = unit_head(capsule)
     if doc.strip():
-        parts.append(squeeze(doc))
-    out = "\n".join(p for p in parts if p)
+        out = f"{out}\n{squeeze(doc)}"
     if len(out) < budget and text:
         body = _body_after_header(text, sig, doc) if (sig or doc) else text
         # squeeze only what can fit (bodies may be huge)

@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Protocol
 
 from repoctx.ingest.languages import is_test_path as is_test_path  # re-exported: its users import it from here
-from repoctx.providers.embedding import squeeze
+from repoctx.providers.embedding import squeeze, unit_head
 from repoctx.retrieve.query import clean_path, mentions, summary_line
 from repoctx.retrieve.router import reads_as_report
 from repoctx.store.base import EVERYTHING, Scope, split_id
@@ -573,10 +573,7 @@ def body_windows(c: Capsule) -> list[str]:
     name and signature. Empty for a unit that fits in one window, or that is no function."""
     if c.kind not in ("function", "method") or not c.text:
         return []
-    head = f"{c.path} :: {c.qualname}"
-    sig = " ".join(c.signature.split())
-    if sig:
-        head = f"{head}\n{sig}"
+    head = unit_head(c)
     body = squeeze(c.text)
     room = max(128, WINDOW_CHARS - len(head) - 1)
     if len(body) <= room:
@@ -613,12 +610,12 @@ def window_shares(
         for c in store.capsules(list(dict.fromkeys(x for ids in cands for x in ids)), scope)
         if (ws := body_windows(c))
     }
+    if not texts:
+        return {}
     asked = [
         (text, [t for cid in ids if cid in texts for t in texts[cid]])
         for (text, *_), ids in zip(lanes, cands, strict=True)
     ]
-    if not texts:
-        return {}
     shares: dict[str, float] = {}
     for (_, dense, _, weight), ids, sims in zip(lanes, cands, dense_index.similarities(asked), strict=True):
         if not sims:  # no candidate of this lane has a further window: its ranking is the plain one
@@ -630,11 +627,8 @@ def window_shares(
                 best = max(next(got) for _ in texts[cid])
                 score[cid] = max(score[cid], best) if cid in score else best
         plain = {cid: r for r, (cid, _) in enumerate(dense, 1)}
-        windowed = {cid: r for r, cid in enumerate(sorted(score, key=lambda c: (-score[c], c)), 1)}
-        for cid in plain.keys() | windowed.keys():
-            d = (weight / (RRF_K + windowed[cid]) if cid in windowed else 0.0) - (
-                weight / (RRF_K + plain[cid]) if cid in plain else 0.0
-            )
+        for r, cid in enumerate(sorted(score, key=lambda c: (-score[c], c)), 1):  # every unit of the lane, and more
+            d = weight / (RRF_K + r) - (weight / (RRF_K + plain[cid]) if cid in plain else 0.0)
             if d:
                 shares[cid] = shares.get(cid, 0.0) + d
     return shares
