@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -66,8 +67,8 @@ def rows_of(name: str, pairs: list[dict], chain: dict[str, dict], per_package: i
         by_entry.setdefault((p["version"], p["query"]), []).append(p)
     rows = []
     for (version, query), ps in by_entry.items():
-        keys = [gold_key(p) for p in ps]
-        if not all(keys):
+        keys = {gold_key(p) for p in ps}
+        if None in keys:
             continue
         info = chain[version]
         rows.append(
@@ -76,7 +77,7 @@ def rows_of(name: str, pairs: list[dict], chain: dict[str, dict], per_package: i
                 "repo": name,
                 "query": query,
                 "gold_files": sorted({p["path"] for p in ps}),
-                "gold_functions": sorted(set(keys)),  # type: ignore[arg-type]
+                "gold_functions": sorted(k for k in keys if k),
                 "corpus": {"pypi": name, "version": version, "mode": "release before the change"},
                 "sdist": info["filename"],
                 "sha256": info.get("digests", {}).get("sha256", ""),
@@ -102,27 +103,27 @@ def main(argv: list[str] | None = None) -> int:
     pins = load_pins()
     rows: list[dict] = []
     used = tried = 0
-    tally: dict[str, int] = {}
+    tally: Counter[str] = Counter()
     for name, versions in pins.items():
         if used >= a.packages:
             break
         if normalize(name) in skip or excluded(name, projects) or len(versions) < 2:
-            tally["fitted, evaluated or too few releases"] = tally.get("fitted, evaluated or too few releases", 0) + 1
+            tally["fitted, evaluated or too few releases"] += 1
             continue
         tried += 1
         try:
             chain = pinned_chain(name, versions[-3:])
         except Exception as e:  # noqa: BLE001 - PyPI unreachable for one package: noted, the next goes on
             print(f"  ! {name}: {type(e).__name__}: {e}", file=sys.stderr)
-            tally["PyPI did not answer"] = tally.get("PyPI did not answer", 0) + 1
+            tally["PyPI did not answer"] += 1
             continue
         if any(info.get("size", 0) > a.max_mb * 1e6 for _, info in chain):
-            tally["an sdist above the size cap"] = tally.get("an sdist above the size cap", 0) + 1
+            tally["an sdist above the size cap"] += 1
             continue
         pairs, _ = mine_releases(name, a.work, chain=chain, negatives=False)
         got = rows_of(name, pairs, dict(chain), a.per_package)
         if not got:
-            tally["no pair, or only nested units"] = tally.get("no pair, or only nested units", 0) + 1
+            tally["no pair, or only nested units"] += 1
             continue
         used += 1
         rows += got
