@@ -15,7 +15,7 @@ evaluation projects (``release_list.excluded``); per package its three newest pi
 pairs), an sdist of at most ``--max-mb`` MB, at most ``--per-package`` rows (changelog order). A gold unit must be
 a function or a method of a top-level class (what the eval's function ranking holds).
 
-    python bench/release_rows.py --packages 60 --out bench/data/heldout/release_rows_2026-12-07.jsonl
+    python bench/release_rows.py --packages 150 --out rows.jsonl    # the committed 296 rows again, byte for byte
     repoctx eval bench/data/heldout/release_rows_2026-12-07.jsonl --tree sdist --config hybrid+graph --json
 
 Each row names its sdist and sha256 (``sdist``, ``sha256``); ``repoctx eval`` fetches the same file from PyPI
