@@ -6,7 +6,7 @@ REPO ?= .
 QUESTION ?= where are call names resolved to capsules in the code graph?
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
-.PHONY: run test lint install index bench clean
+.PHONY: run test lint install index bench screenshots clean
 
 # the core alone (index, search, context, the CLI and the MCP server), at the exact versions of constraints.txt;
 # pyproject.toml declares the ranges, constraints.txt the versions CI installs
@@ -42,6 +42,12 @@ lint: $(TEST_STAMP)
 test: lint
 	@command -v chromium >/dev/null || (apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null)
 	$(BIN)/python -m pytest tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+# the docs' screenshots of the web pages (docs/img/web-*.png), taken by the browser test; `make test` checks them in
+# a temporary folder and leaves docs/img/ as it is
+screenshots: $(TEST_STAMP)
+	@command -v chromium >/dev/null || (apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null)
+	REPOCTX_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/python -m pytest -q tests/test_web.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/index_speed.py

@@ -2,11 +2,13 @@
 (embedded SQLite store, scripted models). Sign in, search and open a cited hit at its lines, exact names and grep,
 a streamed chat with its trace and a working citation, reopened sessions, the repositories page and its reindex
 button, a key limited to one path that never sees another, a stopped model that ends in a visible error, and axe-core
-finding no violation in either theme. The screenshots in docs/img/ are written here."""
+finding no violation in either theme. Each page's screenshot is taken and checked; it lands in docs/img/ only when
+``REPOCTX_SCREENSHOTS`` names that folder (`make screenshots`), so a test run leaves the working tree as it was."""
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import time
@@ -28,7 +30,6 @@ from test_service_support import SHOP, VAULT, LiveServer, write_tree
 playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]'")  # a dependency of [test]
 from axe_playwright_python.sync_playwright import Axe  # noqa: E402
 
-DOCS_IMG = Path(__file__).resolve().parents[1] / "docs" / "img"
 # what the key limited to src/auth/ of shop must never see, anywhere in a page
 FORBIDDEN = ["src/cart", "src/cache", "docs/guide", "secret/", "zq_", "ZQ_CANARY", "private-vault-x9", "basket.py",
              "lru.py", "LRUCache", "seal_entries", "rotate_ledger", "evict_oldest"]
@@ -170,9 +171,20 @@ def assert_no_violations(page, what: str) -> None:
     assert results.violations_count == 0, f"{what}: {results.generate_report()}"
 
 
-def shot(page, name: str) -> None:
-    DOCS_IMG.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(DOCS_IMG / name), full_page=False)
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    """Where the screenshots go: ``REPOCTX_SCREENSHOTS`` (docs/img/ from `make screenshots`), else a temporary folder."""
+    wanted = os.environ.get("REPOCTX_SCREENSHOTS")
+    folder = Path(wanted) if wanted else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def shot(page, folder: Path, name: str) -> None:
+    path = folder / name
+    page.screenshot(path=str(path), full_page=False)
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, f"{name}: not a page's screenshot"
 
 
 # ---------------------------------------------------------------------------------------------- tests
@@ -189,7 +201,7 @@ def test_pages_are_public_and_data_needs_the_key(site):
     assert "shop" not in httpx.get(site["url"] + "/ui/repos").text
 
 
-def test_sign_in_search_and_open_a_cited_hit_at_its_lines(page, site):
+def test_sign_in_search_and_open_a_cited_hit_at_its_lines(page, site, shots):
     page.goto(site["url"] + "/")
     assert page.locator("#signed-out").is_visible()
     page.get_by_label("API key").fill("rcx_000000000000_not-a-real-key-at-all")
@@ -208,7 +220,7 @@ def test_sign_in_search_and_open_a_cited_hit_at_its_lines(page, site):
     assert first.locator(".why").inner_text().startswith("why:")
     assert first.locator("pre.code .line .k").count() > 0  # highlighted on the server: Pygments' token classes
     start, end = map(int, re.search(r":(\d+)-(\d+)$", link.inner_text()).groups())
-    shot(page, "web-search.png")
+    shot(page, shots, "web-search.png")
 
     link.click()
     page.wait_for_url(re.compile(r"/ui/file\?"))
@@ -231,7 +243,7 @@ def test_sign_in_search_and_open_a_cited_hit_at_its_lines(page, site):
     assert all(t.startswith("shop:docs/") for t in page.locator(".hit a.cite-link").all_inner_texts())
 
 
-def test_chat_streams_tokens_with_a_live_trace_and_citations_that_open_the_lines(page, site):
+def test_chat_streams_tokens_with_a_live_trace_and_citations_that_open_the_lines(page, site, shots):
     site["models"]["make"] = lambda: Paced([{"tool": "search_code", "input": {"query": "verify session token"}},
                                             cite_first])
     sign_in(page, site, path="/ui/chat")
@@ -254,7 +266,7 @@ def test_chat_streams_tokens_with_a_live_trace_and_citations_that_open_the_lines
     assert cite.inner_text().startswith("src/auth/tokens.py:")
     page.wait_for_function("() => document.querySelector('#sessions button')")
     assert session in page.locator("#sessions").inner_text()
-    shot(page, "web-chat.png")
+    shot(page, shots, "web-chat.png")
 
     start = int(re.search(r":(\d+)-", cite.inner_text()).group(1))
     cite.click()
@@ -285,7 +297,7 @@ def test_a_stopped_model_ends_in_a_visible_error(page, site):
     assert page.get_by_role("button", name="Send").is_enabled()
 
 
-def test_repositories_page_shows_source_commit_job_and_an_admin_reindex(page, site):
+def test_repositories_page_shows_source_commit_job_and_an_admin_reindex(page, site, shots):
     sign_in(page, site, path="/ui/repos")
     row = page.locator("tr[data-repo='shop']")
     row.wait_for()
@@ -293,7 +305,7 @@ def test_repositories_page_shows_source_commit_job_and_an_admin_reindex(page, si
     assert cells[0].startswith("path ") and cells[0].endswith("/repos/shop")
     assert "done" in cells[3]
     assert "indexed" in cells[2]
-    shot(page, "web-repos.png")
+    shot(page, shots, "web-repos.png")
     row.get_by_role("button", name="Reindex shop").click()
     page.wait_for_function("() => /reindex (queued|running|done)/.test(document.getElementById('status').textContent)")
     page.wait_for_function("() => document.querySelector(\"tr[data-repo='shop'] .job\")?.textContent === 'done'",
