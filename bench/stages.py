@@ -94,9 +94,16 @@ def run(ix, qs: list[str]) -> tuple[dict[str, list[float]], dict[str, list[float
     dense = Timed(real, "search", "dense", clock) if real is not None else None
     patched = {
         name: getattr(hybrid, name)
-        for name in ("search", "exact_hits", "resolve_paths", "written_units", "query_terms", "expand_graph")
+        for name in (
+            "search",
+            "exact_hits",
+            "resolve_paths",
+            "written_units",
+            "query_terms",
+            "expand_graph",
+            "window_shares",
+        )
     }
-    patched["window_shares"] = hybrid.window_shares
     first = [0.0, 0.0]  # the first stage's wall and CPU seconds in this search
 
     def first_stage(_store, *a, **kw):
