@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
-from repoctx.retrieve.hybrid import RRF_K, SearchOptions, search
+from repoctx.retrieve.hybrid import RRF_K, SearchOptions, given_score, search
 from repoctx.retrieve.planner import OfflinePlanner, Planner, SubQuery
 from repoctx.retrieve.rerank import (
     DEPTH,
@@ -77,8 +77,7 @@ def evidence_score(sub: SubQuery, hits: list[Hit], top: int = 3) -> float:
         c = h.capsule
         toks = set(code_tokens(" ".join((c.qualname, c.path, c.signature, c.docstring[:400], c.text[:600]))))
         lex = sum(1 for t in terms if t in toks) / len(terms) if terms else 1.0
-        dense = h.why.get("dense", {}).get("score", 0.0) if isinstance(h.why.get("dense"), dict) else 0.0
-        best = max(best, lex, dense)
+        best = max(best, lex, given_score(h.why, "dense"))
     return round(best, 3)
 
 

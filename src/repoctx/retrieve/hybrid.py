@@ -545,10 +545,10 @@ def _file_share(why: dict | None) -> float:
       files on their own (``named_files``), and a traceback's frames counted again pushed the files it names above
       the one the fix is in (dev sdists: django 13448's ``creation.py`` 2 -> 4, session 43);
     - its body's further windows (``window_shares``, an option): what they would give it, its file's score adds."""
-    return _given(why, "windows") - _given(why, "written")
+    return given_score(why, "windows") - given_score(why, "written")
 
 
-def _given(why: dict | None, signal: str) -> float:
+def given_score(why: dict | None, signal: str) -> float:
     """The score a signal recorded in a unit's ``why`` gave it (0 when it gave none)."""
     got = (why or {}).get(signal)
     return float(got.get("score", 0.0)) if isinstance(got, dict) else 0.0
