@@ -249,3 +249,39 @@ def test_a_refused_build_leaves_the_store_answering(tmp_path, monkeypatch):
     finally:
         memory.close()
         ix.close()
+
+
+def test_a_repository_written_meanwhile_never_passes_a_scope_that_does_not_name_it(tmp_path):
+    """SQLite lets a scope naming every repository the file holds read without its WHERE clause. The repositories
+    held are read in the snapshot of the read they decide (counts, lexical) or with the content key a memory read
+    uses: another repository's files committed meanwhile (by an index job of the same service) never slip in. The
+    service's status counted both repositories' files when one was being indexed (a CI run: 6 files, not 3)."""
+    import sqlite3
+
+    settings = Settings(index_dir=tmp_path / "ix", embedder="none", vector_cache=tmp_path / "vec.sqlite")
+    web = write_tree(tmp_path / "web", {f"pkg/{n}.py": f"def {n}_total(order):\n    return order\n" for n in "abc"})
+    Index(web, settings, name="web").update()
+    store = open_store(settings, web, create=False, long_lived=True)
+    one = Scope(repos=("web",))
+    assert store.counts(one)["files"] == 3 and store.warm_lexical(wait=True)
+    assert store._memory_covers(one, store._key()) == (True, False)  # the file holds web alone: no mask
+
+    # a check, then another repository's files committed before the counts are read: none of them is counted
+    writer = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
+    held = store._repos_held
+
+    def then_a_write():
+        got = held()
+        writer.execute("INSERT INTO files(repo, path) VALUES ('web-dev', 'pkg/a.py'), ('web-dev', 'pkg/b.py')")
+        writer.commit()
+        return got
+
+    store._repos_held = then_a_write
+    assert store.counts(one)["files"] == 3
+    del store._repos_held
+    # their files written, their units and generation not yet: the content key moves, web's reads are masked
+    assert store.counts(one)["files"] == 3 and store.counts()["files"] == 5
+    assert store._memory_covers(one, store._key()) == (True, True)
+    assert store._memory_covers(Scope(repos=("web", "web-dev")), store._key()) == (True, False)
+    writer.close()
+    store.close()

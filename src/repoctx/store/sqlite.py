@@ -458,7 +458,6 @@ class SQLiteStore(MemoryReads):
         self._faiss: dict[str, FaissIndex] = {}
         self._allowed: dict[tuple, set[str]] = {}
         self._init_memory(memory_lexical)  # long-lived processes: BM25 and units in memory (memory_bm25.py)
-        self._held: tuple = (None, frozenset())  # (content key, repositories with files)
         db = self.db
         self._identity = self._file_identity()
         version = self._schema_version(db)
@@ -675,19 +674,28 @@ class SQLiteStore(MemoryReads):
         ]
 
     def counts(self, scope: Scope = EVERYTHING) -> dict[str, int]:
-        if self._admits_whole_file(scope):  # the same numbers without joining every edge to its unit (Django: ~0.1 s)
-            scope = EVERYTHING
-        where, args = self._scope(scope)
-        fwhere, fargs = self._scope(scope, "f")
-        ewhere, eargs = self._scope(scope, "s")  # an edge is where its source unit is
-        q = lambda sql, a: self.db.execute(sql, a).fetchone()[0]  # noqa: E731
-        edges = "edges e JOIN capsules s ON s.rowid = e.src" if not scope.unrestricted else "edges e"
-        return {
-            "files": q(f"SELECT count(*) FROM files f WHERE {fwhere}", fargs),
-            "capsules": q(f"SELECT count(*) FROM capsules c WHERE {where}", args),
-            "edges": q(f"SELECT count(*) FROM {edges} WHERE {ewhere}", eargs),
-            "resolved_edges": q(f"SELECT count(*) FROM {edges} WHERE e.dst IS NOT NULL AND {ewhere}", eargs),
-        }
+        db = self.db
+        own = not db.in_transaction  # one snapshot: another repository written meanwhile is in none of the counts
+        if own:
+            db.execute("BEGIN")
+        try:
+            # the same numbers without joining every edge to its unit (Django: ~0.1 s)
+            if self._admits_whole_file(scope, self._repos_held()):
+                scope = EVERYTHING
+            where, args = self._scope(scope)
+            fwhere, fargs = self._scope(scope, "f")
+            ewhere, eargs = self._scope(scope, "s")  # an edge is where its source unit is
+            q = lambda sql, a: db.execute(sql, a).fetchone()[0]  # noqa: E731
+            edges = "edges e JOIN capsules s ON s.rowid = e.src" if not scope.unrestricted else "edges e"
+            return {
+                "files": q(f"SELECT count(*) FROM files f WHERE {fwhere}", fargs),
+                "capsules": q(f"SELECT count(*) FROM capsules c WHERE {where}", args),
+                "edges": q(f"SELECT count(*) FROM {edges} WHERE {ewhere}", eargs),
+                "resolved_edges": q(f"SELECT count(*) FROM {edges} WHERE e.dst IS NOT NULL AND {ewhere}", eargs),
+            }
+        finally:
+            if own:
+                db.execute("COMMIT")
 
     def capsules(self, ids: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not ids:
@@ -791,7 +799,7 @@ class SQLiteStore(MemoryReads):
             if not len(rowids):
                 return []
             order = np.lexsort((rowids, -scores))  # best first, ties by rowid
-            if self._admits_whole_file(scope):
+            if self._admits_whole_file(scope, self._repos_held()):  # as this snapshot holds them
                 top = order[:k]
             else:
                 top = self._first_admitted(rowids, order, k, scope)
@@ -835,9 +843,10 @@ class SQLiteStore(MemoryReads):
 
     # ---- BM25 in memory (long-lived processes): an accelerator, never the source of truth
     def _content_key(self) -> tuple:
-        """Changes whenever the lexical index may have: units added, removed or replaced, a run finished.
-        Read again only when something was written since (this connection's changes, or a commit by any
-        other connection: SQLite's data_version), so a search pays one pragma, not three table reads."""
+        """Changes whenever the lexical index may have: units added, removed or replaced, a run finished, a
+        repository's files written. Read again only when something was written since (this connection's changes,
+        or a commit by any other connection: SQLite's data_version), so a search pays one pragma, not four table
+        reads."""
         db = self.db
         stamp = (db.execute("PRAGMA data_version").fetchone()[0], db.total_changes)
         cached = getattr(self._local, "content_key", None)
@@ -846,7 +855,9 @@ class SQLiteStore(MemoryReads):
         key = tuple(
             db.execute(
                 "SELECT (SELECT max(rowid) FROM units), (SELECT count(*) FROM units), "
-                "(SELECT group_concat(repo || '=' || value) FROM meta WHERE key = 'generation')"
+                "(SELECT group_concat(repo || '=' || value) FROM meta WHERE key = 'generation'), "
+                # the repositories with files (_memory_covers): one written whose generation is not yet is in it
+                "(SELECT group_concat(repo, char(10)) FROM (SELECT DISTINCT repo FROM files))"
             ).fetchone()
         )
         self._local.content_key = (stamp, key)
@@ -898,22 +909,21 @@ class SQLiteStore(MemoryReads):
     def _memory_covers(self, scope: Scope, key: tuple) -> tuple[bool, bool]:
         """FTS5's statistics are the whole file's whatever the scope: always covered; masked unless the
         scope admits the whole file."""
-        return True, not self._admits_whole_file(scope)
+        return True, not self._admits_whole_file(scope, frozenset(key[3].split("\n")) if key[3] else frozenset())
 
-    def _admits_whole_file(self, scope: Scope) -> bool:
+    @staticmethod
+    def _admits_whole_file(scope: Scope, held: frozenset[str]) -> bool:
         """True when the scope lets every unit of this file through (no path rule, no grant, and its
-        repositories are all the file holds: a one-repository index searched as itself)."""
+        repositories are all the file holds: a one-repository index searched as itself). ``held``: the
+        repositories the file holds as the caller's read sees them (``_repos_held`` in its snapshot, or its content
+        key's): a repository written since must not pass through a scope that does not name it."""
         if scope.include or scope.exclude or scope.grants is not None:
             return False
-        if not scope.repos:
-            return True
-        key = self._key() if self.memory_enabled else None
-        held = self._held[1] if key is not None and self._held[0] == key else None
-        if held is None:
-            held = frozenset(r[0] for r in self.db.execute("SELECT DISTINCT repo FROM files"))
-            if key is not None:
-                self._held = (key, held)
-        return held <= set(scope.repos)
+        return not scope.repos or held <= set(scope.repos)
+
+    def _repos_held(self) -> frozenset[str]:
+        """The repositories with files in the file, read now (in the caller's snapshot when it holds one)."""
+        return frozenset(r[0] for r in self.db.execute("SELECT DISTINCT repo FROM files"))
 
     def by_names(self, names: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not names:
