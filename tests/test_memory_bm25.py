@@ -268,17 +268,17 @@ def test_a_repository_written_meanwhile_never_passes_a_scope_that_does_not_name_
 
     # a check, then another repository's files committed before the counts are read: none of them is counted
     writer = sqlite3.connect(tmp_path / "ix" / "index.sqlite")
-    held = store._repos_held
+    admits = store._admits_whole_file
 
-    def then_a_write():
-        got = held()
+    def then_a_write(scope, key=None):
+        got = admits(scope, key)
         writer.execute("INSERT INTO files(repo, path) VALUES ('web-dev', 'pkg/a.py'), ('web-dev', 'pkg/b.py')")
         writer.commit()
         return got
 
-    store._repos_held = then_a_write
+    store._admits_whole_file = then_a_write
     assert store.counts(one)["files"] == 3
-    del store._repos_held
+    del store._admits_whole_file
     # their files written, their units and generation not yet: the content key moves, web's reads are masked
     assert store.counts(one)["files"] == 3 and store.counts()["files"] == 5
     assert store._memory_covers(one, store._key()) == (True, True)

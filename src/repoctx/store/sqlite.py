@@ -680,7 +680,7 @@ class SQLiteStore(MemoryReads):
             db.execute("BEGIN")
         try:
             # the same numbers without joining every edge to its unit (Django: ~0.1 s)
-            if self._admits_whole_file(scope, self._repos_held()):
+            if self._admits_whole_file(scope):
                 scope = EVERYTHING
             where, args = self._scope(scope)
             fwhere, fargs = self._scope(scope, "f")
@@ -799,7 +799,7 @@ class SQLiteStore(MemoryReads):
             if not len(rowids):
                 return []
             order = np.lexsort((rowids, -scores))  # best first, ties by rowid
-            if self._admits_whole_file(scope, self._repos_held()):  # as this snapshot holds them
+            if self._admits_whole_file(scope):  # the repositories as this snapshot holds them
                 top = order[:k]
             else:
                 top = self._first_admitted(rowids, order, k, scope)
@@ -909,21 +909,22 @@ class SQLiteStore(MemoryReads):
     def _memory_covers(self, scope: Scope, key: tuple) -> tuple[bool, bool]:
         """FTS5's statistics are the whole file's whatever the scope: always covered; masked unless the
         scope admits the whole file."""
-        return True, not self._admits_whole_file(scope, frozenset(key[3].split("\n")) if key[3] else frozenset())
+        return True, not self._admits_whole_file(scope, key)
 
-    @staticmethod
-    def _admits_whole_file(scope: Scope, held: frozenset[str]) -> bool:
+    def _admits_whole_file(self, scope: Scope, key: tuple | None = None) -> bool:
         """True when the scope lets every unit of this file through (no path rule, no grant, and its
-        repositories are all the file holds: a one-repository index searched as itself). ``held``: the
-        repositories the file holds as the caller's read sees them (``_repos_held`` in its snapshot, or its content
-        key's): a repository written since must not pass through a scope that does not name it."""
+        repositories are all the file holds: a one-repository index searched as itself). The repositories held are
+        those of the content ``key`` a memory read uses, else read now, in the caller's snapshot: a repository
+        written since must not pass through a scope that does not name it."""
         if scope.include or scope.exclude or scope.grants is not None:
             return False
-        return not scope.repos or held <= set(scope.repos)
-
-    def _repos_held(self) -> frozenset[str]:
-        """The repositories with files in the file, read now (in the caller's snapshot when it holds one)."""
-        return frozenset(r[0] for r in self.db.execute("SELECT DISTINCT repo FROM files"))
+        if not scope.repos:
+            return True
+        if key is not None:
+            held = set(key[3].split("\n")) if key[3] else set()
+        else:
+            held = {r[0] for r in self.db.execute("SELECT DISTINCT repo FROM files")}
+        return held <= set(scope.repos)
 
     def by_names(self, names: list[str], scope: Scope = EVERYTHING) -> list[Capsule]:
         if not names:
