@@ -157,3 +157,36 @@ def test_runs_are_scored_again_against_the_datasets_mended_gold(tmp_path):
                           "--dataset", str(dataset), "--regold", "--json"], capture_output=True, text=True, check=True)
     fn = json.loads(out.stdout)["parts"]["all"]["function"]
     assert fn["rows"] == 2 and fn["acc@10"]["before"] == 50.0  # r1 now within 10, r3 (rank 12) not; r2 left out
+
+
+def test_the_goal_script_reads_each_variant_against_the_goal_and_the_default(tmp_path):
+    def result(ranks: list[tuple[int, int]]) -> dict:
+        rows = [row(f"r{i}", f, fn) for i, (f, fn) in enumerate(ranks, 1)]
+        n = len(rows)
+        pct = lambda hits: round(100 * hits / n, 1)  # noqa: E731
+        return {
+            "n": n,
+            "file": {"acc@1": pct(sum(f == 1 for f, _ in ranks)), "acc@5": pct(sum(f <= 5 for f, _ in ranks))},
+            "function": {"acc@10": pct(sum(fn <= 10 for _, fn in ranks))},
+            "rows": rows,
+        }
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    # the default misses the goal (file Acc@1 50); the windows reach it on every line
+    default = result([(1, 3), (2, 12), (1, 1), (3, 4)])
+    windows = result([(1, 3), (1, 2), (1, 1), (1, 4)])
+    for name, res in (("default", default), ("windows", windows)):
+        (runs / f"{name}-both.json").write_text(json.dumps({"wheel": {"hybrid+graph": res}, "sdist": {"hybrid+graph": res}}))
+    script = [sys.executable, str(ROOT / "bench" / "goal.py"), str(tmp_path / "rows.jsonl"), "--tree", "both"]
+    out = subprocess.run(
+        [*script, "--variants", "default,windows", "--out", str(runs), "--reuse"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "| wheel | default | 4 | 50.0 | 100.0 | 75.0 | not met |  |" in out
+    assert "| sdist | windows | 4 | 100.0 | 100.0 | 100.0 | met | 50.0 → 100.0 (+2 −0" in out
+    assert "75.0 → 100.0 (+1 −0" in out
+    bad = subprocess.run([*script, "--variants", "default,nope", "--out", str(runs)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "nope" in bad.stderr and "Traceback" not in bad.stderr
