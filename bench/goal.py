@@ -11,7 +11,8 @@ kept aside from the sessions that tune the ranking; this runs them in one go. Ea
 It prints each variant's file Acc@1 / Acc@5 and function Acc@10, whether each reaches the goal, and each option
 against the default row by row (gained / lost, exact McNemar p; ``bench/eval_halves.py`` gives the halves).
 
-    python bench/goal.py UNSEEN.jsonl --tree both --out runs/        # runs/<variant>.json kept; --reuse reads them
+    python bench/goal.py UNSEEN.jsonl --tree both --out runs/        # runs/<variant>-<tree>.json kept; --reuse reads them
+    python bench/goal.py UNSEEN.jsonl --tree both --out runs/ --variants code --reuse   # one option, against the saved default
     python bench/goal.py ../shared/eval/swebench_lite_dev.jsonl --variants default,windows
 """
 
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"{name}-{args.tree}.json"
         data = json.loads(path.read_text()) if args.reuse and path.exists() else run(args.rows, args.tree, VARIANTS[name], path)
         results[name] = per_tree(data, trees)
+    saved = args.out / f"default-{args.tree}.json"
+    if "default" not in results and args.reuse and saved.exists():  # an option run alone is still read against it
+        results = {"default": per_tree(json.loads(saved.read_text()), trees), **results}
     print(table(results))
     return 0
 

@@ -188,5 +188,10 @@ def test_the_goal_script_reads_each_variant_against_the_goal_and_the_default(tmp
     assert "| wheel | default | 4 | 50.0 | 100.0 | 75.0 | not met |  |" in out
     assert "| sdist | windows | 4 | 100.0 | 100.0 | 100.0 | met | 50.0 → 100.0 (+2 −0" in out
     assert "75.0 → 100.0 (+1 −0" in out
+    # an option run alone reads the saved default to compare against
+    alone = subprocess.run(
+        [*script, "--variants", "windows", "--out", str(runs), "--reuse"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "| wheel | default | 4 |" in alone and "| wheel | windows | 4 | 100.0 | 100.0 | 100.0 | met | 50.0 → 100.0" in alone
     bad = subprocess.run([*script, "--variants", "default,nope", "--out", str(runs)], capture_output=True, text=True)
     assert bad.returncode == 2 and "nope" in bad.stderr and "Traceback" not in bad.stderr
