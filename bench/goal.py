@@ -101,14 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown variant {unknown[0]!r} (known: {', '.join(VARIANTS)})")
     trees = ["wheel", "sdist"] if args.tree == "both" else [args.tree]
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.reuse and "default" not in names and (args.out / f"default-{args.tree}.json").exists():
+        names.insert(0, "default")  # an option run alone is still read against the saved default
     results = {}
     for name in names:
         path = args.out / f"{name}-{args.tree}.json"
         data = json.loads(path.read_text()) if args.reuse and path.exists() else run(args.rows, args.tree, VARIANTS[name], path)
         results[name] = per_tree(data, trees)
-    saved = args.out / f"default-{args.tree}.json"
-    if "default" not in results and args.reuse and saved.exists():  # an option run alone is still read against it
-        results = {"default": per_tree(json.loads(saved.read_text()), trees), **results}
     print(table(results))
     return 0
 
